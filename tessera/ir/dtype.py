@@ -1,0 +1,161 @@
+"""Data types shared by every IR: scalar and vector element types.
+
+A `DType` is a (code, bits, lanes) triple that prints the way users write it:
+
+    DType.parse("float32x8")  ->  DType("float", 32, 8);  str(...) == "float32x8"
+    int32.with_lanes(4)       ->  int32x4
+
+`handle` is an opaque pointer (buffer data). `bool` is one bit. bfloat16 is a 16-bit float whose
+storage in numpy is uint16 (see `tessera.runtime.ndarray`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_CODES = ("int", "uint", "float", "bfloat", "bool", "handle")
+
+
+@dataclass(frozen=True)
+class DType:
+    code: str
+    bits: int
+    lanes: int = 1
+
+    def __post_init__(self):
+        if self.code not in _CODES:
+            raise ValueError(f"unknown dtype code {self.code!r}")
+        if self.lanes < 1:
+            raise ValueError(f"dtype lanes must be >= 1, got {self.lanes}")
+
+    @staticmethod
+    def parse(text: str | DType) -> DType:
+        """Read 'float32', 'int8x16', 'bool', 'handle', 'bfloat16'."""
+        if isinstance(text, DType):
+            return text
+        if not isinstance(text, str):
+            # numpy dtypes and numpy scalar types
+            import numpy as np
+
+            text = np.dtype(text).name
+        name, lanes = text, 1
+        if "x" in text:
+            name, _, lanes_text = text.partition("x")
+            if not lanes_text.isdigit():
+                raise ValueError(f"cannot parse dtype {text!r}")
+            lanes = int(lanes_text)
+        if name == "bool":
+            return DType("bool", 1, lanes)
+        if name == "handle":
+            return DType("handle", 64, lanes)
+        for code in ("bfloat", "float", "uint", "int"):
+            if name.startswith(code) and name[len(code) :].isdigit():
+                bits = int(name[len(code) :])
+                if bits not in _VALID_BITS[code]:
+                    break
+                return DType(code, bits, lanes)
+        raise ValueError(f"cannot parse dtype {text!r}")
+
+    def __str__(self) -> str:
+        if self.code in ("bool", "handle"):
+            base = self.code
+        else:
+            base = f"{self.code}{self.bits}"
+        return base if self.lanes == 1 else f"{base}x{self.lanes}"
+
+    def __repr__(self) -> str:
+        return f"DType({str(self)!r})"
+
+    @property
+    def is_float(self) -> bool:
+        return self.code in ("float", "bfloat")
+
+    @property
+    def is_int(self) -> bool:
+        return self.code == "int"
+
+    @property
+    def is_uint(self) -> bool:
+        return self.code == "uint"
+
+    @property
+    def is_integer(self) -> bool:
+        """int or uint (not bool)."""
+        return self.code in ("int", "uint")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.code == "bool"
+
+    @property
+    def is_handle(self) -> bool:
+        return self.code == "handle"
+
+    @property
+    def is_vector(self) -> bool:
+        return self.lanes > 1
+
+    @property
+    def element(self) -> DType:
+        return DType(self.code, self.bits, 1) if self.lanes != 1 else self
+
+    def with_lanes(self, lanes: int) -> DType:
+        return DType(self.code, self.bits, lanes)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes one element takes in memory (bool is stored as one byte)."""
+        return 1 if self.code == "bool" else self.bits // 8
+
+    @property
+    def numpy_name(self) -> str:
+        """The numpy dtype that stores this type (bfloat16 is stored as uint16)."""
+        if self.code == "bfloat":
+            return "uint16"
+        if self.code == "handle":
+            return "uint64"
+        return str(self.element)
+
+    def min_value(self):
+        if self.is_int:
+            return -(1 << (self.bits - 1))
+        if self.is_uint or self.is_bool:
+            return 0
+        return float("-inf")
+
+    def max_value(self):
+        if self.is_int:
+            return (1 << (self.bits - 1)) - 1
+        if self.is_uint:
+            return (1 << self.bits) - 1
+        if self.is_bool:
+            return 1
+        return float("inf")
+
+
+_VALID_BITS = {
+    "int": (8, 16, 32, 64),
+    "uint": (8, 16, 32, 64),
+    "float": (16, 32, 64),
+    "bfloat": (16,),
+}
+
+float16 = DType("float", 16)
+float32 = DType("float", 32)
+float64 = DType("float", 64)
+bfloat16 = DType("bfloat", 16)
+int8 = DType("int", 8)
+int16 = DType("int", 16)
+int32 = DType("int", 32)
+int64 = DType("int", 64)
+uint8 = DType("uint", 8)
+uint16 = DType("uint", 16)
+uint32 = DType("uint", 32)
+uint64 = DType("uint", 64)
+bool_ = DType("bool", 1)
+handle = DType("handle", 64)
+
+
+def dtype(x) -> DType:
+    """Coerce a string, numpy dtype or DType to a DType."""
+    return DType.parse(x)
