@@ -1,0 +1,35 @@
+"""tessera: a deep-learning compiler in Python.
+
+Submodules load lazily (PEP 562 module `__getattr__`): `import tessera.runtime` must not import
+the compiler, so that a compiled artifact runs with numpy alone.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {"ir", "arith", "tir", "te", "codegen", "runtime", "target", "driver"}
+# public name -> (module, attribute)
+_ATTRS = {
+    "lower": ("tessera.driver", "lower"),
+    "build": ("tessera.driver", "build"),
+    "Target": ("tessera.target", "Target"),
+    "cpu": ("tessera.runtime", "cpu"),
+    "device": ("tessera.runtime", "device"),
+    "nd": ("tessera.runtime", "nd"),
+    "register_func": ("tessera.runtime", "register_func"),
+    "get_global_func": ("tessera.runtime", "get_global_func"),
+}
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tessera.{name}")
+    if name in _ATTRS:
+        module, attr = _ATTRS[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'tessera' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _SUBMODULES | set(_ATTRS))
