@@ -21,7 +21,8 @@ def function_info(func: PrimFunc) -> FunctionInfo:
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
-            params.append(ParamInfo(p.name, "buffer", str(p.dtype), [_dim(d) for d in p.shape]))
+            shape = [_dim(d) for d in func.param_shape(p)]
+            params.append(ParamInfo(p.name, "buffer", str(p.dtype), shape))
         else:
             params.append(ParamInfo(p.name, "var", str(p.dtype)))
     vars_ = [VarInfo(v.name, str(v.dtype)) for v in func.scalar_vars()]

@@ -9,6 +9,9 @@ The calling convention every code generator follows (the runtime relies on it):
 parameters in order, then the symbolic shape variables of the buffer parameters that are not
 parameters themselves, in order of first appearance. Integer vars arrive as int64 and are
 narrowed to their dtype; float vars arrive as the bits of a float64. Return 0 on success.
+
+After `flatten_storage` the buffer params are one-dimensional; their original shapes stay in the
+attr "param_shapes" (one tuple of dims per buffer param), which `param_shape` reads.
 """
 
 from __future__ import annotations
@@ -47,9 +50,19 @@ class PrimFunc(Node):
                 order.append(node)
 
         for buf in self.buffer_params:
-            for dim in buf.shape:
+            for dim in self.param_shape(buf):
                 post_order(dim, note)
         return tuple(order)
+
+    def param_shape(self, buf: Buffer) -> tuple:
+        """The shape the caller sees for buffer param `buf` (its shape before flattening)."""
+        shapes = self.attr("param_shapes")
+        if shapes is None:
+            return buf.shape
+        for b, shape in zip(self.buffer_params, shapes, strict=True):
+            if b is buf:
+                return shape
+        raise KeyError(f"{buf.name} is not a buffer parameter of {self.name}")
 
     def attr(self, key: str, default=None):
         for k, v in self.attrs:
