@@ -24,6 +24,8 @@ class _Equal:
         self.path: list[str] = []
 
     def eq(self, a, b) -> bool:
+        if isinstance(a, Node) and a.is_leaf:
+            return type(a) is type(b) and self._leaf(a, b)
         if a is b:
             return True
         if isinstance(a, Node) or isinstance(b, Node):
@@ -43,7 +45,7 @@ class _Equal:
     def _leaf(self, a, b) -> bool:
         if id(a) in self.fwd or id(b) in self.back:
             return self.fwd.get(id(a)) is b and self.back.get(id(b)) is a
-        if not self.map_free_vars:
+        if not self.map_free_vars and a is not b:
             return False
         self.fwd[id(a)] = b
         self.back[id(b)] = a
