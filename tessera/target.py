@@ -1,0 +1,327 @@
+"""Targets: what machine code is generated for, parsed from the strings users know.
+
+    Target("llvm")                                   # this machine, CPU detected at run time
+    Target("llvm -mcpu=skylake-avx512 -num-cores=2") # a named CPU
+    Target("llvm -mtriple=aarch64-linux-gnu")        # cross-compile (no JIT)
+    Target("llvm -mattr=+avx2,+fma")                 # extra (or, with '-', fewer) CPU features
+    Target("c"), Target("cuda -arch=sm_80")
+
+A Target is an immutable value: `str(t)` parses back to an equal Target. Schedules ask it what
+the CPU offers (`features`, `vector_width_bits`, `vector_lanes(dtype)`, `num_cores`); the LLVM
+code generator asks it for the triple, CPU name and feature string (`llvm_triple`, `llvm_cpu`,
+`llvm_features`). The host CPU is read from LLVM when asked, never assumed (no AVX-512 or AMX
+unless this machine has it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from tessera.ir.dtype import DType
+
+# kind -> the options it accepts (as written after '-', '-' in names kept)
+_OPTIONS = {
+    "llvm": ("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math"),
+    "c": ("mtriple", "mcpu", "mattr", "num-cores"),
+    "cuda": ("arch", "max-num-threads"),
+}
+_INT_OPTIONS = ("num-cores", "max-num-threads")
+_BOOL_OPTIONS = ("fast-math",)
+
+_SSE = {"sse", "sse2"}
+_SSE4 = _SSE | {"sse3", "ssse3", "sse4.1", "sse4.2", "popcnt"}
+_AVX = _SSE4 | {"avx"}
+_AVX2 = _AVX | {"avx2", "fma", "f16c", "bmi", "bmi2"}
+_AVX512 = _AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+_VNNI = _AVX512 | {"avx512vnni"}
+_BF16 = _VNNI | {"avx512bf16"}
+_AMX = _BF16 | {"avxvnni", "avx512fp16", "amx-tile", "amx-int8", "amx-bf16"}
+
+# Features of the CPU names users pass to -mcpu, for when the CPU is not this machine's (LLVM
+# knows them too, but llvmlite cannot read a target machine's features back).
+CPU_FEATURES: dict[str, frozenset[str]] = {
+    name: frozenset(feats)
+    for names, feats in [
+        (("x86-64", "generic", "k8", "core2"), _SSE),
+        (("x86-64-v2", "nehalem", "westmere", "btver2"), _SSE4),
+        (("sandybridge", "ivybridge"), _AVX),
+        (("x86-64-v3", "haswell", "broadwell", "skylake", "znver1", "znver2", "znver3"), _AVX2),
+        (("alderlake", "raptorlake", "meteorlake"), _AVX2 | {"avxvnni"}),
+        (("x86-64-v4", "skylake-avx512", "skx"), _AVX512),
+        (("cascadelake", "icelake-client", "icelake-server", "tigerlake", "rocketlake"), _VNNI),
+        (("cooperlake", "znver4"), _BF16),
+        (("znver5",), _BF16 | {"avxvnni"}),
+        (("sapphirerapids", "emeraldrapids", "graniterapids"), _AMX),
+        (("cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72", "cortex-a76"), {"neon"}),
+        (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), {"neon", "dotprod"}),
+        (("neoverse-v1", "neoverse-n2", "neoverse-v2"), {"neon", "dotprod", "sve", "i8mm"}),
+    ]
+    for name in names
+}
+# the baseline of an architecture, when neither -mcpu nor the host tells more
+_ARCH_BASELINE = {"x86_64": _SSE, "aarch64": frozenset({"neon"}), "arm64": frozenset({"neon"})}
+
+
+@functools.cache
+def _host_triple() -> str:
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple()
+
+
+@functools.cache
+def _host_cpu() -> tuple[str, frozenset[str]]:
+    """(cpu name, enabled features) of this machine, as LLVM detects them."""
+    import llvmlite.binding as llvm
+
+    try:
+        features = frozenset(k for k, on in llvm.get_host_cpu_features().items() if on)
+    except RuntimeError:  # LLVM cannot detect features on some hosts
+        features = _ARCH_BASELINE.get(_arch(_host_triple()), frozenset())
+    return llvm.get_host_cpu_name(), features
+
+
+def _arch(triple: str) -> str:
+    return triple.split("-", 1)[0]
+
+
+def _default_num_cores() -> int:
+    """The runtime's thread count (which honours TESSERA_NUM_THREADS), else this process's cores."""
+    try:
+        from tessera.runtime import config
+
+        return int(config.num_threads())
+    except (ImportError, AttributeError):
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _parse_text(text: str) -> tuple[str, dict]:
+    words = text.split()
+    if not words:
+        raise ValueError("empty target string; expected e.g. 'llvm' or 'llvm -mcpu=skylake'")
+    kind, opts = words[0], {}
+    for word in words[1:]:
+        if not word.startswith("-"):
+            raise ValueError(f"target {text!r}: option {word!r} must look like -key=value")
+        key, eq, value = word.lstrip("-").partition("=")
+        opts[key] = value if eq else True
+    return kind, opts
+
+
+def _normalize(kind: str, opts: dict) -> dict:
+    if kind not in _OPTIONS:
+        known = ", ".join(_OPTIONS)
+        raise ValueError(f"unknown target kind {kind!r}; known kinds: {known}")
+    out = {}
+    for key, value in opts.items():
+        key = key.replace("_", "-")
+        if key not in _OPTIONS[kind]:
+            known = ", ".join(f"-{k}" for k in _OPTIONS[kind])
+            raise ValueError(f"unknown option -{key} for target {kind!r}; known: {known}")
+        if key in _INT_OPTIONS:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"target option -{key} needs an integer, got {value!r}") from None
+            if value < 1:
+                raise ValueError(f"target option -{key} must be >= 1, got {value}")
+        elif key in _BOOL_OPTIONS:
+            if not (value is True or str(value).lower() in ("1", "true", "on", "yes")):
+                continue
+            value = True
+        elif key == "mattr":
+            value = _parse_mattr(value)
+        elif not isinstance(value, str) or not value:
+            raise ValueError(f"target option -{key} needs a value (-{key}=...)")
+        out[key] = value
+    return out
+
+
+def _parse_mattr(value) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    attrs = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if item[0] not in "+-":
+            item = "+" + item
+        attrs.append(item)
+    if not attrs:
+        raise ValueError("target option -mattr needs features, e.g. -mattr=+avx2,+fma")
+    return tuple(attrs)
+
+
+class _HostAttr:
+    """`Target.host()` is this machine's llvm target; `t.host` is the target of t's host code
+    (for cuda: the CPU that launches kernels; default: this machine). Both names are the ones
+    TVM users know, hence one attribute that answers on the class and on an instance."""
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return lambda: Target(f"llvm -mcpu={_host_cpu()[0]}")
+        return obj._host if obj._host is not None else Target("llvm")
+
+
+class Target:
+    """A compilation target: a kind ("llvm", "c", "cuda") with options. Immutable."""
+
+    def __init__(self, target: str | dict | Target, host: str | dict | Target | None = None):
+        if isinstance(target, Target):
+            kind, opts, host = target.kind, dict(target._opts), host or target._host
+        elif isinstance(target, str):
+            kind, opts = _parse_text(target)
+        elif isinstance(target, dict):
+            opts = {k: v for k, v in target.items() if k not in ("kind", "host")}
+            kind = target.get("kind")
+            host = host or target.get("host")
+            if not isinstance(kind, str):
+                raise ValueError(f"target dict needs a 'kind' string, got {target!r}")
+        else:
+            raise TypeError(f"Target expects a string, dict or Target, got {type(target).__name__}")
+        self.kind = kind
+        self._opts = _normalize(kind, opts)
+        self._host = Target(host) if host is not None and not isinstance(host, Target) else host
+        if self.mcpu is not None and self.mcpu not in CPU_FEATURES and not self._mcpu_is_host():
+            raise ValueError(
+                f"unknown -mcpu={self.mcpu}; known CPUs: {', '.join(sorted(CPU_FEATURES))}"
+            )
+
+    host = _HostAttr()  # Target.host(): this machine; t.host: t's host target
+
+    # -- options --------------------------------------------------------------------------------
+
+    @property
+    def mcpu(self) -> str | None:
+        return self._opts.get("mcpu")
+
+    @property
+    def mtriple(self) -> str | None:
+        return self._opts.get("mtriple")
+
+    @property
+    def mattr(self) -> tuple[str, ...]:
+        return self._opts.get("mattr", ())
+
+    @property
+    def fast_math(self) -> bool:
+        return bool(self._opts.get("fast-math", False))
+
+    @property
+    def arch(self) -> str | None:
+        """The CUDA architecture (`-arch=sm_80`), for cuda targets."""
+        return self._opts.get("arch")
+
+    @property
+    def num_cores(self) -> int:
+        return self._opts.get("num-cores") or _default_num_cores()
+
+    # -- what the machine offers ----------------------------------------------------------------
+
+    @property
+    def llvm_triple(self) -> str:
+        return self.mtriple or _host_triple()
+
+    def _same_arch_as_host(self) -> bool:
+        return _arch(self.llvm_triple) == _arch(_host_triple())
+
+    def _mcpu_is_host(self) -> bool:
+        return self.mcpu == _host_cpu()[0] and self._same_arch_as_host()
+
+    @property
+    def features(self) -> frozenset[str]:
+        """CPU feature names as LLVM spells them: "avx2", "fma", "avx512f", "amx-int8", "neon"."""
+        if self.kind == "cuda":
+            return frozenset()
+        if self.mcpu is None or self._mcpu_is_host():
+            if self._same_arch_as_host():
+                base = _host_cpu()[1]
+            else:
+                base = _ARCH_BASELINE.get(_arch(self.llvm_triple), frozenset())
+        else:
+            base = CPU_FEATURES[self.mcpu]
+        feats = set(base)
+        for attr in self.mattr:
+            (feats.add if attr[0] == "+" else feats.discard)(attr[1:])
+        return frozenset(feats)
+
+    @property
+    def vector_width_bits(self) -> int:
+        feats = self.features
+        if "avx512f" in feats:
+            return 512
+        if "avx2" in feats or "avx" in feats:
+            return 256
+        return 128
+
+    def vector_lanes(self, dtype) -> int:
+        """How many elements of `dtype` fill one vector register."""
+        bits = max(DType.parse(dtype).element.bits, 8)
+        return max(1, self.vector_width_bits // bits)
+
+    @property
+    def is_host(self) -> bool:
+        """True when code for this target can run on this machine."""
+        if self.kind == "cuda" or not self._same_arch_as_host():
+            return False
+        return self.features <= _host_cpu()[1]
+
+    @property
+    def llvm_cpu(self) -> str:
+        if self.mcpu is not None:
+            return self.mcpu
+        return _host_cpu()[0] if self._same_arch_as_host() else "generic"
+
+    @property
+    def llvm_features(self) -> str:
+        """The feature string for LLVM's target machine: the host's features plus -mattr."""
+        attrs = list(self.mattr)
+        if self.mcpu is None and self._same_arch_as_host():
+            import llvmlite.binding as llvm
+
+            try:
+                host = llvm.get_host_cpu_features().flatten().split(",")
+            except RuntimeError:
+                host = []
+            given = {a[1:] for a in attrs}
+            attrs = [f for f in host if f and f[1:] not in given] + attrs
+        return ",".join(attrs)
+
+    # -- value semantics ------------------------------------------------------------------------
+
+    def _key(self):
+        return (self.kind, tuple(sorted(self._opts.items())), str(self._host or ""))
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            try:
+                other = Target(other)
+            except ValueError:
+                return False
+        return isinstance(other, Target) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        words = [self.kind]
+        for key in _OPTIONS[self.kind]:
+            if key not in self._opts:
+                continue
+            value = self._opts[key]
+            if key == "mattr":
+                value = ",".join(value)
+            words.append(f"-{key}" if value is True else f"-{key}={value}")
+        return " ".join(words)
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, **{k.replace("-", "_"): v for k, v in self._opts.items()}}
+        if "mattr" in d:
+            d["mattr"] = list(d["mattr"])
+        if self._host is not None:
+            d["host"] = self._host.to_dict()
+        return d
