@@ -1,0 +1,249 @@
+"""Module: compiled kernels, callable from Python, exportable to one shared library.
+
+    mod = Module.from_addresses({"myadd": addr}, [info], {"ll": text}, objects=[obj])  # LLVM JIT
+    mod = Module.from_library("k.so", [info], {"c": src}, c_sources=[src])           # C codegen
+    mod["myadd"](a, b, c);  mod(a, b, c)                # the entry function: the first one
+    mod.export_library("x.so");  load_module("x.so")    # needs numpy only, no compiler
+
+An exported library holds the kernels and `const char tessera_metadata[]`: the JSON of
+`function_info.dumps` (every FunctionInfo, plus {"format": "tessera", "version": 1} and any
+extra metadata), from which `load_module` rebuilds the Module. The runtime library is loaded
+(RTLD_GLOBAL) before any kernel, so kernels resolve `tessera_parallel_for` & co. against it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from tessera.runtime import cc, function_info, native
+from tessera.runtime.function_info import FunctionInfo
+from tessera.runtime.ndarray import Device
+from tessera.runtime.packed_func import KERNEL_TYPE, PackedFunc
+from tessera.runtime.profiling import make_timer
+
+METADATA_SYMBOL = "tessera_metadata"
+FORMAT_VERSION = 1
+
+
+class Module:
+    """Compiled functions by name, with their sources and what `export_library` links."""
+
+    def __init__(
+        self,
+        functions: dict[str, PackedFunc],
+        sources: dict[str, str | Callable[[], str]] | None = None,
+        objects=(),
+        c_sources=(),
+        metadata: dict | None = None,
+        library_path: str | None = None,
+    ):
+        # Internal: use from_addresses, from_library or load_module.
+        if not functions:
+            raise ValueError("a Module needs at least one function")
+        self._functions = dict(functions)
+        self._entry = next(iter(self._functions.values()))
+        self._sources = dict(sources or {})
+        self._objects = [bytes(o) for o in objects]
+        self._c_sources = [str(s) for s in c_sources]
+        self.metadata = dict(metadata or {})
+        self.library_path = library_path  # the file this module was loaded from, if any
+
+    @staticmethod
+    def from_addresses(
+        addresses: dict[str, int],
+        infos: list[FunctionInfo],
+        sources: dict[str, str],
+        objects: list[bytes] = (),
+        c_sources: list[str] = (),
+        keepalive=None,
+        *,
+        metadata: dict | None = None,
+    ) -> Module:
+        """Wrap JIT-compiled functions at `addresses`; `keepalive` owns their code (an engine).
+
+        `objects` (position-independent object files) and `c_sources` are what export_library
+        links. A source may be given as a function returning the text, called on first use.
+        """
+        native.load()
+        functions = {}
+        for info in infos:
+            if info.name not in addresses:
+                raise ValueError(f"from_addresses: no address for function {info.name!r}")
+            cfunc = KERNEL_TYPE(addresses[info.name])
+            functions[info.name] = PackedFunc(cfunc, info, keepalive)
+        return Module(functions, sources, objects, c_sources, metadata)
+
+    @staticmethod
+    def from_library(
+        path,
+        infos: list[FunctionInfo],
+        sources: dict[str, str],
+        c_sources: list[str] = (),
+        *,
+        metadata: dict | None = None,
+    ) -> Module:
+        """Wrap the functions of a shared library built from `c_sources` (the C codegen)."""
+        lib = _open_library(path)
+        functions = {info.name: _bind(lib, info, path) for info in infos}
+        return Module(functions, sources, (), c_sources, metadata)
+
+    # -- functions -------------------------------------------------------------------------
+
+    @property
+    def entry_name(self) -> str:
+        """The function `mod(...)` calls: the only one, or the first."""
+        return self._entry.name
+
+    @property
+    def function_names(self) -> list[str]:
+        return list(self._functions)
+
+    def get_function(self, name: str) -> PackedFunc:
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(
+                f"module has no function {name!r} (it has: {', '.join(self._functions)})"
+            ) from None
+
+    def __getitem__(self, name: str) -> PackedFunc:
+        return self.get_function(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._functions
+
+    def __call__(self, *args) -> None:
+        self._entry(*args)
+
+    def __repr__(self) -> str:
+        return f"<tessera.runtime.Module functions=[{', '.join(self._functions)}]>"
+
+    # -- sources ---------------------------------------------------------------------------
+
+    def get_source(self, fmt: str = "") -> str:
+        """The source in format `fmt` ("ll", "asm", "c"); "" gives the first one there is."""
+        if not fmt and self._sources:
+            fmt = next(iter(self._sources))
+        if fmt not in self._sources:
+            have = ", ".join(repr(k) for k in self._sources) or "none (a loaded library)"
+            raise ValueError(f"this module has no {fmt!r} source; available formats: {have}")
+        source = self._sources[fmt]
+        if callable(source):  # produced on first use (assembly is slow to make)
+            source = self._sources[fmt] = source()
+        return source
+
+    # -- export ----------------------------------------------------------------------------
+
+    def export_library(self, path, options=()) -> Path:
+        """Write one shared library holding every function and the metadata load_module reads.
+
+        `options`: extra flags for the C compiler. Needs the system C compiler.
+        """
+        path = Path(path)
+        if not self._objects and not self._c_sources:
+            if self.library_path is None:
+                raise RuntimeError("export_library: this module holds no objects or C sources")
+            _copy_atomically(self.library_path, path)  # a loaded library is already complete
+            return path
+        infos = [f.info for f in self._functions.values()]
+        extra = {"format": "tessera", "version": FORMAT_VERSION, **self.metadata}
+        with tempfile.TemporaryDirectory(prefix="tessera-export-") as tmp:
+            files = _write_inputs(Path(tmp), self._c_sources, self._objects)
+            meta = Path(tmp) / "tessera_metadata.c"
+            meta.write_text(metadata_c_source(function_info.dumps(infos, extra)))
+            sources = [meta] + [f for f in files if f.suffix == ".c"]
+            objects = [f for f in files if f.suffix == ".o"]
+            flags = ["-I", str(native.include_dir()), *options]
+            cc.compile_shared(path, sources=sources, objects=objects, flags=flags)
+        return path
+
+    # -- timing ----------------------------------------------------------------------------
+
+    def time_evaluator(self, name: str, dev, number: int = 10, repeat: int = 1, min_repeat_ms=0):
+        """A function that runs `name` on its arguments and returns a ProfileResult (seconds)."""
+        if not isinstance(dev, Device) or dev.device_type != "cpu":
+            raise ValueError(f"time_evaluator: expected a cpu Device, got {dev!r}")
+        return make_timer(self.get_function(name), number, repeat, min_repeat_ms)
+
+
+def metadata_c_source(text: str) -> str:
+    """C source defining `const char tessera_metadata[]` holding `text` (ASCII JSON)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("?", "\\?")
+    if not escaped.isascii():
+        raise ValueError("metadata must be ASCII (function_info.dumps escapes the rest)")
+    chunks = [escaped[i : i + 96] for i in range(0, len(escaped), 96)] or [""]
+    body = "\n".join(f'    "{c}"' for c in chunks)
+    return (
+        "/* Generated by tessera: the description of the functions in this library. */\n"
+        f"const char {METADATA_SYMBOL}[] =\n{body};\n"
+    )
+
+
+def _write_inputs(tmp: Path, c_sources, objects) -> list[Path]:
+    files = []
+    for k, text in enumerate(c_sources):
+        files.append(tmp / f"source{k}.c")
+        files[-1].write_text(text)
+    for k, data in enumerate(objects):
+        files.append(tmp / f"object{k}.o")
+        files[-1].write_bytes(data)
+    return files
+
+
+def _copy_atomically(source, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    with open(fd, "wb") as out, open(source, "rb") as src:
+        shutil.copyfileobj(src, out)
+    Path(tmp).replace(target)
+
+
+def _open_library(path) -> ctypes.CDLL:
+    """dlopen `path` after the runtime library; a clear error if it is missing or not a library."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such library file: {str(path)!r}")
+    native.load()
+    try:
+        return ctypes.CDLL(str(path.resolve()))
+    except OSError as err:
+        raise ValueError(f"cannot load {str(path)!r} as a shared library: {err}") from None
+
+
+def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
+    try:
+        cfunc = KERNEL_TYPE((info.name, lib))
+    except AttributeError:
+        raise ValueError(f"library {str(path)!r} has no function {info.name!r}") from None
+    return PackedFunc(cfunc, info, keepalive=lib)
+
+
+def load_module(path) -> Module:
+    """Load a library written by `Module.export_library` (needs numpy and ctypes only)."""
+    lib = _open_library(path)
+    try:
+        symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)
+    except ValueError:
+        raise ValueError(
+            f"{str(path)!r} is not a tessera library: it has no {METADATA_SYMBOL} symbol"
+        ) from None
+    text = ctypes.string_at(ctypes.addressof(symbol)).decode("ascii", errors="replace")
+    try:
+        infos, extra = function_info.loads(text)
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{str(path)!r}: unreadable tessera metadata ({err})") from None
+    if extra.pop("format", None) != "tessera":
+        raise ValueError(f"{str(path)!r} is not a tessera library (its metadata has no format)")
+    version = extra.pop("version", None)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ValueError(
+            f"{str(path)!r} was written by another tessera (metadata version {version!r}; "
+            f"this runtime reads version {FORMAT_VERSION})"
+        )
+    functions = {info.name: _bind(lib, info, path) for info in infos}
+    return Module(functions, metadata=extra, library_path=str(Path(path).resolve()))

@@ -1,0 +1,36 @@
+/* tessera runtime library: the parallel-for thread pool and aligned allocation.
+ *
+ * Compiled once by tessera.runtime.native and loaded with RTLD_GLOBAL, so kernels compiled by
+ * tessera (JIT code and exported libraries) resolve these symbols at load time.
+ * The contract is in docs/architecture.md ("Parallel loops and the runtime library").
+ */
+#ifndef TESSERA_RT_H_
+#define TESSERA_RT_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The body of a parallel loop: run iterations [begin, end); return 0 on success. */
+typedef int32_t (*tessera_parallel_body)(int64_t begin, int64_t end, void* closure);
+
+/* Split [0, extent) into contiguous chunks, one per thread (the caller runs chunk 0), and run
+ * `body` on each. Returns 0, or the first nonzero code a chunk returned. A call made from inside
+ * a body, or while another thread uses the pool, runs body(0, extent, closure) inline. */
+int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* closure);
+
+/* Threads used by parallel loops (the caller included). Takes effect at the next call. */
+void tessera_set_num_threads(int32_t n);
+int32_t tessera_get_num_threads(void);
+
+/* 64-byte aligned heap memory; tessera_alloc returns NULL when out of memory. */
+void* tessera_alloc(int64_t nbytes);
+void tessera_free(void* ptr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_RT_H_ */
