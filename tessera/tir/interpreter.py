@@ -617,3 +617,19 @@ _STMT = {
     S.Allocate: _allocate,
     S.AttrStmt: _attr,
 }
+
+
+def assert_same_results(before: PrimFunc, after: PrimFunc, var_values=None, seed: int = 0):
+    """Run both functions on the same random arguments and assert every buffer ends up equal.
+
+    The check a pass test makes: `assert_same_results(f, my_pass(f), {"n": 37})`. Floats are
+    compared to 1e-6 relative (a pass may not reassociate, but a vector math call may round
+    differently from a scalar one); integers exactly.
+    """
+    args = random_arguments(before, var_values, seed)
+    copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    interpret(before, *args)
+    interpret(after, *copies)
+    for p, want, got in zip(before.params, args, copies, strict=True):
+        if isinstance(want, np.ndarray):
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"buffer {p.name} differs")

@@ -1,0 +1,107 @@
+"""Flatten storage: every multi-dimensional buffer becomes a 1-D buffer, indexed row-major.
+
+    before:  def f(A: float32[n, 64], B: float32[n, 64]) {
+               B[i, j] = A[i, j] * 2;  allocate T: float32[4, 8] { T[a, b] = ... }
+    after:   def f(A: float32[n * 64], B: float32[n * 64])  attrs: param_shapes=((n, 64), (n, 64)) {
+               B[i * 64 + j] = A[i * 64 + j] * 2;  allocate T: float32[32] { T[a * 8 + b] = ... }
+
+Each buffer (parameters, Allocates, and any other buffer the body touches) is replaced by a new
+1-D Buffer with the same name, dtype and scope and shape `(prod(shape),)`; a buffer that is
+already 1-D is kept as it is. The 1-D buffers replace the parameters in `params` (same names,
+dtypes and order). The shapes the caller passes stay in the PrimFunc attr
+`("param_shapes", (shape0, shape1, ...))`, one tuple of dims per buffer parameter in order, which
+`PrimFunc.param_shape`, `PrimFunc.scalar_vars` and `codegen.common.function_info` read. Running the
+pass twice is harmless: a function that already has "param_shapes" keeps them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tessera.ir.node import Mutator
+from tessera.tir.buffer import Buffer
+from tessera.tir.expr import BufferLoad, Expr, IntImm, convert
+from tessera.tir.function import PrimFunc
+from tessera.tir.stmt import Allocate, BufferStore
+
+
+def flatten_storage(func: PrimFunc) -> PrimFunc:
+    """Make every buffer of `func` one-dimensional (see the module docstring)."""
+    flattener = _Flatten()
+    body = flattener.visit(func.body)
+    params = tuple(flattener.flat(p) if isinstance(p, Buffer) else p for p in func.params)
+    if body is func.body and all(a is b for a, b in zip(params, func.params, strict=True)):
+        return func
+    attrs = func.attrs
+    if func.attr("param_shapes") is None:
+        shapes = tuple(tuple(b.shape) for b in func.buffer_params)
+        attrs = (*attrs, ("param_shapes", shapes))
+    return replace(func, params=params, body=body, attrs=attrs)
+
+
+def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
+    """The row-major offset of `indices` in a compact buffer of `shape`: i * s0 + j * s1 + ..."""
+    if len(shape) != len(indices):
+        raise ValueError(f"{len(indices)} indices for a buffer of {len(shape)} dims")
+    if not indices:
+        return convert(0)
+    offset = None
+    stride: Expr = convert(1)
+    for dim, idx in zip(reversed(shape), reversed(indices), strict=True):
+        term = idx if _is_one(stride) else idx * stride
+        offset = term if offset is None else term + offset
+        stride = dim * stride if not _is_one(stride) else dim
+    return offset
+
+
+def _product(dims) -> Expr:
+    out = convert(1)
+    for d in dims:
+        out = d if _is_one(out) else out * d
+    return out
+
+
+def _is_one(e) -> bool:
+    return isinstance(e, IntImm) and e.value == 1
+
+
+class _Flatten(Mutator):
+    def __init__(self):
+        self.buffers: dict[int, Buffer] = {}
+
+    def flat(self, buf: Buffer) -> Buffer:
+        if buf.ndim == 1:
+            return buf
+        new = self.buffers.get(id(buf))
+        if new is None:
+            new = Buffer(buf.name, (_product(buf.shape),), buf.dtype, buf.scope)
+            self.buffers[id(buf)] = new
+        return new
+
+    def _indices(self, buf: Buffer, indices):
+        if buf.ndim == 1:
+            return indices
+        return (flat_index(buf.shape, indices),)
+
+    def visit_BufferLoad(self, node: BufferLoad):
+        indices = tuple(self.visit(i) for i in node.indices)
+        buf = self.flat(node.buffer)
+        if buf is node.buffer and all(a is b for a, b in zip(indices, node.indices, strict=True)):
+            return node
+        return BufferLoad(buf, self._indices(node.buffer, indices))
+
+    def visit_BufferStore(self, node: BufferStore):
+        value = self.visit(node.value)
+        indices = tuple(self.visit(i) for i in node.indices)
+        buf = self.flat(node.buffer)
+        unchanged = value is node.value and buf is node.buffer
+        if unchanged and all(a is b for a, b in zip(indices, node.indices, strict=True)):
+            return node
+        return BufferStore(buf, value, self._indices(node.buffer, indices))
+
+    def visit_Allocate(self, node: Allocate):
+        body = self.visit(node.body)
+        buf = self.flat(node.buffer)
+        if body is node.body and buf is node.buffer:
+            return node
+        return Allocate(buf, body)
