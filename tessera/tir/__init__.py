@@ -62,3 +62,4 @@ from tessera.tir.stmt import (
 from tessera.tir.stmt_functor import collect, free_vars, substitute
 from tessera.tir import printer as _printer  # registers str() of tir nodes
 from tessera.tir.parser import parse_expr, parse_prim_func, parse_stmt
+from tessera.tir.verify import VerifyError, verify
