@@ -107,7 +107,8 @@ def _aligned_empty(shape: tuple[int, ...], storage: str) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     offset = (-raw.ctypes.data) % ALIGNMENT
-    return raw[offset : offset + nbytes].view(np_dtype).reshape(shape)
+    # (a slice of zero bytes would point at the buffer's start; the constructor keeps the offset)
+    return np.ndarray(shape, np_dtype, buffer=raw, offset=offset)
 
 
 def float_to_bfloat16_bits(values) -> np.ndarray:

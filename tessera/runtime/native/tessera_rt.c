@@ -78,8 +78,6 @@ static int clamp_threads(int64_t n) {
   return n > TESSERA_MAX_THREADS ? TESSERA_MAX_THREADS : (int)n;
 }
 
-void tessera_set_num_threads(int32_t n) { atomic_store(&desired_threads, clamp_threads(n)); }
-
 int32_t tessera_get_num_threads(void) {
   int n = atomic_load(&desired_threads);
   return n > 0 ? n : clamp_threads(available_cores());
@@ -208,6 +206,17 @@ static void ensure_workers(int want) {
     }
     pool.nworkers = i + 1;
   }
+}
+
+/* Retire the workers now (after a running loop ends) if their number is wrong; the next
+ * parallel call creates the right number. From inside a loop body, only record the number. */
+void tessera_set_num_threads(int32_t n) {
+  int want = clamp_threads(n);
+  atomic_store(&desired_threads, want);
+  if (in_parallel) return;
+  pthread_mutex_lock(&pool.call_lock);
+  if (pool.nworkers != want - 1) stop_workers();
+  pthread_mutex_unlock(&pool.call_lock);
 }
 
 int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* closure) {

@@ -21,7 +21,9 @@ typedef int32_t (*tessera_parallel_body)(int64_t begin, int64_t end, void* closu
  * a body, or while another thread uses the pool, runs body(0, extent, closure) inline. */
 int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* closure);
 
-/* Threads used by parallel loops (the caller included). Takes effect at the next call. */
+/* Threads used by parallel loops (the caller included). Setting it waits for a running loop to
+ * end and retires the workers; the next loop starts the new number. Called from inside a loop
+ * body, it only takes effect at the next loop. */
 void tessera_set_num_threads(int32_t n);
 int32_t tessera_get_num_threads(void);
 

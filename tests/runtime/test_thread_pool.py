@@ -1,0 +1,165 @@
+"""The native thread pool (native/tessera_rt.c), driven by the C kernels in kernels/pool_kernels.c."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tessera.runtime import native
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def run_fill(lib, extent):
+    counts = np.zeros(max(extent, 1), np.int32)
+    tids = np.zeros(max(extent, 1), np.int64)
+    rc = lib.fill(extent, counts.ctypes.data, tids.ctypes.data)
+    return rc, counts[:extent], tids[:extent]
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    before = native.get_num_threads()
+    yield
+    native.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+@pytest.mark.parametrize("extent", [0, 1, 7, 1000])
+def test_every_index_runs_exactly_once_in_contiguous_chunks(pool_lib, threads, extent):
+    native.set_num_threads(threads)
+    rc, counts, tids = run_fill(pool_lib, extent)
+    assert rc == 0
+    assert np.all(counts == 1)
+    # static contiguous chunking: one run per thread, as many runs as min(threads, extent)
+    runs = 0 if extent == 0 else 1 + int(np.count_nonzero(tids[1:] != tids[:-1]))
+    assert runs == min(threads, extent)
+    assert len(set(tids.tolist())) == runs
+    if extent:
+        assert tids[0] == threading.get_native_id()  # the caller runs chunk 0
+
+
+def test_chunks_are_balanced(pool_lib):
+    native.set_num_threads(3)
+    _, _, tids = run_fill(pool_lib, 1000)
+    _, sizes = np.unique(tids, return_counts=True)
+    assert sorted(sizes.tolist()) == [333, 333, 334]
+
+
+def test_repeated_calls_do_not_create_threads(pool_lib):
+    native.set_num_threads(4)
+    run_fill(pool_lib, 100)
+    steady = thread_count()
+    for _ in range(200):
+        rc, counts, _ = run_fill(pool_lib, 100)
+        assert rc == 0 and np.all(counts == 1)
+    assert thread_count() == steady
+
+
+def test_resizing_the_pool_replaces_workers(pool_lib):
+    native.set_num_threads(1)
+    run_fill(pool_lib, 10)
+    base = thread_count()  # with one thread the pool has no workers
+    native.set_num_threads(4)
+    run_fill(pool_lib, 10)
+    assert thread_count() == base + 3
+    native.set_num_threads(2)
+    rc, counts, tids = run_fill(pool_lib, 10)
+    assert rc == 0 and np.all(counts == 1) and len(set(tids.tolist())) == 2
+    assert thread_count() == base + 1
+
+
+def test_nested_parallel_for_runs_inline(pool_lib):
+    native.set_num_threads(4)
+    rows, cols = 9, 33
+    counts = np.zeros(rows * cols, np.int32)
+    inline_ok = np.zeros(rows, np.int32)
+    assert pool_lib.nested(rows, cols, counts.ctypes.data, inline_ok.ctypes.data) == 0
+    assert np.all(counts == 1)
+    assert np.all(inline_ok == 1)
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("bad_index", [0, 500, 999])
+def test_nonzero_return_code_is_reported(pool_lib, threads, bad_index):
+    native.set_num_threads(threads)
+    assert pool_lib.fail_at(1000, bad_index, 17) == 17
+    assert pool_lib.fail_at(1000, 5000, 17) == 0  # no chunk fails
+
+
+def test_first_nonzero_code_wins_when_several_chunks_fail(pool_lib):
+    native.set_num_threads(4)
+    begins = {0, 250, 500, 750}  # every chunk returns its begin + 1
+    for _ in range(20):
+        assert pool_lib.fail_at(1000, -1, 0) - 1 in begins
+    assert pool_lib.fail_at(1000, 5000, 3) == 0  # the previous code does not leak
+
+
+def test_concurrent_callers_each_get_their_loop_done(pool_lib):
+    native.set_num_threads(3)
+    errors = []
+
+    def work():
+        for _ in range(50):
+            rc, counts, _ = run_fill(pool_lib, 301)
+            if rc != 0 or not np.all(counts == 1):
+                errors.append((rc, counts))
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_pool_works_in_a_forked_child(pool_lib):
+    native.set_num_threads(4)
+    run_fill(pool_lib, 100)  # the parent's workers exist before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: a hang is killed by the alarm
+        signal.alarm(20)
+        rc, counts, tids = run_fill(pool_lib, 100)
+        ok = rc == 0 and np.all(counts == 1) and len(set(tids.tolist())) == 4
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 63, 64, 1000, 1 << 20])
+def test_alloc_is_64_byte_aligned(pool_lib, nbytes):
+    assert pool_lib.alloc_alignment(nbytes) == 0
+
+
+def test_set_num_threads_checks_its_argument():
+    with pytest.raises(ValueError, match="positive"):
+        native.set_num_threads(0)
+    with pytest.raises(ValueError, match="positive"):
+        native.set_num_threads(2.5)
+    native.set_num_threads(3)
+    assert native.get_num_threads() == 3
+
+
+def test_idle_workers_use_no_cpu(pool_lib):
+    native.set_num_threads(4)
+    run_fill(pool_lib, 1000)
+    time.sleep(0.05)  # let the workers finish spinning and block
+    start = time.process_time()
+    time.sleep(0.3)
+    assert time.process_time() - start < 0.03
+
+
+def test_many_tiny_loops_back_to_back(pool_lib):
+    # Races between publishing a job and workers acknowledging the last one show up here.
+    for threads in (2, 3, 4):
+        native.set_num_threads(threads)
+        counts = np.zeros(5, np.int32)
+        tids = np.zeros(5, np.int64)
+        for _ in range(2000):
+            assert pool_lib.fill(5, counts.ctypes.data, tids.ctypes.data) == 0
+        assert np.all(counts == 2000)
