@@ -45,12 +45,13 @@ def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
         raise ValueError(f"{len(indices)} indices for a buffer of {len(shape)} dims")
     if not indices:
         return convert(0)
+    strides: list[Expr] = [convert(1)]
+    for dim in reversed(shape[1:]):
+        strides.insert(0, dim if _is_one(strides[0]) else dim * strides[0])
     offset = None
-    stride: Expr = convert(1)
-    for dim, idx in zip(reversed(shape), reversed(indices), strict=True):
+    for idx, stride in zip(indices, strides, strict=True):
         term = idx if _is_one(stride) else idx * stride
-        offset = term if offset is None else term + offset
-        stride = dim * stride if not _is_one(stride) else dim
+        offset = term if offset is None else offset + term
     return offset
 
 
