@@ -1,0 +1,255 @@
+"""te.lower: a schedule to a tir.PrimFunc (the contract is in docs/architecture.md).
+
+    s = te.create_schedule(C.op); xo, xi = s[C].split(C.op.axis[0], factor=16)
+    te.lower(s, [A, B, C], name="add")
+    # for (i.outer, 0, (n + 15) // 16)
+    #   for (i.inner, 0, 16)
+    #     if (likely(i.outer * 16 + i.inner < n))  C[i.outer * 16 + i.inner] = A[..] + B[..]
+
+Each computed stage becomes a loop nest in its leaf order; stages computed at a loop are emitted
+at the top of that loop's body, with an Allocate of their region; root intermediates are
+allocated around everything. Reductions become an init store before the outermost reduction
+loop and an update store inside. Non-divisible splits are guarded with `likely` conditions.
+"""
+
+from __future__ import annotations
+
+from tessera.arith import Analyzer
+from tessera.ir.node import Mutator
+from tessera.te.bound import BoundInfo, infer_bound, leaf_values, root_values
+from tessera.te.schedule import AttachType, Schedule, Stage
+from tessera.te.tensor import PlaceholderOp, Tensor
+from tessera.tir.buffer import Buffer
+from tessera.tir.expr import BufferLoad, Expr, IntImm, IterVar, IterVarType, Reduce, Var
+from tessera.tir.function import PrimFunc
+from tessera.tir.op import likely
+from tessera.tir.stmt import (
+    Allocate,
+    BufferStore,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    Stmt,
+    seq,
+)
+from tessera.tir.stmt_functor import substitute
+
+
+def _offset(ix: Expr, off: Expr | None) -> Expr:
+    if off is None or isinstance(off, IntImm) and off.value == 0:
+        return ix
+    return ix - off
+
+
+class _ToBufferLoads(Mutator):
+    def __init__(self, lowerer):
+        self.lw = lowerer
+
+    def visit_ProducerLoad(self, node):
+        node = self.generic_visit(node)
+        buf, offsets = self.lw.storage_of(node.producer)
+        idx = [_offset(ix, off) for ix, off in zip(node.indices, offsets, strict=True)]
+        return BufferLoad(buf, tuple(self.lw.an.simplify(i) for i in idx))
+
+
+class _Lowerer:
+    def __init__(self, sch: Schedule, bounds: BoundInfo, storage):
+        self.sch, self.bounds, self.storage = sch, bounds, storage
+        self.an = Analyzer()
+        for iv, r in bounds.ranges.items():
+            if iv.var is not None and r is not None:
+                self.an.bind(iv.var, _zero_based(r))
+        self.attached: dict[IterVar, list[Stage]] = {}
+        for st in sch.stages:
+            if st in bounds.regions and st.attach_type == AttachType.SCOPE:
+                self.attached.setdefault(st.attach_ivar, []).append(st)
+
+    def storage_of(self, tensor: Tensor):
+        st = self.sch[tensor]
+        return self.storage[(st, tensor.value_index)]
+
+    # ---- guards -------------------------------------------------------------------------
+    def _guards(self, axes, values) -> list[Expr]:
+        conds = []
+        for iv in axes:
+            v, dom = values[iv], iv.dom
+            if not self.an.can_prove(v >= dom.min):
+                conds.append(v >= dom.min)
+            if not self.an.can_prove(v < dom.min + dom.extent):
+                conds.append(v < self.an.simplify(dom.min + dom.extent))
+        return conds
+
+    @staticmethod
+    def _guard(conds, body: Stmt) -> Stmt:
+        for c in reversed(conds):
+            body = IfThenElse(likely(c), body)
+        return body
+
+    # ---- loops --------------------------------------------------------------------------
+    def _loop(self, st: Stage, iv: IterVar, body: Stmt, var: Var | None = None) -> Stmt:
+        attr = st.iter_var_attrs.get(iv)
+        kind = attr.kind if attr else ForKind.SERIAL
+        tag = attr.thread.thread_tag if attr and attr.thread is not None else ""
+        notes = tuple(attr.pragmas) if attr else ()
+        ext = self.bounds.ranges[iv].extent
+        return For(var or iv.var, IntImm(0, iv.var.dtype), ext, kind, body, tag, notes)
+
+    def _wrap(self, st: Stage, leaves, body: Stmt) -> Stmt:
+        for iv in reversed(leaves):
+            body = self._loop(st, iv, self._with_attached(iv, body))
+        return body
+
+    def _with_attached(self, iv: IterVar, body: Stmt) -> Stmt:
+        stages = self.attached.get(iv, [])
+        if not stages:
+            return body
+        body = seq(*[self.stage_nest(x) for x in stages], body)
+        for x in reversed(stages):
+            for k in reversed(range(x.op.num_outputs)):
+                if (x, k) in self.allocated:
+                    body = Allocate(self.storage[(x, k)][0], body)
+        return body
+
+    # ---- one stage ----------------------------------------------------------------------
+    def stage_nest(self, st: Stage) -> Stmt:
+        ranges = self.bounds.ranges
+        vals = root_values(st, ranges, leaf_values(st, ranges))
+        vmap = {iv.var: vals[iv] for iv in st.op.axis + st.op.reduce_axis}
+        to_loads = _ToBufferLoads(self)
+        body = [to_loads.visit(substitute(b, vmap)) for b in self.bounds.bodies[st]]
+        outs = [self.storage[(st, k)] for k in range(len(body))]
+        index = [
+            tuple(self.an.simplify(_offset(vals[iv], off)) for iv, off in zip(st.op.axis, offs))
+            for _, offs in outs
+        ]
+        bufs = [buf for buf, _ in outs]
+        dp_conds = self._guards(st.op.axis, vals)
+        if not isinstance(body[0], Reduce):
+            stores = seq(*[BufferStore(b, v, ix) for b, v, ix in zip(bufs, body, index)])
+            return self._wrap(st, st.leaf_iter_vars, self._guard(dp_conds, stores))
+        red_conds = self._guards(st.op.reduce_axis, vals)
+        return self._reduction_nest(st, body, bufs, index, dp_conds, red_conds)
+
+    def _reduction_nest(self, st, body, bufs, index, dp_conds, red_conds) -> Stmt:
+        red: Reduce = body[0]
+        leaves = st.leaf_iter_vars
+        r = next(k for k, iv in enumerate(leaves) if iv.iter_type == IterVarType.REDUCE)
+        init_vals = red.init or red.combiner.identity_element
+        init = seq(*[BufferStore(b, v, ix) for b, v, ix in zip(bufs, init_vals, index)])
+        init = self._guard(dp_conds, init)
+        # data-parallel loops inside the reduction loops get an init nest of their own
+        inner_dp = [iv for iv in leaves[r:] if iv.iter_type != IterVarType.REDUCE]
+        fresh = {iv.var: Var(f"{iv.var.name}.init", iv.var.dtype) for iv in inner_dp}
+        init = substitute(init, fresh)
+        for iv in reversed(inner_dp):
+            init = self._loop(st, iv, init, fresh[iv.var])
+        olds = tuple(BufferLoad(b, ix) for b, ix in zip(bufs, index))
+        new = red.combiner(olds, red.source)
+        if len(bufs) == 1:
+            update = BufferStore(bufs[0], new[0], index[0])
+        else:  # combine every value from the old ones before storing any of them
+            tmps = [Var(f"{b.name}.v", b.dtype) for b in bufs]
+            update = seq(*[BufferStore(b, t, ix) for b, t, ix in zip(bufs, tmps, index)])
+            for t, v in reversed(list(zip(tmps, new))):
+                update = LetStmt(t, v, update)
+        if not (isinstance(red.condition, IntImm) and red.condition.value == 1):
+            update = IfThenElse(red.condition, update)
+        update = self._guard(dp_conds + red_conds, update)
+        return self._wrap(st, leaves[:r], seq(init, self._wrap(st, leaves[r:], update)))
+
+
+def _zero_based(r):
+    from tessera.tir.expr import Range
+
+    return Range(IntImm(0, r.extent.dtype), r.extent)
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments and storage
+
+
+def _arg_storage(sch: Schedule, args):
+    params, storage, seen = [], {}, set()
+    for a in args:
+        if isinstance(a, Var):
+            params.append(a)
+            continue
+        if not isinstance(a, Tensor):
+            raise TypeError(f"lower: arguments are tensors or te.var scalars, got {a!r}")
+        if id(a) in seen:
+            raise ValueError(f"lower: tensor {a.name} is given twice in the arguments")
+        seen.add(id(a))
+        buf = Buffer(a.name, a.shape, a.dtype)
+        params.append(buf)
+        st = sch.stage_map.get(a.op)
+        if st is not None:
+            if st.attach_type == AttachType.INLINE:
+                raise ValueError(f"lower: {a.name} is inlined, so it cannot be an argument")
+            storage[(st, a.value_index)] = (buf, (None,) * a.ndim)
+    return params, storage
+
+
+def _intermediate_storage(sch: Schedule, bounds: BoundInfo, storage) -> list:
+    allocated = []
+    for st in sch.stages:
+        if st not in bounds.regions:
+            continue
+        region = bounds.regions[st]
+        for k in range(st.op.num_outputs):
+            if (st, k) in storage:
+                continue
+            t = st.origin_op.output(k)
+            if st.attach_type == AttachType.SCOPE:
+                shape, offs = [r.extent for r in region], tuple(r.min for r in region)
+            else:
+                shape, offs = list(t.shape), (None,) * t.ndim
+            storage[(st, k)] = (Buffer(t.name, tuple(shape), t.dtype, st.scope), offs)
+            allocated.append((st, k))
+    return allocated
+
+
+def _check_args(sch: Schedule, bounds: BoundInfo, storage) -> None:
+    for op in sch.outputs:
+        st = sch[op]
+        if (st, 0) not in storage:
+            raise ValueError(f"lower: output {op.name} must be in the argument list")
+    for st, body in bounds.bodies.items():
+        if st not in bounds.regions:
+            continue
+        for t in _read_tensors(body):
+            pst = sch.stage_map.get(t.op)
+            if isinstance(t.op, PlaceholderOp) and (pst, t.value_index) not in storage:
+                raise ValueError(
+                    f"lower: placeholder {t.name} is read by {st.name} but is not in the "
+                    "argument list"
+                )
+
+
+def _read_tensors(body):
+    from tessera.te.tensor import input_tensors
+
+    return input_tensors(body)
+
+
+def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) -> PrimFunc:
+    """The PrimFunc computing the outputs of `sch`, with `args` (tensors, vars) as parameters.
+
+    `simple_mode` is accepted for TVM compatibility; the result is the same PrimFunc.
+    """
+    if not isinstance(sch, Schedule):
+        raise TypeError(f"lower needs a te.Schedule, got {type(sch).__name__}")
+    if not isinstance(args, (list, tuple)):
+        raise TypeError("lower: args must be a list of tensors (and vars)")
+    bounds = infer_bound(sch)
+    params, storage = _arg_storage(sch, args)
+    allocated = _intermediate_storage(sch, bounds, storage)
+    _check_args(sch, bounds, storage)
+    lw = _Lowerer(sch, bounds, storage)
+    lw.allocated = set(allocated)
+    roots = [st for st in sch.stages if st in bounds.regions and st.attach_type == AttachType.ROOT]
+    body = seq(*[lw.stage_nest(st) for st in roots])
+    for st, k in reversed(allocated):
+        if st.attach_type == AttachType.ROOT:
+            body = Allocate(storage[(st, k)][0], body)
+    return PrimFunc(name, tuple(params), body)
