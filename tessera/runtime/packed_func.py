@@ -78,7 +78,18 @@ def _converter(dtype: str):
 class _BufferSpec:
     """What a buffer parameter must be; `dims` holds ints, var slots (as ("var", slot)) or text."""
 
-    __slots__ = ("index", "slot", "name", "dtype", "np_dtypes", "dims")
+    __slots__ = (
+        "index",
+        "slot",
+        "name",
+        "dtype",
+        "np_dtypes",
+        "dims",
+        "static_shape",
+        "rank",
+        "const_dims",
+        "var_dims",
+    )
 
     def __init__(self, index, slot, param, var_slots):
         self.index, self.slot, self.name, self.dtype = index, slot, param.name, param.dtype
@@ -87,6 +98,11 @@ class _BufferSpec:
         # bfloat16 buffers also take numpy uint16 arrays (raw bits) and ml_dtypes' bfloat16
         self.np_dtypes = (np.dtype(STORAGE[param.dtype]),)
         self.dims = tuple(_dim_spec(d, var_slots) for d in param.shape)
+        # all dims constant: one tuple comparison checks the shape
+        self.static_shape = self.dims if all(type(d) is int for d in self.dims) else None
+        self.rank = len(self.dims)
+        self.const_dims = tuple((k, d) for k, d in enumerate(self.dims) if type(d) is int)
+        self.var_dims = tuple((k, d[1]) for k, d in enumerate(self.dims) if type(d) is tuple)
 
 
 def _dim_spec(dim, var_slots):
@@ -116,7 +132,8 @@ class PackedFunc:
             elif p.kind == "var":
                 if p.name not in var_slots:
                     raise ValueError(f"FunctionInfo of {info.name}: var {p.name!r} not in vars")
-                self._scalars.append((k, var_slots[p.name], p.name, _converter(p.dtype)))
+                where = f"argument {p.name!r} of {info.name}"
+                self._scalars.append((k, var_slots[p.name], where, _converter(p.dtype)))
             else:
                 raise ValueError(f"FunctionInfo of {info.name}: unknown param kind {p.kind!r}")
         self._bound_by_dims = {}  # var slot -> converter, for range checks of shape vars
@@ -146,11 +163,18 @@ class PackedFunc:
                 f"({', '.join(self._param_names)}), got {len(args)}"
             )
         values = [None] * len(self._var_dtypes)
-        for k, slot, name, convert in self._scalars:
-            values[slot] = convert(args[k], f"argument {name!r} of {self.name}")
+        for k, slot, where, convert in self._scalars:
+            values[slot] = convert(args[k], where)
         pointers = [0] * len(self._buffers)
         for spec in self._buffers:
-            pointers[spec.slot] = self._check_buffer(spec, args[spec.index], values)
+            arg = args[spec.index]
+            if type(arg) is NDArray and arg._dtype == spec.dtype:  # the fast, common case
+                shape, pointer = arg._array.shape, arg._data_ptr
+            else:
+                shape, pointer = self._check_array(spec, arg)
+            if shape != spec.static_shape:
+                self._check_shape(spec, shape, values)
+            pointers[spec.slot] = pointer
         if self._unbound:
             raise ValueError(
                 f"{self.name}: the arguments do not determine the value of "
@@ -158,8 +182,9 @@ class PackedFunc:
             )
         return self._buffer_array(*pointers), self._var_array(*values)
 
-    def _check_buffer(self, spec: _BufferSpec, arg, values) -> int:
-        if type(arg) is NDArray or isinstance(arg, NDArray):
+    def _check_array(self, spec: _BufferSpec, arg) -> tuple[tuple[int, ...], int]:
+        """The shape and data pointer of a buffer argument, after its other checks."""
+        if isinstance(arg, NDArray):
             if arg._dtype != spec.dtype:
                 raise ValueError(self._where(spec) + f"expected {spec.dtype}, got {arg._dtype}")
             shape, pointer = arg._array.shape, arg._data_ptr
@@ -171,8 +196,7 @@ class PackedFunc:
                 self._where(spec)
                 + f"expected an NDArray or a numpy array, got {type(arg).__name__}"
             )
-        self._check_shape(spec, shape, values)
-        return pointer
+        return shape, pointer
 
     def _check_numpy(self, spec: _BufferSpec, arg: np.ndarray) -> None:
         dt = arg.dtype
@@ -190,21 +214,18 @@ class PackedFunc:
             )
 
     def _check_shape(self, spec: _BufferSpec, shape, values) -> None:
-        dims = spec.dims
-        if len(shape) != len(dims):
+        if len(shape) != spec.rank:
             self._shape_error(spec, shape, values)
-        for d, n in zip(dims, shape, strict=True):
-            if type(d) is int:
-                if d != n:
-                    self._shape_error(spec, shape, values)
-            elif type(d) is tuple:
-                slot = d[1]
-                bound = values[slot]
-                if bound is None:
-                    where = self._where(spec) + f"dimension {d[2]}"
-                    values[slot] = self._bound_by_dims[slot](n, where)
-                elif bound != n:
-                    self._shape_error(spec, shape, values)
+        for pos, value in spec.const_dims:
+            if shape[pos] != value:
+                self._shape_error(spec, shape, values)
+        for pos, slot in spec.var_dims:
+            bound = values[slot]
+            if bound is None:
+                where = self._where(spec) + f"dimension {pos}"
+                values[slot] = self._bound_by_dims[slot](shape[pos], where)  # range check
+            elif bound != shape[pos]:
+                self._shape_error(spec, shape, values)
 
     def _shape_error(self, spec: _BufferSpec, shape, values):
         parts = []

@@ -44,7 +44,9 @@ def module_object(kernel_dir) -> bytes:
     """module_kernels.c as a position-independent object file (what the LLVM codegen emits)."""
     out = kernel_dir / "module_kernels.o"
     flags = ["-c", "-fPIC", "-O2", "-I", str(native.include_dir())]
-    cc.run_compiler([*cc.compiler_command(), *flags, "-o", str(out), str(KERNELS / "module_kernels.c")])
+    cc.run_compiler(
+        [*cc.compiler_command(), *flags, "-o", str(out), str(KERNELS / "module_kernels.c")]
+    )
     return out.read_bytes()
 
 
@@ -56,6 +58,7 @@ def var(name, dtype):
     return ParamInfo(name, "var", dtype)
 
 
+@pytest.fixture(scope="session")
 def module_infos() -> list[FunctionInfo]:
     """Hand-written FunctionInfos for module_kernels.c (what codegen.common.function_info makes)."""
     return [
@@ -66,8 +69,12 @@ def module_infos() -> list[FunctionInfo]:
         ),
         FunctionInfo(
             "scale",
-            [buf("X", "float32", ["n", 4]), var("alpha", "float32"), var("k", "int32"),
-             buf("Y", "float32", ["n", 4])],
+            [
+                buf("X", "float32", ["n", 4]),
+                var("alpha", "float32"),
+                var("k", "int32"),
+                buf("Y", "float32", ["n", 4]),
+            ],
             [VarInfo("alpha", "float32"), VarInfo("k", "int32"), VarInfo("n", "int32")],
         ),
         FunctionInfo("always_fails", [buf("X", "int32", [3])], []),

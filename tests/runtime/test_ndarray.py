@@ -104,7 +104,9 @@ def test_copyfrom_and_copyto():
     assert isinstance(c, NDArray) and c.data_ptr != a.data_ptr
     h = nd.empty((2, 3), "bfloat16").copyfrom(a)
     np.testing.assert_array_equal(h.numpy(), a.numpy())
-    with pytest.raises(ValueError, match=r"copyfrom: array shape is \(2, 3\), source shape is \(3, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"copyfrom: array shape is \(2, 3\), source shape is \(3, 2\)"
+    ):
         a.copyfrom(np.zeros((3, 2), "float32"))
 
 

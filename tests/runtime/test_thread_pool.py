@@ -1,4 +1,4 @@
-"""The native thread pool (native/tessera_rt.c), driven by the C kernels in kernels/pool_kernels.c."""
+"""The native thread pool (native/tessera_rt.c), driven by kernels/pool_kernels.c."""
 
 import os
 import signal
