@@ -11,6 +11,7 @@
 Everything a kernel author needs is exported here, including the math intrinsics of tir.op.
 """
 
+# ruff: noqa: F401 - this module re-exports the DSL
 from tessera.ir.dtype import DType
 from tessera.te.bound import BoundInfo, infer_bound
 from tessera.te.lower import lower

@@ -6,7 +6,7 @@ indices are evaluated over the ranges of the consumer loops inside `iv` (loops a
 `iv` stay symbolic), so a 3x3 blur's producer computed at the consumer's x loop gets a region 2
 larger than the consumer's tile (the halo):
 
-    blur_y(y, x) reads blur_x(y + 0..2, x)   ->   region of blur_x at blur_y.x: [y, y + 3) x [x, x + 1)
+    blur_y(y, x) reads blur_x(y + 0..2, x)  ->  blur_x's region at blur_y's x: [y, y+3) x [x, x+1)
 
 Ranges then flow through the split/fuse relations: root -> leaves for loop extents (split:
 ceil-div), leaves -> root for the values of the root variables (`root_values`).

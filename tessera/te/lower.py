@@ -120,13 +120,18 @@ class _Lowerer:
         body = [to_loads.visit(substitute(b, vmap)) for b in self.bounds.bodies[st]]
         outs = [self.storage[(st, k)] for k in range(len(body))]
         index = [
-            tuple(self.an.simplify(_offset(vals[iv], off)) for iv, off in zip(st.op.axis, offs))
+            tuple(
+                self.an.simplify(_offset(vals[iv], off))
+                for iv, off in zip(st.op.axis, offs, strict=True)
+            )
             for _, offs in outs
         ]
         bufs = [buf for buf, _ in outs]
         dp_conds = self._guards(st.op.axis, vals)
         if not isinstance(body[0], Reduce):
-            stores = seq(*[BufferStore(b, v, ix) for b, v, ix in zip(bufs, body, index)])
+            stores = seq(
+                *[BufferStore(b, v, ix) for b, v, ix in zip(bufs, body, index, strict=True)]
+            )
             return self._wrap(st, st.leaf_iter_vars, self._guard(dp_conds, stores))
         red_conds = self._guards(st.op.reduce_axis, vals)
         return self._reduction_nest(st, body, bufs, index, dp_conds, red_conds)
@@ -136,7 +141,9 @@ class _Lowerer:
         leaves = st.leaf_iter_vars
         r = next(k for k, iv in enumerate(leaves) if iv.iter_type == IterVarType.REDUCE)
         init_vals = red.init or red.combiner.identity_element
-        init = seq(*[BufferStore(b, v, ix) for b, v, ix in zip(bufs, init_vals, index)])
+        init = seq(
+            *[BufferStore(b, v, ix) for b, v, ix in zip(bufs, init_vals, index, strict=True)]
+        )
         init = self._guard(dp_conds, init)
         # data-parallel loops inside the reduction loops get an init nest of their own
         inner_dp = [iv for iv in leaves[r:] if iv.iter_type != IterVarType.REDUCE]
@@ -144,14 +151,16 @@ class _Lowerer:
         init = substitute(init, fresh)
         for iv in reversed(inner_dp):
             init = self._loop(st, iv, init, fresh[iv.var])
-        olds = tuple(BufferLoad(b, ix) for b, ix in zip(bufs, index))
+        olds = tuple(BufferLoad(b, ix) for b, ix in zip(bufs, index, strict=True))
         new = red.combiner(olds, red.source)
         if len(bufs) == 1:
             update = BufferStore(bufs[0], new[0], index[0])
         else:  # combine every value from the old ones before storing any of them
             tmps = [Var(f"{b.name}.v", b.dtype) for b in bufs]
-            update = seq(*[BufferStore(b, t, ix) for b, t, ix in zip(bufs, tmps, index)])
-            for t, v in reversed(list(zip(tmps, new))):
+            update = seq(
+                *[BufferStore(b, t, ix) for b, t, ix in zip(bufs, tmps, index, strict=True)]
+            )
+            for t, v in reversed(list(zip(tmps, new, strict=True))):
                 update = LetStmt(t, v, update)
         if not (isinstance(red.condition, IntImm) and red.condition.value == 1):
             update = IfThenElse(red.condition, update)

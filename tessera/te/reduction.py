@@ -50,7 +50,9 @@ class Reducer:
             ident = (convert(self.fidentity(dtypes[0]), dtypes[0]),)
         else:
             result = tuple(convert(r) for r in self.fcombine(lhs, rhs))
-            ident = tuple(convert(v, dt) for v, dt in zip(self.fidentity(*dtypes), dtypes))
+            ident = tuple(
+                convert(v, dt) for v, dt in zip(self.fidentity(*dtypes), dtypes, strict=False)
+            )
         if len(result) != len(dtypes) or len(ident) != len(dtypes):
             raise ValueError(
                 f"reducer {self.name}: combine/identity must give {len(dtypes)} values"

@@ -3,7 +3,7 @@
     s = te.create_schedule(C.op)
     xo, xi = s[C].split(C.op.axis[0], factor=64)       # leaf order: i.outer, i.inner
     s[C].vectorize(xi)
-    print(s)                                           # split(C, i, factor=64) / vectorize(C, i.inner)
+    print(s)                        # split(C, i, factor=64), vectorize(C, i.inner)
 
 A stage keeps its root axes (`op.axis + op.reduce_axis`), the relations that derive new iteration
 variables from them (`SplitRelation`, `FuseRelation`), the current loop order
