@@ -1,0 +1,501 @@
+"""Emit one LLVM function body from tir: every expression and statement node.
+
+A `FunctionEmitter` fills one `ir.Function` whose buffer pointers and scalar variables are
+already bound (`bind_buffer`, `bind_var`); `ModuleContext` holds what functions of one LLVM
+module share (declarations, unique names, the target). Intrinsic calls are in `intrinsics.py`,
+the outlining of parallel loops in `parallel.py`.
+
+Semantics (the contract in docs/architecture.md): `//` and `%` floor, `Div`/`Mod` truncate, float
+comparisons are ordered (`!=` is unordered: NaN != NaN), Min/Max are `a < b ? a : b`, bfloat16
+and float16 arithmetic is computed in float32 and rounded back.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from tessera.codegen.llvm import types as T
+from tessera.ir.dtype import DType, float32, int64
+from tessera.tir import expr as E
+from tessera.tir import stmt as S
+from tessera.tir.buffer import Buffer
+
+_INT_CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+class ModuleContext:
+    """What the functions of one LLVM module share."""
+
+    def __init__(self, module: ir.Module, target, fast_math: bool = False):
+        self.module = module
+        self.target = target
+        self.fastmath = ("fast",) if fast_math else ()
+        self._names: dict[str, int] = {}
+
+    def unique_name(self, base: str) -> str:
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return fn
+
+
+def known_divisor(e) -> int:
+    """A number that provably divides integer expression e (0 when e is the constant 0)."""
+    if isinstance(e, E.IntImm):
+        return abs(e.value)
+    if isinstance(e, (E.Add, E.Sub)):
+        return math.gcd(known_divisor(e.a), known_divisor(e.b))
+    if isinstance(e, E.Mul):
+        return known_divisor(e.a) * known_divisor(e.b)
+    if isinstance(e, E.Cast) and e.dtype.is_integer and e.value.dtype.is_integer:
+        return known_divisor(e.value)
+    return 1
+
+
+def _alignment(index, itemsize: int, base_align: int) -> int:
+    """Bytes of alignment of &buf[index] for a buffer whose start is aligned to base_align."""
+    d = known_divisor(index)
+    if d == 0:
+        return base_align
+    return max(1, min(base_align, itemsize * (d & -d)))
+
+
+class FunctionEmitter:
+    """Emits tir into one LLVM function; statements append to `self.b`'s current block."""
+
+    def __init__(self, ctx: ModuleContext, fn: ir.Function, name: str):
+        self.ctx = ctx
+        self.fn = fn
+        self.name = name  # the PrimFunc's name, for error messages and outlined functions
+        entry = fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)  # allocas stay at the top of the entry block
+        self.b = ir.IRBuilder(fn.append_basic_block("body"))
+        self.vars: dict[int, ir.Value] = {}
+        self.buffers: dict[int, ir.Value] = {}
+        self.buffer_align: dict[int, int] = {}  # bytes the start of each buffer is aligned to
+
+    def finish(self, ret=None):
+        """Close the function: jump from the allocas to the body, return 0 at the end."""
+        self.alloca_builder.branch(self.fn.blocks[1])
+        if not self.b.block.is_terminated:
+            self.b.ret(ret if ret is not None else ir.Constant(T.I32, 0))
+
+    def bind_var(self, var: E.Var, value: ir.Value):
+        self.vars[id(var)] = value
+
+    def bind_buffer(self, buf: Buffer, ptr: ir.Value, align: int):
+        self.buffers[id(buf)] = ptr
+        self.buffer_align[id(buf)] = align
+
+    def _align_of(self, buf: Buffer, index) -> int:
+        if buf.dtype.lanes != 1:
+            return buf.dtype.element.itemsize
+        return _alignment(index, buf.dtype.itemsize, self.buffer_align[id(buf)])
+
+    def buffer_ptr(self, buf: Buffer) -> ir.Value:
+        try:
+            return self.buffers[id(buf)]
+        except KeyError:
+            raise ValueError(
+                f"{self.name}: buffer {buf.name} is used but is neither a parameter nor allocated"
+            ) from None
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def alloca(self, ty: ir.Type, align: int = 64, name: str = "") -> ir.Value:
+        slot = self.alloca_builder.alloca(ty, name=name)
+        slot.align = align
+        return slot
+
+    def check_rc(self, rc: ir.Value):
+        """Return rc from this function when it is not 0 (an error from a callee)."""
+        fail = self.fn.append_basic_block("fail")
+        ok = self.fn.append_basic_block("ok")
+        self.b.cbranch(self.b.icmp_signed("!=", rc, ir.Constant(rc.type, 0)), fail, ok)
+        self.b.position_at_end(fail)
+        self.b.ret(rc)
+        self.b.position_at_end(ok)
+
+    def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
+        if lanes == 1 or isinstance(v.type, ir.VectorType):
+            return v
+        vec_ty = ir.VectorType(v.type, lanes)
+        one = self.b.insert_element(ir.Constant(vec_ty, ir.Undefined), v, ir.Constant(T.I32, 0))
+        mask = ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes)
+        return self.b.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), mask)
+
+    def to_i64(self, v: ir.Value, dt: DType) -> ir.Value:
+        return T.cast(self.b, v, dt, int64.with_lanes(dt.lanes))
+
+    def _operands(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        lanes = max(e.a.dtype.lanes, e.b.dtype.lanes)
+        return self.broadcast(a, lanes), self.broadcast(b, lanes)
+
+    # -- expressions -----------------------------------------------------------------------------
+
+    def expr(self, e) -> ir.Value:
+        method = getattr(self, f"e_{type(e).__name__}", None)
+        if method is None:
+            raise TypeError(f"{self.name}: the LLVM code generator cannot emit {type(e).__name__}")
+        return method(e)
+
+    def e_IntImm(self, e):
+        return T.constant(e.value, e.dtype)
+
+    def e_FloatImm(self, e):
+        return T.constant(e.value, e.dtype)
+
+    def e_Var(self, e):
+        try:
+            return self.vars[id(e)]
+        except KeyError:
+            raise ValueError(f"{self.name}: variable {e.name} is used but not defined") from None
+
+    def _arith(self, e, int_op, uint_op, float_op):
+        dt = e.dtype
+        a, b = self._operands(e)
+        if dt.is_float:
+            if T.is_f16like(dt):
+                a, b = T.to_f32(self.b, a, dt), T.to_f32(self.b, b, dt)
+            r = float_op(a, b, flags=self.ctx.fastmath)
+            return T.from_f32(self.b, r, dt) if T.is_f16like(dt) else r
+        return (int_op if dt.is_int else uint_op)(a, b)
+
+    def e_Add(self, e):
+        return self._arith(e, self.b.add, self.b.add, self.b.fadd)
+
+    def e_Sub(self, e):
+        return self._arith(e, self.b.sub, self.b.sub, self.b.fsub)
+
+    def e_Mul(self, e):
+        return self._arith(e, self.b.mul, self.b.mul, self.b.fmul)
+
+    def e_Div(self, e):
+        return self._arith(e, self.b.sdiv, self.b.udiv, self.b.fdiv)
+
+    def e_Mod(self, e):
+        return self._arith(e, self.b.srem, self.b.urem, self.b.frem)
+
+    def _floor_adjust(self, r, b, dt):
+        """(q, r) of truncating division turned into floor division's: adjust where the
+        remainder is nonzero and its sign differs from the divisor's."""
+        zero = T.constant(0, dt)
+        nonzero = self.b.icmp_signed("!=", r, zero)
+        signs_differ = self.b.icmp_signed("<", self.b.xor(r, b), zero)
+        return self.b.and_(nonzero, signs_differ)
+
+    def e_FloorDiv(self, e):
+        if not e.dtype.is_int:
+            return self._floor_float(e, want_mod=False) if e.dtype.is_float else self.e_Div(e)
+        a, b = self._operands(e)
+        q, r = self.b.sdiv(a, b), self.b.srem(a, b)
+        adjust = self._floor_adjust(r, b, e.dtype)
+        return self.b.sub(q, self.b.zext(adjust, q.type))
+
+    def e_FloorMod(self, e):
+        if not e.dtype.is_int:
+            return self._floor_float(e, want_mod=True) if e.dtype.is_float else self.e_Mod(e)
+        a, b = self._operands(e)
+        r = self.b.srem(a, b)
+        adjust = self._floor_adjust(r, b, e.dtype)
+        return self.b.add(r, self.b.select(adjust, b, T.constant(0, e.dtype)))
+
+    def _floor_float(self, e, want_mod: bool):
+        from tessera.codegen.llvm.intrinsics import llvm_intrinsic
+
+        dt = e.dtype
+        wide = float32.with_lanes(dt.lanes) if T.is_f16like(dt) else dt
+        a, b = self._operands(e)
+        a, b = T.to_f32(self.b, a, dt), T.to_f32(self.b, b, dt)
+        q = llvm_intrinsic(self, "llvm.floor", [self.b.fdiv(a, b)], wide)
+        r = self.b.fsub(a, self.b.fmul(q, b)) if want_mod else q
+        return T.from_f32(self.b, r, dt)
+
+    def _min_max(self, e, op):
+        dt = e.dtype
+        a, b = self._operands(e)
+        if dt.is_float:
+            a, b = T.to_f32(self.b, a, dt), T.to_f32(self.b, b, dt)
+            r = self.b.select(self.b.fcmp_ordered(op, a, b), a, b)
+            return T.from_f32(self.b, r, dt)
+        cmp = self.b.icmp_signed if dt.is_int else self.b.icmp_unsigned
+        return self.b.select(cmp(op, a, b), a, b)
+
+    def e_Min(self, e):
+        return self._min_max(e, "<")
+
+    def e_Max(self, e):
+        return self._min_max(e, ">")
+
+    def _compare(self, e):
+        dt = e.a.dtype.with_lanes(max(e.a.dtype.lanes, e.b.dtype.lanes))
+        op = _INT_CMP[type(e).__name__]
+        a, b = self._operands(e)
+        if dt.is_float:
+            a, b = T.to_f32(self.b, a, dt), T.to_f32(self.b, b, dt)
+            if op == "!=":
+                return self.b.fcmp_unordered(op, a, b)
+            return self.b.fcmp_ordered(op, a, b)
+        return (self.b.icmp_signed if dt.is_int else self.b.icmp_unsigned)(op, a, b)
+
+    e_EQ = e_NE = e_LT = e_LE = e_GT = e_GE = _compare
+
+    def e_And(self, e):
+        return self.b.and_(*self._operands(e))
+
+    def e_Or(self, e):
+        return self.b.or_(*self._operands(e))
+
+    def e_Not(self, e):
+        return self.b.not_(self.expr(e.a))
+
+    def e_Select(self, e):
+        lanes = e.dtype.lanes
+        cond = self.expr(e.condition)
+        t = self.broadcast(self.expr(e.true_value), lanes)
+        f = self.broadcast(self.expr(e.false_value), lanes)
+        return self.b.select(cond, t, f)
+
+    def e_Cast(self, e):
+        src = e.value.dtype
+        v = self.expr(e.value)
+        if src.lanes == 1 and e.dtype.lanes > 1:
+            return self.broadcast(T.cast(self.b, v, src, e.dtype.element), e.dtype.lanes)
+        return T.cast(self.b, v, src, e.dtype)
+
+    def e_Let(self, e):
+        old = self.vars.get(id(e.var))
+        self.bind_var(e.var, self.expr(e.value))
+        result = self.expr(e.body)
+        if old is None:
+            del self.vars[id(e.var)]
+        else:
+            self.vars[id(e.var)] = old
+        return result
+
+    def e_Call(self, e):
+        from tessera.codegen.llvm.intrinsics import emit_call
+
+        return emit_call(self, e)
+
+    def e_Ramp(self, e):
+        base = self.broadcast(self.expr(e.base), e.lanes)
+        el = e.base.dtype
+        if isinstance(e.stride, E.IntImm):
+            steps = ir.Constant(
+                base.type, [T.constant(k * e.stride.value, el) for k in range(e.lanes)]
+            )
+            return self.b.add(base, steps)
+        lane_ids = ir.Constant(base.type, [T.constant(k, el) for k in range(e.lanes)])
+        stride = self.broadcast(self.expr(e.stride), e.lanes)
+        return self.b.add(base, self.b.mul(stride, lane_ids))
+
+    def e_Broadcast(self, e):
+        return self.broadcast(self.expr(e.value), e.lanes)
+
+    def e_StringImm(self, e):
+        raise TypeError(f"{self.name}: string constants ({e.value!r}) cannot be compiled")
+
+    # -- memory ---------------------------------------------------------------------------------
+
+    def _index(self, buf: Buffer, indices) -> E.Expr:
+        if len(indices) != 1:
+            raise ValueError(
+                f"{self.name}: buffer {buf.name} is indexed with {len(indices)} indices; code "
+                "generation needs flattened (1-D) buffers (run the tir passes first)"
+            )
+        return indices[0]
+
+    def _element_ptr(self, buf: Buffer, index_value: ir.Value, index_dtype: DType):
+        ptr = self.buffer_ptr(buf)
+        return self.b.gep(ptr, [self.to_i64(index_value, index_dtype)], inbounds=True)
+
+    def _contiguous(self, index) -> bool:
+        return isinstance(index, E.Ramp) and E.is_const_int(index.stride, 1)
+
+    def e_BufferLoad(self, e):
+        buf, index = e.buffer, self._index(e.buffer, e.indices)
+        el = buf.dtype
+        if index.dtype.lanes == 1:
+            p = self._element_ptr(buf, self.expr(index), index.dtype)
+            v = self.b.load(p, align=self._align_of(buf, index))
+            return self._from_storage(v, el)
+        if buf.dtype.lanes != 1:
+            raise ValueError(f"{self.name}: vector index into vector-typed buffer {buf.name}")
+        lanes = index.dtype.lanes
+        if self._contiguous(index):
+            p = self._element_ptr(buf, self.expr(index.base), index.base.dtype)
+            vec_ty = T.storage_type(el.with_lanes(lanes))
+            p = self.b.bitcast(p, vec_ty.as_pointer())
+            v = self.b.load(p, align=self._align_of(buf, index.base))
+            return self._from_storage(v, el.with_lanes(lanes))
+        return self._gather(buf, index, lanes)
+
+    def _gather(self, buf, index, lanes):
+        """A load of scattered elements, one lane at a time (LLVM forms gathers where they pay)."""
+        idx = self.expr(index)
+        el = buf.dtype
+        out = ir.Constant(T.llvm_type(el.with_lanes(lanes)), ir.Undefined)
+        for k in range(lanes):
+            lane = self.b.extract_element(idx, ir.Constant(T.I32, k))
+            v = self._from_storage(
+                self.b.load(self._element_ptr(buf, lane, index.dtype.element)), el
+            )
+            out = self.b.insert_element(out, v, ir.Constant(T.I32, k))
+        return out
+
+    def _from_storage(self, v, dt: DType):
+        return self.b.trunc(v, T.llvm_type(dt)) if dt.is_bool else v
+
+    def _to_storage(self, v, dt: DType):
+        return self.b.zext(v, T.storage_type(dt)) if dt.is_bool else v
+
+    def s_BufferStore(self, s):
+        buf, index = s.buffer, self._index(s.buffer, s.indices)
+        el = buf.dtype
+        lanes = index.dtype.lanes
+        value = self.broadcast(self.expr(s.value), lanes * el.lanes)
+        value = self._to_storage(value, el.with_lanes(lanes * el.lanes))
+        if lanes == 1:
+            p = self._element_ptr(buf, self.expr(index), index.dtype)
+            self.b.store(value, p, align=self._align_of(buf, index))
+        elif self._contiguous(index) and el.lanes == 1:
+            p = self._element_ptr(buf, self.expr(index.base), index.base.dtype)
+            p = self.b.bitcast(p, value.type.as_pointer())
+            self.b.store(value, p, align=self._align_of(buf, index.base))
+        else:
+            idx = self.expr(index)
+            for k in range(lanes):
+                lane_idx = self.b.extract_element(idx, ir.Constant(T.I32, k))
+                lane_val = self.b.extract_element(value, ir.Constant(T.I32, k))
+                self.b.store(lane_val, self._element_ptr(buf, lane_idx, index.dtype.element))
+
+    # -- statements ------------------------------------------------------------------------------
+
+    def stmt(self, s):
+        method = getattr(self, f"s_{type(s).__name__}", None)
+        if method is None:
+            raise TypeError(f"{self.name}: the LLVM code generator cannot emit {type(s).__name__}")
+        method(s)
+
+    def s_SeqStmt(self, s):
+        for item in s.seq:
+            self.stmt(item)
+
+    def s_Evaluate(self, s):
+        if not isinstance(s.value, (E.IntImm, E.FloatImm)):
+            self.expr(s.value)
+
+    def s_AttrStmt(self, s):
+        self.stmt(s.body)
+
+    def s_LetStmt(self, s):
+        self.bind_var(s.var, self.expr(s.value))
+        self.stmt(s.body)
+
+    def s_IfThenElse(self, s):
+        cond = self.expr(s.condition)
+        then_bb = self.fn.append_basic_block("if_then")
+        end_bb = self.fn.append_basic_block("if_end")
+        else_bb = self.fn.append_basic_block("if_else") if s.else_case is not None else end_bb
+        self.b.cbranch(cond, then_bb, else_bb)
+        self.b.position_at_end(then_bb)
+        self.stmt(s.then_case)
+        self.b.branch(end_bb)
+        if s.else_case is not None:
+            self.b.position_at_end(else_bb)
+            self.stmt(s.else_case)
+            self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+
+    def serial_loop(self, lo: ir.Value, hi: ir.Value, body):
+        """for (i = lo; i < hi; ++i) body(i), in the shape LLVM's loop passes recognize."""
+        pre = self.b.block
+        header = self.fn.append_basic_block("for_begin")
+        body_bb = self.fn.append_basic_block("for_body")
+        end = self.fn.append_basic_block("for_end")
+        self.b.branch(header)
+        self.b.position_at_end(header)
+        i = self.b.phi(lo.type, name="i")
+        i.add_incoming(lo, pre)
+        self.b.cbranch(self.b.icmp_signed("<", i, hi), body_bb, end)
+        self.b.position_at_end(body_bb)
+        body(i)
+        i.add_incoming(self.b.add(i, ir.Constant(lo.type, 1), flags=("nsw",)), self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(end)
+
+    def s_For(self, s):
+        if s.kind == S.ForKind.THREAD_BINDING:
+            raise ValueError(
+                f"{self.name}: loop {s.loop_var.name} is bound to "
+                f"{s.thread_tag or 'a GPU thread'}, which a CPU target cannot run"
+            )
+        if s.kind == S.ForKind.PARALLEL:
+            from tessera.codegen.llvm.parallel import emit_parallel_for
+
+            emit_parallel_for(self, s)
+            return
+        lo = self.expr(s.min)
+        hi = self.b.add(lo, self.expr(s.extent))
+
+        def body(i):
+            self.bind_var(s.loop_var, i)
+            self.stmt(s.body)
+
+        self.serial_loop(lo, hi, body)
+
+    def s_Allocate(self, s):
+        buf = s.buffer
+        size = buf.num_elements()
+        el_ty = T.storage_type(buf.dtype)
+        if buf.scope == "local" and isinstance(size, E.IntImm):
+            slot = self.alloca(ir.ArrayType(el_ty, max(size.value, 1)), name=buf.name)
+            self.bind_buffer(buf, self.b.bitcast(slot, el_ty.as_pointer()), 64)
+            self.stmt(s.body)
+            return
+        alloc = self.ctx.declare("tessera_alloc", T.I8.as_pointer(), [T.I64])
+        free = self.ctx.declare("tessera_free", ir.VoidType(), [T.I8.as_pointer()])
+        nbytes = self.b.mul(
+            self.to_i64(self.expr(size), size.dtype), ir.Constant(T.I64, buf.dtype.itemsize)
+        )
+        raw = self.b.call(alloc, [nbytes])
+        failed = self.b.icmp_unsigned("==", raw, ir.Constant(raw.type, None))
+        self.check_rc(self.b.select(failed, ir.Constant(T.I32, -1), ir.Constant(T.I32, 0)))
+        self.bind_buffer(buf, self.b.bitcast(raw, el_ty.as_pointer()), 64)
+        self.stmt(s.body)
+        self.b.call(free, [raw])
+
+
+def define_kernel(ctx, fn_name, func_name, buffers, aligns, variables, extra_types, emit_body):
+    """An internal function `i32 fn_name(T* noalias %buf..., %var..., extra...)` whose body
+    `emit_body(emitter, extra_args)` fills. Buffer pointers are separate parameters marked
+    noalias (buffers never overlap): alias analysis, and so vectorization, depends on it."""
+    ptr_types = [T.storage_type(b.dtype).as_pointer() for b in buffers]
+    var_types = [T.llvm_type(v.dtype) for v in variables]
+    fn = ir.Function(
+        ctx.module, ir.FunctionType(T.I32, ptr_types + var_types + extra_types), fn_name
+    )
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    em = FunctionEmitter(ctx, fn, func_name)
+    args = list(fn.args)
+    for buf, align, arg in zip(buffers, aligns, args, strict=False):
+        arg.add_attribute("noalias")
+        arg.attributes.align = align
+        arg.name = buf.name
+        em.bind_buffer(buf, arg, align)
+    for var, arg in zip(variables, args[len(buffers) :], strict=False):
+        arg.name = var.name
+        em.bind_var(var, arg)
+    emit_body(em, args[len(buffers) + len(variables) :])
+    em.finish()
+    return fn

@@ -1,0 +1,3 @@
+"""Inline vector math for float32 vectors (filled in below)."""
+
+VECTOR_FUNCTIONS: dict = {}
