@@ -96,20 +96,9 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _NUMBER = re.compile(r"([0-9.]+(?:[eE][+-]?\d+)?)([A-Za-z_]\w*)?")
-_SUFFIX = {
-    "i8": "int8",
-    "i16": "int16",
-    "i32": "int32",
-    "i64": "int64",
-    "u8": "uint8",
-    "u16": "uint16",
-    "u32": "uint32",
-    "u64": "uint64",
-    "f": "float32",
-    "f32": "float32",
-    "f16": "float16",
-    "f64": "float64",
-    "bf16": "bfloat16",
+_SUFFIX = {"f": "float32", "f32": "float32", "f16": "float16", "f64": "float64", "bf16": "bfloat16"}
+_SUFFIX |= {
+    f"{code[0]}{bits}": f"{code}{bits}" for code in ("int", "uint") for bits in (8, 16, 32, 64)
 }
 
 
@@ -500,11 +489,15 @@ class Parser:
 
     # -- statements ----------------------------------------------------------------------------
 
-    def statements(self, closer: str) -> Stmt:
-        """Statements up to `closer`: one is itself, several a SeqStmt (see Note [text syntax])."""
+    def statement_list(self, closer: str) -> list[Stmt]:
         items = []
         while not (self.at(closer) or self.peek().kind == "eof"):
             items.append(self.stmt())
+        return items
+
+    def statements(self, closer: str) -> Stmt:
+        """Statements up to `closer`: one is itself, several a SeqStmt (see Note [text syntax])."""
+        items = self.statement_list(closer)
         return items[0] if len(items) == 1 else SeqStmt(tuple(items))
 
     def block(self) -> Stmt:
@@ -521,11 +514,8 @@ class Parser:
         if word == "if" and after.text == "(":
             return self.if_stmt()
         if word == "seq" and after.text == "{":
-            self.next()
-            self.expect("{")
-            items = []
-            while not self.at("}"):
-                items.append(self.stmt())
+            self.i += 2
+            items = self.statement_list("}")
             self.expect("}")
             return SeqStmt(tuple(items))
         if word == "evaluate" and after.text == "(":
@@ -610,18 +600,20 @@ class Parser:
         self.expect("(")
         start = self.i
         # First pass: scalar params, so that a buffer's shape may name one listed after it.
-        scalars = {}
+        scalars: dict[int, Var] = {}  # position -> Var
+        position = 0
         while not self.at(")") and self.peek().kind != "eof":
             tok = self.expect_kind("name", "a parameter name")
             self.expect(":")
             if self.at("Buffer"):
                 self.skip_parens(1)
             else:
-                scalars[tok.text] = Var(tok.text, self.dtype())
+                scalars[position] = Var(tok.text, self.dtype())
+                self.bind(tok.text, scalars[position])
+            position += 1
             if not self.accept(","):
                 break
         self.i = start
-        self.scopes[-1].update(scalars)
         params, seen = [], set()
         while not self.at(")"):
             tok = self.expect_kind("name", "a parameter name")
@@ -629,9 +621,9 @@ class Parser:
                 raise self.error(f"parameter {tok.text!r} is listed twice", tok)
             seen.add(tok.text)
             self.expect(":")
-            if tok.text in scalars:
+            if len(params) in scalars:
                 self.dtype()
-                params.append(scalars[tok.text])
+                params.append(scalars[len(params)])
             else:
                 params.append(self.buffer_param(tok.text))
                 self.bind(tok.text, params[-1])

@@ -345,10 +345,15 @@ class Printer:
 
     def stmt(self, s: Stmt, in_seq: bool = False) -> None:
         if isinstance(s, SeqStmt) and (in_seq or len(s.seq) < 2):
-            if s.seq:
-                self.block("seq", s)
-            else:
+            if not s.seq:
                 self.emit("seq {}")
+                return
+            self.emit("seq {")
+            self.depth += 1
+            for x in s.seq:
+                self.stmt(x, in_seq=True)
+            self.depth -= 1
+            self.emit("}")
             return
         method = getattr(self, f"stmt_{type(s).__name__}", None)
         if method is None:
