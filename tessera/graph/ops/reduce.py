@@ -1,0 +1,125 @@
+"""Reductions (sum, mean, max, min, prod, argmax, argmin), and the scans and selections that
+reduce along an axis (cumsum, topk).
+
+`axis` is a tuple of axes (None: all axes); `keepdims` keeps reduced axes as size 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.graph.ir import TensorType
+from tessera.graph.op import OpKind, register_op
+from tessera.graph.ops.common import normalize_axes, normalize_axis, type_error
+from tessera.ir.dtype import int64
+
+
+def _reduced_shape(op, x: TensorType, axis, keepdims):
+    axes = tuple(range(x.ndim)) if axis is None else normalize_axes(op, axis, x.ndim)
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def _accumulate(fn):
+    """Sum-like reductions accumulate in float64 (or int64) and return the input dtype."""
+
+    def run(x, axis=None, keepdims=False):
+        wide = np.float64 if x.dtype.kind == "f" else None
+        out = fn(x, axis=axis, keepdims=bool(keepdims), dtype=wide)
+        return np.asarray(out).astype(x.dtype)
+
+    return run
+
+
+def _select(fn):
+    def run(x, axis=None, keepdims=False):
+        if x.size == 0:
+            raise ValueError("max/min of an empty tensor")
+        return np.asarray(fn(x, axis=axis, keepdims=bool(keepdims)))
+
+    return run
+
+
+_REDUCE = {
+    "sum": _accumulate(np.sum),
+    "mean": _accumulate(np.mean),
+    "prod": _accumulate(np.prod),
+    "max": _select(np.max),
+    "min": _select(np.min),
+}
+
+for _name, _fn in _REDUCE.items():
+    _op = register_op(_name, kind=OpKind.COMM_REDUCE)
+
+    def _reduce_type(x: TensorType, axis=None, keepdims=False, _name=_name) -> TensorType:
+        return x.with_shape(_reduced_shape(_name, x, axis, keepdims))
+
+    _op.type_rule(_reduce_type)
+    _op.reference(_fn)
+
+
+def _arg_reference(fn):
+    def run(x, axis=0, keepdims=False, select_last_index=False):
+        if select_last_index:
+            flipped = np.flip(x, axis=axis)
+            idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
+        else:
+            idx = fn(x, axis=axis)
+        idx = np.expand_dims(idx, axis) if keepdims else idx
+        return np.asarray(idx, dtype=np.int64)
+
+    return run
+
+
+for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
+    _op = register_op(_name, kind=OpKind.COMM_REDUCE)
+
+    def _arg_type(x: TensorType, axis=0, keepdims=False, select_last_index=False, _name=_name):
+        axis = normalize_axis(_name, axis, x.ndim)
+        if x.shape[axis] == 0:
+            raise type_error(_name, f"cannot reduce an empty axis of {x}")
+        return TensorType(_reduced_shape(_name, x, (axis,), keepdims), int64)
+
+    _op.type_rule(_arg_type)
+    _op.reference(_arg_reference(_fn))
+
+cumsum = register_op("cumsum", kind=OpKind.OPAQUE)
+
+
+@cumsum.type_rule
+def _(x: TensorType, axis, exclusive=False, reverse=False) -> TensorType:
+    normalize_axis("cumsum", axis, x.ndim)
+    return x
+
+
+@cumsum.reference
+def _(x, axis, exclusive=False, reverse=False):
+    y = np.flip(x, axis) if reverse else x
+    out = np.cumsum(y, axis=axis, dtype=y.dtype)
+    if exclusive:
+        out = out - y
+    return (np.flip(out, axis) if reverse else out).astype(x.dtype)
+
+
+topk = register_op("topk", kind=OpKind.OPAQUE)
+
+
+@topk.type_rule
+def _(x: TensorType, k, axis=-1, largest=True, sorted=True):
+    axis = normalize_axis("topk", axis, x.ndim)
+    if not 0 <= k <= x.shape[axis]:
+        raise type_error("topk", f"k={k} is out of range for axis {axis} of {x}")
+    shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
+    return (x.with_shape(shape), TensorType(shape, int64))
+
+
+@topk.reference
+def _(x, k, axis=-1, largest=True, sorted=True):
+    # Ties keep the lower index first (ONNX): a stable sort of the negated keys for `largest`.
+    keys = -x if largest else x
+    if x.dtype.kind == "u" and largest:
+        keys = np.iinfo(x.dtype).max - x
+    idx = np.argsort(keys, axis=axis, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)
