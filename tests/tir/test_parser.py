@@ -292,7 +292,28 @@ def func_precedence():
     return PrimFunc("precedence", (a,), body)
 
 
+def func_attr_values():
+    k = Var("k", "int64")  # a non-int32 shape var that first appears inside an expression
+    a = decl_buffer((k * 2, k), "float32", "A")
+    flag, ptr = Var("flag", "bool"), Var("ptr", "handle")
+    attrs = (
+        ("param_shapes", ((k * 2, k),)),
+        ("one", (1,)),
+        ("empty", ()),
+        ("neg", -2.5),
+        ("inf", float("-inf")),
+        ("buffer", a),
+        ("int_imm", tir.const(7)),
+        ("string_imm", tir.StringImm("s")),
+        ("expr", (k + 1) * 2),
+        ("nested", [("a", 1, True), None]),
+    )
+    body = IfThenElse(flag, Evaluate(tir.Call("int32", "foo", ())), SeqStmt(()))
+    return PrimFunc("attrs", (a, flag, ptr), body, attrs)
+
+
 BUILDERS = [
+    func_attr_values,
     func_vector_add,
     func_all_loop_kinds,
     func_dtypes,
@@ -476,3 +497,23 @@ def test_parse_error_points_at_the_column():
         parse_expr("i + ", {"i": Var("i")})
     assert "expected an expression but found end of input" in str(info.value)
     assert str(info.value).splitlines()[-1] == "  " + " " * 4 + "^"
+
+
+def test_round_trip_keeps_a_function_well_formed():
+    for build in BUILDERS:
+        f = build()
+        if build not in (func_name_clashes, func_attr_values):
+            tir.verify(f)
+            tir.verify(parse_prim_func(str(f)))
+
+
+def test_attribute_values_keep_their_python_types():
+    g = round_trip(func_attr_values())
+    attrs = dict(g.attrs)
+    assert attrs["one"] == (1,) and type(attrs["one"][0]) is int
+    assert attrs["neg"] == -2.5 and attrs["inf"] == float("-inf")
+    assert attrs["buffer"] is g.params[0]
+    assert isinstance(attrs["int_imm"], tir.IntImm) and isinstance(
+        attrs["string_imm"], tir.StringImm
+    )
+    assert attrs["nested"] == [("a", 1, True), None]
