@@ -1,0 +1,109 @@
+import pytest
+
+from tessera import tir
+from tessera.ir import assert_structural_equal
+from tessera.tir.interpreter import assert_same_results
+from tessera.tir.stmt_functor import collect
+from tessera.tir.transform import partition_loop, vectorize_loop
+
+S, V = tir.ForKind.SERIAL, tir.ForKind.VECTORIZED
+
+
+def _split_copy(n, kind=S):
+    A = tir.decl_buffer((n,), "float32", "A")
+    B = tir.decl_buffer((n,), "float32", "B")
+    io, ii = tir.Var("io"), tir.Var("ii")
+    idx = io * 16 + ii
+    guarded = tir.IfThenElse(tir.likely(idx < n), tir.BufferStore(B, A[idx] * 2.0, (idx,)))
+    body = tir.For(io, 0, (n + 15) // 16, S, tir.For(ii, 0, 16, kind, guarded))
+    return tir.PrimFunc("f", (A, B), body), (A, B, io, ii)
+
+
+def test_symbolic_split_peels_tail():
+    n = tir.Var("n")
+    f, (A, B, io, ii) = _split_copy(n)
+    g = partition_loop(f)
+    idx = io * 16 + ii
+    main = tir.For(
+        io, 0, n // 16, S, tir.For(ii, 0, 16, S, tir.BufferStore(B, A[idx] * 2.0, (idx,)))
+    )
+    io1, ii1 = tir.Var("io"), tir.Var("ii")  # the tail binds fresh variables
+    idx1 = io1 * 16 + ii1
+    tail = tir.IfThenElse(tir.likely(idx1 < n), tir.BufferStore(B, A[idx1] * 2.0, (idx1,)))
+    expected_tail = tir.For(io1, n // 16, (n + 15) // 16 - n // 16, S, tir.For(ii1, 0, 16, S, tail))
+    assert_structural_equal(g.body.seq[0], main)
+    assert isinstance(g.body, tir.SeqStmt) and len(g.body.seq) == 2
+    assert_structural_equal(g.body.seq[1], expected_tail)
+    # no variable is bound twice
+    loops = collect(g.body, lambda x: isinstance(x, tir.For))
+    assert len({id(lp.loop_var) for lp in loops}) == len(loops)
+    for value in (0, 1, 15, 16, 17, 50):
+        assert_same_results(f, g, {"n": value})
+
+
+def test_constant_split_and_vectorizable_main():
+    f, _ = _split_copy(tir.const(37), kind=V)
+    g = partition_loop(f)
+    main, tail = g.body.seq
+    assert main.extent.value == 2 and tail.min.value == 2 and tail.extent.value == 1
+    assert not collect(main, lambda x: isinstance(x, tir.IfThenElse))
+    h = vectorize_loop(g)
+    assert collect(h.body.seq[0], lambda x: isinstance(x, tir.Ramp))
+    assert_same_results(f, h)
+
+
+def test_lower_bound_guard_peels_head():
+    # padding: rows h < 2 are out of range
+    A = tir.decl_buffer((10,), "float32", "A")
+    B = tir.decl_buffer((12,), "float32", "B")
+    h = tir.Var("h")
+    value = tir.BufferStore(B, A[h - 2] + 1.0, (h,))
+    f = tir.PrimFunc("f", (A, B), tir.For(h, 0, 12, S, tir.IfThenElse(tir.likely(h >= 2), value)))
+    g = partition_loop(f)
+    head, main = g.body.seq
+    assert head.min.value == 0 and head.extent.value == 2
+    assert main.min.value == 2 and main.extent.value == 10
+    assert isinstance(main.body, tir.BufferStore)
+    assert_same_results(f, g)
+
+
+def test_two_dims_peel_rows_then_columns():
+    H, W = 20, 13
+    A = tir.decl_buffer((H, W), "float32", "A")
+    yo, xo, yi, xi = (tir.Var(s) for s in ("yo", "xo", "yi", "xi"))
+    y, x = yo * 8 + yi, xo * 8 + xi
+    cond = tir.likely(tir.all(y < H, x < W))
+    store = tir.IfThenElse(cond, tir.BufferStore(A, A[y, x] * 3.0, (y, x)))
+    loops = tir.For(yi, 0, 8, S, tir.For(xi, 0, 8, S, store))
+    f = tir.PrimFunc("f", (A,), tir.For(yo, 0, 3, S, tir.For(xo, 0, 2, S, loops)))
+    g = partition_loop(f)
+    rows_main, rows_tail = g.body.seq
+    assert rows_main.extent.value == 2
+    cols_main, cols_tail = rows_main.body.seq
+    assert not collect(cols_main, lambda n: isinstance(n, tir.IfThenElse))
+    assert collect(cols_tail, lambda n: isinstance(n, tir.IfThenElse))
+    assert_same_results(f, g)
+
+
+@pytest.mark.parametrize("case", ["not_likely", "let_var", "nonlinear"])
+def test_leaves_other_guards_alone(case):
+    A = tir.decl_buffer((40,), "float32", "A")
+    i, t = tir.Var("i"), tir.Var("t")
+    store = tir.BufferStore(A, A[i] + 1.0, (i,))
+    if case == "not_likely":
+        body = tir.IfThenElse(i < 7, store)
+    elif case == "let_var":
+        body = tir.LetStmt(t, i * 2, tir.IfThenElse(tir.likely(t < 7), store))
+    else:
+        body = tir.IfThenElse(tir.likely(i * i < 7), store)
+    f = tir.PrimFunc("f", (A,), tir.For(i, 0, 40, S, body))
+    assert partition_loop(f) is f
+
+
+def test_guard_always_true_is_removed_without_split():
+    A = tir.decl_buffer((16,), "float32", "A")
+    i = tir.Var("i")
+    store = tir.BufferStore(A, A[i] + 1.0, (i,))
+    f = tir.PrimFunc("f", (A,), tir.For(i, 0, 16, S, tir.IfThenElse(tir.likely(i < 20), store)))
+    g = partition_loop(f)
+    assert_structural_equal(g.body, tir.For(i, 0, 16, S, store))
