@@ -212,11 +212,11 @@ def test_float_intrinsics(dtype, lanes):
 @pytest.mark.parametrize("lanes", [1, 16])
 def test_vector_math_keeps_special_values(lanes):
     funcs = [
-        ewise_func(k, ["float32"], "float32", UNARY[k][0], n=16, lanes=lanes)
+        ewise_func(f"v_{k}", ["float32"], "float32", UNARY[k][0], n=16, lanes=lanes)
         for k in ("exp", "log", "tanh", "sigmoid", "erf")
     ]
     funcs += [
-        ewise_func(k, ["float32"], "bool", op, n=16, lanes=lanes)
+        ewise_func(f"v_{k}", ["float32"], "bool", op, n=16, lanes=lanes)
         for k, op in (("isnan", tir.isnan), ("isinf", tir.isinf))
     ]
     mod = build_llvm(funcs)
@@ -252,14 +252,14 @@ def test_vector_math_keeps_special_values(lanes):
         }
     for name, want in refs.items():
         np.testing.assert_allclose(
-            run(mod, name, [x], "float32"),
+            run(mod, f"v_{name}", [x], "float32"),
             want.astype("float32"),
             rtol=4e-6,
             atol=1e-37,
             err_msg=name,
         )
-    np.testing.assert_array_equal(run(mod, "isnan", [x], "bool"), np.isnan(x))
-    np.testing.assert_array_equal(run(mod, "isinf", [x], "bool"), np.isinf(x))
+    np.testing.assert_array_equal(run(mod, "v_isnan", [x], "bool"), np.isnan(x))
+    np.testing.assert_array_equal(run(mod, "v_isinf", [x], "bool"), np.isinf(x))
 
 
 INT_INTRINSICS = {
@@ -565,5 +565,7 @@ def test_clear_errors():
     B = decl_buffer((4,), "float32", "B")
     with pytest.raises(ValueError, match="variable m"):
         build_llvm([PrimFunc("free", (B,), BufferStore(B, tir.const(1.0), (Var("m"),)))])
+    with pytest.raises(ValueError, match="cannot be named 'tanhf'"):
+        build_llvm([PrimFunc("tanhf", (B,), BufferStore(B, tir.const(1.0), (0,)))])
     with pytest.raises(ValueError, match="llvm target"):
         build_llvm([PrimFunc("c", (B,), BufferStore(B, tir.const(1.0), (0,)))], "c")

@@ -20,6 +20,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tessera.codegen.common import function_info
+from tessera.codegen.llvm import intrinsics
 from tessera.codegen.llvm import types as T
 from tessera.codegen.llvm.emitter import ModuleContext, define_kernel
 from tessera.ir.dtype import float64
@@ -28,6 +29,14 @@ from tessera.tir.buffer import Buffer
 from tessera.tir.function import PrimFunc
 
 _lock = threading.Lock()
+
+# Symbols the generated code may call: a kernel of that name would be called instead.
+RESERVED_NAMES = frozenset(
+    n + suffix
+    for n in (*intrinsics.LIBM_NAMES, "exp", "exp2", "log", "log2", "log10", "sqrt", "sin", "cos")
+    + ("pow", "fmod", "floor", "ceil", "trunc", "roundeven", "fma", "fabs", "memcpy", "memset")
+    for suffix in ("", "f")
+)
 
 
 @functools.cache
@@ -75,13 +84,18 @@ def emit_prim_func(ctx: ModuleContext, func: PrimFunc) -> None:
     """Add `func` to ctx.module: its exported entry and its noalias compute kernel."""
     if func.name in ctx.module.globals:
         raise ValueError(f"two functions are named {func.name!r}; names must be unique")
+    if func.name in RESERVED_NAMES or func.name.startswith("tessera_"):
+        raise ValueError(
+            f"a kernel cannot be named {func.name!r}: the C library or the tessera runtime "
+            "has a function of that name, which the generated code may call"
+        )
     ctx.unique_name(func.name)
     buffers = list(func.buffer_params)
     variables = list(func.scalar_vars())
     aligns = [_buffer_alignment(func, buf) for buf in buffers]
     kernel = define_kernel(
         ctx,
-        ctx.unique_name(f"{func.name}_compute"),
+        ctx.unique_name(f"{func.name}.compute"),  # a '.' keeps internal names apart
         func.name,
         buffers,
         aligns,

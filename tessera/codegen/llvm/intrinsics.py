@@ -34,7 +34,7 @@ _LLVM_FLOAT = {
     "fma": "llvm.fma",
 }
 # tir name -> libm function (the float32 one has an "f" suffix)
-_LIBM = {
+LIBM_NAMES = _LIBM = {
     "tan",
     "asin",
     "acos",

@@ -27,7 +27,7 @@ BODY_TYPE = ir.FunctionType(T.I32, [T.I64, T.I64, _I8P])
 
 def _outline(em: FunctionEmitter, loop: For, variables, buffers, aligns) -> ir.Function:
     ctx = em.ctx
-    base = ctx.unique_name(f"{em.name}_parallel")
+    base = ctx.unique_name(f"{em.name}.parallel")
     var = loop.loop_var
 
     def body(inner: FunctionEmitter, extra):
@@ -42,7 +42,7 @@ def _outline(em: FunctionEmitter, loop: For, variables, buffers, aligns) -> ir.F
         inner.serial_loop(begin, end, iteration)
 
     kernel = define_kernel(
-        ctx, f"{base}_compute", em.name, buffers, aligns, variables, [T.I64, T.I64], body
+        ctx, f"{base}.compute", em.name, buffers, aligns, variables, [T.I64, T.I64], body
     )
     fn = ir.Function(ctx.module, BODY_TYPE, base)
     fn.linkage = "internal"
