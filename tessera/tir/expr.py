@@ -411,6 +411,10 @@ class Ramp(Expr):
     stride: Expr
     lanes: int
 
+    def __post_init__(self):
+        object.__setattr__(self, "base", convert(self.base))
+        object.__setattr__(self, "stride", convert(self.stride, self.base.dtype))
+
     @property
     def dtype(self) -> DType:
         return self.base.dtype.with_lanes(self.lanes)
@@ -422,6 +426,9 @@ class Broadcast(Expr):
 
     value: Expr
     lanes: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", convert(self.value))
 
     @property
     def dtype(self) -> DType:

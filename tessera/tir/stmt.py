@@ -80,6 +80,9 @@ class Evaluate(Stmt):
 
     value: Expr
 
+    def __post_init__(self):
+        object.__setattr__(self, "value", convert(self.value))
+
 
 @dataclass(frozen=True)
 class LetStmt(Stmt):
