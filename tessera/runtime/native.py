@@ -55,6 +55,21 @@ def load() -> ctypes.CDLL:
         return _lib
 
 
+SYMBOLS = (
+    "tessera_parallel_for",
+    "tessera_set_num_threads",
+    "tessera_get_num_threads",
+    "tessera_alloc",
+    "tessera_free",
+)
+
+
+def symbol_addresses() -> dict[str, int]:
+    """Address of every runtime function, e.g. for `llvmlite.binding.add_symbol` in a JIT."""
+    lib = load()
+    return {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in SYMBOLS}
+
+
 def _declare(lib: ctypes.CDLL) -> None:
     lib.tessera_parallel_for.restype = ctypes.c_int32
     lib.tessera_parallel_for.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]

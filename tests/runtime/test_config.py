@@ -53,3 +53,12 @@ def test_missing_compiler_is_a_clear_error(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="no C compiler found: 'no-such-compiler-xyz'"):
         native.library_path()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_symbol_addresses_are_the_loaded_functions():
+    import ctypes
+
+    addresses = native.symbol_addresses()
+    assert set(addresses) == set(native.SYMBOLS) and all(addresses.values())
+    get = ctypes.CFUNCTYPE(ctypes.c_int32)(addresses["tessera_get_num_threads"])
+    assert get() == native.get_num_threads()

@@ -4,6 +4,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -121,7 +122,9 @@ def test_concurrent_callers_each_get_their_loop_done(pool_lib):
 def test_pool_works_in_a_forked_child(pool_lib):
     native.set_num_threads(4)
     run_fill(pool_lib, 100)  # the parent's workers exist before the fork
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python 3.12+ warns about fork() with threads running
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: a hang is killed by the alarm
         signal.alarm(20)
         rc, counts, tids = run_fill(pool_lib, 100)
