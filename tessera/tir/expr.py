@@ -479,6 +479,47 @@ class IterVar(Node):
 
     __repr__ = __str__
 
+    # In expressions an IterVar stands for its var (`k > 0`, `i * 4 + j`), as in TVM.
+    # `==` stays identity: IterVars are dict keys.
+    def as_expr(self) -> Var:
+        return self.var
+
+    def __add__(self, o):
+        return self.var + o
+
+    def __radd__(self, o):
+        return o + self.var
+
+    def __sub__(self, o):
+        return self.var - o
+
+    def __rsub__(self, o):
+        return o - self.var
+
+    def __mul__(self, o):
+        return self.var * o
+
+    def __rmul__(self, o):
+        return o * self.var
+
+    def __floordiv__(self, o):
+        return self.var // o
+
+    def __mod__(self, o):
+        return self.var % o
+
+    def __lt__(self, o):
+        return self.var < o
+
+    def __le__(self, o):
+        return self.var <= o
+
+    def __gt__(self, o):
+        return self.var > o
+
+    def __ge__(self, o):
+        return self.var >= o
+
 
 @dataclass(frozen=True, eq=False)
 class CommReducer(Node):
