@@ -1,4 +1,4 @@
-"""Integer arithmetic analysis: simplification (rule tables + canonical form), bounds, sets, divisibility.
+"""Integer analysis: simplification (rule tables, canonical form), bounds, sets, divisibility.
 
 from tessera.arith import Analyzer, IntSet, simplify
 an = Analyzer(); an.bind(i, Range(0, 16))

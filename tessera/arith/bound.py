@@ -126,7 +126,7 @@ def intersect(a: Bound, b: Bound) -> Bound:
 
 
 def const_int_bound(e: E.Expr, analyzer) -> Bound:
-    """Inclusive (lo, hi) of an integer (or bool) expression, with the analyzer's variable ranges."""
+    """Inclusive (lo, hi) of an integer or bool expression under the analyzer's var ranges."""
     cache = analyzer._bound_cache
     hit = cache.get(e)
     if hit is not None:

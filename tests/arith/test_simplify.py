@@ -1,4 +1,4 @@
-"""Simplifier: canonical results on index patterns, float safety, and a randomized equivalence check."""
+"""Simplifier: results on index patterns, float safety, randomized equivalence checks."""
 
 import itertools
 import random
