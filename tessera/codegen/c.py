@@ -24,6 +24,7 @@ from tessera.codegen import c_prelude
 from tessera.codegen.c_expr import (
     ADD,
     RESERVED,
+    UNARY,
     ExprPrinter,
     is_float16,
     storage_type,
@@ -158,7 +159,7 @@ class _FunctionEmitter:
         parts = []
         for p in self.func.params:
             if isinstance(p, Buffer):
-                dims = ", ".join(self.exprs.text(d) for d in self.func.param_shape(p))
+                dims = ", ".join(self.exprs.text(E.convert(d)) for d in self.func.param_shape(p))
                 parts.append(f"{p.name}: {p.dtype}[{dims}]")
             else:
                 parts.append(f"{p.name}: {p.dtype}")
@@ -288,7 +289,7 @@ class _FunctionEmitter:
     def _Allocate(self, s: S.Allocate) -> None:
         buf = s.buffer
         name, ctype = self.names.get(buf), storage_type(buf.dtype)
-        count = self.hoist(buf.num_elements())
+        count = self.hoist(_num_elements(buf))
         itemsize = buf.dtype.itemsize
         self.scope.add(id(buf))
         on_stack = isinstance(count, E.IntImm) and count.value * itemsize <= STACK_LIMIT_BYTES
@@ -299,7 +300,7 @@ class _FunctionEmitter:
         if isinstance(count, E.IntImm):
             nbytes = str(count.value * itemsize)
         else:
-            nbytes = f"(int64_t)({self.exprs.text(count)}) * {itemsize}"
+            nbytes = f"(int64_t){wrap(self.exprs.p(count, None), UNARY)} * {itemsize}"
         self.line(f"{ctype}* restrict {name} = ({ctype}*)tessera_alloc({nbytes});")
         with self.block(f"if ({name} == NULL)"):
             self.line("return -1;")
@@ -405,6 +406,16 @@ def _as(e: E.Expr, dt) -> E.Expr:
     if e.dtype == dt:
         return e
     return E.IntImm(e.value, dt) if isinstance(e, E.IntImm) else E.Cast(dt, e)
+
+
+def _num_elements(buf: Buffer) -> E.Expr:
+    dims = [d for d in buf.shape if not (isinstance(d, E.IntImm) and d.value == 1)]
+    if not dims:
+        return E.IntImm(1)
+    count = dims[0]
+    for d in dims[1:]:
+        count = count * d
+    return count
 
 
 def _is_zero(e: E.Expr) -> bool:

@@ -209,7 +209,7 @@ class ExprPrinter:
     def finish(self, dt: DType, item: tuple[str, float]) -> tuple[str, float]:
         """Bring a C result back to `dt`: narrow integers wrap, 16-bit floats round."""
         if dt.is_integer and dt.bits < 32:
-            return f"({storage_type(dt)})({item[0]})", UNARY
+            return f"({storage_type(dt)}){wrap(item, UNARY)}", UNARY
         if is_float16(dt):
             return self.helper("bf16_round" if dt.code == "bfloat" else "f16_round", item[0])
         return item
@@ -239,7 +239,8 @@ class ExprPrinter:
         if dt.is_uint or (dt.is_int and self.nonneg(e.a) and self.positive_const(e.b)):
             return self.finish(dt, self.binary(e.a, e.b, c_op, MUL, lane))
         args = (self.text(e.a, lane), self.text(e.b, lane))
-        return self.finish(dt, self.helper(f"{name}_{suffix(dt)}", *args))
+        item = self.helper(f"{name}_{suffix(dt)}", *args)
+        return item if dt.is_integer else self.finish(dt, item)  # helpers return the int type
 
     def _FloorDiv(self, e, lane):
         return self._floor_op(e, lane, "floordiv", "/")
