@@ -12,10 +12,12 @@ affine in v (`a*v + rest < bound`, any of < <= > >=) and whose other variables a
 inside v (ranging over their loops) or fixed outside v gives the interval of v where it holds for
 every inner iteration. The intersection of those intervals is the main part: there the proven
 conjuncts are dropped (the guard goes when none is left); the iterations before and after keep
-the guard, with fresh loop and let variables. Loops are examined outermost first; the main part
-is examined again for the guards left (a 2-D split peels its rows, then its columns); the peeled
-parts are not. A VECTORIZED or UNROLLED loop is only partitioned into constant extents, and a
-THREAD_BINDING loop never. Symbolic shape variables are assumed non-negative.
+the guard, with fresh loop and let variables. Loops are examined outermost first; then the loops
+inside each part are examined for the guards left (a 2-D split peels its rows, then its columns;
+in a one-iteration tail such as the last 8 of 40 columns tiled by 16, the inner guard `j < 8`
+becomes constant and splits the inner loop into constant extents). A VECTORIZED or UNROLLED
+loop is only partitioned into constant extents, and a THREAD_BINDING loop never. Symbolic shape
+variables are assumed non-negative.
 """
 
 from __future__ import annotations
@@ -118,6 +120,12 @@ class _Partition(Mutator):
             return None
         var = Var(loop.loop_var.name, loop.loop_var.dtype)
         body = copy_fresh(loop.body, {loop.loop_var: var})
+        # A one-iteration tail binds its var to a value, so the guards of the loops inside
+        # become constant and those loops can be split into constant extents (and vectorized).
+        one = isinstance(extent, IntImm) and extent.value == 1
+        self.an.bind(var, start if one else Range(start, extent))
+        body = self.visit(body)
+        self.an.unbind(var)
         return replace(loop, loop_var=var, min=start, extent=extent, body=body)
 
 
