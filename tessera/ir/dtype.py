@@ -116,6 +116,13 @@ class DType:
             return "uint64"
         return str(self.element)
 
+    @property
+    def dtype(self):
+        """The numpy dtype, so numpy accepts a DType anywhere it takes a dtype (`x.astype(A.dtype)`)."""
+        import numpy as np
+
+        return np.dtype(self.numpy_name)
+
     def min_value(self):
         if self.is_int:
             return -(1 << (self.bits - 1))
