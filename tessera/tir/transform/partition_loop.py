@@ -15,9 +15,9 @@ conjuncts are dropped (the guard goes when none is left); the iterations before 
 the guard, with fresh loop and let variables. Loops are examined outermost first; then the loops
 inside each part are examined for the guards left (a 2-D split peels its rows, then its columns;
 in a one-iteration tail such as the last 8 of 40 columns tiled by 16, the inner guard `j < 8`
-becomes constant and splits the inner loop into constant extents). A VECTORIZED or UNROLLED
-loop is only partitioned into constant extents, and a THREAD_BINDING loop never. Symbolic shape
-variables are assumed non-negative.
+becomes constant and splits the inner loop into constant extents). Inside a peeled part, and
+for a VECTORIZED or UNROLLED loop, a loop is only partitioned into constant extents; a
+THREAD_BINDING loop never is. Symbolic shape variables are assumed non-negative.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ class _Guard:
 class _Partition(Mutator):
     def __init__(self, analyzer: Analyzer):
         self.an = analyzer
+        # Inside a peeled part, split only into constant extents: a symbolic split of a tail
+        # adds code (its last part never runs the guarded body) for little gain.
+        self.constant_only = False
 
     def visit_For(self, node: For):
         pieces = None
@@ -103,7 +106,7 @@ class _Partition(Mutator):
         extents = [an.simplify(e) for e in (main_lo - begin, main_hi - main_lo, end - main_hi)]
         if an.can_prove(extents[1] <= 0):
             return None  # the guards never hold for a whole inner iteration: nothing to gain
-        if loop.kind in (ForKind.VECTORIZED, ForKind.UNROLLED):
+        if self.constant_only or loop.kind in (ForKind.VECTORIZED, ForKind.UNROLLED):
             if not all(isinstance(e, IntImm) for e in extents):
                 return None  # symbolic extents could not be vectorized or unrolled anyway
         main_body = _DropProven(guards).visit(loop.body)
@@ -124,8 +127,10 @@ class _Partition(Mutator):
         # become constant and those loops can be split into constant extents (and vectorized).
         one = isinstance(extent, IntImm) and extent.value == 1
         self.an.bind(var, start if one else Range(start, extent))
+        saved, self.constant_only = self.constant_only, True
         body = self.visit(body)
         self.an.unbind(var)
+        self.constant_only = saved
         return replace(loop, loop_var=var, min=start, extent=extent, body=body)
 
 
