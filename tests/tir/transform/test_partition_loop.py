@@ -107,3 +107,23 @@ def test_guard_always_true_is_removed_without_split():
     f = tir.PrimFunc("f", (A,), tir.For(i, 0, 16, S, tir.IfThenElse(tir.likely(i < 20), store)))
     g = partition_loop(f)
     assert_structural_equal(g.body, tir.For(i, 0, 16, S, store))
+
+
+def test_one_iteration_tail_splits_inner_loop_into_constant_extents():
+    A = tir.decl_buffer((40,), "float32", "A")
+    jo, ji = tir.Var("jo"), tir.Var("ji")
+    j = jo * 16 + ji
+    store = tir.IfThenElse(tir.likely(j < 40), tir.BufferStore(A, A[j] + 1.0, (j,)))
+    f = tir.PrimFunc("f", (A,), tir.For(jo, 0, 3, S, tir.For(ji, 0, 16, V, store)))
+    g = partition_loop(f)
+    main, tail = g.body.seq
+    assert main.extent.value == 2 and tail.extent.value == 1
+    tail_main, tail_rest = tail.body.seq
+    assert tail_main.kind is V and tail_main.extent.value == 8
+    assert isinstance(tail_main.body, tir.BufferStore)
+    assert tail_rest.min.value == 8 and isinstance(tail_rest.body, tir.IfThenElse)
+    assert_same_results(f, g)
+    h = vectorize_loop(g)
+    lanes = {r.lanes for r in collect(h.body, lambda x: isinstance(x, tir.Ramp))}
+    assert lanes == {8, 16}
+    assert_same_results(f, h)
