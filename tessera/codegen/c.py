@@ -257,8 +257,13 @@ class _FunctionEmitter:
         if lanes == 1:
             self.line(f"{buf}[{self.exprs.text(index)}] = {self.store_value(s, value, None)};")
             return
+        # a vector store writes after all its lanes are read: where lanes could see each
+        # other's writes, read them into temporaries first
+        if index.dtype.lanes > 1 and _loads(index, s.buffer):
+            temp = E.Var(f"{s.buffer.name}_index", index.dtype)
+            self.declare(temp, index, temp)
+            index = temp
         if _reads_elsewhere(value, s.buffer, index):
-            # a vector store writes after all its lanes are read: read them into a temporary
             temp = E.Var(f"{s.buffer.name}_value", value.dtype)
             self.declare(temp, value, temp)
             value = temp
@@ -422,10 +427,13 @@ def _is_zero(e: E.Expr) -> bool:
     return isinstance(e, E.IntImm) and e.value == 0
 
 
+def _loads(e: E.Expr, buf: Buffer) -> list[E.BufferLoad]:
+    return collect(e, lambda n: isinstance(n, E.BufferLoad) and n.buffer is buf)
+
+
 def _reads_elsewhere(value: E.Expr, buf: Buffer, index: E.Expr) -> bool:
     """True when `value` loads elements of `buf` other than those at `index`."""
-    loads = collect(value, lambda n: isinstance(n, E.BufferLoad) and n.buffer is buf)
-    return any(not load.indices[0].same_as(index) for load in loads)
+    return any(not load.indices[0].same_as(index) for load in _loads(value, buf))
 
 
 def _used(body: S.Stmt) -> set[int]:
@@ -507,6 +515,10 @@ def compile_c(source: str, target=None, name: str = "kernels") -> Path:
 
     flags = compile_flags(target)
     key = "\n".join([*cc.compiler_command(), *flags, source])
+    if "-march=native" in flags:  # a cache directory may be shared by different machines
+        from tessera.target import Target
+
+        key += str(Target.host())
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     folder = config.cache_dir() / "c"
     folder.mkdir(parents=True, exist_ok=True)

@@ -692,3 +692,82 @@ def test_clear_errors():
         emit_c([PrimFunc("h", (A,), BufferStore(stray, tir.const(0.0), (0,)))])
     with pytest.raises(CCompileError, match=r"(?s)\.c.*error"):
         compile_c("int broken(void) { return x; }\n", name="broken")
+
+
+def test_lets_in_expressions_and_statements():
+    n, i = Var("n"), Var("i")
+    A, C = decl_buffer((n,), "float32", "A"), decl_buffer((n,), "float32", "C")
+    t, u, unused = Var("t", "float32"), Var("u", "float32"), Var("unused")
+    # C[i] = (let t = A[i] * 2 in t * t) + (i < n - 1 ? (let u = A[i + 1] in u + 1) : 0)
+    squared = tir.Let(t, A[i] * 2.0, t * t)
+    guarded = tir.if_then_else(i < n - 1, tir.Let(u, A[i + 1], u + 1.0), tir.const(0.0))
+    store = LetStmt(unused, i * 7, BufferStore(C, squared + guarded, (i,)))
+    func = PrimFunc("lets", (A, C), For(i, 0, n, SERIAL, store))
+    source = emit_c([func])
+    assert "float t = A[i] * 2.0f;" in source  # hoisted into a declaration
+    assert "A[i + 1] + 1.0f" in source  # inlined: declaring it early would read past the end
+    assert "unused" not in source
+    a, c = RNG.standard_normal(9).astype("float32"), np.zeros(9, "float32")
+    build_c([func])["lets"](a, c)
+    np.testing.assert_allclose(c, (a * 2) ** 2 + np.append(a[1:] + 1, 0), rtol=1e-6)
+
+
+def test_float16_intrinsics_and_bool_buffers():
+    funcs = [
+        elementwise(f"{name}_f16", getattr(tir, name), "float16", nargs=1)
+        for name in ("exp", "sqrt", "tanh", "floor", "round", "abs")
+    ]
+    n, i, flag = Var("n"), Var("i"), Var("flag", "bool")
+    M = decl_buffer((n,), "bool", "M")
+    X, Y = decl_buffer((n,), "int32", "X"), decl_buffer((n,), "int32", "Y")
+    pick = tir.Select(M[i] & flag, X[i], 0 - X[i])
+    funcs.append(
+        PrimFunc("masked", (M, X, Y, flag), For(i, 0, n, SERIAL, BufferStore(Y, pick, (i,))))
+    )
+    mod = build_c(funcs)
+    x = _float_input("float16", 0, 4, 200)
+    refs = {
+        "exp": np.exp,
+        "sqrt": np.sqrt,
+        "tanh": np.tanh,
+        "floor": np.floor,
+        "round": np.round,
+        "abs": np.abs,
+    }
+    for name, ref in refs.items():
+        got = run(mod, f"{name}_f16", x, out_dtype="float16")
+        np.testing.assert_allclose(got, ref(x), rtol=1e-3, err_msg=name)  # within one float16 ulp
+    m, xs = RNG.integers(0, 2, 50).astype(bool), RNG.integers(-9, 9, 50).astype("int32")
+    for flag_value in (True, False):
+        y = np.zeros(50, "int32")
+        mod["masked"](m, xs, y, flag_value)
+        np.testing.assert_array_equal(y, np.where(m & flag_value, xs, -xs))
+
+
+def test_export_library_and_load_module(tmp_path):
+    from tessera.runtime import load_module
+
+    funcs = [
+        _row_sum("row_sum", PARALLEL, SERIAL),
+        elementwise("add_f16", lambda a, b: a + b, "float16"),
+    ]
+    path = build_c(funcs).export_library(tmp_path / "kernels.so")
+    mod = load_module(path)
+    a = RNG.standard_normal((5, 3)).astype("float32")
+    s = np.zeros(5, "float32")
+    mod["row_sum"](a, s)
+    np.testing.assert_allclose(s, a.sum(axis=1), rtol=1e-5)
+    h = RNG.standard_normal(10).astype("float16")
+    np.testing.assert_array_equal(run(mod, "add_f16", h, h, out_dtype="float16"), h + h)
+
+
+def test_compile_flags_follow_the_target():
+    from tessera.codegen.c import compile_flags
+    from tessera.target import Target
+
+    host = compile_flags(Target("c"))
+    assert host[:3] == ["-O3", "-std=c99", "-fPIC"] and "-march=native" in host
+    assert "-march=native" in compile_flags(None)
+    cross = compile_flags(Target("c -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
+    assert "-mcpu=cortex-a72" in cross and "-march=native" not in cross
+    assert "-mno-avx512f" in compile_flags("c -mattr=-avx512f")
