@@ -218,11 +218,14 @@ def _intermediate_storage(sch: Schedule, bounds: BoundInfo, storage) -> list:
     return allocated
 
 
-def _check_args(sch: Schedule, bounds: BoundInfo, storage) -> None:
+def _check_outputs(sch: Schedule, storage) -> None:
     for op in sch.outputs:
         st = sch[op]
         if (st, 0) not in storage:
             raise ValueError(f"lower: output {op.name} must be in the argument list")
+
+
+def _check_args(sch: Schedule, bounds: BoundInfo, storage) -> None:
     for st, body in bounds.bodies.items():
         if st not in bounds.regions:
             continue
@@ -252,6 +255,7 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
         raise TypeError("lower: args must be a list of tensors (and vars)")
     bounds = infer_bound(sch)
     params, storage = _arg_storage(sch, args)
+    _check_outputs(sch, storage)
     allocated = _intermediate_storage(sch, bounds, storage)
     _check_args(sch, bounds, storage)
     lw = _Lowerer(sch, bounds, storage)
