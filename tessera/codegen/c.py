@@ -61,6 +61,11 @@ class _Names:
         self.prefixes = reserved_prefixes
         self.by_id: dict[int, tuple[object, str]] = {}  # the object is kept so ids stay unique
 
+    def rename(self, obj) -> str:
+        """A new name for `obj` from here on (it is declared again, e.g. in an unrolled copy)."""
+        self.by_id[id(obj)] = (obj, self.fresh(obj.name))
+        return self.by_id[id(obj)][1]
+
     def get(self, obj) -> str:
         hit = self.by_id.get(id(obj))
         if hit is None:
@@ -117,6 +122,7 @@ class _FunctionEmitter:
         self.outlined: list[str] = []
         self.n_parallel = 0
         self.scope: set[int] = set()  # ids of the buffers declared where code is being emitted
+        self.declared: set[int] = set()  # ids of the Vars and Buffers declared so far
         self.lane = ""
 
     # -- output ---------------------------------------------------------------------------
@@ -131,6 +137,14 @@ class _FunctionEmitter:
         yield
         self.depth -= 1
         self.line("}")
+
+    def declare_name(self, obj) -> str:
+        """The C name for a declaration of `obj`: fresh when `obj` was declared before, as the
+        copies of an unrolled loop body declare the same Vars and Buffers in one C block."""
+        if id(obj) in self.declared:
+            return self.names.rename(obj)
+        self.declared.add(id(obj))
+        return self.names.get(obj)
 
     def lane_loop(self, lanes: int):
         return self.block(f"for (int32_t {self.lane} = 0; {self.lane} < {lanes}; ++{self.lane})")
@@ -222,7 +236,7 @@ class _FunctionEmitter:
         """`T var = value;` (an array filled lane by lane for a vector), unless body ignores it."""
         if not uses_var(body, var):
             return  # tir expressions are pure: an unused value need not be computed
-        name, ctype = self.names.get(var), value_type(value.dtype)
+        name, ctype = self.declare_name(var), value_type(value.dtype)
         lanes = value.dtype.lanes
         if lanes == 1:
             self.line(f"{ctype} {name} = {self.exprs.text(value)};")
@@ -293,8 +307,8 @@ class _FunctionEmitter:
 
     def _Allocate(self, s: S.Allocate) -> None:
         buf = s.buffer
-        name, ctype = self.names.get(buf), storage_type(buf.dtype)
         count = self.hoist(_num_elements(buf))
+        name, ctype = self.declare_name(buf), storage_type(buf.dtype)
         itemsize = buf.dtype.itemsize
         self.scope.add(id(buf))
         on_stack = isinstance(count, E.IntImm) and count.value * itemsize <= STACK_LIMIT_BYTES

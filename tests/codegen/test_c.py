@@ -771,3 +771,23 @@ def test_compile_flags_follow_the_target():
     cross = compile_flags(Target("c -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
     assert "-mcpu=cortex-a72" in cross and "-march=native" not in cross
     assert "-mno-avx512f" in compile_flags("c -mattr=-avx512f")
+
+
+def test_unrolled_copies_declare_their_lets_and_buffers_again():
+    A = decl_buffer((8,), "float32", "A")
+    t, k = Var("t", "float32"), Var("k")
+    T = decl_buffer((2,), "float32", "T", scope="local")
+
+    def copy(offset):  # what unroll_loop makes: the same Let var and Allocate in every copy
+        body = seq(
+            BufferStore(T, A[offset] * 2.0, (0,)),
+            For(k, 0, 1, SERIAL, BufferStore(A, T[0] + t, (offset + k,))),
+        )
+        return LetStmt(t, tir.const(1.0), Allocate(T, body))
+
+    func = PrimFunc("unrolled", (A,), seq(copy(0), copy(1), copy(2)))
+    source = emit_c([func])
+    assert "float t_1 = 1.0f;" in source and "float T_2[2];" in source
+    a = np.arange(8, dtype="float32")
+    build_c([func])["unrolled"](a)
+    np.testing.assert_array_equal(a, [1, 3, 5, 3, 4, 5, 6, 7])
