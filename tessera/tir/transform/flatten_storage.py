@@ -6,18 +6,21 @@
                B[i * 64 + j] = A[i * 64 + j] * 2;  allocate T: float32[32] { T[a * 8 + b] = ... }
 
 Each buffer (parameters, Allocates, and any other buffer the body touches) is replaced by a new
-1-D Buffer with the same name, dtype and scope and shape `(prod(shape),)`; a buffer that is
-already 1-D is kept as it is. The 1-D buffers replace the parameters in `params` (same names,
-dtypes and order). The shapes the caller passes stay in the PrimFunc attr
-`("param_shapes", (shape0, shape1, ...))`, one tuple of dims per buffer parameter in order, which
-`PrimFunc.param_shape`, `PrimFunc.scalar_vars` and `codegen.common.function_info` read. Running the
-pass twice is harmless: a function that already has "param_shapes" keeps them.
+1-D Buffer with the same name, dtype and scope and shape `(prod(shape),)`, and its indices by
+the row-major offset `i*stride0 + j*stride1 + ...` (simplified: the index of a fused axis,
+`floordiv(f, 10)*10 + floormod(f, 10)`, becomes `f`); a buffer that is already 1-D is kept.
+The 1-D buffers replace the parameters in `params` (same names, dtypes and order). The shapes
+the caller passes stay in the PrimFunc attr `("param_shapes", (shape0, shape1, ...))`, one tuple
+of dims per buffer parameter in order, which `PrimFunc.param_shape`, `PrimFunc.scalar_vars` and
+`codegen.common.function_info` read. Running the pass twice is harmless: a function that already
+has "param_shapes" keeps them.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from tessera.arith import simplify
 from tessera.ir.node import Mutator
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import BufferLoad, Expr, IntImm, convert
@@ -82,7 +85,8 @@ class _Flatten(Mutator):
     def _indices(self, buf: Buffer, indices):
         if buf.ndim == 1:
             return indices
-        return (flat_index(buf.shape, indices),)
+        # fused axes give floordiv(f, 10)*10 + floormod(f, 10): simplified, that is f again
+        return (simplify(flat_index(buf.shape, indices)),)
 
     def visit_BufferLoad(self, node: BufferLoad):
         indices = tuple(self.visit(i) for i in node.indices)
