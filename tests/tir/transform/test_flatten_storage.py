@@ -81,3 +81,11 @@ def test_scalar_buffer():
     assert g.params[0].shape[0].value == 1
     assert g.body.indices[0].value == 0
     assert_same_results(f, g)
+
+
+def test_fused_axis_index_is_simplified():
+    A = tir.decl_buffer((6, 10), "float32", "A")
+    f_ = tir.Var("f")
+    store = tir.BufferStore(A, tir.const(1.0), (f_ // 10, f_ % 10))
+    g = flatten_storage(tir.PrimFunc("h", (A,), tir.For(f_, 0, 60, S, store)))
+    assert g.body.body.indices[0] is f_
