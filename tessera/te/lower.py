@@ -93,7 +93,9 @@ class _Lowerer:
         tag = attr.thread.thread_tag if attr and attr.thread is not None else ""
         notes = tuple(attr.pragmas) if attr else ()
         ext = self.bounds.ranges[iv].extent
-        return For(iv.var if var is None else var, IntImm(0, iv.var.dtype), ext, kind, body, tag, notes)
+        return For(
+            iv.var if var is None else var, IntImm(0, iv.var.dtype), ext, kind, body, tag, notes
+        )
 
     def _wrap(self, st: Stage, leaves, body: Stmt) -> Stmt:
         for iv in reversed(leaves):
