@@ -26,11 +26,13 @@ class Analyzer:
         self._values: dict[E.Var, E.Expr] = {}
         self._bound_cache: dict = {}
         self._in_progress: set[int] = set()
+        self._symbolic_busy = False  # see Note [symbolic ranges] in simplify.py
 
     def copy(self) -> Analyzer:
         out = Analyzer()
         out._ranges = dict(self._ranges)
         out._values = dict(self._values)
+        out._symbolic_busy = self._symbolic_busy
         return out
 
     def bind(self, var: E.Var, value) -> None:

@@ -92,20 +92,23 @@ def _collect(e: E.Expr, scale: int, out: Linear) -> None:
 
 def fold_fuse_identity(lin: Linear) -> bool:
     """Replace k*c*floordiv(x, c) + k*floormod(x, c) by k*x. True when something changed."""
-    changed = False
-    for term in list(lin.terms):
-        if term not in lin.terms or not isinstance(term, E.FloorMod):
-            continue
-        if not isinstance(term.b, E.IntImm) or term.b.value == 0:
-            continue
-        k = lin.terms[term]
-        div = E.FloorDiv(term.a, term.b)
-        if lin.terms.get(div) == k * term.b.value:
-            del lin.terms[term]
-            del lin.terms[div]
+    pairs = {}  # the floormod term -> its floordiv partner
+    for term, k in lin.terms.items():
+        if isinstance(term, E.FloorMod) and isinstance(term.b, E.IntImm) and term.b.value != 0:
+            div = E.FloorDiv(term.a, term.b)
+            if lin.terms.get(div) == k * term.b.value:
+                pairs[term] = div
+    if not pairs:
+        return False
+    # rebuild in order, x taking the place of its floormod term
+    old, lin.terms = lin.terms, {}
+    dropped = set(pairs.values())
+    for term, k in old.items():
+        if term in pairs:
             lin.add(linearize(term.a), k)
-            changed = True
-    return changed
+        elif term not in dropped:
+            lin.add_term(term, k)
+    return True
 
 
 def _times(term: E.Expr, coeff: int, dt: DType) -> E.Expr:

@@ -80,6 +80,7 @@ FLOORMOD_RULES = [
 
 MIN_RULES = [
     Rule(min(x, x), x),
+    Rule(min(c1, x), lambda x, c1: min(x, c1)),  # constants go right
     Rule(min(min(x, y), x), min(x, y)),
     Rule(min(min(x, y), y), min(x, y)),
     Rule(min(x, min(x, y)), min(x, y)),
@@ -100,6 +101,7 @@ MIN_RULES = [
 
 MAX_RULES = [
     Rule(max(x, x), x),
+    Rule(max(c1, x), lambda x, c1: max(x, c1)),
     Rule(max(max(x, y), x), max(x, y)),
     Rule(max(max(x, y), y), max(x, y)),
     Rule(max(x, max(x, y)), max(x, y)),

@@ -68,6 +68,9 @@ _FLOAT_FOLD = {
     E.Min: min,
     E.Max: max,
 }
+# nodes whose value may be pinned by the bounds of their operands alone
+_FOLD_BY_BOUND = {E.Var, E.FloorDiv, E.FloorMod, E.Div, E.Mod, E.Min, E.Max, E.Select, E.Cast}
+
 _CMP_FOLD = {
     E.LT: lambda a, b: a < b,
     E.LE: lambda a, b: a <= b,
@@ -149,6 +152,9 @@ class Simplifier(Mutator):
             return folded
         fn = getattr(self, f"_local_{type(e).__name__}", None)
         out = fn(e) if fn is not None else None
+        if out is None and type(e) in _FOLD_BY_BOUND and _is_signed_scalar(e.dtype):
+            lo, hi = B.const_int_bound(e, self.analyzer)
+            out = E.IntImm(int(lo), e.dtype) if lo == hi else None
         return e if out is None or out.same_as(e) else out
 
     def _int_rules(self, e: E.Expr) -> E.Expr | None:
@@ -242,7 +248,45 @@ class Simplifier(Mutator):
         return lin
 
     def _diff_bound(self, a, b) -> B.Bound:
-        return linear_bound(self._diff(a, b), self.analyzer)
+        return self._sign_bound(self._diff(a, b))
+
+    def _sign_bound(self, lin: Linear) -> B.Bound:
+        """Bounds of lin, tight enough to tell its sign where we can (Note [symbolic ranges])."""
+        d = linear_bound(lin, self.analyzer)
+        if d[0] == d[1] or not d[0] <= 0 <= d[1]:
+            return d
+        sym = self._symbolic_bound(lin)
+        return d if sym is None else B.intersect(d, sym)
+
+    # Note [symbolic ranges]
+    # With i in [0, n - 1] and n in [1, 64], interval arithmetic on constants cannot show
+    # i - n < 0. Relaxing i over its symbolic range first gives [-n, -1], whose constant upper
+    # bound is -1. This runs only when the constant bound cannot decide, only one level deep
+    # (the analyzer is marked busy meanwhile), and only for vars with a non-constant range.
+
+    def _symbolic_bound(self, lin: Linear) -> B.Bound | None:
+        from tessera.arith.int_set import eval_set
+        from tessera.tir.stmt_functor import free_vars
+
+        an = self.analyzer
+        if an._symbolic_busy or not an._ranges:
+            return None
+        e = build(lin)
+        dom = {}
+        for v in free_vars(e):
+            s = an._ranges.get(v)
+            if s is not None and not _is_const_set(s):
+                dom[v] = s
+        if not dom:
+            return None
+        an._symbolic_busy = True
+        try:
+            s = eval_set(e, dom, an)
+        finally:
+            an._symbolic_busy = False
+        lo = -B.INF if s.min_value is None else B.const_int_bound(s.min_value, an)[0]
+        hi = B.INF if s.max_value is None else B.const_int_bound(s.max_value, an)[1]
+        return (lo, hi)
 
     def _compare(self, e: E.CmpOp) -> E.Expr | None:
         odt = e.a.dtype
@@ -261,7 +305,7 @@ class Simplifier(Mutator):
 
     def _decide_or_normalize(self, e: E.CmpOp) -> E.Expr:
         lin = self._diff(e.a, e.b)  # e is `lin OP 0`
-        d = linear_bound(lin, self.analyzer)
+        d = self._sign_bound(lin)
         verdict = _decide(type(e), d)
         if verdict is None and isinstance(e, E.EQ | E.NE) and _never_zero(lin):
             verdict = isinstance(e, E.NE)
@@ -339,6 +383,10 @@ def _decide(cls, d: B.Bound) -> bool | None:
     }
     yes, no = table[cls]
     return True if yes else False if no else None
+
+
+def _is_const_set(s) -> bool:
+    return isinstance(s.min_value, E.IntImm) and isinstance(s.max_value, E.IntImm)
 
 
 def _never_zero(lin: Linear) -> bool:
