@@ -43,14 +43,15 @@ def test_modular_sets_hold_for_random_values(evaluate_fn):
     for _ in range(200):
         a, b = r.randint(-6, 6), r.randint(-5, 5)
         c, d = r.choice([1, 2, 3, 4, 8]), r.randint(-3, 3)
-        e = r.choice(
-            [
-                lambda: (x * a + b) * c + y * 6,
-                lambda: floordiv(x * (c * 4) + b, c),
-                lambda: floormod(x * a + b, c) + d,
-                lambda: max(x * a + b, y * (a * 2) + b),
-            ]
-        )()
+        pick = r.randrange(4)
+        if pick == 0:
+            e = (x * a + b) * c + y * 6
+        elif pick == 1:
+            e = floordiv(x * (c * 4) + b, c)
+        elif pick == 2:
+            e = floormod(x * a + b, c) + d
+        else:
+            e = max(x * a + b, y * (a * 2) + b)
         coeff, base = Analyzer().modular_set(e)
         for vx in range(-5, 6):
             for vy in range(-3, 4):
