@@ -155,3 +155,44 @@ def test_argument_errors():
         te.lower(s, [A, A, B, C])
     with pytest.raises(TypeError, match="te.Schedule"):
         te.lower(C, [A, B, C])
+
+
+def test_multi_output_compute_numbers(rng, run):
+    A = te.placeholder((5,), name="A")
+    x, y = te.compute((5,), lambda i: (A[i] + 1.0, A[i] * 2.0), name="two")
+    f = te.lower(te.create_schedule(x.op), [A, x, y])
+    a = rng.standard_normal(5, dtype=np.float32)
+    _, xo, yo = run(f, a, np.zeros(5, np.float32), np.zeros(5, np.float32))
+    np.testing.assert_allclose(xo, a + 1)
+    np.testing.assert_allclose(yo, a * 2)
+
+
+def test_nested_compute_at_chain(rng, run):
+    A = te.placeholder((12,), name="A")
+    B = te.compute((12,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((11,), lambda i: B[i] + B[i + 1], name="C")
+    D = te.compute((10,), lambda i: C[i] * C[i + 1], name="D")
+    s = te.create_schedule(D.op)
+    do, di = s[D].split(D.op.axis[0], factor=4)
+    s[C].compute_at(s[D], do)
+    s[B].compute_at(s[C], s[C].op.axis[0])
+    f = te.lower(s, [A, D])
+    a = rng.standard_normal(12, dtype=np.float32)
+    _, d = run(f, a, np.zeros(10, np.float32))
+    b = a + 1
+    c = b[:-1] + b[1:]
+    np.testing.assert_allclose(d, c[:-1] * c[1:], rtol=1e-5)
+
+
+def test_compute_at_stage_that_is_an_argument_writes_in_place(rng, run):
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((8,), lambda i: B[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    f = te.lower(s, [A, B, C])
+    assert not collect(f.body, lambda x: isinstance(x, tir.Allocate))
+    a = rng.standard_normal(8, dtype=np.float32)
+    _, b, c = run(f, a, np.zeros(8, np.float32), np.zeros(8, np.float32))
+    np.testing.assert_allclose(b, a * 2)
+    np.testing.assert_allclose(c, a * 2 + 1)
