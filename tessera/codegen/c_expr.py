@@ -27,21 +27,8 @@ from tessera.tir import expr as E
 from tessera.tir.stmt_functor import substitute
 
 # C precedence levels (higher binds tighter)
-PRIMARY, UNARY, MUL, ADD, SHIFT, REL, EQ, BAND, XOR, BOR, LAND, LOR, COND = (
-    16,
-    14,
-    13,
-    12,
-    11,
-    10,
-    9,
-    8,
-    7,
-    6,
-    5,
-    4,
-    3,
-)
+PRIMARY, UNARY, MUL, ADD, SHIFT, REL, EQ = 16, 14, 13, 12, 11, 10, 9
+BAND, XOR, BOR, LAND, LOR, COND = 8, 7, 6, 5, 4, 3
 # `!x` binds like a unary operator, but gcc -Wall wants `(!x) == y`: rank it just above `<`.
 NOT = 10.5
 
