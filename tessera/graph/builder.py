@@ -40,7 +40,7 @@ class GraphBuilder:
 
     def const(self, array, name: str | None = None, dtype=None) -> Constant:
         array = np.asarray(array, dtype=dtype)
-        c = Constant.of(self.fresh_name(name or "c"), array)
+        c = Constant.of(self.fresh_name(name or self.name_hint), array)
         self.constants.append(c)
         return c
 

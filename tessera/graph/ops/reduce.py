@@ -10,7 +10,12 @@ import numpy as np
 
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
-from tessera.graph.ops.common import normalize_axes, normalize_axis, type_error
+from tessera.graph.ops.common import (
+    broadcast_shapes,
+    normalize_axes,
+    normalize_axis,
+    type_error,
+)
 from tessera.ir.dtype import int64
 
 
@@ -123,3 +128,51 @@ def _(x, k, axis=-1, largest=True, sorted=True):
     idx = np.argsort(keys, axis=axis, kind="stable")
     idx = np.take(idx, np.arange(k), axis=axis)
     return np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)
+
+
+einsum = register_op("einsum", kind=OpKind.OPAQUE)
+
+
+def _einsum_shape(equation: str, shapes):
+    """Output shape of numpy.einsum for these operand shapes (explicit or implicit output)."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise type_error("einsum", f"{equation!r} names {len(terms)} operands, got {len(shapes)}")
+    sizes, ellipsis, counts = {}, (), {}
+    for term, shape in zip(terms, shapes, strict=True):
+        letters = term.replace("...", "")
+        n_ell = len(shape) - len(letters)
+        if n_ell < 0 or (n_ell and "..." not in term):
+            raise type_error("einsum", f"term {term!r} does not match shape {list(shape)}")
+        pre = term.split("...")[0] if "..." in term else term
+        dims = list(shape)
+        ell = tuple(dims[len(pre) : len(pre) + n_ell]) if "..." in term else ()
+        labelled = dims[: len(pre)] + dims[len(pre) + n_ell :]
+        ellipsis = broadcast_shapes("einsum", ellipsis, ell)
+        for c, d in zip(letters, labelled, strict=True):
+            counts[c] = counts.get(c, 0) + 1
+            if sizes.setdefault(c, d) != d and 1 not in (d, sizes[c]):
+                raise type_error("einsum", f"label {c!r} has sizes {sizes[c]} and {d}")
+            sizes[c] = max(sizes[c], d)
+    if not arrow:
+        rhs = "..." + "".join(sorted(c for c, n in counts.items() if n == 1))
+    if "..." in rhs:
+        pre, post = rhs.split("...")
+        return tuple(sizes[c] for c in pre) + tuple(ellipsis) + tuple(sizes[c] for c in post)
+    return tuple(sizes[c] for c in rhs)
+
+
+@einsum.type_rule
+def _(*xs: TensorType, equation) -> TensorType:
+    if not xs:
+        raise type_error("einsum", "needs at least one operand")
+    if len({t.dtype for t in xs}) != 1:
+        raise type_error("einsum", "operands must share one dtype")
+    return xs[0].with_shape(_einsum_shape(equation, [t.shape for t in xs]))
+
+
+@einsum.reference
+def _(*xs, equation):
+    return np.einsum(equation, *xs).astype(xs[0].dtype)

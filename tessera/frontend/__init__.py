@@ -1,0 +1,8 @@
+"""Model importers: a model file -> a graph IRModule and its params.
+
+mod, params = tessera.frontend.from_onnx(onnx.load("model.onnx"), {"data": (1, 3, 224, 224)})
+"""
+
+from tessera.frontend.onnx import UnsupportedOpError, from_onnx
+
+__all__ = ["UnsupportedOpError", "from_onnx"]

@@ -1,0 +1,235 @@
+"""ONNX frontend: an ONNX ModelProto -> a graph IRModule and its params.
+
+    mod, params = from_onnx(onnx.load("resnet50.onnx"), {"data": (1, 3, 224, 224)})
+
+Steps: check the model and list every node without a converter (one UnsupportedOpError for
+all of them); bind the inputs' shapes (dynamic dims from `shape_dict`); convert the nodes in
+topological order with the converters of `onnx_math`, `onnx_nn` and `onnx_shape`. A node whose
+inputs are all known is evaluated at once (shape subgraphs fold away). Initializers, and any
+constant larger than `PARAM_MIN_ELEMENTS`, become function parameters returned in `params`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tessera.frontend import onnx_math, onnx_nn, onnx_shape  # noqa: F401  (register converters)
+from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
+from tessera.graph.builder import rename_values
+from tessera.graph.ir import Function, Value
+from tessera.ir.module import IRModule
+
+PARAM_MIN_ELEMENTS = 64
+
+
+class UnsupportedOpError(ValueError):
+    """A model uses ONNX ops that tessera cannot convert; `nodes` lists (name, op_type)."""
+
+    def __init__(self, nodes: list[tuple[str, str, str]]):
+        self.nodes = nodes
+        types = sorted({op for _, op, _ in nodes})
+        lines = [f"  {name or '<unnamed>'}: {op}{detail}" for name, op, detail in nodes]
+        super().__init__(
+            f"the model uses {len(nodes)} node(s) of {len(types)} unsupported op type(s) "
+            f"({', '.join(types)}):\n" + "\n".join(lines)
+        )
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    out = {}
+    for imp in model.opset_import:
+        out["" if imp.domain == "ai.onnx" else imp.domain] = imp.version
+    if "" not in out:
+        out[""] = 1 if model.opset_import else onnx.defs.onnx_opset_version()
+    return out
+
+
+def _check_supported(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
+    missing = []
+    for node in graph.node:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in opsets:
+            missing.append((node.name, node.op_type, f" (domain {domain!r} is not imported)"))
+            continue
+        if find_converter(domain, node.op_type, opsets[domain]) is None:
+            where = f" (domain {domain})" if domain else f" (opset {opsets[domain]})"
+            missing.append((node.name, node.op_type, where))
+    if missing:
+        raise UnsupportedOpError(missing)
+
+
+def _load(model) -> onnx.ModelProto:
+    if isinstance(model, (str, Path)):
+        try:
+            return onnx.load(str(model))
+        except Exception as e:  # onnx raises DecodeError, OSError, ...
+            raise ValueError(f"cannot read ONNX model {str(model)!r}: {e}") from None
+    if isinstance(model, bytes):
+        try:
+            return onnx.load_from_string(model)
+        except Exception as e:
+            raise ValueError(f"cannot parse ONNX model bytes: {e}") from None
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(
+            f"from_onnx expects an onnx.ModelProto or a path, got {type(model).__name__}"
+        )
+    return model
+
+
+def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
+    t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise ValueError(
+            f"input {vi.name!r} is not a tensor (sequences and maps are not supported)"
+        )
+    if t.elem_type:
+        elem = helper.tensor_dtype_to_np_dtype(t.elem_type)
+    else:
+        elem = np.dtype(dtype.get(vi.name, "float32") if isinstance(dtype, dict) else dtype)
+    if vi.name in shape_dict:
+        return tuple(int(d) for d in shape_dict[vi.name]), elem
+    if not t.HasField("shape"):
+        raise ValueError(f"input {vi.name!r} has no shape: give it in shape_dict")
+    shape = []
+    for i, d in enumerate(t.shape.dim):
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            shape.append(d.dim_value)
+        else:
+            label = f" ({d.dim_param!r})" if d.dim_param else ""
+            raise ValueError(
+                f"input {vi.name!r} has a dynamic dim {i}{label}: give its shape in shape_dict"
+            )
+    return tuple(shape), elem
+
+
+def _attributes(node: onnx.NodeProto) -> dict:
+    attrs = {}
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            raise NodeError(f"attribute {a.name!r} holds a subgraph, which is not supported")
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, list):
+            v = tuple(x.decode() if isinstance(x, bytes) else x for x in v)
+        attrs[a.name] = v
+    return attrs
+
+
+def _toposort(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:
+    pending, order = list(graph.node), []
+    available = set(known) | {""}
+    while pending:
+        ready = [n for n in pending if all(i in available for i in n.input)]
+        if not ready:
+            n = pending[0]
+            missing = [i for i in n.input if i not in available]
+            raise ValueError(
+                f"node {n.name!r} ({n.op_type}) uses {missing[0]!r}, which no input, initializer "
+                "or node output defines (or the graph has a cycle)"
+            )
+        ids = {id(n) for n in ready}
+        pending = [n for n in pending if id(n) not in ids]
+        order.extend(ready)
+        available.update(o for n in ready for o in n.output)
+    return order
+
+
+def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    fn = find_converter(domain, node.op_type, opset)
+    label = f"node {node.name or node.output[0]!r} ({node.op_type}, opset {opset})"
+    b.opset, b.num_outputs, b.node_name = opset, len(node.output), node.name
+    b.name_hint = next((o for o in node.output if o), node.name or node.op_type)
+    try:
+        inputs = [env[i] if i else None for i in node.input]
+        out = fn(b, *inputs, **_attributes(node))
+    except (NodeError, TypeError, ValueError, NotImplementedError) as e:
+        raise ValueError(f"{label}: {e}") from None
+    outs = out if isinstance(out, tuple) else (out,)
+    for name, v in zip(node.output, outs, strict=False):
+        if name:
+            env[name] = v
+    for name in node.output[len(outs) :]:
+        if name:
+            env[name] = _Unavailable(label, name)
+
+
+class _Unavailable:
+    """An optional node output that tessera does not compute (e.g. BatchNorm's running mean)."""
+
+    def __init__(self, label, name):
+        self.label, self.name = label, name
+
+
+def from_onnx(model, shape_dict: dict | None = None, dtype="float32"):
+    """Convert an ONNX model to (IRModule with function "main", params: dict[str, ndarray])."""
+    model = _load(model)
+    if not model.HasField("graph"):
+        raise ValueError("the ONNX model has no graph")
+    graph, opsets, shape_dict = model.graph, _opsets(model), dict(shape_dict or {})
+    _check_supported(graph, opsets)
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in inits]
+    unknown = sorted(set(shape_dict) - {vi.name for vi in inputs})
+    if unknown:
+        names = ", ".join(vi.name for vi in inputs)
+        raise ValueError(
+            f"shape_dict names {unknown[0]!r}, which is not an input (inputs: {names})"
+        )
+    b = ConvertContext()
+    env: dict[str, object] = {}
+    for vi in inputs:
+        shape, elem = _input_type(vi, shape_dict, dtype)
+        env[vi.name] = b.param(vi.name, shape, elem)
+    for name, array in inits.items():
+        env[name] = b.const(array, name=name)
+    init_ids = {id(env[n]) for n in inits}
+    for node in _toposort(graph, set(env)):
+        for i in node.input:
+            if isinstance(env.get(i), _Unavailable):
+                raise ValueError(f"{env[i].label}: output {i!r} is used but not supported")
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        _convert_node(b, node, env, opsets[domain])
+    outputs = []
+    for vi in graph.output:
+        v = env.get(vi.name)
+        if not isinstance(v, Value):
+            raise ValueError(f"graph output {vi.name!r} is not computed by the model")
+        outputs.append(v)
+    names = {id(env[vi.name]): vi.name for vi in reversed(graph.output)}
+    func = b.finish(outputs, names=names)
+    func, params = _constants_to_params(func, init_ids)
+    func.verify()
+    return IRModule({"main": func}), params
+
+
+def _constants_to_params(func: Function, init_ids: set[int]):
+    """Initializers and large constants become parameters (after the model's inputs)."""
+    keep, params, mapping = [], {}, {}
+    for c in func.constants:
+        if id(c) in init_ids or c.array.size > PARAM_MIN_ELEMENTS:
+            p = Value(c.name, c.type)
+            mapping[id(c)] = p
+            params[c.name] = np.array(c.array)
+        else:
+            keep.append(c)
+    new_params = tuple(func.params) + tuple(mapping.values())
+    body = tuple(
+        type(call)(
+            call.op, tuple(mapping.get(id(v), v) for v in call.inputs), call.attrs, call.outputs
+        )
+        for call in func.body
+    )
+    outputs = tuple(mapping.get(id(v), v) for v in func.outputs)
+    func = Function(func.name, new_params, body, outputs, tuple(keep))
+    return rename_values(func, {}), params
+
+
+__all__ = ["UnsupportedOpError", "from_onnx"]

@@ -1,0 +1,258 @@
+"""ONNX converters for convolution, pooling, Gemm/MatMul, normalization, LRN, Dropout, Resize."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.frontend.onnx_registry import NodeError, onnx_op
+
+
+def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=False):
+    """Explicit per-axis strides, dilations and ONNX-order pads, resolving auto_pad."""
+    in_shape = b.shape_of(X)[2:]
+    kernel = tuple(W_or_kernel)
+    nd = len(kernel)
+    strides = tuple(strides or (1,) * nd)
+    dilations = tuple(dilations or (1,) * nd)
+    pads = list(pads or (0,) * (2 * nd))
+    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        raise NodeError(
+            f"strides {strides}, dilations {dilations} or pads {pads} do not fit {nd}-D"
+        )
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") and not transpose:
+        for i in range(nd):
+            out = -(-in_shape[i] // strides[i])
+            total = max(
+                0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_shape[i]
+            )
+            small, big = total // 2, total - total // 2
+            pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", ""):
+        raise NodeError(f"unknown auto_pad {auto_pad!r}")
+    return strides, dilations, tuple(pads)
+
+
+def _bias(b, y, B):
+    if B is None:
+        return y
+    shape = (-1,) + (1,) * (y.type.ndim - 2)
+    return b.call("add", y, b.reshape(B, (B.type.shape[0], *shape[1:])))
+
+
+@onnx_op("Conv")
+def conv(b, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+         pads=None, strides=None):  # fmt: skip
+    kernel = kernel_shape or b.shape_of(W)[2:]
+    strides, dilations, pads = _spatial(b, X, kernel, auto_pad, dilations, pads, strides)
+    nd = len(kernel)
+    if nd not in (1, 2, 3):
+        raise NodeError(f"{nd}-D convolution is not supported")
+    y = b.call(f"nn.conv{nd}d", X, W, strides=strides, padding=pads, dilation=dilations,
+               groups=group)  # fmt: skip
+    return _bias(b, y, B)
+
+
+@onnx_op("ConvTranspose")
+def conv_transpose(b, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1,
+                   kernel_shape=None, output_padding=None, output_shape=None, pads=None,
+                   strides=None):  # fmt: skip
+    kernel = tuple(kernel_shape or b.shape_of(W)[2:])
+    nd = len(kernel)
+    strides, dilations, pads = _spatial(b, X, kernel, auto_pad, dilations, pads, strides, True)
+    output_padding = tuple(output_padding or (0,) * nd)
+    in_shape = b.shape_of(X)[2:]
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is None:
+            target = [in_shape[i] * strides[i] for i in range(nd)]
+        else:
+            target = list(output_shape)[-nd:]
+        pads = [0] * (2 * nd)
+        for i in range(nd):
+            full = strides[i] * (in_shape[i] - 1) + output_padding[i]
+            total = full + (kernel[i] - 1) * dilations[i] + 1 - target[i]
+            if total < 0:  # the output is larger than the kernel covers: extra output padding
+                raise NodeError(f"output_shape {output_shape} is too large for the input")
+            half = total // 2
+            upper = auto_pad == "SAME_UPPER"
+            pads[i], pads[i + nd] = (half, total - half) if upper else (total - half, half)
+    y = b.call(f"nn.conv{nd}d_transpose", X, W, strides=strides, padding=tuple(pads),
+               dilation=dilations, groups=group, output_padding=output_padding)  # fmt: skip
+    return _bias(b, y, B)
+
+
+def _pool(kind, b, X, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides, count=0):
+    strides, dilations, pads = _spatial(b, X, kernel_shape, auto_pad, dilations, pads, strides)
+    nd = len(kernel_shape)
+    if nd not in (1, 2, 3):
+        raise NodeError(f"{nd}-D pooling is not supported")
+    return b.call(f"nn.{kind}_pool{nd}d", X, pool_size=tuple(kernel_shape), strides=strides,
+                  padding=pads, dilation=dilations, ceil_mode=bool(ceil_mode),
+                  count_include_pad=bool(count))  # fmt: skip
+
+
+@onnx_op("MaxPool")
+def max_pool(b, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, pads=None,
+             storage_order=0, strides=None):  # fmt: skip
+    return _pool("max", b, X, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
+
+
+@onnx_op("AveragePool")
+def average_pool(b, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+                 kernel_shape, pads=None, strides=None):  # fmt: skip
+    return _pool("avg", b, X, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides,
+                 count_include_pad)  # fmt: skip
+
+
+@onnx_op("GlobalAveragePool")
+def global_average_pool(b, X):
+    return b.call(f"nn.global_avg_pool{X.type.ndim - 2}d", X)
+
+
+@onnx_op("GlobalMaxPool")
+def global_max_pool(b, X):
+    return b.call(f"nn.global_max_pool{X.type.ndim - 2}d", X)
+
+
+@onnx_op("Gemm")
+def gemm(b, A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
+    """Y = alpha * A' @ B' + beta * C."""
+    a = b.call("transpose", A, axes=(1, 0)) if transA else A
+    if transB:
+        y = b.call("nn.dense", a, B)
+    else:
+        y = b.call("matmul", a, B)
+    if alpha != 1.0:
+        y = b.call("multiply", y, b.scalar(alpha, y))
+    if C is None or beta == 0.0:
+        return y
+    return b.call("add", y, C if beta == 1.0 else b.call("multiply", C, b.scalar(beta, C)))
+
+
+@onnx_op("MatMul")
+def matmul(b, A, B):
+    return b.call("matmul", A, B)
+
+
+@onnx_op("BatchNormalization")
+def batch_norm(b, X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9,
+               spatial=1, is_test=1, training_mode=0):  # fmt: skip
+    if training_mode:
+        raise NodeError("training_mode=1 is not supported (inference only)")
+    return b.call("nn.batch_norm", X, scale, B, input_mean, input_var, epsilon=epsilon, axis=1)
+
+
+@onnx_op("InstanceNormalization")
+def instance_norm(b, input, scale, B, *, epsilon=1e-5):
+    return b.call("nn.instance_norm", input, scale, B, epsilon=epsilon)
+
+
+@onnx_op("LayerNormalization", since=17)
+def layer_norm(b, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    if B is None:
+        B = b.const(np.zeros(Scale.type.shape, Scale.type.dtype.numpy_name))
+    return b.call("nn.layer_norm", X, Scale, B, axis=axis, epsilon=epsilon)
+
+
+@onnx_op("LRN")
+def lrn(b, X, *, alpha=0.0001, beta=0.75, bias=1.0, size):
+    return b.call("nn.lrn", X, size=size, alpha=alpha, beta=beta, bias=bias)
+
+
+@onnx_op("Dropout")
+def dropout(b, data, ratio=None, training_mode=None, *, seed=None, is_test=0):
+    if training_mode is not None and b.known(training_mode, "training_mode").item():
+        raise NodeError("training_mode=True is not supported (inference only)")
+    if b.num_outputs < 2:
+        return data
+    return data, b.const(np.ones(data.type.shape, dtype=bool))
+
+
+# -- Resize / Upsample ------------------------------------------------------------------------
+
+
+def _resize(b, X, scales, sizes, roi, **attrs):
+    shape = b.shape_of(X)
+    if sizes is None:
+        sizes = [int(np.floor(d * s)) for d, s in zip(shape, scales, strict=True)]
+    else:
+        scales = [s / d if d else 1.0 for s, d in zip(sizes, shape, strict=True)]
+    return b.call("image.resize", X, size=tuple(int(s) for s in sizes),
+                  scales=tuple(float(s) for s in scales), roi=roi, **attrs)  # fmt: skip
+
+
+def _legacy(b, X, scales, mode):
+    """Upsample (7, 9) and Resize-10: asymmetric coordinates; nearest floors when upsampling."""
+    scales = [float(s) for s in scales]
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise NodeError(f"unknown mode {mode!r}")
+    nearest = "floor" if min(scales) >= 1 else "ceil"
+    return _resize(b, X, scales, None, None, mode="linear" if mode == "bilinear" else mode,
+                   coordinate_transformation_mode="asymmetric", nearest_mode=nearest)  # fmt: skip
+
+
+@onnx_op("Upsample", since=7)
+def upsample_7(b, X, *, mode="nearest", scales):
+    return _legacy(b, X, scales, mode)
+
+
+@onnx_op("Upsample", since=9)
+def upsample_9(b, X, scales, *, mode="nearest"):
+    return _legacy(b, X, b.known(scales, "scales").tolist(), mode)
+
+
+@onnx_op("Resize", since=10)
+def resize_10(b, X, scales, *, mode="nearest"):
+    return _legacy(b, X, b.known(scales, "scales").tolist(), mode)
+
+
+@onnx_op("Resize", since=11)
+def resize_11(b, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
+              coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
+              extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
+              nearest_mode="round_prefer_floor"):  # fmt: skip
+    if antialias:
+        raise NodeError("antialias=1 is not supported")
+    nd = X.type.ndim
+    axes = [a % nd for a in (axes or range(nd))]
+    roi_v = b.known_or(roi, None, "roi")
+    scales_v = b.known_or(scales, None, "scales")
+    sizes_v = b.known_or(sizes, None, "sizes")
+    if scales_v is not None and scales_v.size == 0:
+        scales_v = None
+    if sizes_v is not None and sizes_v.size == 0:
+        sizes_v = None
+    shape = b.shape_of(X)
+    full_scales = [1.0] * nd
+    full_sizes = None
+    if sizes_v is not None:
+        full_sizes = list(shape)
+        sizes_v = _keep_aspect(shape, axes, sizes_v.tolist(), keep_aspect_ratio_policy)
+        for a, s in zip(axes, sizes_v, strict=True):
+            full_sizes[a] = s
+    elif scales_v is not None:
+        for a, s in zip(axes, scales_v.tolist(), strict=True):
+            full_scales[a] = float(s)
+    else:
+        raise NodeError("needs scales or sizes")
+    full_roi = None
+    if roi_v is not None and roi_v.size and coordinate_transformation_mode == "tf_crop_and_resize":
+        full_roi = [0.0] * nd + [1.0] * nd
+        r = roi_v.tolist()
+        for j, a in enumerate(axes):
+            full_roi[a], full_roi[a + nd] = r[j], r[j + len(axes)]
+        full_roi = tuple(full_roi)
+    return _resize(b, X, full_scales, full_sizes, full_roi, mode=mode,
+                   coordinate_transformation_mode=coordinate_transformation_mode,
+                   nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a,
+                   exclude_outside=exclude_outside,
+                   extrapolation_value=extrapolation_value)  # fmt: skip
+
+
+def _keep_aspect(shape, axes, sizes, policy):
+    if policy == "stretch":
+        return [int(s) for s in sizes]
+    ratios = [s / shape[a] for a, s in zip(axes, sizes, strict=True)]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    return [int(np.floor(shape[a] * scale + 0.5)) for a in axes]

@@ -1,0 +1,87 @@
+"""The ONNX converter registry and the context a converter works in.
+
+    @onnx_op("LeakyRelu")
+    def leaky_relu(b, X, *, alpha=0.01):
+        return b.call("nn.leaky_relu", X, alpha=alpha)
+
+A converter takes the node's inputs positionally (None for a missing optional input) and its
+attributes as keywords, named and defaulted exactly as the ONNX spec gives them. `since` picks
+the version: a node of opset N uses the converter with the largest `since` <= N. Converters
+return a Value or a tuple of Values (one per node output they define).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.graph.builder import GraphBuilder
+from tessera.graph.ir import Constant, Value
+
+# (domain, op_type) -> [(since, converter)], sorted by since
+_CONVERTERS: dict[tuple[str, str], list[tuple[int, object]]] = {}
+
+
+def onnx_op(op_type: str, since: int = 1, domain: str = ""):
+    """Register a converter for ONNX `op_type` from opset `since` on."""
+
+    def register(fn):
+        entries = _CONVERTERS.setdefault((domain, op_type), [])
+        entries.append((since, fn))
+        entries.sort(key=lambda e: e[0])
+        return fn
+
+    return register
+
+
+def find_converter(domain: str, op_type: str, opset: int):
+    """The converter for a node of this opset, or None."""
+    best = None
+    for since, fn in _CONVERTERS.get((domain, op_type), ()):
+        if since <= opset:
+            best = fn
+    return best
+
+
+def supported_ops(domain: str = "") -> list[str]:
+    return sorted(op for d, op in _CONVERTERS if d == domain)
+
+
+class NodeError(ValueError):
+    """A problem with one node's inputs or attributes (the frontend adds the node's name)."""
+
+
+class ConvertContext(GraphBuilder):
+    """A GraphBuilder plus what converters need to know about the node being converted."""
+
+    def __init__(self):
+        super().__init__(fold=True)
+        self.opset = 0
+        self.num_outputs = 1
+        self.node_name = ""
+
+    def known(self, v: Value | None, what: str) -> np.ndarray:
+        """The value of an input that must be known when converting (a shape, axes, pads)."""
+        if v is None:
+            raise NodeError(f"input {what!r} is missing")
+        if not isinstance(v, Constant):
+            raise NodeError(
+                f"input {what!r} must be a constant (computable from shapes and initializers); "
+                "data-dependent shapes are not supported"
+            )
+        return v.array
+
+    def known_or(self, v: Value | None, default, what: str):
+        return default if v is None else self.known(v, what)
+
+    def scalar(self, value, like: Value) -> Constant:
+        """A scalar constant of the dtype of `like`."""
+        return self.const(np.asarray(value, dtype=like.type.dtype.numpy_name))
+
+    def reshape(self, x: Value, shape) -> Value:
+        shape = tuple(int(d) for d in shape)
+        return x if shape == x.type.shape else self.call("reshape", x, newshape=shape)
+
+    def shape_of(self, x: Value) -> tuple[int, ...]:
+        if not x.type.is_static:
+            raise NodeError(f"the shape of %{x.name} ({x.type}) is not static")
+        return x.type.shape
