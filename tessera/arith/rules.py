@@ -23,6 +23,10 @@ def _pos(*cs) -> bool:
     return all(c.value > 0 for c in cs)
 
 
+def _not_float(x) -> bool:
+    return not x.dtype.is_float
+
+
 ADD_RULES = [
     Rule(x + 0, x),
     Rule(0 + x, x),
@@ -181,17 +185,18 @@ OR_RULES = [
     Rule((p | q) | q, p | q),
     Rule(p | (p & q), p),
     Rule((p & q) | p, p),
-    Rule((x < y) | (y <= x), True),
-    Rule((x <= y) | (y < x), True),
+    Rule((x < y) | (y <= x), True, when=_not_float),
+    Rule((x <= y) | (y < x), True, when=_not_float),
     Rule((x == y) | (x != y), True),
 ]
 
 NOT_RULES = [
     Rule(Not(Not(p)), p),
-    Rule(Not(x < y), lambda x, y: y <= x),
-    Rule(Not(x <= y), lambda x, y: y < x),
-    Rule(Not(x > y), lambda x, y: x <= y),
-    Rule(Not(x >= y), lambda x, y: x < y),
+    # with a NaN every comparison is false, so these only hold for integer operands
+    Rule(Not(x < y), lambda x, y: y <= x, when=_not_float),
+    Rule(Not(x <= y), lambda x, y: y < x, when=_not_float),
+    Rule(Not(x > y), lambda x, y: x <= y, when=_not_float),
+    Rule(Not(x >= y), lambda x, y: x < y, when=_not_float),
     Rule(Not(x == y), lambda x, y: x != y),
     Rule(Not(x != y), lambda x, y: x == y),
 ]

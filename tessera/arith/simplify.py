@@ -125,6 +125,10 @@ class Simplifier(Mutator):
     def visit(self, node):
         if not isinstance(node, E.Expr):
             return super().visit(node)
+        if isinstance(node, E.IntImm) and node.dtype.lanes == 1 and not node.dtype.is_bool:
+            # constants folded while building (tir.expr._binary) do not wrap around: do it here
+            value = wrap_int(node.value, node.dtype)
+            return node if value == node.value else E.IntImm(value, node.dtype)
         if isinstance(node, E.IntImm | E.FloatImm | E.StringImm):
             return node
         hit = self.memo.get(node)
@@ -169,8 +173,8 @@ class Simplifier(Mutator):
         dt = e.dtype
         if dt.lanes > 1:
             return _vector_arith(e)
-        if not dt.is_integer:
-            return None
+        if not _is_signed_scalar(dt):
+            return None  # unsigned wraps around: constant folding only
         out = self._int_rules(e)
         return out if out is not None else self._linear(e)
 

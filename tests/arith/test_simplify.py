@@ -264,3 +264,19 @@ def test_random_index_expressions_keep_their_value(use_bounds, evaluate_fn):
 @pytest.mark.parametrize("use_bounds", [True, False])
 def test_random_bool_expressions_keep_their_value(use_bounds, evaluate_fn):
     _check_equivalent(evaluate_fn, random_bool, 99 + use_bounds, 300, use_bounds)
+
+
+def test_float_comparisons_are_not_negated_because_of_nan():
+    a, b = Var("a", "float32"), Var("b", "float32")
+    e = ~(a < b)
+    assert same(simplify(e), e)
+    e = (a < b) | (b <= a)
+    assert same(simplify(e), e)
+    assert same(simplify(~(x < y)), y <= x)
+
+
+def test_unsigned_arithmetic_is_only_folded():
+    u = Var("u", "uint32")
+    e = IntImm(0, "uint32") - u
+    assert same(simplify(e), e)
+    assert simplify(IntImm(0, "uint32") - IntImm(1, "uint32")).value == 2**32 - 1
