@@ -105,8 +105,8 @@ class Analyzer:
         return (int(lo) if lo != -B.INF else lo, int(hi) if hi != B.INF else hi)
 
     def int_set(self, e, dom_map: dict | None = None, *, relax_bound_vars: bool = False) -> IntSet:
-        """The interval of values e takes when each var of dom_map (-> IntSet | Range | (lo, hi)
-        inclusive) ranges over its set. Other vars are symbols; with relax_bound_vars, vars with
+        """The interval of values e takes when each var of dom_map (-> IntSet | Range | a pair
+        (lo, hi) meaning [lo, hi)) ranges over its set. Other vars are symbols; with relax_bound_vars, vars with
         a range bound in this analyzer range over it too."""
         dom = {}
         for var, s in (dom_map or {}).items():

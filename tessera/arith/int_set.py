@@ -110,13 +110,15 @@ def _pick(cls, a, b, an):
 
 
 def to_int_set(value) -> IntSet:
-    """An IntSet from an IntSet, a Range, an (lo, hi) inclusive pair, or a single value."""
+    """An IntSet from an IntSet, a Range, a pair (lo, hi) meaning [lo, hi) like range() and
+    Analyzer.bind, or a single value."""
     if isinstance(value, IntSet):
         return value
     if isinstance(value, E.Range):
         return IntSet.from_range(value)
     if isinstance(value, tuple) and len(value) == 2:
-        return IntSet.interval(*value)
+        lo, hi = E.convert(value[0]), E.convert(value[1])
+        return IntSet(lo, hi - 1)
     if isinstance(value, E.Expr | int):
         return IntSet.single_point(value)
     raise TypeError(f"cannot make an IntSet of {value!r} (expected IntSet, Range or (lo, hi))")

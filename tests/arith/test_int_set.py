@@ -134,3 +134,8 @@ def test_random_sets_contain_every_value(evaluate_fn):
         for vi, vj in itertools.product(range(-3, 4), range(0, 6)):
             v = evaluate_fn(e, {i: vi, j: vj})
             assert lo <= v <= hi, f"{e}: {v} not in {s}"
+
+
+def test_pairs_are_half_open_like_bind():
+    s = Analyzer().int_set(i * 2, {i: (0, 4)})
+    assert (s.min_value.value, s.max_value.value) == (0, 6)
