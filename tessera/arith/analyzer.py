@@ -106,8 +106,8 @@ class Analyzer:
 
     def int_set(self, e, dom_map: dict | None = None, *, relax_bound_vars: bool = False) -> IntSet:
         """The interval of values e takes when each var of dom_map (-> IntSet | Range | a pair
-        (lo, hi) meaning [lo, hi)) ranges over its set. Other vars are symbols; with relax_bound_vars, vars with
-        a range bound in this analyzer range over it too."""
+        (lo, hi) meaning [lo, hi)) ranges over its set. Other vars are symbols; with
+        relax_bound_vars, vars with a range bound in this analyzer range over it too."""
         dom = {}
         for var, s in (dom_map or {}).items():
             if not isinstance(var, E.Var):
