@@ -51,7 +51,7 @@ def reshape(b, data, shape, *, allowzero=0):
 @onnx_op("Flatten")
 def flatten(b, input, *, axis=1):
     s = b.shape_of(input)
-    axis = axis % (len(s) + 1) if axis < 0 else axis
+    axis = axis + len(s) if axis < 0 else axis
     rows = int(np.prod(s[:axis], dtype=np.int64))
     return b.reshape(input, (rows, int(np.prod(s[axis:], dtype=np.int64))))
 

@@ -1,9 +1,12 @@
-"""Helpers for the ONNX frontend tests: build a one-node (or small) model with onnx.helper,
-run it with ONNX Runtime and with tessera's graph interpreter, compare."""
+"""Testing helpers for the ONNX frontend: build small models with onnx.helper, run them with
+ONNX Runtime (an optional dependency, imported when used) and with tessera's graph interpreter,
+and compare.
+
+    check_node("Conv", {"x": x, "const_w": w}, {"pads": [1, 1, 1, 1]})
+"""
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tessera.frontend import from_onnx
@@ -66,9 +69,4 @@ def check_node(op_type, inputs, attrs=None, opset=17, initializers=None, n_outpu
     return check_model(model, feeds, **kw)
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng(0)
-
-
-__all__ = ["check_model", "check_node", "make_model", "onnx"]
+__all__ = ["check_model", "check_node", "make_model", "run_ort", "onnx"]
