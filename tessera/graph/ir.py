@@ -202,8 +202,8 @@ def _freeze(v):
         return _freeze(v.tolist())
     if isinstance(v, np.generic):
         return v.item()
-    if isinstance(v, (bool, int, float, str, DType)) or v is None:
-        return v
+    if isinstance(v, (bool, int, float, str, DType, Function)) or v is None:
+        return v  # a Function: the body of a `fused` call (tessera.transform.fuse_ops)
     raise TypeError(f"attribute value {v!r} of type {type(v).__name__} is not supported")
 
 

@@ -135,6 +135,8 @@ class _Parser:
         if kind == "string":
             return json.loads(text)
         if kind == "ident":
+            if text == "fn":  # a nested function (the body of a `fused` call)
+                return self.function_body(self.next()[1])
             if text in ("true", "false", "none"):
                 return {"true": True, "false": False, "none": None}[text]
             try:
@@ -151,8 +153,10 @@ def _tuple(v):
 class _FunctionParser(_Parser):
     def function(self) -> Function:
         self.expect("def")
-        fname = self.next()[1]
-        self.scope: dict[str, Value] = {}
+        return self.function_body(self.next()[1])
+
+    def function_body(self, fname: str) -> Function:
+        outer, self.scope = getattr(self, "scope", None), {}  # a nested fn sees only its params
         self.expect("(")
         params = []
         while not self.accept(")"):
@@ -173,6 +177,7 @@ class _FunctionParser(_Parser):
         self.expect("}")
         func = Function(fname, tuple(params), tuple(body), tuple(outputs), tuple(constants))
         func.verify()
+        self.scope = outer
         return func
 
     def define(self, name, value):

@@ -43,6 +43,9 @@ def format_attr(v) -> str:
         return str(v)
     if isinstance(v, tuple):
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    if isinstance(v, Function):  # a fused group's body, Relay-style: fn name(%p: t) { ... }
+        lines = function_to_text(v).split("\n")
+        return "\n".join(["fn" + lines[0][len("def") :], *("  " + line for line in lines[1:])])
     return str(v)
 
 

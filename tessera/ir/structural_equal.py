@@ -11,6 +11,7 @@ variables, so tests compare with `structural_equal`, which maps the leaves of `a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
 from tessera.ir.node import Node
@@ -36,7 +37,7 @@ class _Equal:
             return all(self.eq(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
         if isinstance(a, tuple) and isinstance(b, tuple):
             return len(a) == len(b) and all(self.eq(x, y) for x, y in zip(a, b, strict=True))
-        if isinstance(a, dict) and isinstance(b, dict):
+        if isinstance(a, Mapping) and isinstance(b, Mapping):  # dicts and graph Attrs
             return a.keys() == b.keys() and all(self.eq(a[k], b[k]) for k in a)
         if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
             return True  # nan
