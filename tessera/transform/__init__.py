@@ -1,5 +1,10 @@
-"""Pass infrastructure (PassContext, instruments) and, later, the graph passes."""
+"""Pass infrastructure (PassContext, instruments, Sequential) and the graph passes."""
 
+from tessera.transform.eliminate_common_subexpr import eliminate_common_subexpr
+from tessera.transform.eliminate_dead_code import eliminate_dead_code
+from tessera.transform.fold_constant import fold_constant
+from tessera.transform.graph_pass import graph_pass
+from tessera.transform.infer_types import infer_types
 from tessera.transform.pass_context import (
     PassContext,
     PassInstrument,
@@ -8,4 +13,15 @@ from tessera.transform.pass_context import (
     run_passes,
 )
 
-__all__ = ["PassContext", "PassInstrument", "PassTiming", "PrintIR", "run_passes"]
+__all__ = [
+    "PassContext",
+    "PassInstrument",
+    "PassTiming",
+    "PrintIR",
+    "eliminate_common_subexpr",
+    "eliminate_dead_code",
+    "fold_constant",
+    "graph_pass",
+    "infer_types",
+    "run_passes",
+]
