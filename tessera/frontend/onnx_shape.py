@@ -221,8 +221,18 @@ def pad_11(b, data, pads, constant_value=None, axes=None, *, mode="constant"):
 
 
 @onnx_op("Constant")
-def constant(b, *, value=None, value_float=None, value_floats=None, value_int=None,
-             value_ints=None, value_string=None, value_strings=None, sparse_value=None):  # fmt: skip
+def constant(
+    b,
+    *,
+    value=None,
+    value_float=None,
+    value_floats=None,
+    value_int=None,
+    value_ints=None,
+    value_string=None,
+    value_strings=None,
+    sparse_value=None,
+):
     if sparse_value is not None or value_string is not None or value_strings is not None:
         raise NodeError("sparse and string constants are not supported")
     for v, dtype in ((value, None), (value_float, np.float32), (value_floats, np.float32),

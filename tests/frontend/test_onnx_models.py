@@ -1,5 +1,6 @@
 """Whole-model tests of the ONNX frontend: shape folding, errors, a transformer block, and (slow)
 the light models that ship with the onnx package, through the interpreter against ORT."""
+# ruff: noqa: E501
 
 import glob
 import os
@@ -41,7 +42,9 @@ def test_shape_chain_folds_to_one_reshape():
 
 
 def test_dynamic_dim_needs_shape_dict():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (("N", 4), "float32")}, ["y"])
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], {"x": (("N", 4), "float32")}, ["y"]
+    )
     with pytest.raises(ValueError, match=r"input 'x' has a dynamic dim 0 \('N'\).*shape_dict"):
         from_onnx(model)
     with pytest.raises(ValueError, match="not an input"):
@@ -87,7 +90,9 @@ def test_malformed_models_give_clear_errors(tmp_path):
     with pytest.raises(ValueError, match=r"node 'rs' \(Reshape.*must be a constant"):
         from_onnx(model)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="c")]
-    model = make_model(nodes, {"x": ((1, 3, 4, 4), "float32")}, ["y"], {"w": np.ones((2, 4, 3, 3), np.float32)})
+    model = make_model(
+        nodes, {"x": ((1, 3, 4, 4), "float32")}, ["y"], {"w": np.ones((2, 4, 3, 3), np.float32)}
+    )
     with pytest.raises(ValueError, match=r"node 'c' \(Conv.*channels"):
         from_onnx(model)
 
@@ -163,7 +168,9 @@ def test_transformer_block_matches_onnxruntime():
     assert "expand" not in ops  # the causal mask is constant: folded
 
 
-LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_*.onnx")))
+LIGHT = sorted(
+    glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_*.onnx"))
+)
 
 
 def _randomize_weights(model, rng):

@@ -1,7 +1,9 @@
 """Per-op ONNX converter tests: one node each, tessera's interpreter against ONNX Runtime."""
+# ruff: noqa: E501
 
 import numpy as np
 import pytest
+
 from tessera.frontend.testing import check_node
 
 R = np.random.default_rng(0)
@@ -128,7 +130,9 @@ def test_reduce_noop_with_empty_axes():
 
 
 @pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
-@pytest.mark.parametrize("attrs", [{}, {"axis": 1, "keepdims": 0}, {"axis": -1, "select_last_index": 1}])
+@pytest.mark.parametrize(
+    "attrs", [{}, {"axis": 1, "keepdims": 0}, {"axis": -1, "select_last_index": 1}]
+)
 def test_arg_reductions(op, attrs):
     x = R.integers(0, 3, (3, 4, 5)).astype(np.float32)  # ties exercise select_last_index
     check_node(op, {"x": x}, attrs, opset=13)
@@ -172,7 +176,11 @@ def test_conv(attrs, xs, ws):
      ({"strides": [3]}, (1, 2, 5), (2, 3, 4))],
 )  # fmt: skip
 def test_conv_transpose(attrs, xs, ws):
-    check_node("ConvTranspose", {"x": f32(*xs), "const_w": f32(*ws), "const_b": f32(ws[1] * attrs.get("group", 1))}, attrs)
+    check_node(
+        "ConvTranspose",
+        {"x": f32(*xs), "const_w": f32(*ws), "const_b": f32(ws[1] * attrs.get("group", 1))},
+        attrs,
+    )
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])

@@ -20,7 +20,9 @@ def test_resize_scales(coord, mode, scales):
     check_node("Resize", inputs, {"mode": mode, "coordinate_transformation_mode": coord}, opset=19)
 
 
-@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+@pytest.mark.parametrize(
+    "nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+)
 def test_resize_sizes_nearest_modes(nearest_mode):
     inputs = {"x": X, "const_roi": EMPTY, "const_scales": EMPTY,
               "const_sizes": np.array([1, 2, 7, 3], np.int64)}  # fmt: skip

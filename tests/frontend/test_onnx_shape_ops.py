@@ -75,10 +75,14 @@ def test_slice_opset_1_attributes():
 
 def test_gathers():
     check_node("Gather", {"x": f32(5, 4), "i": i64(0, -1, 3, 3)})
-    check_node("Gather", {"x": f32(5, 4, 3), "i": np.array([[0, 1], [2, -3]], np.int64)}, {"axis": 1})
+    check_node(
+        "Gather", {"x": f32(5, 4, 3), "i": np.array([[0, 1], [2, -3]], np.int64)}, {"axis": 1}
+    )
     check_node("GatherElements", {"x": f32(3, 4), "i": R.integers(-4, 4, (3, 2))}, {"axis": 1})
     check_node("GatherND", {"x": f32(3, 4, 2), "i": np.array([[0, 1], [2, 3]], np.int64)})
-    check_node("GatherND", {"x": f32(2, 4, 3), "i": np.array([[1], [3]], np.int64)}, {"batch_dims": 1})
+    check_node(
+        "GatherND", {"x": f32(2, 4, 3), "i": np.array([[1], [3]], np.int64)}, {"batch_dims": 1}
+    )
 
 
 def test_expand_tile():

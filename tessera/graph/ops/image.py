@@ -107,7 +107,9 @@ def _cubic(coords, in_len, a, exclude_outside):
         weights.append(np.where(s <= 1, near, np.where(s < 2, far, 0.0)))
     idx = [base + k for k in (-1, 0, 1, 2)]
     if exclude_outside:
-        weights = [np.where((i >= 0) & (i < in_len), w, 0.0) for i, w in zip(idx, weights)]
+        weights = [
+            np.where((i >= 0) & (i < in_len), w, 0.0) for i, w in zip(idx, weights, strict=True)
+        ]
         total = sum(weights)
         weights = [w / total for w in weights]
     return [np.clip(i, 0, in_len - 1) for i in idx], weights
@@ -128,7 +130,9 @@ def _resample_axis(x, axis, out_len, scale, roi, attrs):
     if attrs["mode"] == "nearest":
         out = np.take(x, idx[0], axis=axis)
     else:
-        out = sum(np.take(x, i, axis=axis) * w.reshape(shape) for i, w in zip(idx, weights))
+        out = sum(
+            np.take(x, i, axis=axis) * w.reshape(shape) for i, w in zip(idx, weights, strict=True)
+        )
     if mode == "tf_crop_and_resize":
         outside = ((coords < 0) | (coords > in_len - 1)).reshape(shape)
         out = np.where(outside, attrs["extrapolation_value"], out)

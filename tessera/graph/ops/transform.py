@@ -57,7 +57,7 @@ def _(*xs: TensorType, axis) -> TensorType:
     axis = normalize_axis("concatenate", axis, xs[0].ndim)
     for t in xs:
         if t.ndim != xs[0].ndim or any(
-            a != b for i, (a, b) in enumerate(zip(t.shape, xs[0].shape)) if i != axis
+            a != b for i, (a, b) in enumerate(zip(t.shape, xs[0].shape, strict=True)) if i != axis
         ):
             raise type_error("concatenate", f"shapes {[str(t) for t in xs]} differ off axis {axis}")
     size = sum(t.shape[axis] for t in xs)
