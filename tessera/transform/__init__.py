@@ -12,12 +12,14 @@ from tessera.transform.pass_context import (
     PrintIR,
     run_passes,
 )
+from tessera.transform.sequential import Sequential
 
 __all__ = [
     "PassContext",
     "PassInstrument",
     "PassTiming",
     "PrintIR",
+    "Sequential",
     "eliminate_common_subexpr",
     "eliminate_dead_code",
     "fold_constant",

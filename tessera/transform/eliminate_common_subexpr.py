@@ -14,7 +14,7 @@ from tessera.graph.ir import Call, Function, Value
 from tessera.transform.graph_pass import graph_pass, rebuild, remap_call
 
 
-@graph_pass(opt_level=1)
+@graph_pass(opt_level=3)  # as in TVM
 def eliminate_common_subexpr(func: Function) -> Function:
     mapping: dict[int, Value] = {}
     constants, by_data = [], {}

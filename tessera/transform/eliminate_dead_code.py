@@ -14,7 +14,7 @@ from tessera.graph.ir import Function
 from tessera.transform.graph_pass import graph_pass, rebuild
 
 
-@graph_pass(opt_level=0)
+@graph_pass(opt_level=1)  # as in TVM
 def eliminate_dead_code(func: Function) -> Function:
     live, kept = {id(v) for v in func.outputs}, []
     for call in reversed(func.body):  # the body is in topological order

@@ -90,7 +90,7 @@ def _needed_values(func: Function, folded: set[int], env) -> tuple[set[int], set
     return needed, kept
 
 
-@graph_pass(opt_level=0)
+@graph_pass(opt_level=2)  # as in TVM
 def fold_constant(func: Function) -> Function:
     env = {id(c): c.array for c in func.constants}
     max_bytes, folded = _max_bytes(), set()
