@@ -8,7 +8,20 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"ir", "arith", "tir", "te", "codegen", "runtime", "target", "driver"}
+_SUBMODULES = {
+    "ir",
+    "arith",
+    "tir",
+    "te",
+    "graph",
+    "transform",
+    "topi",
+    "codegen",
+    "runtime",
+    "frontend",
+    "target",
+    "driver",
+}
 # public name -> (module, attribute)
 _ATTRS = {
     "lower": ("tessera.driver", "lower"),
