@@ -25,7 +25,6 @@ import difflib
 import io
 import re
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +47,7 @@ class Block:
     first: int  # index of the first content line (0-based), the fence is the line before
     end: int  # index of the closing fence
     marker: str  # the HTML comment on the line before the fence, or ""
+    indent: str = ""  # the fence's indent (a block inside a list item)
 
     @property
     def line(self) -> int:
@@ -70,8 +70,9 @@ def read_blocks(text: str) -> list[Block]:
             raise ValueError(f"line {i + 1}: a ``` fence that is never closed")
         prev = next((ln.strip() for ln in reversed(lines[:i]) if ln.strip()), "")
         marker = prev if prev in (NO_TEST, OUTPUT_VARIES) else ""
-        body = textwrap.dedent("\n".join(lines[i + 1 : end]))
-        blocks.append(Block(m.group(2).lower(), body, i + 1, end, marker))
+        indent = m.group(1)  # a fence inside a list item: its lines carry the fence's indent
+        body = "\n".join(ln.removeprefix(indent) for ln in lines[i + 1 : end])
+        blocks.append(Block(m.group(2).lower(), body, i + 1, end, marker, indent))
         i = end + 1
     return blocks
 
@@ -84,9 +85,9 @@ def output_matches(expected: str, actual: str) -> bool:
         if line == "...":
             pattern.append(r"(?:[^\n]*\n)*?")
         else:
-            pattern.append(".*?".join(re.escape(part) for part in line.split("...")) + r"\n")
+            pattern.append(r"[^\n]*?".join(re.escape(part) for part in line.split("...")) + r"\n")
     normalized = "".join(ln.rstrip() + "\n" for ln in actual.rstrip("\n").split("\n"))
-    return re.fullmatch("".join(pattern), normalized, flags=re.DOTALL) is not None
+    return re.fullmatch("".join(pattern), normalized) is not None
 
 
 def _run_block(block: Block, namespace: dict, filename: str) -> str:
@@ -173,6 +174,7 @@ def test_output_matches_wildcards():
     assert not output_matches("a\nb", "a\nb\nc")
     assert not output_matches("a\n...\nd", "a\nb\nc")
     assert not output_matches("time: ... ms", "time: 0.25 s")
+    assert not output_matches("a ... d", "a b\nc d")  # an in-line ... stays in its line
 
 
 def test_read_blocks_markers_and_languages():
@@ -203,6 +205,8 @@ def test_read_blocks_markers_and_languages():
         ("text", OUTPUT_VARIES, 12),
         ("bash", "", 15),
     ]
+    indented = read_blocks("- a list item:\n\n  ```text\n    x\n  y\n  ```\n")
+    assert indented[0].text == "  x\ny"  # the fence's indent goes, the text's own stays
     with pytest.raises(ValueError, match="never closed"):
         read_blocks("```python\nprint(1)\n")
 
@@ -231,7 +235,7 @@ def test_failing_block_names_its_line(tmp_path):
 
 
 def update_doc(path: Path) -> int:
-    """Rewrite each whole-output text block (one per code block, no `...`) with the output of now."""
+    """Rewrite each whole-output text block (one per code block, no `...`) with today's output."""
     lines = path.read_text().split("\n")
     shown = run_doc(path)
     per_code: dict[int, list] = {}
@@ -242,12 +246,25 @@ def update_doc(path: Path) -> int:
         text, output = entries[0]
         if len(entries) != 1 or text.marker == OUTPUT_VARIES or "..." in text.text:
             continue
-        new = [ln.rstrip() for ln in output.rstrip("\n").split("\n")]
+        new = [(text.indent + ln).rstrip() for ln in output.rstrip("\n").split("\n")]
         if lines[text.first : text.end] != new:
             lines[text.first : text.end] = new
             changed += 1
     path.write_text("\n".join(lines))
     return changed
+
+
+def test_update_doc_rewrites_whole_outputs_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```python\nprint('a')\nprint('b')\n```\n```text\nold\n```\n"
+        "```python\nprint(1.5)\n```\n```text\nkept ...\n```\n"
+    )
+    assert update_doc(doc) == 1
+    assert doc.read_text().startswith("```python\nprint('a')\nprint('b')\n```\n```text\na\nb\n```")
+    assert "kept ...\n" in doc.read_text()
+    assert len(check_doc(doc)) == 1  # the hand-written block still differs, and says so
 
 
 if __name__ == "__main__":
