@@ -1,0 +1,121 @@
+"""Generic schedules that every target can use: inline the injective parts, then parallelize
+and vectorize the outputs. Target-specific schedules (`topi/x86`, later `topi/cuda`) refine these.
+
+    outs = [relu(add(conv, bias))]
+    s = schedule_injective(outs, target)   # inlines add/relu, fuses the output's outer axes
+                                           # into one parallel loop, vectorizes the innermost
+
+Tensors tagged "injective" / "elemwise" / "broadcast" (the `tag` of `te.compute`) are inlined
+into their consumers by `inline_injective`; an anchor op's schedule calls it first.
+"""
+
+from __future__ import annotations
+
+from tessera import te
+from tessera.ir.dtype import DType
+from tessera.tir.expr import IntImm
+
+INLINE_TAGS = ("elemwise", "broadcast", "injective")
+
+# An innermost extent at least this long is split into vector lanes.
+_MIN_PARALLEL_WORK = 1 << 12
+
+
+def is_injective(tensor: te.Tensor) -> bool:
+    op = tensor.op
+    return isinstance(op, te.ComputeOp) and not op.is_reduction and op.tag in INLINE_TAGS
+
+
+def traverse(outs, visit) -> None:
+    """Call visit(op) on each compute op reachable from outs, consumers before producers."""
+    seen: set[int] = set()
+
+    def walk(op):
+        if id(op) in seen or not isinstance(op, te.ComputeOp):
+            return
+        seen.add(id(op))
+        visit(op)
+        for t in op.input_tensors:
+            walk(t.op)
+
+    for t in outs:
+        walk(t.op)
+
+
+def inline_injective(s: te.Schedule, outs) -> None:
+    """compute_inline every injective stage that is not an output."""
+    out_ops = {id(t.op) for t in outs}
+
+    def visit(op):
+        if id(op) not in out_ops and is_injective(op.output(0)):
+            s[op].compute_inline()
+
+    traverse(outs, visit)
+
+
+def const_extent(iv) -> int | None:
+    ext = iv.dom.extent if iv.dom is not None else None
+    return ext.value if isinstance(ext, IntImm) else None
+
+
+def vector_lanes(target, dtype) -> int:
+    """How many elements of dtype one vector register of the target holds (1 if unknown)."""
+    bits = getattr(target, "vector_width_bits", 128) if target is not None else 128
+    return max(1, bits // max(8, DType.parse(dtype).bits))
+
+
+def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
+    """Parallelize the outer axes and vectorize the innermost axis of a data-parallel stage."""
+    stage = s[tensor]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    lanes = vector_lanes(target, tensor.dtype)
+    inner = axes[-1]
+    inner_extent = const_extent(inner)
+    if lanes > 1 and inner_extent is not None and inner_extent >= lanes:
+        _, vec = stage.split(inner, factor=lanes)
+        stage.vectorize(vec)
+        outer_axes = axes[:-1] + [stage.leaf_iter_vars[len(axes) - 1]]
+    else:
+        outer_axes = axes
+    total = 1
+    for iv in axes:
+        total *= const_extent(iv) or 1 << 20
+    if total >= _MIN_PARALLEL_WORK and len(outer_axes) > 1:
+        fused = stage.fuse(*outer_axes[:-1]) if len(outer_axes) > 2 else outer_axes[0]
+        stage.parallel(fused)
+    elif total >= _MIN_PARALLEL_WORK and outer_axes:
+        stage.parallel(outer_axes[0])
+
+
+def schedule_injective(outs, target=None) -> te.Schedule:
+    """Default schedule for a group of injective ops (and the fallback for any group)."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    for t in outs:
+        schedule_elementwise_stage(s, t, target)
+    return s
+
+
+def schedule_reduce(outs, target=None) -> te.Schedule:
+    """Default schedule for a reduction group: inline injective producers, parallelize the
+    data-parallel axes of the reduction and of the outputs."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    out_ops = {id(t.op) for t in outs}
+
+    def visit(op):
+        if op.is_reduction or id(op) in out_ops:
+            axes = list(s[op].op.axis)
+            total = 1
+            for iv in axes:
+                total *= const_extent(iv) or 1 << 20
+            if axes and total >= 64:
+                first = s[op].fuse(*axes) if len(axes) > 1 else axes[0]
+                s[op].parallel(first)
+
+    traverse(outs, visit)
+    return s
