@@ -1,13 +1,18 @@
 """The machine's measured peak of float32 fused multiply-adds, for context next to kernel timings.
 
-A JIT-compiled loop of 2 x 8 independent vector FMA chains (enough to cover FMA latency on every
-current x86 core) at the widest vector width the host supports, run on N threads at once
-(ctypes releases the GIL during the call). Run alone: `python bench/fma_peak.py [threads]`.
+A JIT-compiled loop of 16 independent vector FMA chains (enough to cover FMA latency times
+throughput on every current x86 core) at the widest vector width the host supports. Each run
+starts all threads together behind a barrier, each pinned to its own CPU where the OS allows,
+and lasts about `seconds`; the result is the best of `runs` (a shared machine only ever makes a
+run slower, so the best one is the closest to the hardware). Run alone:
+`python bench/fma_peak.py [threads]`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 import sys
 import threading
 import time
@@ -15,7 +20,6 @@ import time
 import llvmlite.binding as llvm
 
 CHAINS = 16
-ITERS = 2_000_000
 
 
 def _ir(lanes: int) -> str:
@@ -48,7 +52,9 @@ def _ir(lanes: int) -> str:
     return "\n".join(lines)
 
 
+@functools.cache
 def _compile():
+    """(engine, fn, lanes): the engine must stay alive while fn is called, so it is cached too."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     features = llvm.get_host_cpu_features()
@@ -67,22 +73,61 @@ def _compile():
     return engine, fn, lanes
 
 
-def measure_fma_peak(threads: int = 1) -> float:
-    """GFLOP/s of float32 FMAs (2 flops each) on `threads` threads, best of 3."""
-    engine, fn, lanes = _compile()
-    fn(1000, 1.0)
-    best = 0.0
-    for _ in range(3):
-        workers = [threading.Thread(target=fn, args=(ITERS, 0.5)) for _ in range(threads)]
+def _pin_this_thread(cpu: int | None) -> None:
+    # On Linux, pid 0 names the calling thread, so each worker pins only itself.
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:  # a container may forbid it: run unpinned
+            pass
+
+
+def _run_together(fn, iters: int, threads: int) -> float:
+    """Seconds from the first thread's start to the last thread's end, all started at once."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    barrier = threading.Barrier(threads)
+    spans: list[tuple[float, float]] = [(0.0, 0.0)] * threads
+
+    def work(t: int) -> None:
+        _pin_this_thread(cpus[t % len(cpus)] if cpus else None)
+        barrier.wait()
         start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        seconds = time.perf_counter() - start
-        best = max(best, threads * ITERS * CHAINS * lanes * 2 / seconds / 1e9)
-    del engine
+        fn(iters, 0.5)  # ctypes releases the GIL for the call
+        spans[t] = (start, time.perf_counter())
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return max(end for _, end in spans) - min(start for start, _ in spans)
+
+
+def measure_fma_peak(threads: int = 1, runs: int = 5, seconds: float = 0.1) -> float:
+    """GFLOP/s of float32 FMAs (2 flops each) on `threads` threads: the best of `runs` runs of
+    about `seconds` each."""
+    if threads < 1 or runs < 1:
+        raise ValueError(f"measure_fma_peak: threads and runs must be >= 1, got {threads}, {runs}")
+    _, fn, lanes = _compile()
+    flops_per_iter = CHAINS * lanes * 2
+    probe = 100_000
+    iters = max(probe, int(probe * seconds / _run_together(fn, probe, 1)))
+    best = 0.0
+    for _ in range(runs):
+        elapsed = _run_together(fn, iters, threads)
+        best = max(best, threads * iters * flops_per_iter / elapsed / 1e9)
     return best
+
+
+def warn_if_above_peak(name: str, gflops: float, peak: float) -> str | None:
+    """A warning line when a kernel measured faster than the measured peak (which is then
+    too low: the machine was busy while the peak was measured), else None."""
+    if gflops <= peak:
+        return None
+    return (
+        f"warning: {name} measured {gflops:.1f} GFLOP/s, above the measured FMA peak of "
+        f"{peak:.1f}: the peak run was disturbed by other load; rerun on a quieter machine"
+    )
 
 
 if __name__ == "__main__":

@@ -465,7 +465,7 @@ def test_symbolic_shapes_and_scalar_params():
         a = RNG.standard_normal(size).astype("float32")
         b = np.zeros_like(a)
         mod["scale"](a, b, 2.5, -3)
-        np.testing.assert_allclose(b, a * 2.5 - 3, rtol=1e-6)
+        np.testing.assert_allclose(b, a * 2.5 - 3, rtol=1e-6, atol=1e-6)  # may be an fma
 
 
 def _row_sum_func(outer_kind, inner_kind):
@@ -555,6 +555,17 @@ def test_host_build_uses_the_widest_vectors_of_this_cpu():
     asm = build_llvm([f]).get_source("asm")
     width = Target("llvm").vector_width_bits
     assert {512: "zmm", 256: "ymm", 128: "xmm"}.get(width, "") in asm or width == 128
+
+
+@pytest.mark.skipif("fma" not in Target("llvm").features, reason="host has no FMA")
+def test_multiply_add_is_contracted_into_fma():
+    f = ewise_func("muladd", ["float32"] * 3, "float32", lambda a, b, c: a * b + c, lanes=8)
+    mod = build_llvm([f])
+    assert "vfmadd" in mod.get_source("asm")
+    a, b, c = (np.random.default_rng(1).standard_normal((3, 64)).astype("float32"))
+    exact = a.astype("float64") * b + c  # one rounding: an fma is at least as close as a*b+c
+    got = run(mod, "muladd", [a, b, c], "float32")
+    assert np.all(np.abs(got - exact) <= np.abs((a * b + c) - exact) + 1e-12)
 
 
 def test_clear_errors():
