@@ -3,6 +3,7 @@
 from tessera.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from tessera.transform.eliminate_dead_code import eliminate_dead_code
 from tessera.transform.fold_constant import fold_constant
+from tessera.transform.fuse_ops import fuse_ops, fused_groups
 from tessera.transform.graph_pass import graph_pass
 from tessera.transform.infer_types import infer_types
 from tessera.transform.pass_context import (
@@ -23,6 +24,8 @@ __all__ = [
     "eliminate_common_subexpr",
     "eliminate_dead_code",
     "fold_constant",
+    "fuse_ops",
+    "fused_groups",
     "graph_pass",
     "infer_types",
     "run_passes",

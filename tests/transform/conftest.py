@@ -37,3 +37,37 @@ def check_same(before, after, rtol=1e-5, atol=1e-6, seeds=(0, 1)):
 @pytest.fixture
 def same_outputs():
     return check_same
+
+
+# Random DAGs of ops of every fusion kind, on f32[4, 6] values (reductions keep dims).
+_UNARY = ["exp", "nn.relu", "sigmoid", "negative", "tanh"]
+_BINARY = ["add", "multiply", "subtract", "maximum"]
+
+
+def random_dag(seed: int, num_calls: int = 12):
+    """A random graph function over one parameter %x: f32[4, 6], as text."""
+    rng = np.random.default_rng(seed)
+    values, lines = ["x"], []
+    for k in range(num_calls):
+        pick = lambda: values[int(rng.integers(max(0, len(values) - 5), len(values)))]  # noqa: E731
+        r = rng.random()
+        name = f"v{k}"
+        if r < 0.35:
+            lines.append(f"%{name} = {rng.choice(_UNARY)}(%{pick()})")
+        elif r < 0.7:
+            lines.append(f"%{name} = {rng.choice(_BINARY)}(%{pick()}, %{pick()})")
+        elif r < 0.8:
+            lines.append(f"%{name} = sum(%{pick()}, axis=[1], keepdims=true)")
+        elif r < 0.9:
+            lines.append(f"%{name} = reverse(%{pick()}, axis=[0])")
+        else:
+            lines.append(f"%{name} = nn.softmax(%{pick()}, axis=1)")
+        values.append(name)
+    outs = sorted({values[-1], values[int(rng.integers(1, len(values)))]})
+    body = ";\n  ".join(lines)
+    return f"def main(%x: f32[4, 6]) {{\n  {body};\n  return {', '.join('%' + o for o in outs)}\n}}"
+
+
+@pytest.fixture
+def make_random_dag():
+    return random_dag
