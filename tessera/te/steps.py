@@ -100,6 +100,10 @@ class Tile(Step):
         st = _stage(sch, self.stage)
         st.tile(st.find_iv(self.x), st.find_iv(self.y), self.x_factor, self.y_factor)
 
+    def __str__(self):
+        # x_factor splits the axis passed first (TVM's names): show the pairing, not the names
+        return f"tile({self.stage}, {self.x}={self.x_factor}, {self.y}={self.y_factor})"
+
 
 @_step("fuse")
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ class Tensor(_Indexable):
         return self.as_expr() / o
 
     def __repr__(self) -> str:
-        dims = ", ".join(str(s) for s in self.shape)
+        dims = ", ".join(str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "")
         return f"Tensor({self.name}, ({dims}), {self.dtype})"
 
     __str__ = __repr__

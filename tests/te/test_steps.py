@@ -50,7 +50,7 @@ def test_tile_is_one_step():
     A, B, C = _matmul()
     s = te.create_schedule(C.op)
     s[C].tile(C.op.axis[0], C.op.axis[1], 8, 4)
-    assert [str(st) for st in s.steps] == ["tile(C, i, j, x_factor=8, y_factor=4)"]
+    assert [str(st) for st in s.steps] == ["tile(C, i=8, j=4)"]
 
 
 def test_replay_gives_the_same_ir():
