@@ -14,6 +14,7 @@ from tessera.transform.pass_context import (
     run_passes,
 )
 from tessera.transform.sequential import Sequential
+from tessera.transform.simplify_inference import simplify_inference
 
 __all__ = [
     "PassContext",
@@ -29,4 +30,5 @@ __all__ = [
     "graph_pass",
     "infer_types",
     "run_passes",
+    "simplify_inference",
 ]
