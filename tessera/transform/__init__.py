@@ -13,10 +13,13 @@ from tessera.transform.pass_context import (
     PrintIR,
     run_passes,
 )
+from tessera.transform.plan_memory import Allocation, MemoryPlan, plan_memory
 from tessera.transform.sequential import Sequential
 from tessera.transform.simplify_inference import simplify_inference
 
 __all__ = [
+    "Allocation",
+    "MemoryPlan",
     "PassContext",
     "PassInstrument",
     "PassTiming",
@@ -29,6 +32,7 @@ __all__ = [
     "fused_groups",
     "graph_pass",
     "infer_types",
+    "plan_memory",
     "run_passes",
     "simplify_inference",
 ]
