@@ -1,5 +1,6 @@
 """Pass infrastructure (PassContext, instruments, Sequential) and the graph passes."""
 
+from tessera.transform.bind_params import bind_params
 from tessera.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from tessera.transform.eliminate_dead_code import eliminate_dead_code
 from tessera.transform.fold_constant import fold_constant
@@ -25,6 +26,7 @@ __all__ = [
     "PassTiming",
     "PrintIR",
     "Sequential",
+    "bind_params",
     "eliminate_common_subexpr",
     "eliminate_dead_code",
     "fold_constant",
