@@ -107,6 +107,9 @@ def build_groups(func: Function, group_of: list[int]) -> Function:
     body, taken = [], set()
     for g in _group_order(func, members, owner):
         calls = [func.body[i] for i in members[g]]
+        if len(calls) == 1 and calls[0].op is get_op("fused"):
+            body.append(calls[0])  # fused before: not wrapped again
+            continue
         body.append(_make_group(calls, exported, _group_name(calls, taken)))
     used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}
     constants = tuple(c for c in func.constants if id(c) in used)

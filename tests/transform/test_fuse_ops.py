@@ -155,6 +155,13 @@ def test_fusing_twice_changes_nothing():
     assert _fuse(once) is once
 
 
+def test_fused_calls_among_new_calls_are_kept_as_they_are():
+    once = _fuse(CONV_BIAS_RELU)
+    text = str(once).replace("return %3", "%4 = exp(%3); return %4")
+    twice = _fuse(text)
+    assert _group_ops(twice) == [["nn.conv2d", "add", "nn.relu"], ["exp"]]
+
+
 def test_long_and_repeated_names_stay_unique():
     chain = "; ".join(f"%a{i} = tanh(%a{i - 1})" for i in range(1, 30))
     text = f"def main(%a0: f32[4]) {{ {chain}; %s = nn.softmax(%a29); %t = tanh(%s); return %t }}"
