@@ -157,7 +157,8 @@ def test_fusing_twice_changes_nothing():
 
 def test_fused_calls_among_new_calls_are_kept_as_they_are():
     once = _fuse(CONV_BIAS_RELU)
-    text = str(once).replace("return %3", "%4 = exp(%3); return %4")
+    head, tail = str(once).rsplit("return %3", 1)  # the outer function's return
+    text = head + "%4 = exp(%3); return %4" + tail
     twice = _fuse(text)
     assert _group_ops(twice) == [["nn.conv2d", "add", "nn.relu"], ["exp"]]
 
