@@ -13,6 +13,8 @@ from tessera.graph.ir import TensorType, parse_dtype
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import broadcast_shapes, require_float, same_dtype, type_error
 from tessera.ir.dtype import bool_
+from tessera.topi import broadcast as topi_broadcast
+from tessera.topi import elemwise as topi_elemwise
 
 # -- unary ------------------------------------------------------------------------------------
 
@@ -69,6 +71,11 @@ def _register_unary(name, fn, float_only):
         return x
 
     op.reference(_keep(fn))
+
+    @op.compute
+    def _(x):
+        return topi_elemwise.unary(name, x)
+
     return op
 
 
@@ -91,6 +98,10 @@ def _register_predicate(name, fn, float_only=False, bool_only=False):
 
     op.reference(lambda x: np.asarray(fn(x), dtype=bool))
 
+    @op.compute
+    def _(x):
+        return topi_elemwise.unary(name, x)
+
 
 _register_predicate("isnan", np.isnan, float_only=True)
 _register_predicate("isinf", np.isinf, float_only=True)
@@ -107,6 +118,12 @@ def _(x: TensorType) -> TensorType:
 
 
 bitwise_not.reference(np.invert)
+
+
+@bitwise_not.compute
+def _(x):
+    return topi_elemwise.unary("bitwise_not", x)
+
 
 # -- binary -----------------------------------------------------------------------------------
 
@@ -169,6 +186,10 @@ def _register_binary(name, fn, result="same", check=None):
             out = np.asarray(fn(a, b))
         return out.astype(bool if result == "bool" else a.dtype, copy=False)
 
+    @op.compute
+    def _(a, b):
+        return topi_broadcast.binary(name, a, b)
+
     return op
 
 
@@ -207,6 +228,13 @@ def _(a, b, fmod=0):
         return _mod(a, b, fmod).astype(a.dtype)
 
 
+@mod.compute
+def _(a, b, fmod=0):
+    return topi_broadcast.broadcast_compute(
+        lambda x, y: topi_broadcast.mod(x, y, bool(fmod)), [a, b], "mod"
+    )
+
+
 power = register_op("power", kind=OpKind.BROADCAST)
 
 
@@ -221,6 +249,11 @@ def _(a, b):
         if a.dtype.kind in "iu":
             return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
         return np.power(a, b.astype(a.dtype)).astype(a.dtype)
+
+
+@power.compute
+def _(a, b):
+    return topi_broadcast.binary("power", a, b)
 
 
 bit_shift = register_op("bit_shift", kind=OpKind.BROADCAST)
@@ -242,6 +275,13 @@ def _(a, b, direction):
     return (np.left_shift if direction == "LEFT" else np.right_shift)(a, b).astype(a.dtype)
 
 
+@bit_shift.compute
+def _(a, b, direction):
+    return topi_broadcast.broadcast_compute(
+        lambda x, y: topi_broadcast.bit_shift(x, y, direction), [a, b], "bit_shift"
+    )
+
+
 # -- where, cast, clip ------------------------------------------------------------------------
 
 where = register_op("where", kind=OpKind.BROADCAST)
@@ -258,6 +298,11 @@ def _(cond: TensorType, a: TensorType, b: TensorType) -> TensorType:
 @where.reference
 def _(cond, a, b):
     return np.where(cond, a, b)
+
+
+@where.compute
+def _(cond, a, b):
+    return topi_broadcast.where(cond, a, b)
 
 
 cast = register_op("cast", kind=OpKind.ELEMWISE)
@@ -277,6 +322,11 @@ def _(x, dtype):
     return x.astype(target)
 
 
+@cast.compute
+def _(x, dtype):
+    return topi_elemwise.cast(x, parse_dtype(dtype))
+
+
 clip = register_op("clip", kind=OpKind.ELEMWISE)
 
 
@@ -293,3 +343,8 @@ def _(x, a_min=None, a_max=None):
     if a_max is not None:
         out = np.minimum(out, np.asarray(a_max).astype(x.dtype))
     return out.astype(x.dtype)
+
+
+@clip.compute
+def _(x, a_min=None, a_max=None):
+    return topi_elemwise.clip(x, a_min, a_max)
