@@ -288,15 +288,22 @@ def _seconds_per_call(fn, number: int) -> float:
     return (time.perf_counter() - start) / number
 
 
-def alternate(fns: dict, repeat: int) -> dict[str, list[float]]:
+def alternate(fns: dict, repeat: int, gap: float) -> dict[str, list[float]]:
     """Seconds per call of each function, `repeat` samples each, taken in turns (the order
-    flipping every round) so all see the same machine load; a sample lasts >= ~20 ms."""
+    flipping every round) so all see the same machine load; a sample lasts >= ~20 ms.
+
+    Each turn starts `gap` seconds after the last one ended, with one untimed call: OpenBLAS's
+    workers spin for ~0.1 s after a call (2^28 cycles, OPENBLAS_THREAD_TIMEOUT), and a kernel
+    timed inside that window loses a core to them (tessera's 2-thread time doubled).
+    """
     for fn in fns.values():  # warm up: caches, page faults, thread pools
         fn()
     number = {k: max(1, math.ceil(0.02 / _seconds_per_call(fn, 1))) for k, fn in fns.items()}
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for r in range(repeat):
         for k in list(fns)[:: 1 if r % 2 == 0 else -1]:
+            time.sleep(gap)
+            fns[k]()
             samples[k].append(_seconds_per_call(fns[k], number[k]))
     return samples
 
@@ -319,12 +326,13 @@ def _parse_args(argv):
     ap.add_argument("--threads", default="2,1", help="thread counts to measure, e.g. 2,1")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--repeat", type=int, default=15, help="samples per kernel and thread count")
+    ap.add_argument("--gap", type=float, default=0.3, help="idle seconds between turns")
     ap.add_argument("--peak-runs", type=int, default=5, help="FMA peak: best of this many runs")
     ap.add_argument("--no-reexec", action="store_true", help="keep OPENBLAS_* as they are")
     args = ap.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
-    if args.size < 1 or args.repeat < 1 or min(args.threads) < 1:
-        ap.error("--size, --repeat and --threads must be positive")
+    if args.size < 1 or args.repeat < 1 or min(args.threads) < 1 or args.gap < 0:
+        ap.error("--size, --repeat and --threads must be positive, --gap not negative")
     return args
 
 
@@ -334,9 +342,8 @@ def _measure_row(f, a, b, args, threads: int) -> list[str]:
     blas_threads = set_blas_threads(threads)
     ta, tb, tc = tessera.nd.array(a), tessera.nd.array(b), tessera.nd.empty((M, N), "float32")
     out = np.empty((M, N), np.float32)
-    samples = alternate(
-        {"tessera": lambda: f(ta, tb, tc), "numpy": lambda: np.matmul(a, b, out=out)}, args.repeat
-    )
+    kernels = {"tessera": lambda: f(ta, tb, tc), "numpy": lambda: np.matmul(a, b, out=out)}
+    samples = alternate(kernels, args.repeat, args.gap)
     t_t, t_n = (float(np.median(samples[k])) for k in ("tessera", "numpy"))
     g_t, g_n = gflops(M, N, K, t_t), gflops(M, N, K, t_n)
     peak = measure_fma_peak(threads, runs=args.peak_runs)
@@ -374,7 +381,10 @@ def main(argv=None) -> int:
     if target.kind == "llvm":
         print(f"  k loops: {describe_fma_loops(f.get_source('asm'))}")
     print(f"  numpy: {blas_info()} (OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: {env})")
-    print(f"  medians of {args.repeat} alternating samples; FMA peak: best of {args.peak_runs}")
+    print(
+        f"  medians of {args.repeat} alternating samples, {args.gap:g} s idle between turns; "
+        f"FMA peak: best of {args.peak_runs}"
+    )
     print("  threads  tessera GFLOP/s         numpy GFLOP/s          ratio  FMA peak  of peak")
     warnings = []
     for threads in args.threads:

@@ -119,8 +119,7 @@ def test_warns_when_a_kernel_beats_the_measured_peak():
 
 
 def test_main_runs_end_to_end(capsys):
-    code = sgemm.main(
-        ["--size", "40", "--threads", "1", "--repeat", "1", "--peak-runs", "1", "--no-reexec"]
-    )
+    flags = "--size 40 --threads 1 --repeat 1 --gap 0 --peak-runs 1 --no-reexec"
+    code = sgemm.main(flags.split())
     out = capsys.readouterr().out
     assert code == 0 and "sgemm 40x40x40" in out and "FMA peak" in out and "numpy:" in out
