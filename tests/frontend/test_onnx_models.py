@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from tessera.frontend import UnsupportedOpError, from_onnx
 from tessera.frontend.testing import check_model, make_model, run_ort
 from tessera.graph import run_function
+from tessera.models import randomize_weights
 
 R = np.random.default_rng(3)
 
@@ -173,32 +174,12 @@ LIGHT = sorted(
 )
 
 
-def _randomize_weights(model, rng):
-    """The light models build their weights with ConstantOfShape (one value everywhere, which
-    makes outputs nearly input-independent): replace each with a random initializer."""
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    keep = []
-    for node in model.graph.node:
-        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
-            keep.append(node)
-            continue
-        shape = [int(d) for d in inits[node.input[0]]]
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 0
-        w = rng.standard_normal(shape) * (np.sqrt(2 / fan_in) if fan_in else 0.1)
-        if "var" in node.output[0]:
-            w = np.abs(w) + 0.5
-        tensor = onnx.numpy_helper.from_array(w.astype(np.float32), node.output[0])
-        model.graph.initializer.append(tensor)
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: os.path.basename(p)[6:-5])
 def test_light_models_match_onnxruntime(path):
     model = onnx.load(path)
     rng = np.random.default_rng(0)
-    _randomize_weights(model, rng)
+    randomize_weights(model, rng)
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
     for vi in model.graph.input:
