@@ -6,6 +6,10 @@ the compiler, so that a compiled artifact runs with numpy alone.
 
 import importlib
 
+from tessera import logging as _logging
+
+_logging.install()  # a NullHandler: the library prints nothing unless asked
+
 __version__ = "0.1.0"
 
 _SUBMODULES = {
@@ -21,6 +25,8 @@ _SUBMODULES = {
     "frontend",
     "target",
     "driver",
+    "logging",
+    "models",
 }
 # public name -> (module, attribute)
 _ATTRS = {
