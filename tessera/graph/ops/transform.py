@@ -15,6 +15,8 @@ from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import normalize_axes, normalize_axis, same_dtype, type_error
 from tessera.ir.dtype import int32, int64
+from tessera.topi import broadcast as topi_broadcast
+from tessera.topi import transform as topi_transform
 
 reshape = register_op("reshape", kind=OpKind.INJECTIVE)
 
@@ -31,6 +33,11 @@ def _(x, newshape):
     return x.reshape(newshape)
 
 
+@reshape.compute
+def _(x, newshape):
+    return topi_transform.reshape(x, newshape)
+
+
 transpose = register_op("transpose", kind=OpKind.INJECTIVE)
 
 
@@ -44,6 +51,11 @@ def _(x: TensorType, axes) -> TensorType:
 @transpose.reference
 def _(x, axes):
     return np.transpose(x, axes)
+
+
+@transpose.compute
+def _(x, axes):
+    return topi_transform.transpose(x, axes)
 
 
 concatenate = register_op("concatenate", kind=OpKind.INJECTIVE)
@@ -69,6 +81,11 @@ def _(*xs, axis):
     return np.concatenate(xs, axis=axis)
 
 
+@concatenate.compute
+def _(*xs, axis):
+    return topi_transform.concatenate(xs, axis)
+
+
 split = register_op("split", kind=OpKind.INJECTIVE)
 
 
@@ -85,6 +102,11 @@ def _(x: TensorType, axis, sections):
 @split.reference
 def _(x, axis, sections):
     return tuple(np.split(x, np.cumsum(sections)[:-1], axis=axis))
+
+
+@split.compute
+def _(x, axis, sections):
+    return topi_transform.split(x, axis, sections)
 
 
 slice_ = register_op("slice", kind=OpKind.INJECTIVE)
@@ -112,6 +134,11 @@ def _(x, begin, end, strides):
     return x[index]
 
 
+@slice_.compute
+def _(x, begin, end, strides):
+    return topi_transform.strided_slice(x, begin, end, strides)
+
+
 def _wrap_indices(indices, dim):
     return np.where(indices < 0, indices + dim, indices)
 
@@ -132,6 +159,11 @@ def _(x, indices, axis=0):
     return np.take(x, _wrap_indices(indices, x.shape[axis]), axis=axis)
 
 
+@gather.compute
+def _(x, indices, axis=0):
+    return topi_transform.gather(x, indices, axis)
+
+
 gather_elements = register_op("gather_elements", kind=OpKind.INJECTIVE)
 
 
@@ -146,6 +178,11 @@ def _(x: TensorType, indices: TensorType, axis=0) -> TensorType:
 @gather_elements.reference
 def _(x, indices, axis=0):
     return np.take_along_axis(x, _wrap_indices(indices, x.shape[axis]), axis=axis)
+
+
+@gather_elements.compute
+def _(x, indices, axis=0):
+    return topi_transform.gather_elements(x, indices, axis)
 
 
 gather_nd = register_op("gather_nd", kind=OpKind.INJECTIVE)
@@ -172,6 +209,11 @@ def _(x, indices, batch_dims=0):
     return np.stack(rows).reshape(*indices.shape[:-1], *x.shape[batch_dims + indices.shape[-1] :])
 
 
+@gather_nd.compute
+def _(x, indices, batch_dims=0):
+    return topi_transform.gather_nd(x, indices, batch_dims)
+
+
 expand = register_op("expand", kind=OpKind.BROADCAST)
 
 
@@ -187,6 +229,11 @@ def _(x, shape):
     return np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))
 
 
+@expand.compute
+def _(x, shape):
+    return topi_broadcast.expand(x, shape)
+
+
 tile = register_op("tile", kind=OpKind.INJECTIVE)
 
 
@@ -200,6 +247,11 @@ def _(x: TensorType, reps) -> TensorType:
 @tile.reference
 def _(x, reps):
     return np.tile(x, reps)
+
+
+@tile.compute
+def _(x, reps):
+    return topi_transform.tile(x, reps)
 
 
 pad = register_op("pad", kind=OpKind.INJECTIVE)
@@ -233,6 +285,11 @@ def _(x, pad_width, mode="constant", value=0.0):
     return np.pad(x, widths, mode=_PAD_MODES[mode])
 
 
+@pad.compute
+def _(x, pad_width, mode="constant", value=0.0):
+    return topi_transform.pad(x, pad_width, mode, value)
+
+
 depth_to_space = register_op("nn.depth_to_space", kind=OpKind.INJECTIVE)
 
 
@@ -255,6 +312,11 @@ def _(x, block_size, mode="DCR"):
     return y.reshape(n, c // b**2, h * b, w * b)
 
 
+@depth_to_space.compute
+def _(x, block_size, mode="DCR"):
+    return topi_transform.depth_to_space(x, block_size, mode)
+
+
 space_to_depth = register_op("nn.space_to_depth", kind=OpKind.INJECTIVE)
 
 
@@ -274,6 +336,11 @@ def _(x, block_size):
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
+@space_to_depth.compute
+def _(x, block_size):
+    return topi_transform.space_to_depth(x, block_size)
+
+
 reverse = register_op("reverse", kind=OpKind.INJECTIVE)
 
 
@@ -286,3 +353,8 @@ def _(x: TensorType, axis) -> TensorType:
 @reverse.reference
 def _(x, axis):
     return np.flip(x, axis=tuple(axis))
+
+
+@reverse.compute
+def _(x, axis):
+    return topi_transform.reverse(x, axis)

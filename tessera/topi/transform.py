@@ -1,0 +1,256 @@
+"""Data-movement te operators: reshape, transpose, concatenate, split, slice, the gathers,
+tile, pad, depth_to_space / space_to_depth, reverse.
+
+    y = topi.transform.transpose(x, (0, 2, 1))
+    ys = topi.transform.split(x, axis=1, sections=(2, 3))     # a tuple of tensors
+
+Every compute is tagged "injective": out[i] reads a fixed function of i, so a fused group
+inlines it into its consumer. Gathered indices may be negative (counted from the end, as
+numpy); an index still out of range is clamped, so a bad index never reads outside a buffer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import te
+from tessera.tir.expr import Expr
+from tessera.topi.elemwise import scalar_as
+
+INJECTIVE = "injective"
+
+
+def _ints(shape) -> tuple[int, ...]:
+    try:
+        return tuple(int(d.value) for d in shape)
+    except AttributeError:
+        raise ValueError(f"this operator needs a static shape, got {list(shape)}") from None
+
+
+def ravel(index, shape) -> Expr:
+    """Row-major linear position of index in shape."""
+    linear = te.const(0, "int32")
+    for i, d in zip(index, shape, strict=True):
+        linear = linear * d + i
+    return linear
+
+
+def unravel(linear: Expr, shape) -> tuple[Expr, ...]:
+    """The row-major index of a linear position."""
+    out = []
+    for d in reversed(shape):
+        out.append(te.floormod(linear, d))
+        linear = te.floordiv(linear, d)
+    return tuple(reversed(out))
+
+
+def reshape(x: te.Tensor, newshape) -> te.Tensor:
+    newshape = tuple(int(d) for d in newshape)
+    if int(np.prod(newshape)) != int(np.prod(_ints(x.shape))):
+        raise ValueError(f"cannot reshape {x} to {list(newshape)}")
+    in_shape = _ints(x.shape)
+
+    def body(*i):
+        return x(*unravel(ravel(i, newshape), in_shape))
+
+    return te.compute(newshape, body, name="reshape", tag=INJECTIVE)
+
+
+def transpose(x: te.Tensor, axes) -> te.Tensor:
+    axes = [a % x.ndim for a in axes]
+    shape = tuple(x.shape[a] for a in axes)
+
+    def body(*i):
+        index = [None] * x.ndim
+        for out_axis, in_axis in enumerate(axes):
+            index[in_axis] = i[out_axis]
+        return x(*index)
+
+    return te.compute(shape, body, name="transpose", tag=INJECTIVE)
+
+
+def _replace(index, axis: int, value) -> tuple:
+    return tuple(value if k == axis else v for k, v in enumerate(index))
+
+
+def concatenate(xs, axis: int) -> te.Tensor:
+    """Join along axis: a chain of if_then_else on the position (only one side is loaded)."""
+    axis = axis % xs[0].ndim
+    pieces, start = [], 0
+    for t in xs:
+        size = int(t.shape[axis].value)
+        if size > 0:
+            pieces.append((t, start, start + size))
+        start += size
+    shape = _replace(xs[0].shape, axis, te.const(start, "int32"))
+    if not pieces:
+        return te.compute(shape, lambda *i: te.const(0, xs[0].dtype), "concatenate", INJECTIVE)
+
+    def body(*i):
+        pos = i[axis]
+        t, lo, _ = pieces[-1]
+        out = t(*_replace(i, axis, pos - lo))
+        for t, lo, hi in reversed(pieces[:-1]):
+            out = te.if_then_else(pos < hi, t(*_replace(i, axis, pos - lo)), out)
+        return out
+
+    return te.compute(shape, body, name="concatenate", tag=INJECTIVE)
+
+
+def split(x: te.Tensor, axis: int, sections) -> tuple[te.Tensor, ...]:
+    axis = axis % x.ndim
+    outs, offset = [], 0
+    for k, n in enumerate(sections):
+        shape = _replace(x.shape, axis, te.const(int(n), "int32"))
+
+        def body(*i, offset=offset):
+            return x(*_replace(i, axis, i[axis] + offset))
+
+        outs.append(te.compute(shape, body, name=f"split{k}", tag=INJECTIVE))
+        offset += int(n)
+    return tuple(outs)
+
+
+def strided_slice(x: te.Tensor, begin, end, strides) -> te.Tensor:
+    """x[b0:e0:s0, ...] with (begin, end, stride) in Python's `slice.indices` form."""
+    shape = tuple(len(range(b, e, s)) for b, e, s in zip(begin, end, strides, strict=True))
+
+    def body(*i):
+        return x(*[b + v * s for v, b, s in zip(i, begin, strides, strict=True)])
+
+    return te.compute(shape, body, name="slice", tag=INJECTIVE)
+
+
+def wrap_index(v: Expr, dim) -> Expr:
+    """A gathered index: negative counts from the end; out of range is clamped into [0, dim)."""
+    dim = te.const(int(dim.value), v.dtype) if hasattr(dim, "value") else te.const(dim, v.dtype)
+    v = te.select(v < te.const(0, v.dtype), v + dim, v)
+    return te.max(te.min(v, dim - te.const(1, v.dtype)), te.const(0, v.dtype))
+
+
+def gather(x: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:
+    """np.take(x, indices, axis): out[a.., j.., b..] = x[a.., indices[j..], b..]."""
+    axis = axis % x.ndim
+    m = indices.ndim
+    shape = (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])
+
+    def body(*i):
+        idx = wrap_index(indices(*i[axis : axis + m]), x.shape[axis])
+        return x(*i[:axis], idx, *i[axis + m :])
+
+    return te.compute(shape, body, name="gather", tag=INJECTIVE)
+
+
+def gather_elements(x: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:
+    """np.take_along_axis: out[i] = x[i with i[axis] replaced by indices[i]]."""
+    axis = axis % x.ndim
+
+    def body(*i):
+        return x(*_replace(i, axis, wrap_index(indices(*i), x.shape[axis])))
+
+    return te.compute(indices.shape, body, name="gather_elements", tag=INJECTIVE)
+
+
+def gather_nd(x: te.Tensor, indices: te.Tensor, batch_dims: int = 0) -> te.Tensor:
+    """ONNX GatherND: the last axis of indices addresses the leading (non-batch) axes of x."""
+    last = int(indices.shape[-1].value)
+    m = indices.ndim - 1
+    shape = (*indices.shape[:-1], *x.shape[batch_dims + last :])
+
+    def body(*i):
+        picked = [
+            wrap_index(indices(*i[:m], te.const(k, "int32")), x.shape[batch_dims + k])
+            for k in range(last)
+        ]
+        return x(*i[:batch_dims], *picked, *i[m:])
+
+    return te.compute(shape, body, name="gather_nd", tag=INJECTIVE)
+
+
+def tile(x: te.Tensor, reps) -> te.Tensor:
+    shape = tuple(d * int(r) for d, r in zip(x.shape, reps, strict=True))
+    return te.compute(
+        shape,
+        lambda *i: x(*[te.floormod(v, d) for v, d in zip(i, x.shape, strict=True)]),
+        name="tile",
+        tag=INJECTIVE,
+    )
+
+
+def reverse(x: te.Tensor, axis) -> te.Tensor:
+    axes = {a % x.ndim for a in axis}
+
+    def body(*i):
+        return x(*[d - 1 - v if k in axes else v for k, (v, d) in enumerate(zip(i, x.shape))])
+
+    return te.compute(x.shape, body, name="reverse", tag=INJECTIVE)
+
+
+# -- pad --------------------------------------------------------------------------------------
+
+
+def _pad_source(j: Expr, length: int, mode: str) -> Expr:
+    """Position in [0, length) that output position j (relative to the data start) reads."""
+    if mode == "edge":
+        return te.max(te.min(j, length - 1), 0)
+    if mode == "wrap":
+        return te.floormod(j, length)
+    if length == 1:  # reflect
+        return te.const(0, "int32")
+    # numpy's reflect repeats with period 2 * (length - 1): a triangle wave
+    m = te.floormod(j, 2 * (length - 1))
+    return te.select(m < length, m, 2 * (length - 1) - m)
+
+
+def pad(x: te.Tensor, pad_width, mode: str = "constant", value=0.0) -> te.Tensor:
+    """ONNX Pad (pads: all begins, then all ends); negative pads crop first."""
+    n = x.ndim
+    dims = _ints(x.shape)
+    lo, hi = list(pad_width[:n]), list(pad_width[n:])
+    shape = tuple(d + a + b for d, a, b in zip(dims, lo, hi, strict=True))
+    crop = [max(0, -a) for a in lo]
+    kept = [d - max(0, -a) - max(0, -b) for d, a, b in zip(dims, lo, hi, strict=True)]
+    if mode != "constant" and any(k == 0 and s > 0 for k, s in zip(kept, shape, strict=True)):
+        raise ValueError(f"pad mode {mode!r} cannot pad an empty axis of {x}")
+
+    def body(*i):
+        rel = [v - max(0, a) for v, a in zip(i, lo, strict=True)]  # position in the cropped data
+        if mode == "constant":
+            inside = te.all(*[te.all(r >= 0, r < k) for r, k in zip(rel, kept, strict=True)])
+            src = [c + te.max(te.min(r, k - 1), 0) for r, c, k in zip(rel, crop, kept, strict=True)]
+            return te.if_then_else(inside, x(*src), scalar_as(value, x.dtype))
+        return x(*[c + _pad_source(r, k, mode) for r, c, k in zip(rel, crop, kept, strict=True)])
+
+    return te.compute(shape, body, name="pad", tag=INJECTIVE)
+
+
+# -- depth_to_space / space_to_depth ----------------------------------------------------------
+
+
+def depth_to_space(x: te.Tensor, block_size: int, mode: str = "DCR") -> te.Tensor:
+    n, c, h, w = x.shape
+    b = int(block_size)
+    oc = te.floordiv(c, b * b)
+
+    def body(ni, ci, hi, wi):
+        bh, bw = te.floormod(hi, b), te.floormod(wi, b)
+        if mode == "DCR":
+            channel = (bh * b + bw) * oc + ci
+        else:
+            channel = ci * (b * b) + bh * b + bw
+        return x(ni, channel, te.floordiv(hi, b), te.floordiv(wi, b))
+
+    return te.compute((n, oc, h * b, w * b), body, name="depth_to_space", tag=INJECTIVE)
+
+
+def space_to_depth(x: te.Tensor, block_size: int) -> te.Tensor:
+    n, c, h, w = x.shape
+    b = int(block_size)
+
+    def body(ni, ci, hi, wi):
+        bh = te.floordiv(ci, c * b)
+        bw = te.floormod(te.floordiv(ci, c), b)
+        return x(ni, te.floormod(ci, c), hi * b + bh, wi * b + bw)
+
+    shape = (n, c * (b * b), te.floordiv(h, b), te.floordiv(w, b))
+    return te.compute(shape, body, name="space_to_depth", tag=INJECTIVE)
