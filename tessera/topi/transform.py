@@ -181,7 +181,8 @@ def reverse(x: te.Tensor, axis) -> te.Tensor:
     axes = {a % x.ndim for a in axis}
 
     def body(*i):
-        return x(*[d - 1 - v if k in axes else v for k, (v, d) in enumerate(zip(i, x.shape))])
+        dims = enumerate(zip(i, x.shape, strict=True))
+        return x(*[d - 1 - v if k in axes else v for k, (v, d) in dims])
 
     return te.compute(x.shape, body, name="reverse", tag=INJECTIVE)
 
