@@ -1,20 +1,50 @@
-"""The compiler's table of contents: from a schedule to a PrimFunc to a runtime module.
+"""The compiler's table of contents: from a model or a schedule to a runtime module.
 
     tessera.lower(s, [A, B, C], name="myadd")   # te schedule -> IRModule of the lowered PrimFunc
     tessera.build(s, [A, B, C], target="llvm")  # ... -> runtime.Module (callable kernels)
+    tessera.build(mod, target="llvm", params=params)   # a graph IRModule -> a compiled model
+                                                       # (runtime.GraphExecutorFactory)
 
 Every step is a named function; `PassContext` (opt level, disabled passes, instruments that print
-or time the IR after each pass) applies to the tir passes listed in `TIR_PASSES`.
+or time the IR after each pass) applies to the graph passes in `GRAPH_PASSES` and to the tir
+passes in `TIR_PASSES`.
 """
 
 from __future__ import annotations
 
 from tessera import te, tir
+from tessera.graph.ir import Function
+from tessera.graph_build import lower_groups, make_executor_plan
 from tessera.ir.module import IRModule
+from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
 from tessera.tir import transform as tt
 from tessera.tir.verify import verify
+from tessera.transform import (
+    Sequential,
+    bind_params,
+    eliminate_common_subexpr,
+    eliminate_dead_code,
+    fold_constant,
+    fuse_ops,
+    infer_types,
+    plan_memory,
+    simplify_inference,
+)
+from tessera.transform.fuse_group import build_groups
 from tessera.transform.pass_context import PassContext, run_passes
+
+# The graph passes, each with the lowest opt level that runs it: at 0 every op is compiled as
+# it stands, one kernel each; at 1 the graph is simplified and folded; at 2 ops fuse into groups;
+# at 3 common subexpressions are merged (as in TVM).
+GRAPH_PASSES = [
+    (infer_types, 0),
+    (simplify_inference, 1),
+    (fold_constant, 1),
+    (eliminate_common_subexpr, 3),
+    (eliminate_dead_code, 1),
+    (fuse_ops, 2),
+]
 
 # The tir passes between te.lower and code generation, in order (docs/architecture.md).
 TIR_PASSES = [
@@ -69,9 +99,47 @@ def _codegen(funcs: list[tir.PrimFunc], target: Target):
     raise ValueError(f"target {target} cannot be built yet (supported: llvm, c)")
 
 
-def build(inputs, args=None, target="llvm", name: str = "main", target_host=None):
-    """Compile a te schedule, a PrimFunc or an IRModule of PrimFuncs into a runtime.Module."""
+def optimize_graph(mod: IRModule) -> IRModule:
+    """Run GRAPH_PASSES under the current PassContext (its opt level picks which)."""
+    return Sequential(GRAPH_PASSES, name="graph_passes")(mod)
+
+
+def group_each_call(func: Function) -> Function:
+    """Below opt level 2 nothing fused: every call becomes a group (a kernel) of its own."""
+    fused = [c.op.name == "fused" for c in func.body]
+    if all(fused):
+        return func
+    if any(fused):
+        raise ValueError(f"{func.name}: some calls are fused groups and some are not")
+    return build_groups(func, list(range(len(func.body))))
+
+
+def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> GraphExecutorFactory:
+    """Compile a graph IRModule's "main" (weights in `params`) into a compiled model."""
+    mod = bind_params(mod, params or {})  # weights become constants that passes can fold
+    mod = optimize_graph(mod)
+    func = group_each_call(mod["main"])
+    kernels = lower_groups(func, target)  # compute rules, schedules, te.lower; shared kernels
+    plan, weights = make_executor_plan(func, kernels.kernel_of_call, plan_memory(func))
+    lib = _codegen([optimize(f) for f in kernels.funcs], target)
+    return GraphExecutorFactory(lib, plan, weights)
+
+
+def _is_graph_module(inputs) -> bool:
+    if isinstance(inputs, Function):
+        return True
+    return isinstance(inputs, IRModule) and isinstance(inputs.functions.get("main"), Function)
+
+
+def build(inputs, args=None, target="llvm", name: str = "main", target_host=None, params=None):
+    """Compile a graph IRModule (with its `params`) into a compiled model, or a te schedule, a
+    PrimFunc or an IRModule of PrimFuncs into a runtime.Module."""
     target = Target(target) if not isinstance(target, Target) else target
+    if _is_graph_module(inputs):
+        mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
+        return build_graph(mod, target, params)
+    if params is not None:
+        raise TypeError("build: params are the weights of a graph module; this is a kernel")
     if isinstance(inputs, te.Schedule):
         mod = lower(inputs, args, name=name)
     elif isinstance(inputs, tir.PrimFunc):
@@ -80,6 +148,7 @@ def build(inputs, args=None, target="llvm", name: str = "main", target_host=None
         mod = IRModule({n: optimize(f) for n, f in inputs})
     else:
         raise TypeError(
-            f"build expects a te.Schedule, a tir.PrimFunc or an IRModule, got {type(inputs).__name__}"
+            "build expects a graph IRModule, a te.Schedule, a tir.PrimFunc or an IRModule of "
+            f"PrimFuncs, got {type(inputs).__name__}"
         )
     return _codegen([f for _, f in mod], target)

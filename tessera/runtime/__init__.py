@@ -11,6 +11,7 @@ timing (profiling.py), configuration from the environment (config.py).
 from tessera.runtime import nd
 from tessera.runtime.config import num_threads
 from tessera.runtime.function_info import FunctionInfo, ParamInfo, VarInfo
+from tessera.runtime.graph_executor import GraphExecutorFactory, GraphModule
 from tessera.runtime.module import Module, load_module
 from tessera.runtime.native import get_num_threads, set_num_threads
 from tessera.runtime.ndarray import Device, NDArray, cpu, cuda, device
@@ -26,6 +27,8 @@ from tessera.runtime.registry import (
 __all__ = [
     "Device",
     "FunctionInfo",
+    "GraphExecutorFactory",
+    "GraphModule",
     "Module",
     "NDArray",
     "PackedFunc",

@@ -139,25 +139,36 @@ class Module:
 
     # -- export ----------------------------------------------------------------------------
 
-    def export_library(self, path, options=()) -> Path:
+    def has_code_to_link(self) -> bool:
+        """Whether export_library links objects or sources (False: it copies a loaded file)."""
+        return bool(self._objects or self._c_sources)
+
+    def export_library(
+        self, path, options=(), *, extra_files=(), extra_metadata: dict | None = None
+    ) -> Path:
         """Write one shared library holding every function and the metadata load_module reads.
 
         `options`: extra flags for the C compiler. Needs the system C compiler.
+        `extra_files`: more files for the compiler to build in (C or assembly sources, objects:
+        e.g. a model's weights); `extra_metadata`: more JSON-able entries for the metadata.
         """
         path = Path(path)
-        if not self._objects and not self._c_sources:
+        if not self.has_code_to_link():
             if self.library_path is None:
                 raise RuntimeError("export_library: this module holds no objects or C sources")
             _copy_atomically(self.library_path, path)  # a loaded library is already complete
             return path
         infos = [f.info for f in self._functions.values()]
         extra = {"format": "tessera", "version": FORMAT_VERSION, **self.metadata}
+        extra.update(extra_metadata or {})
         with tempfile.TemporaryDirectory(prefix="tessera-export-") as tmp:
             files = _write_inputs(Path(tmp), self._c_sources, self._objects)
             meta = Path(tmp) / "tessera_metadata.c"
             meta.write_text(metadata_c_source(function_info.dumps(infos, extra)))
             sources = [meta] + [f for f in files if f.suffix == ".c"]
+            sources += [Path(f) for f in extra_files if Path(f).suffix != ".o"]
             objects = [f for f in files if f.suffix == ".o"]
+            objects += [Path(f) for f in extra_files if Path(f).suffix == ".o"]
             flags = ["-I", str(native.include_dir()), *options]
             cc.compile_shared(path, sources=sources, objects=objects, flags=flags)
         return path
@@ -227,8 +238,9 @@ def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
     return PackedFunc(cfunc, info, keepalive=lib)
 
 
-def load_module(path) -> Module:
-    """Load a library written by `Module.export_library` (needs numpy and ctypes only)."""
+def load_module(path):
+    """Load a library written by `Module.export_library` (needs numpy and ctypes only): a
+    Module, or for a compiled model a `graph_executor.GraphExecutorFactory`."""
     lib = _open_library(path)
     try:
         symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)
@@ -250,4 +262,9 @@ def load_module(path) -> Module:
             f"this runtime reads version {FORMAT_VERSION})"
         )
     functions = {info.name: _bind(lib, info, path) for info in infos}
-    return Module(functions, metadata=extra, library_path=str(Path(path).resolve()))
+    module = Module(functions, metadata=extra, library_path=str(Path(path).resolve()))
+    if "graph_executor" in extra:  # a compiled model: kernels, executor plan and weights
+        from tessera.runtime.graph_executor import GraphExecutorFactory
+
+        return GraphExecutorFactory.from_library(module)
+    return module

@@ -1,0 +1,91 @@
+"""The executor plan of a fused function: its kernel calls and where every argument lives.
+
+    plan, blob = make_executor_plan(fused_func, kernels.kernel_of_call, plan_memory(fused_func))
+
+Each argument is a model input, a weight (a constant of the function, stored once in `blob`,
+64-byte aligned), an arena slot (its offset in the `MemoryPlan`) or a model output. The format
+is defined by the runtime (Note [executor plan] in tessera/runtime/graph_executor.py): JSON
+data plus one byte blob, so an exported library carries it without the compiler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.graph.ir import Constant, Function, Value
+from tessera.runtime.graph_executor import PLAN_VERSION
+from tessera.runtime.ndarray import ALIGNMENT, STORAGE
+from tessera.transform.plan_memory import MemoryPlan
+
+
+def _spec(name: str, v: Value) -> dict:
+    if not v.type.is_static:
+        raise ValueError(f"%{v.name} has a symbolic shape {v.type}: bind it before building")
+    return {"name": name, "dtype": str(v.type.dtype), "shape": list(v.type.shape)}
+
+
+def _weights(func: Function) -> list[Constant]:
+    """The constants the calls or the outputs use, in order of first use (each once)."""
+    seen: dict[int, Constant] = {}
+    for v in [v for c in func.body for v in c.inputs] + list(func.outputs):
+        if isinstance(v, Constant) and id(v) not in seen:
+            seen[id(v)] = v
+    return list(seen.values())
+
+
+def pack_params(weights: list[Constant]) -> tuple[list[dict], np.ndarray]:
+    """(plan entries, blob): each weight's bytes at a 64-byte aligned offset of one blob."""
+    entries, offset, taken = [], 0, set()
+    for c in weights:
+        name, k = c.name, 0
+        while name in taken:  # get_params() is keyed by name
+            k += 1
+            name = f"{c.name}_{k}"
+        taken.add(name)
+        entry = _spec(name, c)
+        entry["offset"] = offset
+        entries.append(entry)
+        offset += -(-c.array.nbytes // ALIGNMENT) * ALIGNMENT
+    raw = np.zeros(offset + ALIGNMENT, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    blob = raw[start : start + offset]
+    for c, entry in zip(weights, entries, strict=True):
+        data = np.ascontiguousarray(c.array, dtype=STORAGE[entry["dtype"]]).reshape(-1)
+        blob[entry["offset"] : entry["offset"] + data.nbytes] = data.view(np.uint8)
+    return entries, blob
+
+
+def make_executor_plan(
+    func: Function, kernel_of_call: list[str], memory: MemoryPlan
+) -> tuple[dict, np.ndarray]:
+    """(plan, params blob) of a fused function whose i-th call runs kernel_of_call[i]."""
+    weights = _weights(func)
+    param_entries, blob = pack_params(weights)
+    where: dict[int, list] = {}
+    for k, p in enumerate(func.params):
+        where[id(p)] = ["input", k]
+    for k, c in enumerate(weights):
+        where[id(c)] = ["param", k]
+    outputs = []
+    for k, v in enumerate(func.outputs):
+        where.setdefault(id(v), ["output", k])  # a repeated output refers to its first
+        outputs.append({**_spec(v.name, v), "storage": where[id(v)]})
+    for a in memory.allocations:
+        where.setdefault(id(a.value), ["arena", a.offset])
+    calls = []
+    for call, kernel in zip(func.body, kernel_of_call, strict=True):
+        for v in (*call.inputs, *call.outputs):
+            if id(v) not in where:
+                raise ValueError(f"executor plan: %{v.name} has no storage (a planning bug)")
+        args = [where[id(v)] for v in (*call.inputs, *call.outputs)]
+        calls.append({"kernel": kernel, "args": args, "vars": []})
+    plan = {
+        "version": PLAN_VERSION,
+        "inputs": [_spec(p.name, p) for p in func.params],
+        "outputs": outputs,
+        "params": param_entries,
+        "params_nbytes": int(blob.nbytes),
+        "arena_nbytes": int(memory.arena_bytes),
+        "calls": calls,
+    }
+    return plan, blob

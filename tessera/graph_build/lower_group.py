@@ -1,0 +1,207 @@
+"""Lower fused groups to kernels: a group's primitive Function -> te -> a tir.PrimFunc.
+
+    kernels = lower_groups(fused_func, Target("llvm"))
+    kernels.funcs            # one PrimFunc per distinct group (params: inputs, then outputs)
+    kernels.kernel_of_call   # for each `fused` call of the body, the name of its kernel
+
+For a group: a te placeholder per parameter (scalar constants inside the group become te
+constants, inlined where they are used), each member's compute rule in order (its output types
+are checked against the graph types), the anchor op's schedule rule (the member of the highest
+OpKind, first of equals) for the target's schedule keys (`schedule_keys`), else the generic
+default for the group's kind, then `te.lower`. Identical groups (same ops, attrs, input types
+and inner constants: `group_key`) share one kernel. `check_compute_rules` lists every op without
+a compute rule at once, before anything is lowered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera import te, tir
+from tessera.graph.ir import Constant, Function, TensorType
+from tessera.graph.op import OpKind, get_op
+from tessera.target import Target
+from tessera.topi import generic
+
+
+class MissingComputeError(ValueError):
+    """Ops of the graph have no compute rule; `ops` maps each op name to its values' names."""
+
+    def __init__(self, ops: dict[str, list[str]]):
+        self.ops = ops
+        calls = sum(len(v) for v in ops.values())
+        lines = [f"  {name}: {', '.join('%' + v for v in values)}" for name, values in ops.items()]
+        super().__init__(
+            f"{len(ops)} op(s) in {calls} call(s) have no compute rule, so the model cannot be "
+            "compiled:\n" + "\n".join(lines)
+        )
+
+
+class LoweringError(ValueError):
+    """A compute or schedule rule failed or disagrees with the graph's types."""
+
+
+def check_compute_rules(func: Function) -> None:
+    """Raise MissingComputeError naming every op (with its calls) that has no compute rule."""
+    fused = get_op("fused")
+    missing: dict[str, list[str]] = {}
+    for call in func.body:
+        members = call.attrs["func"].body if call.op is fused else (call,)
+        for member in members:
+            if "compute" not in member.op.rules:
+                names = missing.setdefault(member.op.name, [])
+                names.append(",".join(v.name for v in member.outputs))
+    if missing:
+        raise MissingComputeError(missing)
+
+
+def schedule_keys(target: Target) -> tuple[str, ...]:
+    """The schedule-rule keys to try for a target, most specific first."""
+    if target.kind == "cuda":
+        return ("cuda", "generic")
+    triple = target.llvm_triple if target.kind in ("llvm", "c") else ""
+    if triple.startswith(("x86_64", "i686", "i386")):
+        return ("x86", "generic")
+    if triple.startswith(("aarch64", "arm")):
+        return ("arm", "generic")
+    return ("generic",)
+
+
+def group_key(group: Function):
+    """A structural key: equal for groups that compute the same thing from the same types."""
+    slot = {id(p): ("param", k) for k, p in enumerate(group.params)}
+    consts = []
+    for c in group.constants:
+        slot[id(c)] = ("const", len(consts))
+        consts.append((c.type, c.data))
+    calls = []
+    for k, call in enumerate(group.body):
+        for j, v in enumerate(call.outputs):
+            slot[id(v)] = ("call", k, j)
+        inputs = tuple(slot[id(v)] for v in call.inputs)
+        calls.append((call.op.name, call.attrs, inputs, tuple(v.type for v in call.outputs)))
+    params = tuple(p.type for p in group.params)
+    return params, tuple(consts), tuple(calls), tuple(slot[id(v)] for v in group.outputs)
+
+
+def _te_constant(c: Constant) -> te.Tensor:
+    """A scalar (one-element) constant as a te stage that inlines into its users."""
+    value = c.array.reshape(-1)[0].item()
+    dtype = str(c.type.dtype)
+    shape = tuple(c.type.shape)
+    return te.compute(shape, lambda *_: tir.const(value, dtype), name=c.name, tag="elemwise")
+
+
+def _static_shape(t: te.Tensor) -> tuple:
+    return tuple(int(d.value) if isinstance(d, tir.IntImm) else str(d) for d in t.shape)
+
+
+def _compute_group(group: Function) -> tuple[list[te.Tensor], list[te.Tensor]]:
+    """(placeholders, output tensors) of the group's compute rules, types checked."""
+    env: dict[int, te.Tensor] = {}
+    placeholders = []
+    for k, p in enumerate(group.params):
+        if not p.type.is_static:
+            raise LoweringError(f"{group.name}: input %{p.name} has a symbolic shape {p.type}")
+        env[id(p)] = te.placeholder(p.type.shape, str(p.type.dtype), name=f"p{k}")
+        placeholders.append(env[id(p)])
+    for c in group.constants:
+        env[id(c)] = _te_constant(c)
+    for call in group.body:
+        args = [env[id(v)] for v in call.inputs]
+        try:
+            outs = call.op.rules["compute"](*args, **dict(call.attrs.items()))
+        except Exception as err:  # a rule's failure, reported with the call it came from
+            raise LoweringError(
+                f"{group.name}: the compute rule of {call.op.name} (for "
+                f"%{call.outputs[0].name}) failed: {type(err).__name__}: {err}"
+            ) from err
+        outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+        _check_types(group, call, outs)
+        for v, t in zip(call.outputs, outs, strict=True):
+            env[id(v)] = t
+    return placeholders, _distinct_outputs([env[id(v)] for v in group.outputs])
+
+
+def _check_types(group: Function, call, outs) -> None:
+    if len(outs) != len(call.outputs):
+        raise LoweringError(
+            f"{group.name}: {call.op.name} computes {len(outs)} tensors, "
+            f"the graph has {len(call.outputs)} outputs"
+        )
+    for v, t in zip(call.outputs, outs, strict=True):
+        got = TensorType(_static_shape(t), t.dtype)
+        if got != v.type:
+            raise LoweringError(
+                f"{group.name}: the compute rule of {call.op.name} gives {got} for "
+                f"%{v.name}, whose graph type is {v.type}"
+            )
+
+
+def _distinct_outputs(outs: list[te.Tensor]) -> list[te.Tensor]:
+    """A kernel writes each output: an input passed through, or a tensor returned twice, gets a
+    copy stage of its own."""
+    seen: set[int] = set()
+    result = []
+    for t in outs:
+        if isinstance(t.op, te.PlaceholderOp) or id(t) in seen:
+            t = te.compute(t.shape, lambda *i, t=t: t(*i), name="copy", tag="injective")
+        seen.add(id(t))
+        result.append(t)
+    return result
+
+
+def _anchor(group: Function):
+    best = group.body[0]
+    for call in group.body[1:]:
+        if call.op.kind > best.op.kind:
+            best = call
+    return best
+
+
+def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te.Schedule:
+    anchor = _anchor(group).op
+    for key in schedule_keys(target):
+        rule = anchor.rules.get(f"schedule:{key}")
+        if rule is not None:
+            return rule(list(outs), target)
+    if max(c.op.kind for c in group.body) <= OpKind.INJECTIVE:
+        return generic.schedule_injective(list(outs), target)
+    return generic.schedule_reduce(list(outs), target)
+
+
+def lower_group(group: Function, target: Target, name: str | None = None) -> tir.PrimFunc:
+    """The PrimFunc of one fused group: params are its inputs, then its outputs."""
+    placeholders, outs = _compute_group(group)
+    try:
+        s = schedule_group(group, outs, target)
+        return te.lower(s, [*placeholders, *outs], name=name or group.name)
+    except Exception as err:
+        raise LoweringError(
+            f"{group.name}: scheduling or lowering failed ({_anchor(group).op.name} anchors "
+            f"the group): {type(err).__name__}: {err}"
+        ) from err
+
+
+@dataclass
+class Kernels:
+    funcs: list[tir.PrimFunc]  # one per distinct group
+    kernel_of_call: list[str]  # per call of the fused body
+
+
+def lower_groups(func: Function, target: Target) -> Kernels:
+    """Lower every `fused` call of `func`; identical groups share one kernel."""
+    check_compute_rules(func)
+    fused = get_op("fused")
+    by_key: dict[object, str] = {}
+    funcs, names = [], []
+    for call in func.body:
+        if call.op is not fused:
+            raise LoweringError(f"{func.name}: call of {call.op.name} is not in a fused group")
+        group = call.attrs["func"]
+        key = group_key(group)
+        if key not in by_key:
+            by_key[key] = group.name
+            funcs.append(lower_group(group, target))
+        names.append(by_key[key])
+    return Kernels(funcs, names)
