@@ -4,9 +4,10 @@
 
 Steps: check the model and list every node without a converter (one UnsupportedOpError for
 all of them); bind the inputs' shapes (dynamic dims from `shape_dict`); convert the nodes in
-topological order with the converters of `onnx_math`, `onnx_nn` and `onnx_shape`. A node whose
-inputs are all known is evaluated at once (shape subgraphs fold away). Initializers, and any
-constant larger than `PARAM_MIN_ELEMENTS`, become function parameters returned in `params`.
+topological order with the converters of `onnx_math`, `onnx_nn` and `onnx_shape`; every call
+made for node N has the span (N.name or N.output[0],). A node whose inputs are all known is
+evaluated at once (shape subgraphs fold away). Initializers, and any constant larger than
+`PARAM_MIN_ELEMENTS`, become function parameters returned in `params`.
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     label = f"node {node.name or node.output[0]!r} ({node.op_type}, opset {opset})"
     b.opset, b.num_outputs, b.node_name = opset, len(node.output), node.name
     b.name_hint = next((o for o in node.output if o), node.name or node.op_type)
+    b.span = (node.name or next((o for o in node.output if o), node.op_type),)
     try:
         inputs = [env[i] if i else None for i in node.input]
         out = fn(b, *inputs, **_attributes(node))
@@ -223,7 +225,11 @@ def _constants_to_params(func: Function, init_ids: set[int]):
     new_params = tuple(func.params) + tuple(mapping.values())
     body = tuple(
         type(call)(
-            call.op, tuple(mapping.get(id(v), v) for v in call.inputs), call.attrs, call.outputs
+            call.op,
+            tuple(mapping.get(id(v), v) for v in call.inputs),
+            call.attrs,
+            call.outputs,
+            call.span,
         )
         for call in func.body
     )

@@ -7,6 +7,8 @@
 
 A call whose inputs are all constants is evaluated at once with the op's numpy reference and
 becomes a constant (`fold=True`): this is how the ONNX frontend folds shape computations.
+Every call made gets the builder's current `span` (the source node names; the ONNX frontend sets
+it to the node it converts).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class GraphBuilder:
         self.body: list[Call] = []
         self.constants: list[Constant] = []
         self.name_hint = "v"
+        self.span: tuple[str, ...] = ()  # the source node names of the calls made now
         self._used: dict[str, int] = {}
 
     def fresh_name(self, hint: str | None = None) -> str:
@@ -56,7 +59,7 @@ class GraphBuilder:
             outs = tuple(self._folded(op, a, t) for a, t in zip(arrays, types, strict=True))
         else:
             outs = tuple(Value(self.fresh_name(), t) for t in types)
-            self.body.append(Call(op, tuple(inputs), attrs, outs))
+            self.body.append(Call(op, tuple(inputs), attrs, outs, self.span))
         return outs[0] if len(outs) == 1 else outs
 
     def _folded(self, op: Op, array: np.ndarray, t: TensorType) -> Constant:
@@ -112,6 +115,7 @@ def rename_values(func: Function, names: dict[int, str]) -> Function:
             tuple(mapping.get(id(v), v) for v in c.inputs),
             c.attrs,
             tuple(mapping[id(v)] for v in c.outputs),
+            c.span,
         )
         for c in func.body
     )

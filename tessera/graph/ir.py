@@ -218,18 +218,51 @@ def _attr_key(v):
 
 @dataclass(frozen=True)
 class Call(Node):
-    """outputs = op(*inputs, **attrs). `op` is a registered `tessera.graph.op.Op`."""
+    """outputs = op(*inputs, **attrs). `op` is a registered `tessera.graph.op.Op`.
+
+    `span` names the source nodes the call came from (ONNX node names), for profiles and
+    messages. See Note [spans]: it is metadata, so `==`, `hash` and `structural_equal` ignore it.
+    """
 
     op: object
     inputs: tuple[Value, ...]
     attrs: Attrs
     outputs: tuple[Value, ...]
+    span: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
         if not isinstance(self.attrs, Attrs):
             object.__setattr__(self, "attrs", Attrs(self.attrs))
+        span = (self.span,) if isinstance(self.span, str) else tuple(self.span)
+        for name in span:
+            if not isinstance(name, str):
+                raise TypeError(f"a call's span holds source node names (str), got {name!r}")
+        object.__setattr__(self, "span", span)
+
+
+# Note [spans]
+# A call's span is the ordered list of source (ONNX) node names whose work it does. The frontend
+# gives each call made while converting node N the span (N,). A pass that replaces calls by others
+# gives the new calls the union of the spans of the calls they replace (`merge_spans`): a folded
+# batch-norm's conv keeps the conv's and the batch-norm's names, a CSE survivor those of the
+# calls merged into it, a `fused` call those of its members in order. Calls a pass removes
+# without replacement (folded to constants, identities) take their names with them: they cost
+# nothing at run time, so no kernel has to answer for them.
+
+
+def merge_spans(*spans: tuple[str, ...]) -> tuple[str, ...]:
+    """The union of spans, in order of first appearance."""
+    return tuple(dict.fromkeys(name for span in spans for name in span))
+
+
+def source_nodes(call: Call) -> list[str]:
+    """The source node names `call` came from. A `fused` call without a span of its own
+    answers for the calls of its group's function."""
+    if call.span or "func" not in call.attrs or not isinstance(call.attrs["func"], Function):
+        return list(call.span)
+    return list(merge_spans(*(source_nodes(c) for c in call.attrs["func"].body)))
 
 
 @dataclass(frozen=True)

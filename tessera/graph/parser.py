@@ -3,7 +3,8 @@
     f = parse("def main(%x: f32[4]) { %1 = nn.relu(%x); return %1 }")
 
 The `: type` after a call may be left out (it is inferred); when given it must match the op's
-type rule. Elided constants (`constant(...)`) take their data from `constants[name]`.
+type rule. A call's source node names may follow as `@"conv1", "relu1"`. Elided constants
+(`constant(...)`) take their data from `constants[name]`.
 Errors name the line and column.
 """
 
@@ -25,7 +26,7 @@ _TOKEN = re.compile(
   | (?P<number>-?(?:(?:inf|nan)(?![A-Za-z0-9_.])|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))
   | (?P<string>"(?:[^"\\]|\\.)*")
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
-  | (?P<punct>\.\.\.|[()\[\]{},:;=])
+  | (?P<punct>\.\.\.|[()\[\]{},:;=@])
     """,
     re.VERBOSE,
 )
@@ -207,6 +208,7 @@ class _FunctionParser(_Parser):
         declared = None
         if self.accept(":"):
             declared = self.types()
+        span = self.span() if self.accept("@") else ()
         self.expect(";")
         try:
             types = op.infer_type([v.type for v in inputs], attrs)
@@ -219,7 +221,18 @@ class _FunctionParser(_Parser):
         if len(types) != len(names):
             raise self.error(f"{op.name} has {len(types)} outputs, {len(names)} names given", tok)
         outs = tuple(self.define(n, Value(n, t)) for n, t in zip(names, types, strict=True))
-        return Call(op, tuple(inputs), attrs, outs)
+        return Call(op, tuple(inputs), attrs, outs, span)
+
+    def span(self) -> tuple[str, ...]:
+        """`@"conv1", "relu1"`: the source node names of a call (after the `@`)."""
+        names = []
+        while True:
+            tok = self.next()
+            if tok[0] != "string":
+                raise self.error(f'expected a source node name like "conv1", got {tok[1]!r}', tok)
+            names.append(json.loads(tok[1]))
+            if not self.accept(","):
+                return tuple(names)
 
     def arguments(self):
         self.expect("(")

@@ -7,6 +7,7 @@
       return %2, %3
     }
 
+A call's source node names (its span) follow its type: `%2 = nn.relu(%1) : f32[2, 4]  @"relu1";`.
 Names that are not plain identifiers are quoted (`%"conv1/7x7:0"`); values that share a name
 get a suffix, so the text is always valid SSA. Constants with more than `max_elements`
 elements print as `constant(...)`: the parser then takes their data from a `constants` dict.
@@ -87,7 +88,13 @@ def call_to_text(call: Call, namer: _Namer) -> str:
     args = [namer.use(v) for v in call.inputs]
     args += [f"{k}={format_attr(v)}" for k, v in call.attrs.items()]
     outs = ", ".join(namer.define(v) for v in call.outputs)
-    return f"{outs} = {call.op.name}({', '.join(args)}) : {_types(call.outputs)}"
+    text = f"{outs} = {call.op.name}({', '.join(args)}) : {_types(call.outputs)}"
+    return text + format_span(call.span)
+
+
+def format_span(span: tuple[str, ...]) -> str:
+    """The source node names of a call, after its type: `  @"conv1", "relu1"` (or nothing)."""
+    return "  @" + ", ".join(json.dumps(name) for name in span) if span else ""
 
 
 def function_to_text(func: Function, max_elements: int = 64) -> str:

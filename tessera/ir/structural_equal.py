@@ -3,6 +3,7 @@
 `a == b` on IR is exact: two `Var("i")` objects differ. Text that is parsed back creates new
 variables, so tests compare with `structural_equal`, which maps the leaves of `a` onto those of
 `b` one to one as it meets them (a bijection), and compares everything else field by field.
+Fields declared `field(compare=False)` are metadata (a graph call's source span) and are skipped.
 
     i, j = Var("i"), Var("j")
     structural_equal(i + 1, j + 1)        # True: i maps to j
@@ -34,7 +35,7 @@ class _Equal:
                 return False
             if a.is_leaf:
                 return self._leaf(a, b)
-            return all(self.eq(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
+            return all(self.eq(getattr(a, f.name), getattr(b, f.name)) for f in _compared(a))
         if isinstance(a, tuple) and isinstance(b, tuple):
             return len(a) == len(b) and all(self.eq(x, y) for x, y in zip(a, b, strict=True))
         if isinstance(a, Mapping) and isinstance(b, Mapping):  # dicts and graph Attrs
@@ -52,12 +53,18 @@ class _Equal:
         self.back[id(b)] = a
         # A leaf's own fields (a buffer's shape, a var's dtype) must agree too.
         ok = all(
-            self.eq(getattr(a, f.name), getattr(b, f.name)) for f in fields(a) if f.name != "name"
+            self.eq(getattr(a, f.name), getattr(b, f.name))
+            for f in _compared(a)
+            if f.name != "name"
         )
         if not ok:
             del self.fwd[id(a)]
             del self.back[id(b)]
         return ok
+
+
+def _compared(node):
+    return [f for f in fields(node) if f.compare]
 
 
 def structural_equal(a, b, map_free_vars: bool = True) -> bool:

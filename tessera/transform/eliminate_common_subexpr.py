@@ -6,11 +6,14 @@
 Two calls are identical when they have the same op, the same input values (after earlier
 merges) and equal attributes; two constants when they have the same dtype, shape and bytes.
 Calls with side effects are never merged. Parameters are never merged (they are distinct inputs).
+The call kept answers for the source nodes of the calls merged into it (the union of spans).
 """
 
 from __future__ import annotations
 
-from tessera.graph.ir import Call, Function, Value
+from dataclasses import replace
+
+from tessera.graph.ir import Call, Function, Value, merge_spans
 from tessera.transform.graph_pass import graph_pass, rebuild, remap_call
 
 
@@ -24,16 +27,21 @@ def eliminate_common_subexpr(func: Function) -> Function:
             constants.append(c)
         else:
             mapping[id(c)] = first
-    body, seen = [], {}
+    body: list[Call] = []
+    seen: dict[tuple, int] = {}  # key -> index in body of the first such call
     for call in func.body:
         call = remap_call(call, mapping)
         if call.op.has_side_effects:
             body.append(call)
             continue
         key = (call.op, tuple(id(v) for v in call.inputs), call.attrs)
-        first: Call | None = seen.setdefault(key, call)
-        if first is call:
+        k = seen.setdefault(key, len(body))
+        if k == len(body):
             body.append(call)
-        else:
-            mapping.update((id(a), b) for a, b in zip(call.outputs, first.outputs, strict=True))
+            continue
+        first = body[k]
+        mapping.update((id(a), b) for a, b in zip(call.outputs, first.outputs, strict=True))
+        span = merge_spans(first.span, call.span)
+        if span != first.span:
+            body[k] = replace(first, span=span)
     return rebuild(func, body, mapping, constants)

@@ -5,14 +5,15 @@
 
 A group's primitive function takes the group's inputs as parameters `%p0, %p1, ...` (in order of
 first use; constants of one element stay inside as constants) and returns the values that calls
-outside the group or the function's outputs use. Its name joins its members' op names.
+outside the group or the function's outputs use. Its name joins its members' op names. The
+`fused` call's span is the union of its members' spans in order; the members keep theirs.
 """
 
 from __future__ import annotations
 
 import heapq
 
-from tessera.graph.ir import Call, Constant, Function, Value
+from tessera.graph.ir import Call, Constant, Function, Value, merge_spans
 from tessera.graph.op import get_op
 from tessera.ir.module import IRModule
 
@@ -84,13 +85,15 @@ def _make_group(calls: list[Call], exported: set[int], name: str) -> Call:
             tuple(inner[id(v)] for v in c.inputs),
             c.attrs,
             tuple(inner[id(v)] for v in c.outputs),
+            c.span,
         )
         for c in calls
     )
     prim = Function(
         name, tuple(params), body, tuple(inner[id(v)] for v in outputs), tuple(constants)
     )
-    return Call(get_op("fused"), tuple(inputs), {"func": prim}, tuple(outputs))
+    span = merge_spans(*(c.span for c in calls))
+    return Call(get_op("fused"), tuple(inputs), {"func": prim}, tuple(outputs), span)
 
 
 def build_groups(func: Function, group_of: list[int]) -> Function:

@@ -8,6 +8,7 @@
 
 A pass returns the very same object when it changed nothing, so `new is old` tells a caller that
 it did nothing. `opt_level` is the lowest `PassContext.opt_level` at which `Sequential` runs it.
+A pass keeps the calls' spans (source node names): see Note [spans] in `tessera.graph.ir`.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def remap_call(call: Call, mapping: dict[int, Value]) -> Call:
     inputs = tuple(mapping.get(id(v), v) for v in call.inputs)
     if all(a is b for a, b in zip(inputs, call.inputs, strict=True)):
         return call
-    return Call(call.op, inputs, call.attrs, call.outputs)
+    return Call(call.op, inputs, call.attrs, call.outputs, call.span)
 
 
 def rebuild(

@@ -44,6 +44,6 @@ def infer_types(func: Function) -> Function:
             mapping.update(
                 (id(a), b) for a, b in zip(call.outputs, outs, strict=True) if a is not b
             )
-            call = Call(call.op, call.inputs, call.attrs, outs)
+            call = Call(call.op, call.inputs, call.attrs, outs, call.span)
         body.append(call)
     return rebuild(func, body, mapping)

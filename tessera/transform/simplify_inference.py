@@ -14,13 +14,17 @@ Removed as identities (their output is their input): `copy` (and `identity`, `nn
 registered), reshape/expand to the same type, transpose by the identity permutation, cast to
 the same dtype, `multiply(x, 1)`, `divide(x, 1)`, `add(x, 0)`, `subtract(x, 0)` with a constant
 1 or 0 that does not change x's type by broadcasting.
+
+Spans (Note [spans] in `tessera.graph.ir`): the scaled conv answers for the conv and the
+batch-norm, the bias add for the batch-norm (and the constant bias add merged into it), a
+standalone multiply + add for the batch-norm. A removed identity computes nothing: its name goes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tessera.graph.ir import Call, Constant, Function, Value
+from tessera.graph.ir import Call, Constant, Function, Value, merge_spans
 from tessera.graph.op import get_op
 from tessera.transform.graph_pass import graph_pass, rebuild, remap_call, uses
 
@@ -96,7 +100,7 @@ class _Rewriter:
                     t = t + per_channel[:, 0].astype(np.float64) * s
                     bias_add, x = anchor, other
                     anchor = self.producer.get(id(other))
-        folded = self._fold_into(anchor, x, bn if bias_add is None else bias_add, axis, s)
+        folded = self._fold_into(anchor, x, bn if bias_add is None else bias_add, axis, s, bn.span)
         if folded is None:
             self.replace[id(bn)] = self._standalone(bn, s, t_alone, axis)
             return
@@ -104,9 +108,11 @@ class _Rewriter:
         shape = _channel_shape(len(s), axis, out.type.ndim)
         data = t.reshape(shape).astype(out.type.dtype.numpy_name)
         bias = Constant(f"{out.name}_bias", out.type.with_shape(shape), data)
-        self.replace[id(bn)] = [folded, Call(get_op("add"), (folded.outputs[0], bias), {}, (out,))]
+        span = merge_spans(bias_add.span if bias_add else (), bn.span)
+        add = Call(get_op("add"), (folded.outputs[0], bias), {}, (out,), span)
+        self.replace[id(bn)] = [folded, add]
 
-    def _fold_into(self, anchor, x, user, axis, s) -> Call | None:
+    def _fold_into(self, anchor, x, user, axis, s, span) -> Call | None:
         """`anchor` with its weight scaled by s per output channel, or None."""
         if anchor is None or not self.only_use(x, user) or len(anchor.inputs) != 2:
             return None
@@ -123,7 +129,8 @@ class _Rewriter:
         else:
             return None
         new_w = Constant(f"{w.name}_folded", w.type, scaled.astype(w.array.dtype))
-        return Call(anchor.op, (data, new_w), anchor.attrs, (Value(x.name, x.type),))
+        out = Value(x.name, x.type)
+        return Call(anchor.op, (data, new_w), anchor.attrs, (out,), merge_spans(anchor.span, span))
 
     def _standalone(self, bn: Call, s, t, axis) -> list[Call]:
         x, out = bn.inputs[0], bn.outputs[0]
@@ -137,8 +144,8 @@ class _Rewriter:
         )
         scaled = Value(f"{out.name}_scaled", x.type)
         return [
-            Call(get_op("multiply"), (x, scale), {}, (scaled,)),
-            Call(get_op("add"), (scaled, shift), {}, (out,)),
+            Call(get_op("multiply"), (x, scale), {}, (scaled,), bn.span),
+            Call(get_op("add"), (scaled, shift), {}, (out,), bn.span),
         ]
 
 
