@@ -21,6 +21,8 @@ from tessera.graph.ops.common import (
     same_dtype,
     type_error,
 )
+from tessera.topi import generic
+from tessera.topi import nn as topi_nn
 
 
 def _spatial_attrs(op, nd, strides, padding, dilation):
@@ -132,20 +134,51 @@ def _global_pool_type(op, nd):
     return rule
 
 
+def _conv_compute(x, w, *, strides, padding, dilation, groups=1):
+    return topi_nn.conv(x, w, strides, padding, dilation, groups)
+
+
+def _conv_transpose_compute(x, w, *, strides, padding, dilation, groups=1, output_padding=None):
+    return topi_nn.conv_transpose(x, w, strides, padding, dilation, groups, output_padding)
+
+
+def _pool_compute(kind):
+    def compute(
+        x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0
+    ):
+        return topi_nn.pool(
+            x, kind, pool_size, strides, padding, dilation, ceil_mode, count_include_pad
+        )
+
+    return compute
+
+
+def _global_pool_compute(kind):
+    return lambda x: topi_nn.global_pool(x, kind)
+
+
 for _nd in (1, 2, 3):
     _op = register_op(f"nn.conv{_nd}d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
     _op.type_rule(_conv_type(_op.name, _nd))
     _op.reference(nn_ref.conv)
+    _op.compute(_conv_compute)
+    _op.schedule("generic")(topi_nn.schedule_conv)
     _op = register_op(f"nn.conv{_nd}d_transpose", kind=OpKind.OUT_ELEMWISE_FUSABLE)
     _op.type_rule(_conv_transpose_type(_op.name, _nd))
     _op.reference(nn_ref.conv_transpose)
+    _op.compute(_conv_transpose_compute)
+    _op.schedule("generic")(topi_nn.schedule_conv)
     for _kind in ("max", "avg"):
         _op = register_op(f"nn.{_kind}_pool{_nd}d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
         _op.type_rule(_pool_type(_op.name, _nd))
         _op.reference(nn_ref.max_pool if _kind == "max" else nn_ref.avg_pool)
+        _op.compute(_pool_compute(_kind))
+        _op.schedule("generic")(topi_nn.schedule_pool)
         _op = register_op(f"nn.global_{_kind}_pool{_nd}d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
         _op.type_rule(_global_pool_type(_op.name, _nd))
         _op.reference(nn_ref.global_max_pool if _kind == "max" else nn_ref.global_avg_pool)
+        _op.compute(_global_pool_compute(_kind))
+        _op.schedule("generic")(topi_nn.schedule_pool)
 
 # -- dense, matmul ----------------------------------------------------------------------------
 
@@ -163,6 +196,14 @@ def _(x: TensorType, w: TensorType) -> TensorType:
 @dense.reference
 def _(x, w):
     return np.matmul(x, w.T).astype(x.dtype)
+
+
+@dense.compute
+def _(x, w):
+    return topi_nn.dense(x, w)
+
+
+dense.schedule("generic")(topi_nn.schedule_dense)
 
 
 matmul = register_op("matmul", kind=OpKind.OUT_ELEMWISE_FUSABLE)
@@ -188,6 +229,14 @@ def _(a, b):
     return np.matmul(a, b).astype(a.dtype)
 
 
+@matmul.compute
+def _(a, b):
+    return topi_nn.matmul(a, b)
+
+
+matmul.schedule("generic")(topi_nn.schedule_dense)
+
+
 batch_matmul = register_op("nn.batch_matmul", kind=OpKind.OUT_ELEMWISE_FUSABLE)
 
 
@@ -209,6 +258,14 @@ def _(a, b, transpose_a=False, transpose_b=False):
     a = a.transpose(0, 2, 1) if transpose_a else a
     b = b.transpose(0, 2, 1) if transpose_b else b
     return np.matmul(a, b).astype(a.dtype)
+
+
+@batch_matmul.compute
+def _(a, b, *, transpose_a=False, transpose_b=False):
+    return topi_nn.batch_matmul(a, b, transpose_a, transpose_b)
+
+
+batch_matmul.schedule("generic")(topi_nn.schedule_dense)
 
 
 # -- normalization, softmax -------------------------------------------------------------------
@@ -235,6 +292,15 @@ def _(x, gamma, beta, mean, var, epsilon=1e-5, axis=1) -> TensorType:
 
 batch_norm.reference(nn_ref.batch_norm)
 
+
+@batch_norm.compute
+def _(x, gamma, beta, mean, var, *, epsilon=1e-5, axis=1):
+    return topi_nn.batch_norm(x, gamma, beta, mean, var, epsilon, axis)
+
+
+# element-wise in its data: the injective schedule (vectorized), not the reduction default
+batch_norm.schedule("generic")(generic.schedule_injective)
+
 instance_norm = register_op("nn.instance_norm", kind=OpKind.OPAQUE)
 
 
@@ -248,6 +314,14 @@ def _(x, gamma, beta, epsilon=1e-5) -> TensorType:
 
 
 instance_norm.reference(nn_ref.instance_norm)
+
+
+@instance_norm.compute
+def _(x, gamma, beta, *, epsilon=1e-5):
+    return topi_nn.instance_norm(x, gamma, beta, epsilon)
+
+
+instance_norm.schedule("generic")(topi_nn.schedule_row_reduce)
 
 layer_norm = register_op("nn.layer_norm", kind=OpKind.OPAQUE)
 
@@ -265,6 +339,14 @@ def _(x, gamma, beta, axis=-1, epsilon=1e-5) -> TensorType:
 
 layer_norm.reference(nn_ref.layer_norm)
 
+
+@layer_norm.compute
+def _(x, gamma, beta, *, axis=-1, epsilon=1e-5):
+    return topi_nn.layer_norm(x, gamma, beta, axis, epsilon)
+
+
+layer_norm.schedule("generic")(topi_nn.schedule_row_reduce)
+
 for _name, _fn in (("nn.softmax", nn_ref.softmax), ("nn.log_softmax", nn_ref.log_softmax)):
     _op = register_op(_name, kind=OpKind.OPAQUE)
 
@@ -275,6 +357,8 @@ for _name, _fn in (("nn.softmax", nn_ref.softmax), ("nn.log_softmax", nn_ref.log
 
     _op.type_rule(_softmax_type)
     _op.reference(_fn)
+    _op.compute(topi_nn.softmax if _name == "nn.softmax" else topi_nn.log_softmax)
+    _op.schedule("generic")(topi_nn.schedule_row_reduce)
 
 lrn = register_op("nn.lrn", kind=OpKind.OPAQUE)
 
@@ -288,6 +372,11 @@ def _(x: TensorType, size, alpha=1e-4, beta=0.75, bias=1.0) -> TensorType:
 
 
 lrn.reference(nn_ref.lrn)
+
+
+@lrn.compute
+def _(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
+    return topi_nn.lrn(x, size, alpha, beta, bias)
 
 # -- activations ------------------------------------------------------------------------------
 
@@ -304,6 +393,7 @@ for _name, _fn in nn_ref.ACTIVATIONS.items():
 
     _op.type_rule(_activation_type)
     _op.reference(_fn)
+    _op.compute(topi_nn.ACTIVATIONS[_name])
 
 prelu = register_op("nn.prelu", kind=OpKind.BROADCAST)
 
@@ -319,3 +409,8 @@ def _(x: TensorType, slope: TensorType) -> TensorType:
 @prelu.reference
 def _(x, slope):
     return np.where(x < 0, x * slope, x).astype(x.dtype)
+
+
+@prelu.compute
+def _(x, slope):
+    return topi_nn.prelu(x, slope)

@@ -1,0 +1,95 @@
+"""Dense layers and matrix products: one reduction over k each.
+
+    y = dense(x, w)                 # x (..., K), w (UNITS, K) -> (..., UNITS): x @ w.T
+    y = matmul(a, b)                # numpy.matmul: batch dims broadcast, 1-D operands promoted
+    y = batch_matmul(a, b, transpose_a=False, transpose_b=True)   # (B, M, K) x (B, N, K)
+
+The reduction axis is always named "k", so schedules find it as `op.reduce_axis[0]`.
+"""
+
+from __future__ import annotations
+
+from tessera import te
+
+
+def _dim(d):
+    return getattr(d, "value", d)
+
+
+def dense(x: te.Tensor, w: te.Tensor) -> te.Tensor:
+    """x @ w.T over the last axis of x."""
+    if w.ndim != 2 or x.ndim < 1 or _dim(x.shape[-1]) != _dim(w.shape[1]):
+        raise ValueError(f"dense: data {x.shape} and weight {w.shape} (units, in) disagree")
+    k = te.reduce_axis((0, w.shape[1]), name="k")
+    return te.compute(
+        (*x.shape[:-1], w.shape[0]),
+        lambda *i: te.sum(x(*i[:-1], k) * w(i[-1], k), axis=k),
+        name="dense",
+        tag="dense",
+    )
+
+
+def _broadcast_index(shape, idx):
+    """The index into a batch `shape` that broadcasts to the output batch index `idx`."""
+    lead = len(idx) - len(shape)
+    return [0 if _dim(shape[j]) == 1 else idx[lead + j] for j in range(len(shape))]
+
+
+def _batch_shape(a_batch, b_batch):
+    out = []
+    n = max(len(a_batch), len(b_batch))
+    for j in range(n):
+        dims = [s[len(s) - n + j] for s in (a_batch, b_batch) if len(s) - n + j >= 0]
+        non_one = [d for d in dims if _dim(d) != 1]
+        if len({_dim(d) for d in non_one}) > 1:
+            raise ValueError(f"matmul: batch dims {a_batch} and {b_batch} do not broadcast")
+        out.append(non_one[0] if non_one else dims[0])
+    return out
+
+
+def matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+    """numpy.matmul (the ONNX MatMul): the contraction is over a's last and b's second-last axis."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: operands must not be scalars, got {a.shape} and {b.shape}")
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if b_vec else b.shape[-2]
+    if _dim(k_a) != _dim(k_b):
+        raise ValueError(f"matmul: inner dims of {a.shape} and {b.shape} disagree")
+    a_batch = () if a_vec else a.shape[:-2]
+    b_batch = () if b_vec else b.shape[:-2]
+    batch = _batch_shape(a_batch, b_batch)
+    nb = len(batch)
+    shape = [*batch, *(() if a_vec else (a.shape[-2],)), *(() if b_vec else (b.shape[-1],))]
+    k = te.reduce_axis((0, k_a), name="k")
+
+    def f(*i):
+        bi, rest = i[:nb], list(i[nb:])
+        row = [] if a_vec else [rest.pop(0)]
+        col = [] if b_vec else [rest.pop(0)]
+        lhs = a(*_broadcast_index(a_batch, bi), *row, k)
+        rhs = b(*_broadcast_index(b_batch, bi), k, *col)
+        return te.sum(lhs * rhs, axis=k)
+
+    return te.compute(shape, f, name="matmul", tag="matmul")
+
+
+def batch_matmul(a: te.Tensor, b: te.Tensor, transpose_a=False, transpose_b=False) -> te.Tensor:
+    """(B, M, K) x (B, K, N) -> (B, M, N), either operand transposed in its last two axes, a batch
+    of 1 broadcast."""
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"batch_matmul: expects rank-3 operands, got {a.shape} and {b.shape}")
+    m, ka = (a.shape[2], a.shape[1]) if transpose_a else (a.shape[1], a.shape[2])
+    kb, n = (b.shape[2], b.shape[1]) if transpose_b else (b.shape[1], b.shape[2])
+    if _dim(ka) != _dim(kb):
+        raise ValueError(f"batch_matmul: inner dims of {a.shape} and {b.shape} disagree")
+    batch = _batch_shape(a.shape[:1], b.shape[:1])
+    k = te.reduce_axis((0, ka), name="k")
+
+    def f(bi, i, j):
+        ab, bb = _broadcast_index(a.shape[:1], (bi,)), _broadcast_index(b.shape[:1], (bi,))
+        lhs = a(*ab, k, i) if transpose_a else a(*ab, i, k)
+        rhs = b(*bb, j, k) if transpose_b else b(*bb, k, j)
+        return te.sum(lhs * rhs, axis=k)
+
+    return te.compute((*batch, m, n), f, name="batch_matmul", tag="batch_matmul")

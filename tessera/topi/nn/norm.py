@@ -1,0 +1,122 @@
+"""Normalizations: batch_norm (inference), layer_norm, instance_norm, and local response norm.
+
+    y = layer_norm(x, gamma, beta, axis=-1, epsilon=1e-5)   # over x's axes [axis, ndim)
+    y = batch_norm(x, gamma, beta, mean, var, axis=1)         # tag "broadcast": fuses freely
+
+layer_norm and instance_norm compute each row's mean and variance in one pass with Welford's
+update (a tuple reduction, tags "layer_norm" / "instance_norm"), which stays accurate where
+E[x^2] - E[x]^2 would cancel. The reduction records attrs["n_outer"], the number of leading axes
+a schedule can run in parallel; the output is an element-wise stage (tag "elemwise").
+"""
+
+from __future__ import annotations
+
+from tessera import te
+from tessera.ir.dtype import DType
+from tessera.topi.nn.softmax import _normalize_axis
+
+
+def _acc(dtype: DType) -> DType:
+    return dtype if dtype.bits >= 32 else DType.parse("float32")
+
+
+def batch_norm(x, gamma, beta, mean, var, epsilon=1e-5, axis=1) -> te.Tensor:
+    """(x - mean) * gamma / sqrt(var + epsilon) + beta, the parameters indexed by axis `axis`."""
+    axis = _normalize_axis(axis, x.ndim, "batch_norm")
+
+    def f(*i):
+        c = i[axis]
+        scale = gamma(c) / te.sqrt(var(c) + epsilon)
+        return (x(*i) - mean(c)) * scale + beta(c)
+
+    return te.compute(x.shape, f, name="batch_norm", tag="broadcast")
+
+
+def _welford(a, b):
+    """Chan et al.'s pairwise update of (count, mean, sum of squared deviations)."""
+    (na, ma, qa), (nb, mb, qb) = a, b
+    n = na + nb
+    d = mb - ma
+    w = nb / te.max(n, te.const(1, n.dtype))
+    return n, ma + d * w, qa + qb + d * d * na * w
+
+
+_moments_reducer = te.comm_reducer(
+    _welford, lambda *ts: tuple(te.const(0, t) for t in ts), name="welford"
+)
+
+
+def moments(x: te.Tensor, start: int, tag: str):
+    """(count, mean, sum of squared deviations) of x over axes [start, ndim), each shaped
+    x.shape[:start]: one pass (Welford), as accurate as two passes and read by one consumer."""
+    acc = _acc(x.dtype)
+    r = [te.reduce_axis((0, d), name=f"k{j}") for j, d in enumerate(x.shape[start:])]
+
+    def f(*i):
+        v = te.cast(x(*i, *r), acc)
+        return _moments_reducer((te.const(1, acc), v, te.const(0, acc)), axis=r)
+
+    return te.compute(x.shape[:start], f, name=f"{tag}_moments", tag=tag, attrs={"n_outer": start})
+
+
+def _normalized(x, stats, start, epsilon, scale_shift, name):
+    acc = _acc(x.dtype)
+    count, mean, sqdev = stats
+
+    def f(*i):
+        row = i[:start]
+        inv_std = te.rsqrt(sqdev(*row) / count(*row) + epsilon)
+        y = (te.cast(x(*i), acc) - mean(*row)) * inv_std
+        g, b = scale_shift(i)
+        return te.cast(y * te.cast(g, acc) + te.cast(b, acc), x.dtype)
+
+    return te.compute(x.shape, f, name=name, tag="elemwise")
+
+
+def layer_norm(x, gamma, beta, axis=-1, epsilon=1e-5) -> te.Tensor:
+    """Normalize over axes [axis, ndim); gamma and beta broadcast to x.shape[axis:] (numpy)."""
+    start = _normalize_axis(axis, x.ndim, "layer_norm")
+    stats = moments(x, start, "layer_norm")
+
+    def param(p, i):
+        lead = x.ndim - p.ndim
+        return p(
+            *[0 if getattr(p.shape[j], "value", None) == 1 else i[lead + j] for j in range(p.ndim)]
+        )
+
+    return _normalized(
+        x, stats, start, epsilon, lambda i: (param(gamma, i), param(beta, i)), "layer_norm"
+    )
+
+
+def instance_norm(x, gamma, beta, epsilon=1e-5) -> te.Tensor:
+    """Normalize each (n, c) over the spatial axes; gamma and beta are per channel."""
+    if x.ndim < 3:
+        raise ValueError(f"instance_norm: expects data of rank >= 3, got {x.shape}")
+    stats = moments(x, 2, "instance_norm")
+    return _normalized(x, stats, 2, epsilon, lambda i: (gamma(i[1]), beta(i[1])), "instance_norm")
+
+
+def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0) -> te.Tensor:
+    """ONNX LRN: x / (bias + alpha / size * square_sum) ** beta, the square sum over channels
+    [c - (size - 1) // 2, c + ceil((size - 1) / 2)]."""
+    if x.ndim < 3:
+        raise ValueError(f"lrn: expects data of rank >= 3, got {x.shape}")
+    channels = x.shape[1].value
+    lo = (size - 1) // 2
+    acc = _acc(x.dtype)
+    r = te.reduce_axis((0, size), name="rc")
+
+    def square_sum(n, c, *sp):
+        ch = c - lo + r.var
+        inside = te.all(ch >= 0, ch < channels)
+        v = te.if_then_else(inside, te.cast(x(n, ch, *sp), acc), te.const(0, acc))
+        return te.sum(v * v, axis=r)
+
+    sq = te.compute(x.shape, square_sum, name="lrn_square_sum", tag="lrn")
+
+    def f(*i):
+        denom = te.pow(sq(*i) * (alpha / size) + bias, te.const(beta, acc))
+        return te.cast(te.cast(x(*i), acc) / denom, x.dtype)
+
+    return te.compute(x.shape, f, name="lrn", tag="elemwise")

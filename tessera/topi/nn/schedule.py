@@ -1,0 +1,179 @@
+"""Generic schedules of the nn anchor ops: conv, dense/matmul, pooling, softmax and the norms.
+
+    outs = [relu(add(conv(pad(x), w), bias))]        # a fused group, conv is the anchor
+    s = schedule_conv(outs, target)
+    # relu/add are inlined into the output stage, whose (n, c_out) loops are fused and run in
+    # parallel; conv is computed per (n, c_out) plane inside that loop, with its reduction
+    # loops outside the vectorized innermost output axis; the padded input is computed once.
+
+Note [anchor placement]: when the anchor is not an output (an element-wise epilogue follows it),
+the output stage owns the parallel loop and the anchor is `compute_at` that loop, so each thread
+computes the anchor's block and applies the epilogue while the block is in cache. When the
+group's outputs do not share the anchor's shape, the anchor stays at root.
+Target-specific schedules (issue 4: `topi/x86`) replace these with blocked layouts.
+"""
+
+from __future__ import annotations
+
+from tessera import te
+from tessera.topi import generic
+from tessera.topi.generic import const_extent, inline_injective, traverse, vector_lanes
+from tessera.topi.nn.conv import PAD_TAG
+
+
+def find_stages(outs, predicate) -> list[te.Tensor]:
+    """Output 0 of every compute op reachable from outs for which predicate(op) holds."""
+    found = []
+    traverse(outs, lambda op: found.append(op.output(0)) if predicate(op) else None)
+    return found
+
+
+def _find_anchor(outs, tag_prefixes) -> te.Tensor:
+    found = find_stages(outs, lambda op: op.tag.startswith(tuple(tag_prefixes)))
+    if not found:
+        raise ValueError(f"no stage tagged {' or '.join(tag_prefixes)} among {list(outs)}")
+    return found[0]
+
+
+def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
+    return len(a.shape) == len(b.shape) and all(
+        const_extent_of(x) == const_extent_of(y) for x, y in zip(a.shape, b.shape, strict=True)
+    )
+
+
+def const_extent_of(dim):
+    return getattr(dim, "value", None)
+
+
+def _split_vector(stage, iv, lanes):
+    """Split iv into (outer, inner) with a vectorizable inner of `lanes`, or None."""
+    extent = const_extent(iv)
+    if lanes > 1 and extent is not None and extent >= lanes:
+        return stage.split(iv, factor=lanes)
+    return None
+
+
+def _parallel_outer(stage, axes):
+    if not axes:
+        return None
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    stage.parallel(fused)
+    return fused
+
+
+def schedule_reduction_loops(stage, n_outer: int, lanes: int, block_outer: bool = False):
+    """Loop order of a reduction stage: [outer data axes], inner data axes, the reduction axes,
+    then the vector lanes of the last data axis (so each reduction step updates a vector of
+    outputs and no reduction loop is vectorized). Returns the outer data loops (fused with the
+    vector blocks of the last axis when block_outer)."""
+    axes = list(stage.op.axis)
+    reduce_axes = list(stage.op.reduce_axis)
+    outer, inner = axes[:n_outer], axes[n_outer:]
+    split = _split_vector(stage, inner[-1], lanes) if inner else None
+    if split is None:
+        return outer
+    vo, vi = split
+    if block_outer and len(inner) == 1:
+        stage.reorder(*outer, vo, *reduce_axes, vi)
+        stage.vectorize(vi)
+        return [*outer, vo]
+    stage.reorder(*outer, *inner[:-1], vo, *reduce_axes, vi)
+    stage.vectorize(vi)
+    return outer
+
+
+def schedule_anchor(s, anchor, outs, target, n_outer: int, block_outer: bool = False) -> None:
+    """Schedule a reduction anchor and the group's outputs (see Note [anchor placement])."""
+    lanes = vector_lanes(target, anchor.dtype)
+    out_ops = {id(t.op) for t in outs}
+    if id(anchor.op) in out_ops:
+        _parallel_outer(s[anchor], schedule_reduction_loops(s[anchor], n_outer, lanes, block_outer))
+        for t in outs:
+            if t.op is not anchor.op:
+                generic.schedule_elementwise_stage(s, t, target)
+        return
+    if len(outs) == 1 and _same_shape(outs[0], anchor):
+        out = s[outs[0]]
+        axes = list(out.op.axis)
+        outer = axes[:n_outer]
+        split = _split_vector(out, axes[-1], lanes) if len(axes) > n_outer else None
+        if split is not None:
+            out.vectorize(split[1])
+            if block_outer and len(axes) == n_outer + 1:
+                outer = [*outer, split[0]]
+        fused = _parallel_outer(out, outer)
+        if fused is not None:
+            s[anchor].compute_at(out, fused)
+        schedule_reduction_loops(s[anchor], n_outer, lanes, block_outer)
+        return
+    _parallel_outer(s[anchor], schedule_reduction_loops(s[anchor], n_outer, lanes, block_outer))
+    for t in outs:
+        generic.schedule_elementwise_stage(s, t, target)
+
+
+def _new_schedule(outs):
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    return outs, s
+
+
+def schedule_conv(outs, target=None) -> te.Schedule:
+    """Convolutions (and transposed ones): parallel over (n, c_out), the padded input computed
+    once at root (in parallel), the innermost output axis vectorized."""
+    outs, s = _new_schedule(outs)
+    conv = _find_anchor(outs, ["conv"])
+    for t in conv.op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG:
+            generic.schedule_elementwise_stage(s, t, target)
+    schedule_anchor(s, conv, outs, target, n_outer=2)
+    return s
+
+
+def schedule_dense(outs, target=None) -> te.Schedule:
+    """dense/matmul/batch_matmul: rows (and blocks of `lanes` output columns) in parallel, the k
+    loop inside, the output columns vectorized."""
+    outs, s = _new_schedule(outs)
+    anchor = _find_anchor(outs, ["dense", "matmul", "batch_matmul"])
+    schedule_anchor(s, anchor, outs, target, n_outer=anchor.ndim - 1, block_outer=True)
+    return s
+
+
+def schedule_pool(outs, target=None) -> te.Schedule:
+    """Pools: parallel over (n, c), the window loops inside the vectorized innermost axis."""
+    outs, s = _new_schedule(outs)
+    anchor = _find_anchor(outs, ["pool"])
+    schedule_anchor(s, anchor, outs, target, n_outer=2)
+    return s
+
+
+def schedule_row_reduce(outs, target=None, n_outer: int | None = None) -> te.Schedule:
+    """softmax / log_softmax / layer_norm / instance_norm: one output computed from reductions over
+    trailing (softmax: one) axes. The first n_outer output axes run in parallel; every reduction
+    stage is computed inside that loop, for its row only (n_outer defaults to the attr
+    "n_outer" of the output stage's op, as the computes record it)."""
+    outs, s = _new_schedule(outs)
+    out = outs[0]
+    if n_outer is None:
+        anchor = find_stages(outs, lambda op: "n_outer" in op.attrs)
+        n_outer = anchor[0].op.attrs["n_outer"] if anchor else 0
+    reductions = find_stages(outs, lambda op: op.is_reduction)
+    lanes = vector_lanes(target, out.dtype)
+    for t in outs:
+        if t is out and out.ndim > n_outer and n_outer > 0 and len(outs) == 1:
+            continue
+        generic.schedule_elementwise_stage(s, t, target)
+    if not (out.ndim > n_outer > 0 and len(outs) == 1):
+        for r in reductions:
+            schedule_reduction_loops(s[r], 0, lanes)
+        return s
+    stage = s[out]
+    axes = list(stage.op.axis)
+    split = _split_vector(stage, axes[-1], lanes)
+    if split is not None:
+        stage.vectorize(split[1])
+    fused = _parallel_outer(stage, axes[:n_outer])
+    for r in reductions:
+        s[r].compute_at(stage, fused)
+        schedule_reduction_loops(s[r], n_outer, lanes)
+    return s
