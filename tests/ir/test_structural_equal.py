@@ -27,3 +27,19 @@ def test_buffers_map_with_their_shapes():
     i = tir.Var("i")
     assert structural_equal(tir.BufferStore(a, a[i, 0], (i, 1)), tir.BufferStore(b, b[i, 0], (i, 1)))
     assert not structural_equal(tir.BufferStore(a, a[i, 0], (i, 1)), tir.BufferStore(c, c[i, 0], (i, 1)))
+
+
+def test_fields_declared_compare_false_are_ignored():
+    from dataclasses import dataclass, field
+
+    from tessera.ir.node import Node
+
+    @dataclass(frozen=True)
+    class Tagged(Node):
+        value: object
+        note: str = field(default="", compare=False)
+
+    i, j = tir.Var("i"), tir.Var("j")
+    assert structural_equal(Tagged(i + 1, note="a"), Tagged(j + 1, note="b"))
+    assert not structural_equal(Tagged(i + 1, note="a"), Tagged(j + 2, note="a"))
+    assert structural_equal((Tagged(1, "x"),), (Tagged(1, "y"),))
