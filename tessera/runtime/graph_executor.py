@@ -60,6 +60,16 @@ class GraphExecutorFactory:
             raise ValueError(f"unsupported executor plan version {plan.get('version')!r}")
         self._kernels = kernels
         self.plan = plan
+        params_blob = np.asarray(params_blob).view(np.uint8).reshape(-1)
+        if params_blob.nbytes < int(plan["params_nbytes"]):
+            raise ValueError(
+                f"the weights blob has {params_blob.nbytes} bytes, the plan needs "
+                f"{plan['params_nbytes']}"
+            )
+        if params_blob.ctypes.data % ALIGNMENT:  # weights are viewed in place: align them
+            aligned = _empty((params_blob.nbytes,), "uint8", device("cpu"))._array
+            aligned[...] = params_blob
+            params_blob = aligned
         self._blob = params_blob  # uint8, 64-byte aligned; read-only when it is a library's
         self._keepalive = keepalive  # the loaded library that owns the blob's memory
 
@@ -202,29 +212,35 @@ class GraphExecutor:
 
     def _prepare(self, call: dict):
         """(native function, void* array, int64 array, name), checked once against its info."""
-        packed = self.factory.get_lib()[call["kernel"]]
+        name = call["kernel"]
+        packed = self.factory.get_lib()[name]
         cfunc = getattr(packed, "_cfunc", None)
         if cfunc is None:
             packed()  # a kernel compiled for another machine: raises its own clear error
-        buffers = [p for p in packed.info.params if p.kind == "buffer"]
+        info = packed.info
+        values = [int(v) for v in call.get("vars", ())]
+        if len(values) != len(info.vars):
+            raise ValueError(f"executor plan: {name} takes {len(info.vars)} vars, got {values}")
+        bound = {v.name: value for v, value in zip(info.vars, values, strict=True)}
+        buffers = [p for p in info.params if p.kind == "buffer"]
         if len(buffers) != len(call["args"]):
             raise ValueError(
-                f"executor plan: {call['kernel']} takes {len(buffers)} buffers, "
+                f"executor plan: {name} takes {len(buffers)} buffers, "
                 f"the plan passes {len(call['args'])}"
             )
         pointers = []
         for param, (kind, index) in zip(buffers, call["args"], strict=True):
-            array = self._storage(kind, index, param.dtype, param.shape)
-            if array.dtype != param.dtype or tuple(array.shape) != tuple(param.shape):
+            shape = tuple(d if isinstance(d, int) else bound.get(d) for d in param.shape)
+            if None in shape:
+                raise ValueError(f"executor plan: {name}: no value for a dim of {param.name!r}")
+            array = self._storage(kind, index, param.dtype, shape)
+            if array.dtype != param.dtype or tuple(array.shape) != shape:
                 raise ValueError(
-                    f"executor plan: argument {param.name!r} of {call['kernel']} is "
+                    f"executor plan: argument {param.name!r} of {name} is "
                     f"{array.dtype}{list(array.shape)}, the kernel takes "
-                    f"{param.dtype}{list(param.shape)}"
+                    f"{param.dtype}{list(shape)}"
                 )
             pointers.append(array.data_ptr)
-        values = [int(v) for v in call.get("vars", ())]
-        if len(values) != len(packed.info.vars):
-            raise ValueError(f"executor plan: {call['kernel']} takes {len(packed.info.vars)} vars")
         buffer_array = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
         var_array = (ctypes.c_int64 * max(1, len(values)))(*values)
         return cfunc, buffer_array, var_array, call["kernel"]
