@@ -17,6 +17,7 @@ from tessera.graph.ops.common import (
     type_error,
 )
 from tessera.ir.dtype import int64
+from tessera.topi import reduce as topi_reduce
 
 
 def _reduced_shape(op, x: TensorType, axis, keepdims):
@@ -63,6 +64,11 @@ for _name, _fn in _REDUCE.items():
     _op.type_rule(_reduce_type)
     _op.reference(_fn)
 
+    def _reduce_compute(x, axis=None, keepdims=False, _name=_name):
+        return topi_reduce.reduce(_name, x, axis, bool(keepdims))
+
+    _op.compute(_reduce_compute)
+
 
 def _arg_reference(fn):
     def run(x, axis=0, keepdims=False, select_last_index=False):
@@ -89,6 +95,12 @@ for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
     _op.type_rule(_arg_type)
     _op.reference(_arg_reference(_fn))
 
+    def _arg_compute(x, axis=0, keepdims=False, select_last_index=False, _name=_name):
+        fn = topi_reduce.argmax if _name == "argmax" else topi_reduce.argmin
+        return fn(x, axis, bool(keepdims), bool(select_last_index))
+
+    _op.compute(_arg_compute)
+
 cumsum = register_op("cumsum", kind=OpKind.OPAQUE)
 
 
@@ -105,6 +117,11 @@ def _(x, axis, exclusive=False, reverse=False):
     if exclusive:
         out = out - y
     return (np.flip(out, axis) if reverse else out).astype(x.dtype)
+
+
+@cumsum.compute
+def _(x, axis, exclusive=False, reverse=False):
+    return topi_reduce.cumsum(x, axis, bool(exclusive), bool(reverse))
 
 
 topk = register_op("topk", kind=OpKind.OPAQUE)
@@ -128,6 +145,11 @@ def _(x, k, axis=-1, largest=True, sorted=True):
     idx = np.argsort(keys, axis=axis, kind="stable")
     idx = np.take(idx, np.arange(k), axis=axis)
     return np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)
+
+
+@topk.compute
+def _(x, k, axis=-1, largest=True, sorted=True):
+    return topi_reduce.topk(x, k, axis, bool(largest), bool(sorted))
 
 
 einsum = register_op("einsum", kind=OpKind.OPAQUE)

@@ -1,0 +1,215 @@
+"""Reduction te operators: sum, mean, prod, max, min, argmax/argmin, cumsum, topk.
+
+    y = topi.reduce.reduce("sum", x, axis=(1,), keepdims=True)   # tag "reduce"
+    i = topi.reduce.argmax(x, axis=-1, select_last_index=True)   # int64 indices
+    v, i = topi.reduce.topk(x, k=3)
+
+One te.compute reduces all the axes at once, its output already in the keepdims shape. Sums
+accumulate in the input dtype for float32/float64 (float16 in float32; mean of ints in int64),
+and a separate element-wise stage (tag "elemwise") finishes mean and narrow accumulators.
+Bool tensors reduce with or/and, as numpy's sum/max (any) and prod/min (all) do.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tessera import te
+from tessera.ir.dtype import DType
+from tessera.tir.expr import Expr
+from tessera.topi.broadcast import int_divide
+from tessera.topi.elemwise import cast_expr
+
+REDUCE = "reduce"
+
+_any = te.comm_reducer(te.logical_or, lambda t: te.const(False, t), name="any")
+_all = te.comm_reducer(te.logical_and, lambda t: te.const(True, t), name="all")
+_prod = te.comm_reducer(lambda x, y: x * y, lambda t: te.const(1, t), name="prod")
+
+# name -> (reducer for numbers, reducer for bools)
+_REDUCERS = {
+    "sum": (te.sum, _any),
+    "mean": (te.sum, _any),
+    "prod": (_prod, _all),
+    "max": (te.max, _any),
+    "min": (te.min, _all),
+}
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """None means every axis; negative axes count from the end."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = tuple(sorted({a % ndim for a in axes})) if ndim else ()
+    if len(out) != len(axes) or any(not -ndim <= a < ndim for a in axes):
+        raise ValueError(f"bad reduction axes {axes} for a tensor of rank {ndim}")
+    return out
+
+
+def _reduction(x: te.Tensor, axes, keepdims: bool, fbody, name: str, tag: str = REDUCE):
+    """te.compute over the kept axes whose body is fbody(load, reduce_axes): the load is
+    x at the output position with the reduced axes replaced by reduce axes."""
+    raxes = {a: te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes}
+    if keepdims:
+        shape = tuple(te.const(1, "int32") if a in raxes else d for a, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for a, d in enumerate(x.shape) if a not in raxes)
+
+    def body(*i):
+        it, index = iter(i), []
+        for a in range(x.ndim):
+            if a in raxes:
+                if keepdims:
+                    next(it)
+                index.append(raxes[a].var)
+            else:
+                index.append(next(it))
+        return fbody(x(*index), list(raxes.values()))
+
+    return te.compute(shape, body, name=name, tag=tag)
+
+
+def _accumulator(name: str, dtype: DType) -> DType:
+    if name == "mean" and dtype.is_integer:
+        return DType.parse("int64")
+    if name in ("sum", "mean", "prod") and dtype.is_float and dtype.bits < 32:
+        return DType.parse("float32")
+    return dtype
+
+
+def reduce(name: str, x: te.Tensor, axis=None, keepdims: bool = False) -> te.Tensor:
+    """The reduction `name` (sum, mean, prod, max, min) of x over `axis`, in x's dtype."""
+    if name not in _REDUCERS:
+        raise ValueError(f"unknown reduction {name!r}; known: {', '.join(_REDUCERS)}")
+    axes = normalize_axes(axis, x.ndim)
+    if not axes:  # numpy: reducing over no axes is the identity
+        return te.compute(x.shape, lambda *i: x(*i), name=name, tag="elemwise")
+    number, logic = _REDUCERS[name]
+    reducer = logic if x.dtype.is_bool else number
+    acc = _accumulator(name, x.dtype)
+    red = _reduction(
+        x, axes, keepdims, lambda v, k: reducer(cast_expr(v, acc), axis=k), f"{name}_red"
+    )
+    count = math.prod(int(x.shape[a].value) for a in axes) if name == "mean" else 1
+    if acc == x.dtype and count == 1:
+        return red
+
+    def finish(v: Expr) -> Expr:
+        if count != 1 and not x.dtype.is_bool:
+            v = int_divide(v, te.const(count, acc)) if acc.is_integer else v / te.const(count, acc)
+        return cast_expr(v, x.dtype)
+
+    return te.compute(red.shape, lambda *i: finish(red(*i)), name=name, tag="elemwise")
+
+
+# -- argmax / argmin --------------------------------------------------------------------------
+
+
+def _arg_reducer(largest: bool, last: bool, float_values: bool):
+    """A tuple reducer over (int64 index, value) that keeps numpy's choice: the first (or
+    last) extreme, NaN beating everything; index -1 marks the empty identity."""
+
+    def combine(x, y):
+        (xi, xv), (yi, yv) = x, y
+        prefer_index = xi > yi if last else xi < yi
+        strict = xv > yv if largest else xv < yv
+        take = te.logical_or(strict, te.logical_and(xv == yv, prefer_index))
+        if float_values:
+            x_nan, y_nan = te.isnan(xv), te.isnan(yv)
+            nan_pick = te.logical_and(x_nan, te.logical_or(te.logical_not(y_nan), prefer_index))
+            take = te.select(te.logical_or(x_nan, y_nan), nan_pick, take)
+        minus_one = te.const(-1, xi.dtype)
+        take = te.logical_or(yi == minus_one, te.logical_and(xi != minus_one, take))
+        return te.select(take, xi, yi), te.select(take, xv, yv)
+
+    def identity(ti, tv):
+        return te.const(-1, ti), te.const(0, tv)
+
+    return te.comm_reducer(combine, identity, name="argmax" if largest else "argmin")
+
+
+def arg_reduce(
+    x: te.Tensor,
+    axis: int = 0,
+    keepdims: bool = False,
+    select_last_index: bool = False,
+    *,
+    largest: bool = True,
+) -> te.Tensor:
+    """int64 index of the max (largest) or min along one axis; ties: first (or last) index."""
+    (axis,) = normalize_axes((axis,), x.ndim)
+    value = x.dtype if not x.dtype.is_bool else DType.parse("int8")
+    reducer = _arg_reducer(largest, bool(select_last_index), value.is_float)
+
+    def fbody(v, k):
+        index = te.cast(k[0].var, "int64")
+        return reducer((index, cast_expr(v, value)), axis=k)
+
+    name = "argmax" if largest else "argmin"
+    idx, _ = _reduction(x, (axis,), keepdims, fbody, name)
+    return idx
+
+
+def argmax(x, axis=0, keepdims=False, select_last_index=False):
+    return arg_reduce(x, axis, keepdims, select_last_index, largest=True)
+
+
+def argmin(x, axis=0, keepdims=False, select_last_index=False):
+    return arg_reduce(x, axis, keepdims, select_last_index, largest=False)
+
+
+# -- cumsum, topk -----------------------------------------------------------------------------
+
+
+def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False):
+    """Running sum along axis, as a masked reduction (O(n^2) along that axis)."""
+    (axis,) = normalize_axes((axis,), x.ndim)
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+
+    def body(*i):
+        pos = i[axis]
+        if reverse:
+            cond = k.var > pos if exclusive else k.var >= pos
+        else:
+            cond = k.var < pos if exclusive else k.var <= pos
+        src = x(*[k.var if a == axis else v for a, v in enumerate(i)])
+        return te.sum(src, axis=k, where=cond)
+
+    return te.compute(x.shape, body, name="cumsum", tag="cumsum")
+
+
+def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+    """(values, int64 indices) of the k largest (or smallest) along axis, best first; ties keep
+    the lower index first. Each element's rank is counted (O(n^2) along axis), then output
+    position p picks the element of rank p."""
+    (axis,) = normalize_axes((axis,), x.ndim)
+    n = x.shape[axis]
+    j = te.reduce_axis((0, n), name="j")
+
+    def at(i, pos):
+        return x(*[pos if a == axis else v for a, v in enumerate(i)])
+
+    def rank_body(*i):
+        me, other = at(i, i[axis]), at(i, j.var)
+        beats = other > me if largest else other < me
+        before = te.logical_or(beats, te.logical_and(other == me, j.var < i[axis]))
+        return te.sum(te.cast(before, "int32"), axis=j)
+
+    rank = te.compute(x.shape, rank_body, name="topk_rank", tag="topk")
+    shape = tuple(te.const(int(k), "int32") if a == axis else d for a, d in enumerate(x.shape))
+
+    def pick(value):
+        def body(*i):
+            m = te.reduce_axis((0, n), name="m")
+            src = value(i, m.var)
+            cond = rank(*[m.var if a == axis else v for a, v in enumerate(i)]) == i[axis]
+            return (_any if x.dtype.is_bool else te.sum)(src, axis=m, where=cond)
+
+        return body
+
+    values = te.compute(shape, pick(at), name="topk_values", tag="topk")
+    indices = te.compute(
+        shape, pick(lambda i, m: te.cast(m, "int64")), name="topk_indices", tag="topk"
+    )
+    return values, indices

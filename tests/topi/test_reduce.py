@@ -1,0 +1,130 @@
+"""Reductions, argmax/argmin, cumsum and topk (graph/ops/reduce.py) against numpy references."""
+
+import numpy as np
+import pytest
+
+from tessera import te
+from tessera.graph.op import get_op
+from tessera.topi import reduce
+from tessera.topi.testing import check_ops
+
+RNG = np.random.default_rng(2)
+
+AXES = [None, (0,), (1,), (-1,), (0, 2), (2, 0, 1), (1, 2), ()]
+
+
+def data(shape, dtype="float32"):
+    if dtype == "bool":
+        return RNG.random(shape) < 0.3
+    if dtype.startswith(("int", "uint")):
+        return RNG.integers(0 if dtype.startswith("u") else -20, 20, size=shape).astype(dtype)
+    return RNG.uniform(-2, 2, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod"])
+def test_float_reductions_over_any_axes(name):
+    x = data((3, 4, 5))
+    if name == "prod":
+        x = RNG.uniform(0.5, 1.5, size=x.shape).astype("float32")
+    cases = [(name, [x], {"axis": a, "keepdims": kd}) for a in AXES for kd in (False, True)]
+    cases.append((name, [data((70, 3))], {"axis": (0,)}))  # a longer accumulation
+    check_ops(cases, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "float64", "bool"])
+def test_reductions_of_other_dtypes(dtype):
+    x = data((4, 6), dtype)
+    names = ["sum", "max", "min", "prod"] if dtype == "bool" else ["sum", "mean", "max", "min"]
+    if dtype != "bool":
+        x[0, 0] = -7 if dtype.startswith("int") else x[0, 0]  # a negative mean truncates to 0
+    cases = [
+        (n, [x], {"axis": a, "keepdims": kd})
+        for n in names
+        for a in (None, (1,), (0,))
+        for kd in (0, 1)
+    ]
+    if dtype != "bool":
+        cases.append(("prod", [np.clip(x, -3, 3).astype(dtype)], {"axis": (1,)}))
+    check_ops(cases)
+
+
+def test_float16_sums_accumulate_wider():
+    x = RNG.uniform(0, 1, size=(4, 300)).astype("float16")
+    check_ops([("sum", [x], {"axis": (1,)}), ("mean", [x], {"axis": (1,)})], rtol=2e-3, atol=1e-2)
+
+
+def test_reductions_on_c_target():
+    x = data((3, 4, 5))
+    cases = [("sum", [x], {"axis": (1,), "keepdims": True}), ("mean", [x], {"axis": None})]
+    cases += [("max", [x], {"axis": (0, 2)}), ("argmin", [x], {"axis": 1, "keepdims": True})]
+    check_ops(cases, target="c", rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_arg_reductions_with_ties_keepdims_and_last_index(name):
+    x = RNG.integers(0, 3, size=(4, 5, 6)).astype("float32")  # many ties
+    cases = [
+        (name, [x], {"axis": a, "keepdims": kd, "select_last_index": last})
+        for a in (0, 1, -1)
+        for kd in (False, True)
+        for last in (False, True)
+    ]
+    xi = RNG.integers(-3, 3, size=(7, 9)).astype("int32")
+    cases += [(name, [xi], {"axis": 1, "select_last_index": last}) for last in (0, 1)]
+    u = np.array([[3, 255, 255, 0]], "uint8")
+    cases += [(name, [u], {"axis": 1, "select_last_index": last}) for last in (0, 1)]
+    check_ops(cases)
+
+
+def test_arg_reductions_of_infinities_and_nan():
+    x = np.array([[-np.inf, -np.inf], [np.inf, np.inf], [1.0, np.nan], [np.nan, np.nan]], "float32")
+    cases = [
+        (n, [x], {"axis": 1, "select_last_index": last})
+        for n in ("argmax", "argmin")
+        for last in (0, 1)
+    ]
+    check_ops(cases)
+
+
+def test_cumsum():
+    x = data((3, 7))
+    xi = data((5, 4), "int32")
+    cases = [
+        ("cumsum", [x], {"axis": ax, "exclusive": ex, "reverse": rev})
+        for ax in (0, 1, -1)
+        for ex in (False, True)
+        for rev in (False, True)
+    ]
+    cases.append(("cumsum", [xi], {"axis": 0, "exclusive": True}))
+    check_ops(cases, rtol=1e-5, atol=1e-5)
+
+
+def test_topk():
+    x = RNG.permutation(40).reshape(5, 8).astype("float32")
+    ties = RNG.integers(0, 3, size=(3, 9)).astype("int32")
+    cases = [
+        ("topk", [x], {"k": 3}),
+        ("topk", [x], {"k": 2, "axis": 0, "largest": False}),
+        ("topk", [x], {"k": 8, "axis": 1}),
+        ("topk", [x], {"k": 0}),
+        ("topk", [ties], {"k": 4}),
+        ("topk", [ties], {"k": 5, "largest": False}),
+    ]
+    check_ops(cases)
+    check_ops(cases[:1], target="c")
+
+
+def test_tags():
+    x = te.placeholder((4, 8), name="x")
+    assert get_op("sum").rules["compute"](x, axis=(1,)).op.tag == "reduce"
+    mean = get_op("mean").rules["compute"](x, axis=(1,))
+    assert mean.op.tag == "elemwise" and mean.op.input_tensors[0].op.tag == "reduce"
+    assert str(get_op("argmax").rules["compute"](x, axis=1).dtype) == "int64"
+
+
+def test_bad_axes_are_value_errors():
+    x = te.placeholder((4, 8), name="x")
+    with pytest.raises(ValueError, match="bad reduction axes"):
+        reduce.reduce("sum", x, axis=(2,))
+    with pytest.raises(ValueError, match="unknown reduction"):
+        reduce.reduce("median", x)
