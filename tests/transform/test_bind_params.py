@@ -109,3 +109,29 @@ def bind_params_of(params):
 
     bind.__name__ = "bind_params"
     return bind
+
+
+def test_onnx_pipeline_keeps_every_source_node_name():
+    mod, params = from_onnx(_conv_bn_model())
+    assert [c.span for c in mod["main"].body] == [
+        ("conv",),
+        ("conv",),
+        ("bn",),
+        ("relu",),
+        ("residual",),
+    ]
+    pipeline = Sequential(
+        [bind_params_of(params), simplify_inference, fold_constant, eliminate_common_subexpr]
+    )
+    with PassContext(opt_level=3):
+        simplified = pipeline(mod)["main"]
+        fused = fuse_ops(simplified)
+    # The conv's weight holds the batch-norm's scale; the bias add, the conv's bias and bn's shift.
+    assert [(c.op.name, c.span) for c in simplified.body] == [
+        ("nn.conv2d", ("conv", "bn")),
+        ("add", ("conv", "bn")),
+        ("nn.relu", ("relu",)),
+        ("add", ("residual",)),
+    ]
+    (call,) = fused.body
+    assert call.span == ("conv", "bn", "relu", "residual")

@@ -64,3 +64,33 @@ def test_outputs_are_redirected():
     before = parse("def main(%x: f32[4]) { %a = exp(%x); %b = exp(%x); return %a, %b }")
     expected = parse("def main(%x: f32[4]) { %a = exp(%x); return %a, %a }")
     assert_structural_equal(eliminate_common_subexpr(before), expected)
+
+
+def _spans(func):
+    return [(c.op.name, c.span) for c in func.body]
+
+
+def test_the_call_kept_answers_for_the_merged_calls_source_nodes():
+    before = parse(
+        """def main(%x: f32[4]) {
+          %a = exp(%x) @"e1"; %b = exp(%x) @"e2", "e1"; %c = nn.relu(%a) @"r1";
+          %d = nn.relu(%b) @"r2"; %e = exp(%x); %f = add(%c, %d) @"sum"; return %f, %e }"""
+    )
+    after = eliminate_common_subexpr(before)
+    assert _spans(after) == [
+        ("exp", ("e1", "e2")),
+        ("nn.relu", ("r1", "r2")),  # merged after its input was: spans follow transitively
+        ("add", ("sum",)),
+    ]
+    assert_structural_equal(parse(str(after)), after)
+
+
+def test_merging_a_call_without_new_names_keeps_the_call_object():
+    before = parse(
+        """def main(%x: f32[4]) {
+          %a = exp(%x) @"e1"; %b = exp(%x) @"e1"; %c = exp(%x); %d = add(%a, %b);
+          return %d, %c }"""
+    )
+    after = eliminate_common_subexpr(before)
+    assert after.body[0] is before.body[0]
+    assert _spans(after) == [("exp", ("e1",)), ("add", ())]

@@ -124,3 +124,18 @@ def test_folded_dtypes_match_the_types(dtype):
     after = fold_constant(before)
     (const,) = after.constants
     assert const.array.dtype == np.dtype(dtype)
+
+
+def test_calls_that_stay_keep_their_source_nodes():
+    before = parse(
+        """def main(%x: f32[64, 64]) {
+          %s0 = constant(0.25) : f32[]; %s = add(%s0, %s0) @"half";
+          %e = expand(%s, shape=[64, 64]) @"bcast"; %y = add(%x, %e) @"y"; return %y }"""
+    )
+    after = fold_constant(before)
+    # %s folds away (its name with it); the inflating expand stays, with a new input.
+    assert [(c.op.name, c.span) for c in after.body] == [
+        ("expand", ("bcast",)),
+        ("add", ("y",)),
+    ]
+    assert after.body[0] is not before.body[1]

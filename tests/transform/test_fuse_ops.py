@@ -5,6 +5,7 @@ from onnx import TensorProto, helper
 
 from tessera.frontend import from_onnx
 from tessera.graph import parse
+from tessera.graph.ir import source_nodes
 from tessera.ir.structural_equal import assert_structural_equal
 from tessera.transform import PassContext, fuse_ops, fused_groups
 
@@ -208,3 +209,29 @@ def test_onnx_model_keeps_its_numerics(same_outputs):
     assert ops[0] == ["nn.conv2d", "add", "nn.relu"]
     assert ["matmul", "sigmoid"] in ops
     same_outputs(before, after, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_calls_answer_for_their_members_source_nodes():
+    text = """def main(%x: f32[1, 3, 8, 8], %w: f32[4, 3, 3, 3], %b: f32[4, 1, 1]) {
+      %1 = nn.conv2d(%x, %w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]) @"conv1";
+      %2 = add(%1, %b) @"conv1"; %3 = nn.relu(%2) @"relu1";
+      %4 = nn.global_avg_pool2d(%3) @"pool"; %5 = exp(%4); return %5 }"""
+    after = _fuse(text)
+    assert [c.span for c in after.body] == [("conv1", "relu1"), ("pool",)]
+    (conv_group, pool_group) = fused_groups(after)
+    assert [c.span for c in conv_group.body] == [("conv1",), ("conv1",), ("relu1",)]
+    assert [c.span for c in pool_group.body] == [("pool",), ()]
+    assert [source_nodes(c) for c in after.body] == [["conv1", "relu1"], ["pool"]]
+    assert_structural_equal(parse(str(after)), after)
+    assert [c.span for c in parse(str(after)).body] == [c.span for c in after.body]
+
+
+def test_every_onnx_node_that_computes_maps_to_a_kernel():
+    mod, _ = from_onnx(_onnx_model())
+    after = _fuse(mod)["main"]
+    assert [source_nodes(c) for c in after.body] == [
+        ["conv1", "relu1"],
+        ["pool"],
+        ["flatten"],
+        ["fc", "act"],
+    ]

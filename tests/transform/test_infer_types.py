@@ -10,7 +10,7 @@ def _with_param_types(func, types):
     params = tuple(Value(p.name, t) for p, t in zip(func.params, types, strict=True))
     mapping = {id(p): q for p, q in zip(func.params, params, strict=True)}
     body = tuple(
-        Call(c.op, tuple(mapping.get(id(v), v) for v in c.inputs), c.attrs, c.outputs)
+        Call(c.op, tuple(mapping.get(id(v), v) for v in c.inputs), c.attrs, c.outputs, c.span)
         for c in func.body
     )
     return Function(func.name, params, body, func.outputs, func.constants)
@@ -65,3 +65,13 @@ def test_dtype_change_propagates():
     stale = Function("main", before.params, (widened, before.body[1]), before.outputs)
     after = infer_types(stale)
     assert str(after.outputs[0].type) == "f64[3]"
+
+
+def test_retyped_calls_keep_their_source_nodes():
+    before = parse(
+        """def main(%x: f32[1, 8]) {
+          %1 = exp(%x) : f32[1, 8] @"e"; %2 = sum(%1, axis=[1]) : f32[1] @"s", "t"; return %2 }"""
+    )
+    after = infer_types(_with_param_types(before, [TensorType((3, 8), "f32")]))
+    assert [c.outputs[0].type.shape for c in after.body] == [(3, 8), (3,)]
+    assert [c.span for c in after.body] == [("e",), ("s", "t")]

@@ -173,3 +173,60 @@ def test_folded_weights_keep_the_dtype(dtype, same_outputs):
     after.verify()
     tol = 2e-2 if dtype == "float16" else 1e-9
     same_outputs(before, after, rtol=tol, atol=tol)
+
+
+def _spans(func):
+    return [(c.op.name, c.span) for c in func.body]
+
+
+def test_folded_batch_norm_keeps_its_source_nodes(same_outputs):
+    consts = {"w": RNG.standard_normal((4, 3, 3, 3)).astype("f4"), **_bn_params(4)}
+    before = parse(
+        f"""def main(%x: f32[1, 3, 6, 6]) {{
+          %w = constant(...) : f32[4, 3, 3, 3]; {BN_CONSTS}
+          %1 = nn.conv2d(%x, %w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]) @"conv";
+          %2 = nn.batch_norm(%1, %g, %be, %m, %v) @"bn"; %3 = nn.relu(%2) @"relu";
+          return %3 }}""",
+        constants=consts,
+    )
+    after = simplify_inference(before)
+    # The scaled conv does the batch-norm's scaling, the add its shift.
+    assert _spans(after) == [
+        ("nn.conv2d", ("conv", "bn")),
+        ("add", ("bn",)),
+        ("nn.relu", ("relu",)),
+    ]
+    same_outputs(before, after, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_merged_with_a_bias_add_keeps_both_names():
+    consts = {
+        "w": RNG.standard_normal((4, 3, 1, 1)).astype("f4"),
+        "bias": RNG.standard_normal((4, 1, 1)).astype("f4"),
+        **_bn_params(4),
+    }
+    before = parse(
+        f"""def main(%x: f32[2, 3, 5, 5]) {{
+          %w = constant(...) : f32[4, 3, 1, 1]; %bias = constant(...) : f32[4, 1, 1]; {BN_CONSTS}
+          %1 = nn.conv2d(%x, %w, strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1]) @"conv";
+          %2 = add(%1, %bias) @"conv", "bias"; %3 = nn.batch_norm(%2, %g, %be, %m, %v) @"bn";
+          return %3 }}""",
+        constants=consts,
+    )
+    assert _spans(simplify_inference(before)) == [
+        ("nn.conv2d", ("conv", "bn")),
+        ("add", ("conv", "bias", "bn")),
+    ]
+
+
+def test_standalone_batch_norm_and_identities_keep_source_nodes():
+    before = parse(
+        f"""def main(%x: f32[2, 4, 3]) {{
+          {BN_CONSTS}
+          %1 = nn.batch_norm(%x, %g, %be, %m, %v) @"bn"; %2 = copy(%1) @"copy";
+          %3 = exp(%2) @"exp"; return %3 }}""",
+        constants=_bn_params(4),
+    )
+    after = simplify_inference(before)
+    # The copy computes nothing, so no kernel answers for it.
+    assert _spans(after) == [("multiply", ("bn",)), ("add", ("bn",)), ("exp", ("exp",))]
