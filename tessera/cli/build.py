@@ -1,0 +1,293 @@
+"""`tessera compile` (a model -> one artifact .so, with a progress bar and a summary) and
+`tessera run` (an artifact on given or random inputs, optionally with a per-kernel profile).
+
+    tessera compile model.onnx -o model.so --input-shape data:1x3x224x224
+    tessera run model.so --inputs in.npz --outputs out.npz --profile
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+import numpy as np
+
+from tessera.cli.common import (
+    DEFAULT_OPT_LEVEL,
+    ModelError,
+    human_bytes,
+    import_model,
+    op_histogram,
+    parse_input_shapes,
+    read_model,
+    stderr_console,
+    stdout_console,
+)
+from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
+from tessera.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class _Progress:
+    """A PassContext instrument: keeps the fused graph, dumps IR, and ticks a progress bar once
+    per kernel (the last tir pass of each kernel is `remove_no_op`)."""
+
+    def __init__(self, bar=None, dump_dir=None):
+        self.bar, self.task, self.dump_dir = bar, None, dump_dir
+        self.fused, self.kernels_done, self.step = None, 0, 0
+
+    def enter_pass_ctx(self):
+        pass
+
+    def exit_pass_ctx(self):
+        pass
+
+    def run_before_pass(self, name, ir):
+        pass
+
+    def run_after_pass(self, name, ir, seconds):
+        self.step += 1
+        if name == "fuse_ops":
+            self.fused = ir["main"] if hasattr(ir, "functions") else ir
+            if self.bar is not None:
+                self.task = self.bar.add_task("compiling kernels", total=_distinct_kernels(ir))
+        if name == "remove_no_op":
+            self.kernels_done += 1
+            if self.bar is not None and self.task is not None:
+                self.bar.advance(self.task)
+        if self.dump_dir and (self.kernels_done == 0 or name == "remove_no_op"):
+            stem = name if self.kernels_done == 0 else f"kernel{self.kernels_done:03d}"
+            path = os.path.join(self.dump_dir, f"{self.step:03d}_{stem}.txt")
+            with open(path, "w") as f:
+                f.write(str(ir) + "\n")
+
+
+def _distinct_kernels(ir) -> int:
+    from tessera.graph_build import group_key
+
+    func = ir["main"] if hasattr(ir, "functions") else ir
+    groups = [c.attrs["func"] for c in func.body if c.op.name == "fused"]
+    return len({group_key(g) for g in groups}) or len(func.body)
+
+
+def _build(mod, params, target, opt_level, instrument):
+    import tessera
+    from tessera.transform import PassContext
+
+    try:
+        with PassContext(opt_level=opt_level, instruments=[instrument]):
+            return tessera.build(mod, target=target, params=params)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise ModelError(f"compiling the model failed: {e}") from e
+
+
+def _attach_node_names(lib, fused) -> None:
+    """Record each kernel call's source (ONNX) node names in the plan, for `run --profile`.
+    The plan's calls follow the fused function's calls one for one."""
+    calls = lib.plan["calls"]
+    if fused is None or len(fused.body) != len(calls):
+        return
+    for entry, call in zip(calls, fused.body, strict=True):
+        entry.setdefault("nodes", list(call.span))
+
+
+def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
+    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`."""
+    onnx_model, label = read_model(model_path)
+    start = time.perf_counter()
+    mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
+    if dump_ir:
+        os.makedirs(dump_ir, exist_ok=True)
+    show_bar = sys.stderr.isatty() and not quiet()
+    if show_bar:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=stderr_console(), transient=True) as bar:
+            inst = _Progress(bar, dump_ir)
+            lib = _build(mod, params, target, opt_level, inst)
+    else:
+        inst = _Progress(None, dump_ir)
+        lib = _build(mod, params, target, opt_level, inst)
+    seconds = time.perf_counter() - start
+    _attach_node_names(lib, inst.fused)
+    plan = lib.plan
+    n_ops = sum(op_histogram(mod["main"]).values())
+    summary = [
+        ("model", label),
+        ("target", str(target)),
+        ("ops", f"{n_ops} graph ops from {len(onnx_model.graph.node)} ONNX nodes"),
+        ("fused kernels", f"{len(plan['calls'])} calls of {lib.num_kernels} distinct kernels"),
+        ("weights", f"{human_bytes(plan['params_nbytes'])} in {len(plan['params'])} tensors"),
+        ("arena", human_bytes(plan["arena_nbytes"])),
+        ("compile time", f"{seconds:.2f} s"),
+        ("cache hits", _cache_hits()),
+    ]
+    if output:
+        lib.export_library(output)
+        summary.append(("artifact", f"{output} ({human_bytes(os.path.getsize(output))})"))
+    log.info("compiled %s in %.2f s", label, seconds)
+    return lib, onnx_model, summary
+
+
+def _cache_hits() -> str:
+    # The compile cache (issue 4) reports its counters here once it exists.
+    try:
+        from tessera.codegen import cache_stats  # type: ignore[attr-defined]
+    except ImportError:
+        return "n/a (no compile cache yet)"
+    stats = cache_stats()
+    return f"{stats['hits']} of {stats['hits'] + stats['misses']}"
+
+
+def print_summary(rows, title="compiled") -> None:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, v)
+    stdout_console().print(table)
+
+
+@click.command()
+@click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Artifact to write (.so).")
+@click.option("--target", type=click.Choice(["llvm", "c"]), default="llvm", show_default=True)
+@input_shape_option
+@click.option(
+    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
+)
+@click.option(
+    "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
+)
+@verbosity_options
+def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
+    """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
+
+    The artifact holds the kernels, the executor plan and the weights; `tessera run` and
+    `tessera.runtime.load_module` load it.
+    """
+    if output is None:
+        stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
+        output = f"{stem}.so"
+    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir)
+    if not quiet():
+        print_summary(summary)
+    else:
+        click.echo(output)
+
+
+# ---------------------------------------------------------------- run
+
+
+def load_artifact(path):
+    """(factory, GraphModule) of a compiled artifact, with clear errors."""
+    from tessera.runtime import GraphModule, cpu, load_module
+
+    try:
+        lib = load_module(path)
+        factory = _factory_of(lib)
+        return factory, GraphModule(factory["default"](cpu(0)))
+    except (ValueError, TypeError, OSError, KeyError) as e:
+        raise ModelError(f"cannot load {path} as a tessera artifact: {e}") from e
+
+
+def _factory_of(lib):
+    from tessera.runtime.graph_executor import GraphExecutorFactory
+
+    if isinstance(lib, GraphExecutorFactory):
+        return lib
+    if "graph_executor" not in getattr(lib, "metadata", {}):
+        raise ValueError("it holds kernels but no model (no executor plan)")
+    return GraphExecutorFactory.from_library(lib)
+
+
+def read_inputs(path, module) -> dict[str, np.ndarray]:
+    """Inputs from an .npz (by name; `arr_0`... by position), else random ones."""
+    from tessera.models import random_array
+
+    shapes, dtypes = module.get_input_info()
+    if path is None:
+        rng = np.random.default_rng(0)
+        return {n: random_array(shapes[n], dtypes[n], rng) for n in shapes}
+    try:
+        data = dict(np.load(path))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read inputs from {path}: {e}") from e
+    names = list(shapes)
+    feeds = {}
+    for k, (key, array) in enumerate(data.items()):
+        name = key if key in shapes else (names[k] if key == f"arr_{k}" and k < len(names) else key)
+        if name not in shapes:
+            raise ModelError(f"{path}: {key!r} is not an input of the model (inputs: {names})")
+        feeds[name] = array
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise ModelError(f"{path} has no array for input {missing[0]!r} (inputs: {names})")
+    return feeds
+
+
+def set_inputs(module, feeds) -> None:
+    try:
+        module.set_input(**feeds)
+    except (ValueError, TypeError) as e:
+        raise ModelError(str(e)) from e
+
+
+@click.command()
+@click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
+@click.option("--inputs", "inputs_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False))
+@click.option("--profile", is_flag=True, help="Time every kernel call (table by node names).")
+@click.option("--profile-json", type=click.Path(dir_okay=False), help="Write the profile as JSON.")
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True)
+@threads_option
+@verbosity_options
+def run(artifact, inputs_path, outputs_path, profile, profile_json, repeat, threads):
+    """Run a compiled ARTIFACT on --inputs (an .npz by input name) or on random inputs."""
+    from tessera.cli.profile import print_profile, profile_kernels, write_profile
+
+    _set_threads(threads)
+    factory, module = load_artifact(artifact)
+    set_inputs(module, read_inputs(inputs_path, module))
+    start = time.perf_counter()
+    module.run()
+    first = time.perf_counter() - start
+    outputs = {}
+    for k, spec in enumerate(factory.plan["outputs"]):
+        outputs[spec["name"]] = module.get_output(k).numpy().copy()
+    if outputs_path:
+        np.savez(outputs_path, **outputs)
+    if not quiet():
+        _print_outputs(outputs, first)
+    if profile or profile_json:
+        rows = profile_kernels(module, factory.plan, repeat)
+        if profile:
+            print_profile(rows)
+        if profile_json:
+            write_profile(profile_json, rows, artifact)
+
+
+def _print_outputs(outputs, seconds):
+    from rich.table import Table
+
+    table = Table(title=f"outputs (one run: {seconds * 1e3:.2f} ms)", title_justify="left")
+    for col in ("name", "shape", "dtype", "min", "max", "mean"):
+        table.add_column(col)
+    for name, a in outputs.items():
+        stats = (a.min(), a.max(), a.mean()) if a.size and a.dtype.kind in "fiu" else ("",) * 3
+        shown = [f"{s:.4g}" if s != "" else "" for s in stats]
+        table.add_row(name, "x".join(map(str, a.shape)) or "scalar", str(a.dtype), *shown)
+    stdout_console().print(table)
+
+
+def _set_threads(threads) -> None:
+    if threads:
+        from tessera.runtime import set_num_threads
+
+        set_num_threads(threads)
