@@ -3,10 +3,11 @@
     y = layer_norm(x, gamma, beta, axis=-1, epsilon=1e-5)   # over x's axes [axis, ndim)
     y = batch_norm(x, gamma, beta, mean, var, axis=1)         # tag "broadcast": fuses freely
 
-layer_norm and instance_norm compute each row's mean and variance in one pass with Welford's
-update (a tuple reduction, tags "layer_norm" / "instance_norm"), which stays accurate where
-E[x^2] - E[x]^2 would cancel. The reduction records attrs["n_outer"], the number of leading axes
-a schedule can run in parallel; the output is an element-wise stage (tag "elemwise").
+layer_norm and instance_norm compute each row's sum and sum of squares in one pass (a tuple
+reduction, tags "layer_norm" / "instance_norm"), in float64 and shifted by the row's first
+element, so the variance E[d^2] - E[d]^2 stays accurate where float32 sums would cancel.
+The reduction records attrs["n_outer"], the number of leading axes a schedule can run in
+parallel; the output is an element-wise stage (tag "elemwise").
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from tessera.topi.nn.softmax import _normalize_axis
 
 
 def _acc(dtype: DType) -> DType:
-    return dtype if dtype.bits >= 32 else DType.parse("float32")
+    # float64 sums: single-pass variance without cancellation, whatever the row's mean
+    return DType.parse("float64")
 
 
 def batch_norm(x, gamma, beta, mean, var, epsilon=1e-5, axis=1) -> te.Tensor:
@@ -32,43 +34,44 @@ def batch_norm(x, gamma, beta, mean, var, epsilon=1e-5, axis=1) -> te.Tensor:
     return te.compute(x.shape, f, name="batch_norm", tag="broadcast")
 
 
-def _welford(a, b):
-    """Chan et al.'s pairwise update of (count, mean, sum of squared deviations)."""
-    (na, ma, qa), (nb, mb, qb) = a, b
-    n = na + nb
-    d = mb - ma
-    w = nb / te.max(n, te.const(1, n.dtype))
-    return n, ma + d * w, qa + qb + d * d * na * w
-
-
-_moments_reducer = te.comm_reducer(
-    _welford, lambda *ts: tuple(te.const(0, t) for t in ts), name="welford"
+_sums = te.comm_reducer(
+    lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    lambda *ts: tuple(te.const(0, t) for t in ts),
+    name="sum_and_squares",
 )
 
 
 def moments(x: te.Tensor, start: int, tag: str):
-    """(count, mean, sum of squared deviations) of x over axes [start, ndim), each shaped
-    x.shape[:start]: one pass (Welford), as accurate as two passes and read by one consumer."""
+    """(sum, sum of squares) of x - x[row, 0, ...] over axes [start, ndim), each shaped
+    x.shape[:start], in float64. Shifting by the row's first element keeps the sums small
+    relative to the spread, so var = E[d^2] - E[d]^2 does not cancel."""
     acc = _acc(x.dtype)
     r = [te.reduce_axis((0, d), name=f"k{j}") for j, d in enumerate(x.shape[start:])]
+    first = (0,) * (x.ndim - start)
 
     def f(*i):
-        v = te.cast(x(*i, *r), acc)
-        return _moments_reducer((te.const(1, acc), v, te.const(0, acc)), axis=r)
+        d = te.cast(x(*i, *r), acc) - te.cast(x(*i, *first), acc)
+        return _sums((d, d * d), axis=r)
 
     return te.compute(x.shape[:start], f, name=f"{tag}_moments", tag=tag, attrs={"n_outer": start})
 
 
 def _normalized(x, stats, start, epsilon, scale_shift, name):
     acc = _acc(x.dtype)
-    count, mean, sqdev = stats
+    total, squares = stats
+    count = 1
+    for d in x.shape[start:]:
+        count *= d.value
+    first = (0,) * (x.ndim - start)
 
     def f(*i):
         row = i[:start]
-        inv_std = te.rsqrt(sqdev(*row) / count(*row) + epsilon)
-        y = (te.cast(x(*i), acc) - mean(*row)) * inv_std
+        mean = total(*row) / float(count)
+        var = te.max(squares(*row) / float(count) - mean * mean, te.const(0, acc))
+        d = te.cast(x(*i), acc) - te.cast(x(*row, *first), acc)
+        y = te.cast((d - mean) * te.rsqrt(var + epsilon), x.dtype)
         g, b = scale_shift(i)
-        return te.cast(y * te.cast(g, acc) + te.cast(b, acc), x.dtype)
+        return y * g + b
 
     return te.compute(x.shape, f, name=name, tag="elemwise")
 

@@ -15,6 +15,8 @@ the output is an element-wise stage (tag "elemwise"), so an epilogue can absorb 
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera import te
 
 
@@ -30,8 +32,13 @@ def _combine(a, b):
     return te.max(m1, m2), te.select(m1 >= m2, s1 + s2 * e, s1 * e + s2)
 
 
+def _lowest_finite(dtype):
+    # DType.min_value is -inf for floats; -inf - -inf would make the rescaling NaN
+    return te.const(float(np.finfo(str(dtype)).min), dtype)
+
+
 _max_sum = te.comm_reducer(
-    _combine, lambda tm, ts: (te.min_value(tm), te.const(0, ts)), name="max_sum"
+    _combine, lambda tm, ts: (_lowest_finite(tm), te.const(0, ts)), name="max_sum"
 )
 
 
