@@ -25,12 +25,13 @@ from tessera.topi import generic
 
 
 class MissingComputeError(ValueError):
-    """Ops of the graph have no compute rule; `ops` maps each op name to its values' names."""
+    """Ops of the graph have no compute rule; `ops` maps each op name to where it is used
+    (source node names, or output values)."""
 
     def __init__(self, ops: dict[str, list[str]]):
         self.ops = ops
         calls = sum(len(v) for v in ops.values())
-        lines = [f"  {name}: {', '.join('%' + v for v in values)}" for name, values in ops.items()]
+        lines = [f"  {name}: {'; '.join(where)}" for name, where in ops.items()]
         super().__init__(
             f"{len(ops)} op(s) in {calls} call(s) have no compute rule, so the model cannot be "
             "compiled:\n" + "\n".join(lines)
@@ -49,8 +50,9 @@ def check_compute_rules(func: Function) -> None:
         members = call.attrs["func"].body if call.op is fused else (call,)
         for member in members:
             if "compute" not in member.op.rules:
-                names = missing.setdefault(member.op.name, [])
-                names.append(",".join(v.name for v in member.outputs))
+                # the source (ONNX) node names when the call has them, else its output values
+                where = ", ".join(member.span) or ", ".join("%" + v.name for v in member.outputs)
+                missing.setdefault(member.op.name, []).append(where)
     if missing:
         raise MissingComputeError(missing)
 

@@ -273,6 +273,7 @@ class GraphModule:
                 f"got {type(executor).__name__}"
             )
         self._ex = executor
+        self._unset = {name for name, _, _ in executor.input_specs}  # run() needs them all
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -303,9 +304,13 @@ class GraphModule:
                     f"got {got_dtype} of shape {got_shape}"
                 )
             self._ex.inputs[slot].copyfrom(v)
+            self._unset.discard(name)
 
     def get_input(self, key) -> NDArray:
-        return self._ex.inputs[self._input_slot(key)]
+        """The input's own array (writing into it sets the input)."""
+        slot = self._input_slot(key)
+        self._unset.discard(self._ex.input_specs[slot][0])
+        return self._ex.inputs[slot]
 
     def get_num_inputs(self) -> int:
         return len(self._ex.inputs)
@@ -321,6 +326,9 @@ class GraphModule:
     def run(self, **inputs) -> None:
         if inputs:
             self.set_input(**inputs)
+        if self._unset:
+            missing = ", ".join(repr(n) for n in sorted(self._unset))
+            raise ValueError(f"run: input {missing} not set (use set_input)")
         self._ex.run()
 
     def get_num_outputs(self) -> int:
@@ -338,7 +346,7 @@ class GraphModule:
         """Time `run()`: `repeat` measurements of the mean of `number` runs (ProfileResult)."""
         if number < 1 or repeat < 1:
             raise ValueError(f"benchmark: number and repeat must be >= 1, got {number}, {repeat}")
-        self.run()  # warm-up
+        self.run()  # warm-up, and the check that every input is set
         results = []
         for _ in range(repeat):
             runs = number

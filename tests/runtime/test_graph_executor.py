@@ -163,7 +163,7 @@ def test_a_failing_kernel_is_reported(kernels):
     plan["arena_nbytes"] = 64
     m = GraphModule(GraphExecutorFactory(kernels, plan, _aligned_blob(W)[0])["default"](cpu(0)))
     with pytest.raises(RuntimeError, match="kernel always_fails failed"):
-        m.run()
+        m.run(x=np.zeros(N, np.float32))
 
 
 CHILD = """
@@ -222,6 +222,9 @@ def test_per_call_overhead_is_small(kernels, capsys):
         ] + [{"kernel": "myadd", "args": [["input", 0], ["input", 0], ["output", 0]], "vars": [1]}],
     }  # fmt: skip
     m = GraphModule(GraphExecutorFactory(kernels, plan, np.zeros(0, np.uint8)).create())
+    with pytest.raises(ValueError, match="run: input 'x' not set"):
+        m.run()
+    m.set_input("x", np.ones(1, np.float32))
     result = m.benchmark(cpu(0), number=20, repeat=3)
     per_call = result.min / (calls + 1)
     with capsys.disabled():
