@@ -100,7 +100,8 @@ def import_model(model, shapes: dict):
     try:
         return from_onnx(model, shapes)
     except (ValueError, TypeError, NotImplementedError) as e:
-        raise ModelError(str(e)) from e
+        # The frontend speaks of its Python argument; the user here typed an option.
+        raise ModelError(str(e).replace("shape_dict", "--input-shape NAME:DIMS")) from e
 
 
 # ---------------------------------------------------------------- the graph pipeline
