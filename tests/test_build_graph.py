@@ -2,7 +2,6 @@
 into kernels, shared kernels, export/load round trips, and the errors users meet."""
 # ruff: noqa: E501
 
-import glob
 import os
 import subprocess
 import sys
@@ -10,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 
@@ -19,6 +17,7 @@ from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model, run_ort
 from tessera.graph import parse, register_op
 from tessera.graph_build import LoweringError, MissingComputeError
+from tessera.models import light_model, light_model_names, random_inputs
 from tessera.runtime import GraphModule, cpu, load_module, nd
 from tessera.transform import PassContext, PassTiming
 
@@ -409,51 +408,21 @@ def test_build_errors():
 
 # -- the light models of the onnx package (slow) ---------------------------------------------------
 
-LIGHT = sorted(
-    glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_*.onnx"))
-)
-
-
-def randomize_weights(model, rng):
-    """The light models build their weights with ConstantOfShape (one value everywhere, which
-    makes outputs nearly input-independent): replace each with a random initializer."""
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    keep = []
-    for node in model.graph.node:
-        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
-            keep.append(node)
-            continue
-        shape = [int(d) for d in inits[node.input[0]]]
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 0
-        w = rng.standard_normal(shape) * (np.sqrt(2 / fan_in) if fan_in else 0.1)
-        if "var" in node.output[0]:
-            w = np.abs(w) + 0.5
-        model.graph.initializer.append(
-            onnx.numpy_helper.from_array(w.astype(np.float32), node.output[0])
-        )
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
+LIGHT = light_model_names()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("path", LIGHT, ids=lambda p: os.path.basename(p)[6:-5])
-def test_light_model_matches_onnxruntime(path, target, tmp_path, capsys):
-    model = onnx.load(path)
-    rng = np.random.default_rng(0)
-    randomize_weights(model, rng)
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name not in inits:
-            shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+@pytest.mark.parametrize("name", LIGHT)
+def test_light_model_matches_onnxruntime(name, target, tmp_path, capsys):
+    model = light_model(name, seed=0)  # random weights instead of ConstantOfShape
+    feeds = random_inputs(model, seed=0)
     expected = run_ort(model, feeds)
     start = time.perf_counter()
     lib = compile_model(model, target)
     seconds = time.perf_counter() - start
     with capsys.disabled():
-        print(f"\n  {os.path.basename(path)} on {target}: compiled in {seconds:.1f} s, "
+        print(f"\n  {name} on {target}: compiled in {seconds:.1f} s, "
               f"{lib.num_kernels} kernels, {len(lib.plan['calls'])} calls")  # fmt: skip
     for g, e in zip(run_lib(lib, feeds), expected, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
