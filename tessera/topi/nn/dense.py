@@ -4,12 +4,17 @@
     y = matmul(a, b)                # numpy.matmul: batch dims broadcast, 1-D operands promoted
     y = batch_matmul(a, b, transpose_a=False, transpose_b=True)   # (B, M, K) x (B, N, K)
 
-The reduction axis is always named "k", so schedules find it as `op.reduce_axis[0]`.
+The reduction axis is always named "k", so schedules find it as `op.reduce_axis[0]`. A weight
+that is read transposed (dense's, batch_matmul's with transpose_b) goes through a transposing
+stage (tag "dense_pack"): computed once per call it makes the output columns contiguous (fast
+vector loads); inlined it gives the plain strided form (better for a single row).
 """
 
 from __future__ import annotations
 
 from tessera import te
+
+PACK_TAG = "dense_pack"
 
 
 def _dim(d):
@@ -20,12 +25,25 @@ def dense(x: te.Tensor, w: te.Tensor) -> te.Tensor:
     """x @ w.T over the last axis of x."""
     if w.ndim != 2 or x.ndim < 1 or _dim(x.shape[-1]) != _dim(w.shape[1]):
         raise ValueError(f"dense: data {x.shape} and weight {w.shape} (units, in) disagree")
+    wt = pack_transposed(w)
     k = te.reduce_axis((0, w.shape[1]), name="k")
     return te.compute(
         (*x.shape[:-1], w.shape[0]),
-        lambda *i: te.sum(x(*i[:-1], k) * w(i[-1], k), axis=k),
+        lambda *i: te.sum(x(*i[:-1], k) * wt(k, i[-1]), axis=k),
         name="dense",
         tag="dense",
+    )
+
+
+def pack_transposed(w: te.Tensor) -> te.Tensor:
+    """w with its last two axes swapped (tag "dense_pack"), so that the output columns are
+    contiguous in the reduction's operand; a schedule computes it once or inlines it."""
+    *lead, rows, cols = w.shape
+    return te.compute(
+        (*lead, cols, rows),
+        lambda *i: w(*i[:-2], i[-1], i[-2]),
+        name=f"{w.name}_transposed",
+        tag=PACK_TAG,
     )
 
 
@@ -85,11 +103,12 @@ def batch_matmul(a: te.Tensor, b: te.Tensor, transpose_a=False, transpose_b=Fals
         raise ValueError(f"batch_matmul: inner dims of {a.shape} and {b.shape} disagree")
     batch = _batch_shape(a.shape[:1], b.shape[:1])
     k = te.reduce_axis((0, ka), name="k")
+    bt = pack_transposed(b) if transpose_b else b
 
     def f(bi, i, j):
         ab, bb = _broadcast_index(a.shape[:1], (bi,)), _broadcast_index(b.shape[:1], (bi,))
         lhs = a(*ab, k, i) if transpose_a else a(*ab, i, k)
-        rhs = b(*bb, j, k) if transpose_b else b(*bb, k, j)
+        rhs = bt(*bb, k, j)
         return te.sum(lhs * rhs, axis=k)
 
     return te.compute((*batch, m, n), f, name="batch_matmul", tag="batch_matmul")

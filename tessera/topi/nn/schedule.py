@@ -19,6 +19,7 @@ from tessera import te
 from tessera.topi import generic
 from tessera.topi.generic import const_extent, inline_injective, traverse, vector_lanes
 from tessera.topi.nn.conv import PAD_TAG
+from tessera.topi.nn.dense import PACK_TAG
 
 
 def find_stages(outs, predicate) -> list[te.Tensor]:
@@ -61,33 +62,26 @@ def _parallel_outer(stage, axes):
     return fused
 
 
-def schedule_reduction_loops(stage, n_outer: int, lanes: int, block_outer: bool = False):
+def schedule_reduction_loops(stage, n_outer: int, lanes: int):
     """Loop order of a reduction stage: [outer data axes], inner data axes, the reduction axes,
     then the vector lanes of the last data axis (so each reduction step updates a vector of
-    outputs and no reduction loop is vectorized). Returns the outer data loops (fused with the
-    vector blocks of the last axis when block_outer)."""
+    outputs and no reduction loop is vectorized). Returns the outer data loops."""
     axes = list(stage.op.axis)
     reduce_axes = list(stage.op.reduce_axis)
     outer, inner = axes[:n_outer], axes[n_outer:]
     split = _split_vector(stage, inner[-1], lanes) if inner else None
-    if split is None:
-        return outer
-    vo, vi = split
-    if block_outer and len(inner) == 1:
-        stage.reorder(*outer, vo, *reduce_axes, vi)
-        stage.vectorize(vi)
-        return [*outer, vo]
-    stage.reorder(*outer, *inner[:-1], vo, *reduce_axes, vi)
-    stage.vectorize(vi)
+    if split is not None:
+        stage.reorder(*outer, *inner[:-1], split[0], *reduce_axes, split[1])
+        stage.vectorize(split[1])
     return outer
 
 
-def schedule_anchor(s, anchor, outs, target, n_outer: int, block_outer: bool = False) -> None:
+def schedule_anchor(s, anchor, outs, target, n_outer: int) -> None:
     """Schedule a reduction anchor and the group's outputs (see Note [anchor placement])."""
     lanes = vector_lanes(target, anchor.dtype)
     out_ops = {id(t.op) for t in outs}
     if id(anchor.op) in out_ops:
-        _parallel_outer(s[anchor], schedule_reduction_loops(s[anchor], n_outer, lanes, block_outer))
+        _parallel_outer(s[anchor], schedule_reduction_loops(s[anchor], n_outer, lanes))
         for t in outs:
             if t.op is not anchor.op:
                 generic.schedule_elementwise_stage(s, t, target)
@@ -99,14 +93,12 @@ def schedule_anchor(s, anchor, outs, target, n_outer: int, block_outer: bool = F
         split = _split_vector(out, axes[-1], lanes) if len(axes) > n_outer else None
         if split is not None:
             out.vectorize(split[1])
-            if block_outer and len(axes) == n_outer + 1:
-                outer = [*outer, split[0]]
         fused = _parallel_outer(out, outer)
         if fused is not None:
             s[anchor].compute_at(out, fused)
-        schedule_reduction_loops(s[anchor], n_outer, lanes, block_outer)
+        schedule_reduction_loops(s[anchor], n_outer, lanes)
         return
-    _parallel_outer(s[anchor], schedule_reduction_loops(s[anchor], n_outer, lanes, block_outer))
+    _parallel_outer(s[anchor], schedule_reduction_loops(s[anchor], n_outer, lanes))
     for t in outs:
         generic.schedule_elementwise_stage(s, t, target)
 
@@ -130,12 +122,58 @@ def schedule_conv(outs, target=None) -> te.Schedule:
     return s
 
 
+def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
+    """Tile a matrix product's loops: [batch, row blocks, column blocks] (returned, to run in
+    parallel), then k, then a register block of rows x column vectors (unrolled, vectorized)."""
+    axes = list(stage.op.axis)
+    k = [] if data_only else list(stage.op.reduce_axis)
+    extent = const_extent(axes[-1]) if axes else None
+    if extent is None or extent < lanes or lanes == 1:
+        return axes
+    # 4 rows x 4 (AVX-512) or 2 (narrower) vectors of accumulators fit the vector registers
+    col_vectors = max(1, min(4 if lanes >= 16 else 2, extent // lanes))
+    jo, ji = stage.split(axes[-1], factor=lanes * col_vectors)
+    jv, jl = stage.split(ji, factor=lanes)
+    if len(axes) >= 2:
+        io, ii = stage.split(axes[-2], factor=min(4, const_extent(axes[-2]) or 1))
+        outer, block = [*axes[:-2], io, jo], [ii, jv, jl]
+    else:
+        outer, block = [jo], [jv, jl]
+    stage.reorder(*outer, *k, *block)
+    if not data_only:
+        for iv in block[:-1]:
+            stage.unroll(iv)
+    stage.vectorize(jl)
+    return outer
+
+
 def schedule_dense(outs, target=None) -> te.Schedule:
-    """dense/matmul/batch_matmul: rows (and blocks of `lanes` output columns) in parallel, the k
-    loop inside, the output columns vectorized."""
+    """dense/matmul/batch_matmul: blocks of rows x columns in parallel, the k loop inside, a
+    register block of 4 rows x 2-4 column vectors innermost. A transposed weight is packed once
+    per call when there are enough rows to pay for it (else read strided)."""
     outs, s = _new_schedule(outs)
     anchor = _find_anchor(outs, ["dense", "matmul", "batch_matmul"])
-    schedule_anchor(s, anchor, outs, target, n_outer=anchor.ndim - 1, block_outer=True)
+    lanes = vector_lanes(target, anchor.dtype)
+    rows = 1
+    for d in anchor.shape[:-1]:
+        rows *= const_extent_of(d) or 1
+    for t in anchor.op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == PACK_TAG:
+            if rows >= lanes:
+                generic.schedule_elementwise_stage(s, t, target)
+            else:
+                s[t].compute_inline()
+    out_ops = {id(t.op) for t in outs}
+    if id(anchor.op) in out_ops or len(outs) != 1 or not _same_shape(outs[0], anchor):
+        _parallel_outer(s[anchor], _gemm_loops(s[anchor], lanes))
+        for t in outs:
+            if t.op is not anchor.op:
+                generic.schedule_elementwise_stage(s, t, target)
+        return s
+    fused = _parallel_outer(s[outs[0]], _gemm_loops(s[outs[0]], lanes, data_only=True))
+    if fused is not None:
+        s[anchor].compute_at(s[outs[0]], fused)
+    _gemm_loops(s[anchor], lanes)
     return s
 
 
