@@ -17,7 +17,7 @@ import html
 import json
 from dataclasses import dataclass, field
 
-BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 230, 46, 40, 56, 30
+BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 260, 46, 90, 56, 30
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _layout(nodes: list[_Node]) -> tuple[float, float]:
             n.y = MARGIN + depth * (BOX_H + GAP_Y)
         width = max(width, MARGIN * 2 + len(row) * (BOX_W + GAP_X) - GAP_X)
     height = MARGIN * 2 + len(layers) * (BOX_H + GAP_Y) - GAP_Y
-    return width, height
+    return width + GAP_X + 90, height  # room for the residual edges and their labels
 
 
 def _heat(share: float) -> str:
@@ -121,17 +121,7 @@ def _svg(nodes: list[_Node], width: float, height: float) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}">']
     for n in nodes:
         for src_key, label in n.inputs:
-            src = by_key[src_key]
-            x1, y1 = src.x + BOX_W / 2, src.y + BOX_H
-            x2, y2 = n.x + BOX_W / 2, n.y
-            mid = (y1 + y2) / 2
-            path = f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
-            parts.append(
-                f'<g class="edge" data-from="{src.key}" data-to="{n.key}">'
-                f'<path d="{path}" marker-end="url(#arrow)"/>'
-                f'<text x="{(x1 + x2) / 2 + 4:.0f}" y="{mid + 4:.0f}">'
-                f"{html.escape(label)}</text></g>"
-            )
+            parts.append(_edge(by_key[src_key], n, label))
     for n in nodes:
         parts.append(_box(n, _fill(n, max_seconds)))
     defs = (
@@ -139,6 +129,30 @@ def _svg(nodes: list[_Node], width: float, height: float) -> str:
         'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#777"/></marker></defs>'
     )
     return parts[0] + defs + "".join(parts[1:]) + "</svg>"
+
+
+def _edge(src: _Node, dst: _Node, label: str) -> str:
+    """A curve from the bottom of `src` to the top of `dst`; an edge that skips layers (a
+    residual connection) bows out to the right, so it does not run over the boxes between."""
+    if dst.layer - src.layer > 1:
+        x1, y1 = src.x + BOX_W, src.y + BOX_H / 2
+        x2, y2 = dst.x + BOX_W, dst.y + BOX_H / 2
+        bow = min(GAP_X - 10, 25 + 6 * (dst.layer - src.layer))
+        path = (
+            f"M{x1:.0f},{y1:.0f} C{x1 + bow:.0f},{y1:.0f} {x2 + bow:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
+        )
+        lx, ly = max(x1, x2) + bow * 0.75 + 4, (y1 + y2) / 2
+    else:
+        x1, y1 = src.x + BOX_W / 2, src.y + BOX_H
+        x2, y2 = dst.x + BOX_W / 2, dst.y
+        mid = (y1 + y2) / 2
+        path = f"M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} {x2:.0f},{y2:.0f}"
+        lx, ly = (x1 + x2) / 2 + 4, mid + 4
+    return (
+        f'<g class="edge" data-from="{src.key}" data-to="{dst.key}">'
+        f'<path d="{path}" marker-end="url(#arrow)"/>'
+        f'<text x="{lx:.0f}" y="{ly:.0f}">{html.escape(label)}</text></g>'
+    )
 
 
 def _box(n: _Node, fill: str) -> str:
