@@ -114,7 +114,7 @@ def _kernel_table(func):
 
 
 @click.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
 @input_shape_option
 @click.option(
     "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
@@ -135,12 +135,12 @@ def _kernel_table(func):
 )
 @verbosity_options
 def show(model, input_shape, opt_level, ir_stage, kernels, html_path, profile_path):
-    """Show what MODEL holds and what the compiler does to it.
+    """Show what MODEL (default: the built-in ResNet-50) holds and what the compiler does to it.
 
     For an ONNX file: inputs, outputs, the op histogram, unsupported ops, and the graph after
     each stage of the pipeline. For a compiled artifact (.so): its inputs, outputs and kernels.
     """
-    if is_artifact(model):
+    if model is not None and is_artifact(model):
         from tessera.cli.artifact import show_artifact
 
         return show_artifact(model)
