@@ -13,6 +13,7 @@ import numpy as np
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import require_float, type_error
+from tessera.topi import image as topi_image
 
 _COORD_MODES = (
     "half_pixel",
@@ -52,6 +53,33 @@ def _(
     if mode != "nearest":
         require_float("image.resize", x)
     return x.with_shape(tuple(size))
+
+
+@resize.compute
+def _(
+    x,
+    size,
+    scales,
+    roi=None,
+    mode="nearest",
+    coordinate_transformation_mode="half_pixel",
+    nearest_mode="round_prefer_floor",
+    cubic_coeff_a=-0.75,
+    exclude_outside=0,
+    extrapolation_value=0.0,
+):
+    return topi_image.resize(
+        x,
+        size,
+        scales,
+        roi,
+        mode,
+        coordinate_transformation_mode,
+        nearest_mode,
+        cubic_coeff_a,
+        exclude_outside,
+        extrapolation_value,
+    )
 
 
 def _source_coords(out_len, in_len, scale, mode, roi):
