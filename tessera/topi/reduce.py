@@ -213,3 +213,79 @@ def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: boo
         shape, pick(lambda i, m: te.cast(m, "int64")), name="topk_indices", tag="topk"
     )
     return values, indices
+
+
+# -- einsum -----------------------------------------------------------------------------------
+
+
+def _einsum_labels(equation: str, shapes):
+    """(labels of each operand, output labels, size of each label), numpy's rules: '...'
+    dims align right and broadcast; without '->' the output is '...' then the labels used once,
+    sorted. Ellipsis dims get the labels '.0', '.1', ..."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"einsum {equation!r} names {len(terms)} operands, got {len(shapes)}")
+    n_ell = max(
+        (
+            len(s) - len(t.replace("...", ""))
+            for t, s in zip(terms, shapes, strict=True)
+            if "..." in t
+        ),
+        default=0,
+    )
+    ell = [f".{k}" for k in range(n_ell)]
+    operands, sizes, counts = [], {}, {}
+    for term, shape in zip(terms, shapes, strict=True):
+        pre, dots, post = term.partition("...")
+        mine = ell[n_ell - (len(shape) - len(pre) - len(post)) :] if dots else []
+        labels = [*pre, *mine, *post]
+        if len(labels) != len(shape):
+            raise ValueError(f"einsum term {term!r} does not match shape {list(shape)}")
+        for lab, d in zip(labels, shape, strict=True):
+            if sizes.get(lab, 1) not in (1, d) and d != 1:
+                raise ValueError(f"einsum label {lab!r} has sizes {sizes[lab]} and {d}")
+            sizes[lab] = max(sizes.get(lab, 1), d)
+            if not lab.startswith("."):
+                counts[lab] = counts.get(lab, 0) + 1
+        operands.append(labels)
+    if arrow:
+        pre, dots, post = rhs.partition("...")
+        out = [*pre, *(ell if dots else []), *post]
+    else:
+        out = ell + sorted(c for c, n in counts.items() if n == 1)
+    return operands, out, sizes
+
+
+def einsum(equation: str, *xs: te.Tensor) -> te.Tensor:
+    """numpy.einsum: the output labels are data-parallel axes, the other labels reduce axes
+    of one te.compute over the product of the operands (tag "einsum")."""
+    shapes = [tuple(int(d.value) for d in x.shape) for x in xs]
+    operands, out, sizes = _einsum_labels(equation, shapes)
+    seen = [lab for labels in operands for lab in labels]
+    reduced = [lab for k, lab in enumerate(seen) if lab not in out and lab not in seen[:k]]
+    raxes = {lab: te.reduce_axis((0, sizes[lab]), name=f"r_{lab.strip('.')}") for lab in reduced}
+    dtype = xs[0].dtype
+
+    def body(*i):
+        env = {**dict(zip(out, i, strict=True)), **{lab: r.var for lab, r in raxes.items()}}
+        product = None
+        for x, labels, shape in zip(xs, operands, shapes, strict=True):
+            index = [
+                te.const(0, "int32") if d == 1 and sizes[lab] != 1 else env[lab]
+                for lab, d in zip(labels, shape, strict=True)
+            ]
+            v = x(*index)
+            product = v if product is None else product * v
+        return te.sum(product, axis=list(raxes.values())) if raxes else product
+
+    shape = tuple(te.const(sizes[lab], "int32") for lab in out)
+    y = te.compute(shape, body, name="einsum", tag="einsum")
+    return (
+        y
+        if y.dtype == dtype
+        else te.compute(
+            shape, lambda *i: cast_expr(y(*i), dtype), name="einsum_cast", tag="elemwise"
+        )
+    )

@@ -128,3 +128,22 @@ def test_bad_axes_are_value_errors():
         reduce.reduce("sum", x, axis=(2,))
     with pytest.raises(ValueError, match="unknown reduction"):
         reduce.reduce("median", x)
+
+
+def test_einsum():
+    a, b = data((3, 4)), data((4, 5))
+    batch, vec = data((2, 3, 4)), data((4,))
+    sq = data((4, 4))
+    cases = [
+        ("einsum", [a, b], {"equation": "ij,jk->ik"}),
+        ("einsum", [a, b], {"equation": "ij,jk"}),  # implicit output
+        ("einsum", [a], {"equation": "ij->ji"}),
+        ("einsum", [sq], {"equation": "ii->i"}),  # diagonal
+        ("einsum", [sq], {"equation": "ii"}),  # trace
+        ("einsum", [batch, vec], {"equation": "...j,j->..."}),
+        ("einsum", [batch, data((2, 4, 3))], {"equation": "bij,bjk->bik"}),
+        ("einsum", [data((2, 1, 4)), data((3, 4))], {"equation": "...j,...j->..."}),  # broadcast
+        ("einsum", [a, data((5,))], {"equation": "ij,k->ijk"}),  # outer product
+        ("einsum", [data((3, 4), "int32"), data((4,), "int32")], {"equation": "ij,j->i"}),
+    ]
+    check_ops(cases, rtol=1e-5, atol=1e-5)

@@ -198,3 +198,8 @@ def _(*xs: TensorType, equation) -> TensorType:
 @einsum.reference
 def _(*xs, equation):
     return np.einsum(equation, *xs).astype(xs[0].dtype)
+
+
+@einsum.compute
+def _(*xs, equation):
+    return topi_reduce.einsum(equation, *xs)
