@@ -49,7 +49,11 @@ class _Inline(Mutator):
         if st is None or st.attach_type != AttachType.INLINE:
             return node
         body = self.bodies[st][node.producer.value_index]
-        vmap = {iv.var: ix for iv, ix in zip(st.op.axis, node.indices, strict=True)}
+        # an index of another dtype (an int64 gathered index) takes the axis dtype, so the
+        # body, built around int32 axes, stays well typed
+        vmap = {
+            iv.var: ix.astype(iv.var.dtype) for iv, ix in zip(st.op.axis, node.indices, strict=True)
+        }
         return substitute(body, vmap)
 
 

@@ -6,6 +6,7 @@ import pytest
 from tessera import te, tir
 from tessera.ir import structural_equal
 from tessera.tir.stmt_functor import collect
+from tessera.tir.verify import verify
 
 
 def _vadd(n):
@@ -124,6 +125,22 @@ def test_compute_inline_substitutes(rng, run):
     a = rng.standard_normal(6, dtype=np.float32)
     _, c = run(f, a, np.zeros(6, np.float32))
     np.testing.assert_allclose(c, (a + 1) * (a[::-1] + 1), rtol=1e-6)
+
+
+def test_inline_with_an_index_of_another_dtype(run):
+    # B's body mixes its int32 axis with int32 constants; C reads B at an int64 index. The
+    # inlined body must stay well typed (the index is cast to the axis dtype).
+    A = te.placeholder((6,), name="A")
+    I = te.placeholder((3,), "int64", name="I")
+    B = te.compute((6,), lambda i: A[5 - i], name="B")
+    C = te.compute((3,), lambda j: B[I[j]], name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_inline()
+    f = te.lower(s, [A, I, C])
+    verify(f)
+    a, idx = np.arange(6, dtype=np.float32), np.array([0, 4, 5], np.int64)
+    *_, c = run(f, a, idx, np.zeros(3, np.float32))
+    np.testing.assert_allclose(c, a[5 - idx])
 
 
 def test_no_te_nodes_reach_tir():
