@@ -122,10 +122,13 @@ def strided_slice(x: te.Tensor, begin, end, strides) -> te.Tensor:
 
 
 def wrap_index(v: Expr, dim) -> Expr:
-    """A gathered index: negative counts from the end; out of range is clamped into [0, dim)."""
+    """A gathered index: negative counts from the end; out of range is clamped into [0, dim).
+    The result has the dtype of the shape (int32), like the loop variables it stands in for:
+    an inlined consumer substitutes it for an axis and must not see a different dtype."""
     dim = te.const(int(dim.value), v.dtype) if hasattr(dim, "value") else te.const(dim, v.dtype)
     v = te.select(v < te.const(0, v.dtype), v + dim, v)
-    return te.max(te.min(v, dim - te.const(1, v.dtype)), te.const(0, v.dtype))
+    v = te.max(te.min(v, dim - te.const(1, v.dtype)), te.const(0, v.dtype))
+    return te.cast(v, "int32")
 
 
 def gather(x: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:

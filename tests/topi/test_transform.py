@@ -166,3 +166,26 @@ def test_transform_tags_are_injective_or_broadcast():
 def test_reshape_of_wrong_size_is_a_value_error():
     with pytest.raises(ValueError, match="cannot reshape"):
         transform.reshape(te.placeholder((2, 3), name="x"), (4, 2))
+
+
+def test_fused_chain_inlines_into_one_stage():
+    """A fused injective group as the graph build schedules it: every stage but the output
+    inlined (pad's and concatenate's if_then_else, a gather) and numerics unchanged."""
+    import tessera
+    from tessera.topi import broadcast, generic
+
+    x = te.placeholder((3, 4), name="x")
+    i = te.placeholder((2,), "int64", name="i")
+    padded = transform.pad(x, (1, 0, 0, 2), mode="reflect")
+    joined = transform.concatenate([padded, padded], 0)
+    picked = transform.gather(joined, i, axis=1)
+    out = broadcast.binary("multiply", picked, transform.reverse(picked, (0,)))
+    s = generic.schedule_injective([out])
+    assert [st.attach_type.name for st in s.stages if st.op is padded.op] == ["INLINE"]
+    f = tessera.build(s, [x, i, out], target="llvm")
+    xv, iv = data((3, 4)), np.array([-1, 2], "int64")
+    p = np.pad(xv, ((1, 0), (0, 2)), mode="reflect")
+    g = np.concatenate([p, p], 0)[:, [5, 2]]
+    res = np.zeros((8, 2), "float32")
+    f(xv, iv, res)
+    np.testing.assert_allclose(res, g * g[::-1], rtol=1e-6)
