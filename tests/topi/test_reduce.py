@@ -147,3 +147,17 @@ def test_einsum():
         ("einsum", [data((3, 4), "int32"), data((4,), "int32")], {"equation": "ij,j->i"}),
     ]
     check_ops(cases, rtol=1e-5, atol=1e-5)
+
+
+def test_reduction_with_fused_injective_producers():
+    """mean(exp(transpose(x))) scheduled as the graph build does a reduce group."""
+    import tessera
+    from tessera.topi import elemwise, generic, transform
+
+    x = te.placeholder((4, 6, 5), name="x")
+    y = reduce.reduce("mean", elemwise.unary("exp", transform.transpose(x, (2, 0, 1))), (1, 2))
+    s = generic.schedule_reduce([y])
+    f = tessera.build(s, [x, y], target="llvm")
+    xv, out = data((4, 6, 5)), np.zeros(5, "float32")
+    f(xv, out)
+    np.testing.assert_allclose(out, np.exp(xv.transpose(2, 0, 1)).mean(axis=(1, 2)), rtol=1e-5)
