@@ -292,6 +292,7 @@ print("child ok")
 def test_export_and_load_in_a_process_without_the_compiler(target, tmp_path):
     model, feeds = small_cnn()
     lib = compile_model(model, target)
+    assert "fused_nn_conv2d_add_nn_relu" in lib.get_source("ll" if target == "llvm" else "c")
     (expected,) = run_lib(lib, feeds)
     path = lib.export_library(tmp_path / f"model_{target}.so")
     np.save(tmp_path / "x.npy", feeds["x"])

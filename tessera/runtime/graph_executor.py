@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from tessera.runtime.module import Module
-from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device
+from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device, empty
 from tessera.runtime.profiling import ProfileResult
 
 PLAN_KEY = "graph_executor"  # where the plan lives in an exported library's metadata
@@ -183,7 +183,7 @@ class GraphExecutor:
         self.input_specs = [(i["name"], i["dtype"], tuple(i["shape"])) for i in plan["inputs"]]
         self.input_index = {name: k for k, (name, _, _) in enumerate(self.input_specs)}
         self.inputs = [_empty(shape, dtype, dev) for _, dtype, shape in self.input_specs]
-        self.params = [_wrap(factory._param_array(p), p["dtype"], dev) for p in plan["params"]]
+        self.params = [NDArray(factory._param_array(p), p["dtype"], dev) for p in plan["params"]]
         self.arena = _empty((int(plan["arena_nbytes"]),), "uint8", dev)
         self.outputs: list[NDArray] = []
         for k, out in enumerate(plan["outputs"]):
@@ -252,15 +252,9 @@ class GraphExecutor:
 
 
 def _empty(shape, dtype: str, dev: Device) -> NDArray:
-    from tessera.runtime import nd
-
-    array = nd.empty(shape, dtype, dev)
+    array = empty(shape, dtype, dev)
     array._array.fill(0)  # deterministic contents before the first set_input / run
     return array
-
-
-def _wrap(array: np.ndarray, dtype: str, dev: Device) -> NDArray:
-    return NDArray(array, dtype, dev)
 
 
 class GraphModule:
