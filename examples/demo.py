@@ -33,8 +33,12 @@ def vector_add():
 
 def blur(H=1024, W=1536):
     inp = te.placeholder((H + 2, W + 2), name="inp")
-    bx = te.compute((H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2]) / 3.0, name="blur_x")
-    by = te.compute((H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) / 3.0, name="blur_y")
+    bx = te.compute(
+        (H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2]) / 3.0, name="blur_x"
+    )
+    by = te.compute(
+        (H, W), lambda y, x: (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) / 3.0, name="blur_y"
+    )
     s = te.create_schedule(by.op)
     yo, xo, yi, xi = s[by].tile(by.op.axis[0], by.op.axis[1], 32, 256)
     _, xv = s[by].split(xi, factor=8)

@@ -56,7 +56,9 @@ def blur(H, W):
         (H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2]) / 3.0, name="blur_x"
     )
     blur_y = te.compute(
-        (H, W), lambda y, x: (blur_x[y, x] + blur_x[y + 1, x] + blur_x[y + 2, x]) / 3.0, name="blur_y"
+        (H, W),
+        lambda y, x: (blur_x[y, x] + blur_x[y + 1, x] + blur_x[y + 2, x]) / 3.0,
+        name="blur_y",
     )
     return inp, blur_x, blur_y
 

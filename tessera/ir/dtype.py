@@ -118,7 +118,7 @@ class DType:
 
     @property
     def dtype(self):
-        """The numpy dtype, so numpy accepts a DType anywhere it takes a dtype (`x.astype(A.dtype)`)."""
+        """The numpy dtype: numpy then takes a DType as a dtype (`x.astype(A.dtype)`)."""
         import numpy as np
 
         return np.dtype(self.numpy_name)

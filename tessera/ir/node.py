@@ -57,7 +57,7 @@ class Visitor:
 
 
 class Mutator:
-    """Rebuild a tree bottom-up. Override visit_<ClassName>; other nodes have their children visited."""
+    """Rebuild a tree bottom-up. Override visit_<ClassName>; other nodes: children visited."""
 
     def visit(self, node):
         return getattr(self, f"visit_{type(node).__name__}", self.generic_visit)(node)

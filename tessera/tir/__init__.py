@@ -1,3 +1,4 @@
+# ruff: noqa: F401, I001 - this module re-exports the IR API
 """The loop-level IR: expressions, statements, buffers, PrimFunc, intrinsics, and its passes."""
 
 from tessera.ir.dtype import DType

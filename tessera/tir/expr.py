@@ -51,7 +51,9 @@ def _hash(node) -> int:
             return id(node)
         cached = node.__dict__.get("_hash")
         if cached is None:
-            cached = hash((type(node).__name__, *(_hash(getattr(node, f.name)) for f in fields(node))))
+            cached = hash(
+                (type(node).__name__, *(_hash(getattr(node, f.name)) for f in fields(node)))
+            )
             object.__setattr__(node, "_hash", cached)
         return cached
     if isinstance(node, tuple):

@@ -6,8 +6,21 @@ from tessera.ir.dtype import DType, bfloat16, bool_, float32, int8
 
 @pytest.mark.parametrize(
     "text",
-    ["float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
-     "float32x8", "int8x64", "handle"],
+    [
+        "float32",
+        "float16",
+        "float64",
+        "bfloat16",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+        "float32x8",
+        "int8x64",
+        "handle",
+    ],
 )
 def test_parse_print_round_trip(text):
     assert str(DType.parse(text)) == text

@@ -25,8 +25,12 @@ def test_buffers_map_with_their_shapes():
     b = tir.decl_buffer((tir.Var("m"), 4), "float32", "B")
     c = tir.decl_buffer((tir.Var("m"), 5), "float32", "C")
     i = tir.Var("i")
-    assert structural_equal(tir.BufferStore(a, a[i, 0], (i, 1)), tir.BufferStore(b, b[i, 0], (i, 1)))
-    assert not structural_equal(tir.BufferStore(a, a[i, 0], (i, 1)), tir.BufferStore(c, c[i, 0], (i, 1)))
+    assert structural_equal(
+        tir.BufferStore(a, a[i, 0], (i, 1)), tir.BufferStore(b, b[i, 0], (i, 1))
+    )
+    assert not structural_equal(
+        tir.BufferStore(a, a[i, 0], (i, 1)), tir.BufferStore(c, c[i, 0], (i, 1))
+    )
 
 
 def test_fields_declared_compare_false_are_ignored():
