@@ -1,0 +1,238 @@
+"""2-d convolution in the blocked layout NCHW[x]c with weights OIHW[x]i[y]o, and its x86 schedule.
+
+    y = conv2d_nchwc(x, w, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    # x: (N, C/ib, H, W, ib), w: (O/ob, C/groups/ib, KH, KW, ib, ob) -> y: (N, O/ob, OH, OW, ob)
+    s = schedule_conv2d_nchwc([relu(add(y, bias))], target)
+
+Three cases share the layout: dense (groups=1), grouped (channels per group multiples of the
+blocks, so a block of outputs reads one group), and depthwise (groups = C = O, weights
+(C/b, 1, KH, KW, 1, b), input and output blocks equal). See Note [conv micro-kernel].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera import te
+from tessera.topi.generic import inline_injective
+from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.x86.cpu import vector_registers
+
+CONV_TAG = "conv2d_nchwc"
+PAD_TAG = "pad"
+
+
+def pad_nchwc(x: te.Tensor, before, after) -> te.Tensor:
+    """x zero-padded on its spatial axes (2, 3) of a blocked (N, C/b, H, W, b) tensor."""
+    _, _, h, w, _ = _static(x.shape, "pad_nchwc")
+    shape = (x.shape[0], x.shape[1], h + before[0] + after[0], w + before[1] + after[1], x.shape[4])
+
+    def f(n, c, i, j, k):
+        conds = []
+        for v, lo, hi, size in ((i, before[0], after[0], h), (j, before[1], after[1], w)):
+            if lo:
+                conds.append(v >= lo)
+            if hi:
+                conds.append(v < lo + size)
+        inside = x(n, c, i - before[0], j - before[1], k)
+        return te.if_then_else(te.all(*conds), inside, te.const(0, x.dtype))
+
+    return te.compute(shape, f, name="pad", tag=PAD_TAG)
+
+
+def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1):
+    """(output shape, is_depthwise) of a blocked conv; ValueError when the shapes disagree."""
+    n, icb, h, w, ib = x_shape
+    ocb, icgb, kh, kw, wib, ob = w_shape
+    ic, oc = icb * ib, ocb * ob
+    depthwise = groups > 1 and groups == ic == oc and icgb == 1 and wib == 1 and ib == ob
+    if not depthwise:
+        cg, og = ic // max(groups, 1), oc // max(groups, 1)
+        if groups < 1 or ic % groups or oc % groups or wib != ib or icgb * wib != cg:
+            raise ValueError(
+                f"channels of data {tuple(x_shape)} and weight {tuple(w_shape)} disagree "
+                f"(groups={groups})"
+            )
+        if groups > 1 and (og % ob or cg % ib):
+            raise ValueError(
+                f"grouped conv: {og} outputs, {cg} inputs per group are not "
+                f"multiples of the blocks {ob}, {ib}"
+            )
+    out = []
+    for i, (size, k) in enumerate(((h, kh), (w, kw))):
+        span = size + padding[i] + padding[2 + i] - dilation[i] * (k - 1) - 1
+        if span < 0:
+            raise ValueError(f"kernel {(kh, kw)} is larger than the padded input {x_shape}")
+        out.append(span // strides[i] + 1)
+    return (n, ocb, out[0], out[1], ob), depthwise
+
+
+def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1):
+    """A blocked 2-d convolution (cross-correlation, as ONNX); tag "conv2d_nchwc"."""
+    strides = _ints(strides, 2, "strides", CONV_TAG)
+    dilation = _ints(dilation, 2, "dilations", CONV_TAG)
+    padding = _ints(padding, 4, "pads", CONV_TAG)
+    x_shape, w_shape = _static(x.shape, CONV_TAG), _static(w.shape, CONV_TAG)
+    out_shape, depthwise = conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups)
+    xp = pad_nchwc(x, padding[:2], padding[2:]) if any(padding) else x
+    ocb, icgb, kh, kw, wib, ob = w_shape
+    rh = te.reduce_axis((0, kh), name="rh")
+    rw = te.reduce_axis((0, kw), name="rw")
+    sh, sw = strides
+    dh, dw = dilation
+
+    def pos(oh, ow):
+        return oh * sh + rh.var * dh, ow * sw + rw.var * dw
+
+    if depthwise:
+
+        def f(n, c, oh, ow, ci):
+            i, j = pos(oh, ow)
+            return te.sum(xp[n, c, i, j, ci] * w[c, 0, rh, rw, 0, ci], axis=[rh, rw])
+
+        attrs = {"depthwise": 1}
+    else:
+        rco = te.reduce_axis((0, icgb), name="rco")
+        rci = te.reduce_axis((0, wib), name="rci")
+        og = ocb * ob // groups
+
+        def f(n, oc, oh, ow, oi):
+            i, j = pos(oh, ow)
+            block = rco.var if groups == 1 else (oc * ob) // og * icgb + rco.var
+            return te.sum(
+                xp[n, block, i, j, rci] * w[oc, rco, rh, rw, rci, oi], axis=[rco, rh, rw, rci]
+            )
+
+        attrs = {"depthwise": 0}
+    return te.compute(out_shape, f, name="conv2d_nchwc", tag=CONV_TAG, attrs=attrs)
+
+
+# -- the schedule --------------------------------------------------------------------------------
+
+# Note [conv micro-kernel]
+# A tile of outputs, `ow_block` positions along a row times `oc_vectors` blocks of output
+# channels (one vector each), lives in vector registers while the reduction runs over input
+# channel blocks, the kernel window, then the channels in a block: each step loads `oc_vectors`
+# weight vectors and broadcasts `ow_block` input values (x86 folds the broadcast into the FMA's
+# memory operand), so it does ow_block * oc_vectors FMAs per ow_block + oc_vectors loads. The
+# tile is written once, after the epilogue (bias, relu, residual add: inlined into the output
+# stage) is applied to it. Depthwise convs have no channel reduction: each step loads
+# `ow_block` input vectors and one weight vector. Tiles run in parallel over (n, oc chunk, oh).
+# The 1x1 convs need no special kernel: the same tile is a matmul micro-kernel over the channels.
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    ow_block: int
+    oc_vectors: int
+
+    @property
+    def accumulators(self) -> int:
+        return self.ow_block * self.oc_vectors
+
+
+def _accumulator_budget(registers: int) -> int:
+    # Measured on AVX-512 (32 registers): 16-24 accumulators run at the FMA peak, 28 spill; on
+    # AVX2 (16, no broadcast memory operands) 10-12. Leave the rest to weights and broadcasts.
+    return registers * 5 // 8
+
+
+def choose_conv_tile(out_width: int, oc_blocks: int, registers: int, depthwise: bool) -> ConvTile:
+    """The register tile by rules (see Note [conv micro-kernel]): the most FMAs per load within
+    the accumulator budget, oc_vectors dividing the oc blocks, a row tail (a width that is not
+    a multiple of ow_block, peeled into slower code) counted as lost work and penalized."""
+    budget = _accumulator_budget(registers)
+    best, best_score = ConvTile(1, 1), -1.0
+    for ocv in (1,) if depthwise else (1, 2, 3, 4):
+        if oc_blocks % ocv:
+            continue
+        for owb in range(1, min(out_width, budget // ocv) + 1):
+            loads = owb + (1 if depthwise else ocv)
+            score = owb * ocv / loads
+            tiles = -(-out_width // owb)
+            if tiles * owb != out_width:
+                score *= 0.75 * out_width / (tiles * owb)
+            if score > best_score + 1e-9:
+                best, best_score = ConvTile(owb, ocv), score
+    return best
+
+
+def _find_conv(outs) -> te.Tensor:
+    found = []
+
+    def visit(op):
+        if op.tag == CONV_TAG:
+            found.append(op.output(0))
+        for t in op.input_tensors:
+            if isinstance(t.op, te.ComputeOp):
+                visit(t.op)
+
+    for t in outs:
+        visit(t.op)
+    if not found:
+        raise ValueError(f"no stage tagged {CONV_TAG} among {list(outs)}")
+    return found[0]
+
+
+def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
+    return _static(a.shape, "conv") == _static(b.shape, "conv")
+
+
+def _schedule_pad(s, conv: te.Tensor) -> None:
+    for t in conv.op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG:
+            n, c, h, _, k = s[t].op.axis
+            s[t].parallel(s[t].fuse(n, c, h))
+            s[t].vectorize(k)
+
+
+def schedule_conv2d_nchwc(outs, target=None) -> te.Schedule:
+    """The x86 schedule of a fused group anchored on `conv2d_nchwc` (Note [conv micro-kernel])."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    conv = _find_conv(outs)
+    _schedule_pad(s, conv)
+    depthwise = bool(conv.op.attrs.get("depthwise", 0))
+    _, ocb, _, ow, _ = _static(conv.shape, CONV_TAG)
+    tile = choose_conv_tile(ow, ocb, vector_registers(target), depthwise)
+    out_ops = {id(t.op) for t in outs}
+    acc = s.cache_write(conv, "local")
+    if id(conv.op) in out_ops:
+        out = conv
+    elif len(outs) == 1 and _same_shape(outs[0], conv):
+        s[conv].compute_inline()  # now a copy of the accumulators: the epilogue reads them
+        out = outs[0]
+    else:  # several outputs: the conv is stored whole, the others read it
+        out = conv
+        for t in outs:
+            if t.op is not conv.op:
+                _schedule_elementwise(s, t)
+    _schedule_tile(s, out, acc, tile)
+    return s
+
+
+def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
+    st = s[out]
+    n, oc, oh, ow, oi = st.op.axis
+    oco, oci = st.split(oc, factor=tile.oc_vectors)
+    owo, owi = st.split(ow, factor=tile.ow_block)
+    st.reorder(n, oco, oh, owo, oci, owi, oi)
+    st.parallel(st.fuse(n, oco, oh))
+    st.unroll(oci)
+    st.unroll(owi)
+    st.vectorize(oi)
+    s[acc].compute_at(st, owo)
+    a = s[acc]
+    an, aoc, aoh, aow, aoi = a.op.axis
+    a.reorder(an, aoh, *a.op.reduce_axis, aoc, aow, aoi)
+    a.unroll(aoc)
+    a.unroll(aow)
+    a.vectorize(aoi)
+
+
+def _schedule_elementwise(s, t: te.Tensor) -> None:
+    axes = list(s[t].op.axis)
+    if len(axes) >= 2:
+        s[t].parallel(s[t].fuse(*axes[:2]) if len(axes) > 2 else axes[0])
+        s[t].vectorize(axes[-1])
