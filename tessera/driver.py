@@ -22,6 +22,7 @@ from tessera.tir import transform as tt
 from tessera.tir.verify import verify
 from tessera.transform import (
     Sequential,
+    alter_layout,
     bind_params,
     eliminate_common_subexpr,
     eliminate_dead_code,
@@ -41,6 +42,7 @@ GRAPH_PASSES = [
     (infer_types, 0),
     (simplify_inference, 1),
     (fold_constant, 1),
+    (alter_layout, 2),  # llvm targets: convs in NCHW[x]c, weights re-packed
     (eliminate_common_subexpr, 3),
     (eliminate_dead_code, 1),
     (fuse_ops, 2),
@@ -117,7 +119,8 @@ def group_each_call(func: Function) -> Function:
 def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model."""
     mod = bind_params(mod, params or {})  # weights become constants that passes can fold
-    mod = optimize_graph(mod)
+    with target:  # alter_layout reads Target.current()
+        mod = optimize_graph(mod)
     func = group_each_call(mod["main"])
     kernels = lower_groups(func, target)  # compute rules, schedules, te.lower; shared kernels
     plan, weights = make_executor_plan(func, kernels.kernel_of_call, plan_memory(func))

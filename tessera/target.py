@@ -190,6 +190,22 @@ class Target:
 
     host = _HostAttr()  # Target.host(): this machine; t.host: t's host target
 
+    # `with target:` makes it Target.current() (as in TVM), for passes that depend on the
+    # target (alter_layout) while `build` runs the graph passes.
+    _scope: list[Target] = []
+
+    def __enter__(self) -> Target:
+        Target._scope.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Target._scope.pop()
+
+    @staticmethod
+    def current() -> Target | None:
+        """The innermost target entered with `with target:`, or None."""
+        return Target._scope[-1] if Target._scope else None
+
     # -- options --------------------------------------------------------------------------------
 
     @property

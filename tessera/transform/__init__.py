@@ -1,5 +1,6 @@
 """Pass infrastructure (PassContext, instruments, Sequential) and the graph passes."""
 
+from tessera.transform.alter_layout import alter_layout
 from tessera.transform.bind_params import bind_params
 from tessera.transform.eliminate_common_subexpr import eliminate_common_subexpr
 from tessera.transform.eliminate_dead_code import eliminate_dead_code
@@ -26,6 +27,7 @@ __all__ = [
     "PassTiming",
     "PrintIR",
     "Sequential",
+    "alter_layout",
     "bind_params",
     "eliminate_common_subexpr",
     "eliminate_dead_code",

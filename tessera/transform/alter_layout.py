@@ -1,0 +1,276 @@
+"""Run convolutions, and the ops around them, in the blocked channel layout NCHW[x]c.
+
+    before:  %1 = nn.conv2d(%x, %w, ...) : f32[1, 64, 56, 56]; %2 = add(%1, %b); %3 = nn.relu(%2)
+             %4 = nn.conv2d(%3, %w2, ...); return %4
+    after:   %x' = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW1c")
+             %1' = nn.conv2d_nchwc(%x', %w', ...) : f32[1, 4, 56, 56, 16]
+             %2' = add(%1', %b') ; %3' = nn.relu(%2'); %4' = nn.conv2d_nchwc(%3', %w2', ...)
+             %4 = layout_transform(%4', src_layout="NCHW16c", dst_layout="NCHW"); return %4
+
+(%w', %b': constants re-packed here, at compile time.) See Note [block rule] for the block
+sizes. What stays blocked: element-wise ops, broadcasts with per-channel or scalar operands
+(bias, batch-norm leftovers), residual adds of two blocked tensors, max/avg/global pools,
+concatenation along channels. Any other op gets its input back in NCHW (one transform per
+value, inserted before its first such use), and so do the function's outputs. The pass needs
+the target (`with target:` around the graph passes, as `build` does, or `target=`); it leaves
+functions unchanged for targets other than llvm, and for float types other than float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.graph.ir import Call, Constant, Function, TensorType, Value
+from tessera.graph.op import OpKind, get_op
+from tessera.target import Target
+from tessera.topi.x86.layout import transform_array
+from tessera.transform.graph_pass import graph_pass
+
+# Note [block rule]
+# A tensor of C channels is blocked by the largest power of two that divides C and is at most
+# the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4 with SSE/NEON): no channel
+# padding, so 1000 channels take blocks of 8 and 3 channels blocks of 1 (NCHW1c is NCHW). A conv
+# is rewritten only when its output block is at least min(8, lanes): narrower blocks would
+# leave the vector unit mostly idle, so such a conv stays in NCHW (generic schedule). A conv's
+# input block is that of its input when the input is already blocked (no re-blocking between
+# convs), else the rule's. Grouped convs need blocks that divide the channels of a group.
+
+_POOLS = {
+    "nn.max_pool2d": "nn.max_pool2d_nchwc",
+    "nn.avg_pool2d": "nn.avg_pool2d_nchwc",
+    "nn.global_max_pool2d": "nn.global_max_pool2d_nchwc",
+    "nn.global_avg_pool2d": "nn.global_avg_pool2d_nchwc",
+}
+
+
+def channel_block(channels: int, lanes: int) -> int:
+    """The block of a tensor with `channels` channels (Note [block rule])."""
+    block = 1
+    while block * 2 <= lanes and channels % (block * 2) == 0:
+        block *= 2
+    return block
+
+
+def _layout(block: int) -> str:
+    return f"NCHW{block}c"
+
+
+def _is_plain_4d(t: TensorType) -> bool:
+    return t.ndim == 4 and t.is_static and str(t.dtype) == "float32"
+
+
+class _Rewriter:
+    def __init__(self, func: Function, lanes: int):
+        self.func = func
+        self.lanes = lanes
+        self.min_block = min(8, lanes)
+        self.body: list[Call] = []
+        self.constants: list[Constant] = list(func.constants)
+        self.blocked: dict[int, tuple[Value, int]] = {}  # id(NCHW value) -> (blocked, block)
+        self.reblocked: dict[tuple[int, int], Value] = {}
+        self.defined: set[int] = {id(v) for v in (*func.params, *func.constants)}
+        self.span: tuple[str, ...] = ()
+        self.count = 0
+
+    # -- values in either layout --------------------------------------------------------------
+
+    def _name(self, v: Value, suffix: str) -> str:
+        self.count += 1
+        return f"{v.name}_{suffix}{self.count}"
+
+    def emit(self, op_name: str, inputs, attrs, out: Value | None = None, name="v") -> Value:
+        op = get_op(op_name)
+        (t,) = op.infer_type([v.type for v in inputs], attrs)
+        if out is None:
+            out = Value(name, t)
+        elif out.type != t:
+            raise TypeError(f"alter_layout: {op_name} gives {t}, expected {out.type}")
+        self.body.append(Call(op, tuple(inputs), attrs, (out,), self.span))
+        self.defined.add(id(out))
+        return out
+
+    def plain(self, v: Value) -> Value:
+        """v in NCHW: v itself, defined by a transform back from its blocked form if needed."""
+        if id(v) not in self.defined:
+            vb, b = self.blocked[id(v)]
+            attrs = {"src_layout": _layout(b), "dst_layout": "NCHW"}
+            self.emit("layout_transform", [vb], attrs, out=v)
+        return v
+
+    def to_block(self, v: Value, block: int) -> Value:
+        """v (NCHW, 4-d, channels a multiple of block) in NCHW{block}c."""
+        if id(v) in self.blocked and self.blocked[id(v)][1] == block:
+            return self.blocked[id(v)][0]
+        key = (id(v), block)
+        if key not in self.reblocked:
+            if isinstance(v, Constant):
+                array = transform_array(v.array, "NCHW", _layout(block))
+                self.reblocked[key] = self.constant(v.name, array)
+            else:
+                src, layout = v, "NCHW"
+                if id(v) in self.blocked and id(v) not in self.defined:
+                    src, b = self.blocked[id(v)]
+                    layout = _layout(b)
+                attrs = {"src_layout": layout, "dst_layout": _layout(block)}
+                self.reblocked[key] = self.emit(
+                    "layout_transform", [src], attrs, name=self._name(v, f"nchw{block}c")
+                )
+        return self.reblocked[key]
+
+    def constant(self, name: str, array: np.ndarray) -> Constant:
+        self.count += 1
+        c = Constant.of(f"{name}_{self.count}", array)
+        self.constants.append(c)
+        self.defined.add(id(c))
+        return c
+
+    def block_of(self, v: Value) -> int | None:
+        return self.blocked[id(v)][1] if id(v) in self.blocked else None
+
+    def set_blocked(self, v: Value, vb: Value, block: int) -> None:
+        self.blocked[id(v)] = (vb, block)
+
+    # -- the rewrite ------------------------------------------------------------------------
+
+    def run(self) -> Function:
+        for call in self.func.body:
+            self.span = call.span
+            if not self.rewrite(call):
+                inputs = [self.plain(v) if id(v) in self.blocked else v for v in call.inputs]
+                same = all(a is b for a, b in zip(inputs, call.inputs, strict=True))
+                self.body.append(
+                    call
+                    if same
+                    else Call(call.op, tuple(inputs), call.attrs, call.outputs, call.span)
+                )
+                self.defined.update(id(v) for v in call.outputs)
+        self.span = ()
+        outputs = tuple(self.plain(v) if id(v) in self.blocked else v for v in self.func.outputs)
+        used = {id(v) for c in self.body for v in c.inputs} | {id(v) for v in outputs}
+        constants = [c for c in self.constants if id(c) in used]
+        return Function(self.func.name, self.func.params, self.body, outputs, constants)
+
+    def rewrite(self, call: Call) -> bool:
+        """Emit a blocked form of `call` and record its output as blocked; False: not done."""
+        if len(call.outputs) != 1 or not _is_plain_4d(call.outputs[0].type):
+            return False
+        name = call.op.name
+        if name == "nn.conv2d":
+            return self.conv(call)
+        if name in _POOLS:
+            return self.pool(call)
+        if name == "concatenate":
+            return self.concatenate(call)
+        if call.op.kind == OpKind.ELEMWISE and len(call.inputs) == 1:
+            return self.elementwise(call)
+        if call.op.kind == OpKind.BROADCAST and len(call.inputs) == 2:
+            return self.broadcast(call)
+        return False
+
+    def conv(self, call: Call) -> bool:
+        x, w = call.inputs
+        (out,) = call.outputs
+        groups = call.attrs.get("groups", 1)
+        ic, oc = x.type.shape[1], w.type.shape[0]
+        if not (_is_plain_4d(x.type) and isinstance(w, Constant)):
+            return False
+        depthwise = groups > 1 and groups == ic == oc and w.type.shape[1] == 1
+        if depthwise:
+            ob = ib = self.block_of(x) or channel_block(oc, self.lanes)
+            wib = 1
+        elif groups > 1:
+            ob = channel_block(oc // groups, self.lanes)
+            ib = wib = channel_block(ic // groups, self.lanes)
+        else:
+            ob = channel_block(oc, self.lanes)
+            ib = wib = self.block_of(x) or channel_block(ic, self.lanes)
+        if ob < self.min_block or (depthwise and ob % self.min_block):
+            return False
+        wb = self.constant(w.name, transform_array(w.array, "OIHW", f"OIHW{wib}i{ob}o"))
+        yb = self.emit(
+            "nn.conv2d_nchwc", [self.to_block(x, ib), wb], call.attrs, name=self._name(out, "nchwc")
+        )
+        self.set_blocked(out, yb, ob)
+        return True
+
+    def pool(self, call: Call) -> bool:
+        (x,), (out,) = call.inputs, call.outputs
+        block = self.block_of(x)
+        if block is None:
+            return False  # a pool alone is no reason to change layouts
+        yb = self.emit(
+            _POOLS[call.op.name],
+            [self.to_block(x, block)],
+            call.attrs,
+            name=self._name(out, "nchwc"),
+        )
+        self.set_blocked(out, yb, block)
+        return True
+
+    def elementwise(self, call: Call) -> bool:
+        (x,), (out,) = call.inputs, call.outputs
+        block = self.block_of(x)
+        if block is None or x.type.shape != out.type.shape:
+            return False
+        yb = self.emit(
+            call.op.name, [self.to_block(x, block)], call.attrs, name=self._name(out, "nchwc")
+        )
+        self.set_blocked(out, yb, block)
+        return True
+
+    def broadcast(self, call: Call) -> bool:
+        (out,) = call.outputs
+        blocks = [self.block_of(v) for v in call.inputs if self.block_of(v) is not None]
+        if not blocks:
+            return False
+        block, shape = blocks[0], out.type.shape
+        inputs = [self.broadcast_operand(v, shape, block) for v in call.inputs]
+        if any(v is None for v in inputs):
+            return False
+        yb = self.emit(call.op.name, inputs, call.attrs, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
+        return True
+
+    def broadcast_operand(self, v: Value, shape, block: int) -> Value | None:
+        """v as an operand of a blocked broadcast op whose NCHW output has `shape`."""
+        t = v.type
+        if t.is_static and t.size == 1:
+            return v  # a scalar broadcasts the same in every layout
+        if t.ndim == 4 and t.is_static and t.shape[1] == shape[1] and shape[1] % block == 0:
+            if all(a in (1, b) for a, b in zip(t.shape, shape, strict=True)):
+                return self.to_block(v, block)
+        if isinstance(v, Constant) and 0 < t.ndim < 4 and t.shape[0] == shape[1]:
+            if all(d == 1 for d in t.shape[1:]) and len(t.shape) == 3:  # (C, 1, 1): per channel
+                array = v.array.reshape(1, shape[1] // block, 1, 1, block)
+                return self.constant(v.name, np.ascontiguousarray(array))
+        return None
+
+    def concatenate(self, call: Call) -> bool:
+        (out,) = call.outputs
+        if call.attrs["axis"] % 4 != 1:
+            return False
+        blocks = [self.block_of(v) for v in call.inputs if self.block_of(v) is not None]
+        if not blocks:
+            return False
+        block = min(blocks)
+        if any(v.type.shape[1] % block for v in call.inputs):
+            return False
+        inputs = [self.to_block(v, block) for v in call.inputs]
+        yb = self.emit("concatenate", inputs, {"axis": 1}, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
+        return True
+
+
+@graph_pass(opt_level=2)
+def alter_layout(func: Function, target: Target | str | None = None) -> Function:
+    target = Target.current() if target is None else target
+    target = Target(target) if isinstance(target, str) else target
+    if target is None or target.kind != "llvm":
+        return func
+    if not any(c.op.name == "nn.conv2d" for c in func.body):
+        return func
+    new = _Rewriter(func, target.vector_lanes("float32")).run()
+    changed = len(new.body) != len(func.body) or any(
+        a is not b for a, b in zip(new.body, func.body, strict=True)
+    )
+    return new if changed else func
