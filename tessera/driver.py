@@ -13,8 +13,10 @@ passes in `TIR_PASSES`.
 from __future__ import annotations
 
 from tessera import te, tir
+from tessera.codegen import aot
 from tessera.graph.ir import Function
-from tessera.graph_build import lower_groups, make_executor_plan
+from tessera.graph_build import make_executor_plan
+from tessera.graph_build.compile import compile_groups
 from tessera.ir.module import IRModule
 from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
@@ -122,10 +124,12 @@ def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> Gr
     with target:  # alter_layout reads Target.current()
         mod = optimize_graph(mod)
     func = group_each_call(mod["main"])
-    kernels = lower_groups(func, target)  # compute rules, schedules, te.lower; shared kernels
-    plan, weights = make_executor_plan(func, kernels.kernel_of_call, plan_memory(func))
-    lib = _codegen([optimize(f) for f in kernels.funcs], target)
-    return GraphExecutorFactory(lib, plan, weights)
+    # per distinct group, unless the compile cache has it: compute rules, schedule, te.lower,
+    # TIR_PASSES, codegen to an object
+    kernels, kernel_of_call = compile_groups(func, target, optimize)
+    plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func))
+    lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
+    return GraphExecutorFactory(lib, plan, weights, entry=entry)
 
 
 def _is_graph_module(inputs) -> bool:

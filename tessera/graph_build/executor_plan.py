@@ -3,7 +3,8 @@
     plan, blob = make_executor_plan(fused_func, kernels.kernel_of_call, plan_memory(fused_func))
 
 Each argument is a model input, a weight (a constant of the function, stored once in `blob`,
-64-byte aligned), an arena slot (its offset in the `MemoryPlan`) or a model output. The format
+64-byte aligned), an arena slot (its offset in the `MemoryPlan`) or a model output. Each call
+also records the source (ONNX) node names it computes (`source_nodes`), for profiles. The format
 is defined by the runtime (Note [executor plan] in tessera/runtime/graph_executor.py): JSON
 data plus one byte blob, so an exported library carries it without the compiler.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.graph.ir import Constant, Function, Value
+from tessera.graph.ir import Constant, Function, Value, source_nodes
 from tessera.runtime.graph_executor import PLAN_VERSION
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE
 from tessera.transform.plan_memory import MemoryPlan
@@ -78,7 +79,7 @@ def make_executor_plan(
             if id(v) not in where:
                 raise ValueError(f"executor plan: %{v.name} has no storage (a planning bug)")
         args = [where[id(v)] for v in (*call.inputs, *call.outputs)]
-        calls.append({"kernel": kernel, "args": args, "vars": []})
+        calls.append({"kernel": kernel, "args": args, "vars": [], "nodes": source_nodes(call)})
     plan = {
         "version": PLAN_VERSION,
         "inputs": [_spec(p.name, p) for p in func.params],

@@ -191,12 +191,13 @@ class Kernels:
     kernel_of_call: list[str]  # per call of the fused body
 
 
-def lower_groups(func: Function, target: Target) -> Kernels:
-    """Lower every `fused` call of `func`; identical groups share one kernel."""
+def distinct_groups(func: Function) -> tuple[list[Function], list[str]]:
+    """(the distinct groups of `func`'s `fused` calls, the kernel name of each call): identical
+    groups (equal `group_key`) share one kernel, named after the first of them."""
     check_compute_rules(func)
     fused = get_op("fused")
     by_key: dict[object, str] = {}
-    funcs, names = [], []
+    groups, names = [], []
     for call in func.body:
         if call.op is not fused:
             raise LoweringError(f"{func.name}: call of {call.op.name} is not in a fused group")
@@ -204,6 +205,12 @@ def lower_groups(func: Function, target: Target) -> Kernels:
         key = group_key(group)
         if key not in by_key:
             by_key[key] = group.name
-            funcs.append(lower_group(group, target))
+            groups.append(group)
         names.append(by_key[key])
-    return Kernels(funcs, names)
+    return groups, names
+
+
+def lower_groups(func: Function, target: Target) -> Kernels:
+    """Lower every `fused` call of `func`; identical groups share one kernel."""
+    groups, names = distinct_groups(func)
+    return Kernels([lower_group(g, target) for g in groups], names)

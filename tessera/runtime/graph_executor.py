@@ -7,8 +7,12 @@
 `GraphExecutorFactory` (what a graph build returns) holds the kernels (a runtime `Module`), the
 executor plan (JSON, below) and the weights (one 64-byte aligned byte blob). `factory["default"]
 (dev)` creates a `GraphExecutor`: it allocates every input, output and the arena once, and
-precomputes for each kernel call its `void*` and `int64` argument arrays, so that `run()` is a
-loop of raw native calls: no allocation, no argument checks (they were done once, here).
+checks every kernel call against its kernel's FunctionInfo once, there. `run()` is then one
+native call of the entry that the compiler generated with the kernels (RUN_SYMBOL, see
+tessera/codegen/aot.py): it runs all calls in sequence with pointers into the inputs, outputs,
+weights and arena, and times each call with a monotonic clock when asked (`GraphModule.profile`).
+A plan without an entry (a hand-written plan, or `use_native = False` for debugging) runs as a
+Python loop of raw native kernel calls with precomputed argument arrays.
 
 Note [executor plan]
     {"version": 1,
@@ -16,12 +20,14 @@ Note [executor plan]
      "outputs": [{"name", "dtype", "shape", "storage": [kind, index]}],
      "params":  [{"name", "dtype", "shape", "offset"}],    # offset: bytes into the blob
      "params_nbytes": int, "arena_nbytes": int,
-     "calls":   [{"kernel": name, "args": [[kind, index], ...], "vars": [int, ...]}]}
+     "calls":   [{"kernel": name, "args": [[kind, index], ...], "vars": [int, ...],
+                  "nodes": [source node name, ...]}],
+     "entry": RUN_SYMBOL}                                 # optional: the native executor
 An argument (or an output's storage) is [kind, index]: "input" j, "param" j, "output" j (the
 output buffer j), or "arena" byte-offset (into the arena, 64-byte aligned, shared by values whose
 lifetimes do not overlap). An output whose storage is not its own output buffer is a model input,
-a weight, or a repeat of an earlier output. The plan is plain data so that a native executor
-(issue 4) can run the same calls. Weights travel in an exported library as the symbol
+a weight, or a repeat of an earlier output. A call's "nodes" (optional) name the source (ONNX)
+nodes it computes, for profiles. Weights travel in an exported library as the symbol
 `tessera_params` (written by `.incbin`, no C literal), read back zero-copy.
 
 This module imports nothing from the compiler: a loaded artifact runs with numpy alone.
@@ -34,6 +40,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +53,18 @@ PLAN_KEY = "graph_executor"  # where the plan lives in an exported library's met
 PARAMS_SYMBOL = "tessera_params"
 PLAN_VERSION = 1
 ARG_KINDS = ("input", "param", "output", "arena")
+ENTRY_ARGS = ARG_KINDS
+# int32_t tessera_model_run(void** inputs, void** outputs, const void* params, void* arena,
+#                           int64_t* call_ns);   returns 0, or k + 1 when call k failed
+RUN_SYMBOL = "tessera_model_run"
+ENTRY_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_int64),
+)
 
 
 def _nbytes(dtype: str, shape) -> int:
@@ -55,7 +74,11 @@ def _nbytes(dtype: str, shape) -> int:
 class GraphExecutorFactory:
     """A compiled model: kernels, executor plan and weights. `lib["default"](dev)` runs it."""
 
-    def __init__(self, kernels: Module, plan: dict, params_blob: np.ndarray, keepalive=None):
+    def __init__(
+        self, kernels: Module, plan: dict, params_blob: np.ndarray, keepalive=None, entry=None
+    ):
+        """`entry`: the address of the plan's native entry (RUN_SYMBOL) in `kernels`' code, or
+        None (a loaded library is asked for plan["entry"]; without one, run() loops in Python)."""
         if plan.get("version") != PLAN_VERSION:
             raise ValueError(f"unsupported executor plan version {plan.get('version')!r}")
         self._kernels = kernels
@@ -72,15 +95,25 @@ class GraphExecutorFactory:
             params_blob = aligned
         self._blob = params_blob  # uint8, 64-byte aligned; read-only when it is a library's
         self._keepalive = keepalive  # the loaded library that owns the blob's memory
+        self._entry = ENTRY_TYPE(entry) if entry else None
 
     @staticmethod
     def from_library(kernels: Module) -> GraphExecutorFactory:
         """The factory of a library loaded by `load_module` (its metadata holds the plan)."""
         plan = kernels.metadata[PLAN_KEY]
         nbytes = int(plan["params_nbytes"])
-        if nbytes == 0:
-            return GraphExecutorFactory(kernels, plan, np.zeros(0, np.uint8))
         lib = ctypes.CDLL(kernels.library_path)  # the same handle load_module opened
+        entry = None
+        if plan.get("entry"):
+            try:
+                entry = ctypes.cast(getattr(lib, plan["entry"]), ctypes.c_void_p).value
+            except AttributeError:
+                raise ValueError(
+                    f"{kernels.library_path!r}: its plan names the entry {plan['entry']!r}, "
+                    "which the library does not define"
+                ) from None
+        if nbytes == 0:
+            return GraphExecutorFactory(kernels, plan, np.zeros(0, np.uint8), lib, entry)
         try:
             start = ctypes.c_uint8.in_dll(lib, PARAMS_SYMBOL)
         except ValueError:
@@ -90,7 +123,7 @@ class GraphExecutorFactory:
         raw = (ctypes.c_uint8 * nbytes).from_address(ctypes.addressof(start))
         blob = np.frombuffer(raw, dtype=np.uint8)
         blob.flags.writeable = False  # it is the library's read-only data: never written
-        return GraphExecutorFactory(kernels, plan, blob, keepalive=lib)
+        return GraphExecutorFactory(kernels, plan, blob, keepalive=lib, entry=entry)
 
     # -- what it holds ---------------------------------------------------------------------
 
@@ -193,6 +226,11 @@ class GraphExecutor:
             else:
                 self.outputs.append(self._storage(kind, index, out["dtype"], out["shape"]))
         self.calls = [self._prepare(call) for call in plan["calls"]]
+        self.nodes = [list(call.get("nodes", ())) for call in plan["calls"]]
+        self._entry = factory._entry
+        self.use_native = self._entry is not None  # False: the Python loop (for debugging)
+        self._entry_args = self._native_args(factory) if self._entry is not None else None
+        self._call_ns = (ctypes.c_int64 * max(1, len(self.calls)))()
 
     def _storage(self, kind: str, index: int, dtype: str, shape) -> NDArray:
         """The array behind an argument [kind, index] (a view into the arena for "arena")."""
@@ -245,10 +283,47 @@ class GraphExecutor:
         var_array = (ctypes.c_int64 * max(1, len(values)))(*values)
         return cfunc, buffer_array, var_array, call["kernel"]
 
+    def _native_args(self, factory: GraphExecutorFactory) -> tuple:
+        """(inputs, outputs, params, arena) of the entry: pointers fixed for this executor."""
+        inputs = [a.data_ptr for a in self.inputs]
+        outputs = [a.data_ptr for a in self.outputs]
+        in_array = (ctypes.c_void_p * max(1, len(inputs)))(*inputs)
+        out_array = (ctypes.c_void_p * max(1, len(outputs)))(*outputs)
+        params = factory._blob.ctypes.data if factory._blob.nbytes else None
+        return in_array, out_array, params, self.arena.data_ptr
+
     def run(self) -> None:
-        for cfunc, buffers, values, name in self.calls:
+        if self.use_native:
+            code = self._entry(*self._entry_args, None)
+            if code:
+                self._failed(code - 1)
+            return
+        for k, (cfunc, buffers, values, _) in enumerate(self.calls):
             if cfunc(buffers, values):
-                raise RuntimeError(f"kernel {name} failed (it returned a non-zero code)")
+                self._failed(k)
+
+    def _failed(self, k: int):
+        nodes = f" (source nodes: {', '.join(self.nodes[k])})" if self.nodes[k] else ""
+        raise RuntimeError(
+            f"kernel {self.calls[k][3]} failed in call {k} of the plan{nodes}: "
+            "it returned a non-zero code"
+        )
+
+    def time_calls(self) -> np.ndarray:
+        """Run once, timing each call: seconds per call, in plan order."""
+        if self.use_native:
+            code = self._entry(*self._entry_args, self._call_ns)
+            if code:
+                self._failed(code - 1)
+            return np.ctypeslib.as_array(self._call_ns)[: len(self.calls)] * 1e-9
+        times = np.zeros(len(self.calls))
+        for k, (cfunc, buffers, values, _) in enumerate(self.calls):
+            start = time.perf_counter()
+            code = cfunc(buffers, values)
+            times[k] = time.perf_counter() - start
+            if code:
+                self._failed(k)
+        return times
 
 
 def _empty(shape, dtype: str, dev: Device) -> NDArray:
@@ -359,6 +434,34 @@ class GraphModule:
     def num_calls(self) -> int:
         """How many kernel calls one run makes."""
         return len(self._ex.calls)
+
+    def profile(self, repeat: int = 10) -> list[CallProfile]:
+        """Time every kernel call natively over `repeat` runs (after a warm-up run): one row per
+        call of the plan, in plan order, with its kernel, source node names, mean seconds and
+        share of the total time in kernels."""
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise ValueError(f"profile: repeat must be an int >= 1, got {repeat!r}")
+        self.run()  # warm-up (caches, thread pool, weight pages) and the inputs check
+        total = np.zeros(len(self._ex.calls))
+        for _ in range(repeat):
+            total += self._ex.time_calls()
+        means = total / repeat
+        whole = float(means.sum()) or 1.0
+        return [
+            CallProfile(k, call[3], list(self._ex.nodes[k]), float(t), float(t) / whole)
+            for k, (call, t) in enumerate(zip(self._ex.calls, means, strict=True))
+        ]
+
+
+@dataclass(frozen=True)
+class CallProfile:
+    """One kernel call of a profile (`GraphModule.profile`)."""
+
+    index: int  # position in the executor plan
+    kernel: str
+    nodes: list[str]  # source (ONNX) node names
+    seconds: float  # mean time per run
+    share: float  # of the time of all calls
 
 
 def _dtype_and_shape(value) -> tuple[str, tuple]:

@@ -86,11 +86,13 @@ class Module:
         c_sources: list[str] = (),
         *,
         metadata: dict | None = None,
+        objects: list[bytes] = (),
     ) -> Module:
-        """Wrap the functions of a shared library built from `c_sources` (the C codegen)."""
+        """Wrap the functions of a shared library built from `c_sources` and `objects` (the C
+        codegen); export_library links those again."""
         lib = _open_library(path)
         functions = {info.name: _bind(lib, info, path) for info in infos}
-        return Module(functions, sources, (), c_sources, metadata)
+        return Module(functions, sources, objects, c_sources, metadata)
 
     # -- functions -------------------------------------------------------------------------
 
