@@ -84,16 +84,6 @@ def _build(mod, params, target, opt_level, instrument):
         raise ModelError(f"compiling the model failed: {e}") from e
 
 
-def _attach_node_names(lib, fused) -> None:
-    """Record each kernel call's source (ONNX) node names in the plan, for `run --profile`.
-    The plan's calls follow the fused function's calls one for one."""
-    calls = lib.plan["calls"]
-    if fused is None or len(fused.body) != len(calls):
-        return
-    for entry, call in zip(calls, fused.body, strict=True):
-        entry.setdefault("nodes", list(call.span))
-
-
 def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`."""
     onnx_model, label = read_model(model_path)
@@ -113,7 +103,6 @@ def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
         inst = _Progress(None, dump_ir)
         lib = _build(mod, params, target, opt_level, inst)
     seconds = time.perf_counter() - start
-    _attach_node_names(lib, inst.fused)
     plan = lib.plan
     n_ops = sum(op_histogram(mod["main"]).values())
     summary = [
@@ -134,11 +123,8 @@ def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
 
 
 def _cache_hits() -> str:
-    # The compile cache (issue 4) reports its counters here once it exists.
-    try:
-        from tessera.codegen import cache_stats  # type: ignore[attr-defined]
-    except ImportError:
-        return "n/a (no compile cache yet)"
+    from tessera.codegen import cache_stats
+
     stats = cache_stats()
     return f"{stats['hits']} of {stats['hits'] + stats['misses']}"
 
@@ -266,7 +252,7 @@ def run(artifact, inputs_path, outputs_path, profile, profile_json, repeat, thre
     if not quiet():
         _print_outputs(outputs, first)
     if profile or profile_json:
-        rows = profile_kernels(module, factory.plan, repeat)
+        rows = profile_kernels(module, repeat)
         if profile:
             print_profile(rows)
         if profile_json:
