@@ -1,0 +1,137 @@
+"""x86 blocked-layout kernels: conv2d_nchwc (dense, grouped, depthwise), NCHWc pools and
+layout_transform against their numpy references (each the NCHW op between layout transforms),
+on odd shapes, on this CPU and on an AVX2 target; the register-tile rules; the FMA loops."""
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera.topi.testing import build_cases, check_ops
+from tessera.topi.x86.asm import fma_loops, loop_summary
+from tessera.topi.x86.conv2d import choose_conv_tile
+from tessera.topi.x86.layout import Layout, transform_array, transform_shape
+
+RNG = np.random.default_rng(0)
+HASWELL = tessera.Target("llvm -mcpu=haswell")
+
+
+def _conv_case(n, c, hw, o, k, stride=1, pad=0, groups=1, ib=16, ob=16, dilation=1):
+    """A conv2d_nchwc case: NCHW data and OIHW weights blocked by ib / ob."""
+    h, w = hw
+    x = RNG.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = RNG.standard_normal((o, c // groups, k, k), dtype=np.float32)
+    depthwise = groups > 1 and groups == c == o
+    xb = transform_array(x, "NCHW", f"NCHW{ib}c")
+    wb = transform_array(wt, "OIHW", f"OIHW{1 if depthwise else ib}i{ob}o")
+    attrs = dict(
+        strides=(stride, stride),
+        padding=pad if isinstance(pad, tuple) else (pad,) * 4,
+        dilation=(dilation, dilation),
+        groups=groups,
+    )
+    return ("nn.conv2d_nchwc", [xb, wb], attrs)
+
+
+def _cases(lanes):
+    b, h = lanes, lanes // 2
+    return [
+        _conv_case(1, 3, (23, 23), 2 * b, 7, stride=2, pad=3, ib=1, ob=b),  # a stem, 3 channels
+        _conv_case(1, 2 * b, (7, 7), 2 * b, 1, ib=b, ob=b),  # 1x1 (a matmul)
+        _conv_case(1, b, (7, 7), 4 * b, 3, pad=1, ib=b, ob=b),  # 3x3 7x7, 4 oc blocks
+        _conv_case(2, b, (9, 11), 3 * b, 3, stride=2, pad=1, ib=b, ob=b),  # batch 2, strided
+        _conv_case(1, h, (13, 13), 3 * h, 3, pad=(0, 1, 2, 1), ib=h, ob=h),  # asym pads, 13 wide
+        _conv_case(1, b, (10, 10), b, 3, pad=2, dilation=2, ib=b, ob=b),  # dilated
+        _conv_case(1, 3 * b, (8, 8), 6 * b, 1, groups=3, ib=b, ob=b),  # grouped (ShuffleNet)
+        _conv_case(1, 2 * b, (9, 9), 2 * b, 3, pad=1, groups=2 * b, ib=b, ob=b),  # depthwise
+        _conv_case(1, b, (11, 11), b, 3, stride=2, pad=1, groups=b, ib=b, ob=b),  # dw, strided
+        _conv_case(1, 3 * h, (6, 5), 5 * h, 3, pad=1, ib=h, ob=h),  # channels not a multiple
+    ]
+
+
+def test_conv2d_nchwc_matches_reference():
+    check_ops(_cases(16), schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_nchwc_on_avx2():
+    if not HASWELL.is_host:
+        pytest.skip("this CPU cannot run AVX2 code")
+    check_ops(_cases(8), target=HASWELL, schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
+def test_pools_nchwc_match_reference():
+    x = RNG.standard_normal((2, 3, 9, 10, 8), dtype=np.float32)
+    pool = dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+    check_ops(
+        [
+            ("nn.max_pool2d_nchwc", [x], pool),
+            ("nn.max_pool2d_nchwc", [x], dict(pool, ceil_mode=1, padding=(0, 0, 0, 0))),
+            ("nn.avg_pool2d_nchwc", [x], pool),
+            ("nn.avg_pool2d_nchwc", [x], dict(pool, count_include_pad=1)),
+            ("nn.avg_pool2d_nchwc", [x], dict(pool_size=(2, 2), strides=(1, 1), padding=(0,) * 4)),
+            ("nn.global_avg_pool2d_nchwc", [x], {}),
+            ("nn.global_max_pool2d_nchwc", [x], {}),
+        ],
+        schedule_target="x86",
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, src, dst",
+    [
+        ((2, 32, 5, 3), "NCHW", "NCHW16c"),
+        ((2, 2, 5, 3, 16), "NCHW16c", "NCHW"),
+        ((1, 4, 3, 3, 8), "NCHW8c", "NCHW16c"),
+        ((1, 3, 4, 4), "NCHW", "NCHW1c"),
+        ((32, 24, 3, 3), "OIHW", "OIHW8i16o"),
+    ],
+)
+def test_layout_transform_matches_numpy(shape, src, dst):
+    x = RNG.standard_normal(shape, dtype=np.float32)
+    check_ops([("layout_transform", [x], dict(src_layout=src, dst_layout=dst))])
+    back = transform_array(transform_array(x, src, dst), dst, src)
+    np.testing.assert_array_equal(back, x)
+
+
+def test_blocked_array_holds_channel_c_at_block_c_div_b():
+    x = np.arange(2 * 32 * 2 * 2, dtype=np.float32).reshape(2, 32, 2, 2)
+    xb = transform_array(x, "NCHW", "NCHW16c")
+    assert xb.shape == (2, 2, 2, 2, 16)
+    np.testing.assert_array_equal(xb[1, 1, 0, 1, 5], x[1, 21, 0, 1])
+
+
+def test_layout_errors_name_the_problem():
+    with pytest.raises(ValueError, match="not a multiple"):
+        transform_shape((1, 24, 4, 4), "NCHW", "NCHW16c")
+    with pytest.raises(ValueError, match="no primal axis"):
+        Layout("NHW16c")
+    with pytest.raises(ValueError, match="same primal axes"):
+        transform_shape((1, 2, 3, 4), "NCHW", "NHWO")
+
+
+@pytest.mark.parametrize("registers", [16, 32])
+@pytest.mark.parametrize(
+    "width, oc_blocks", [(56, 4), (7, 32), (14, 16), (13, 3), (112, 4), (1, 8)]
+)
+def test_conv_tile_rule(registers, width, oc_blocks):
+    tile = choose_conv_tile(width, oc_blocks, registers, depthwise=False)
+    assert tile.accumulators + tile.oc_vectors + 1 <= registers
+    assert oc_blocks % tile.oc_vectors == 0 and 1 <= tile.ow_block <= width
+    if width % 7 == 0:  # a divisor of the row is found when one fits: no tail
+        assert width % tile.ow_block == 0
+    dw = choose_conv_tile(width, oc_blocks, registers, depthwise=True)
+    assert dw.oc_vectors == 1 and dw.ow_block <= width
+
+
+def test_conv_inner_loop_is_register_blocked_fmas():
+    """The reduction loop of a 3x3 conv: vectorized FMAs on accumulators held in registers."""
+    lanes = tessera.Target("llvm").vector_lanes("float32")
+    if lanes < 8:
+        pytest.skip("no AVX on this CPU")
+    mod, _ = build_cases(
+        [_conv_case(1, lanes, (14, 14), 4 * lanes, 3, pad=1, ib=lanes, ob=lanes)],
+        schedule_target="x86",
+    )
+    loops = [loop_summary(body) for body in fma_loops(mod.get_source("asm"))]
+    assert loops, "no FMA loop"
+    assert max(x["fma"] for x in loops) >= 8
+    assert all(x["stack"] == 0 and x["stores"] == 0 for x in loops)
