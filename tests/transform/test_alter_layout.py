@@ -1,0 +1,221 @@
+"""alter_layout: convs and the ops around them in NCHW[x]c (before/after text), numerics kept
+(graph interpreter), the block rule, targets that keep NCHW, and whole builds vs the interpreter."""
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera.graph import parse, run_function
+from tessera.ir.module import IRModule
+from tessera.ir.structural_equal import assert_structural_equal
+from tessera.topi.x86.layout import transform_array
+from tessera.transform import alter_layout
+from tessera.transform.alter_layout import channel_block
+
+RNG = np.random.default_rng(0)
+AVX512 = tessera.Target("llvm -mcpu=skylake-avx512")
+AVX2 = tessera.Target("llvm -mcpu=haswell")
+CONV = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
+CONV1 = "strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1]"
+
+
+def _w(*shape):
+    return RNG.standard_normal(shape).astype("f4")
+
+
+def test_conv_bias_relu_chain_is_blocked_weights_repacked():
+    w, b = _w(32, 16, 3, 3), _w(32, 1, 1)
+    before = parse(
+        f"""def main(%x: f32[1, 16, 8, 8]) {{
+          %w = constant(...) : f32[32, 16, 3, 3]; %b = constant(...) : f32[32, 1, 1];
+          %1 = nn.conv2d(%x, %w, {CONV}); %2 = add(%1, %b); %3 = nn.relu(%2); return %3 }}""",
+        constants={"w": w, "b": b},
+    )
+    expected = parse(
+        f"""def main(%x: f32[1, 16, 8, 8]) {{
+          %w = constant(...) : f32[2, 1, 3, 3, 16, 16]; %b = constant(...) : f32[1, 2, 1, 1, 16];
+          %x1 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+          %1 = nn.conv2d_nchwc(%x1, %w, {CONV}); %2 = add(%1, %b); %3 = nn.relu(%2);
+          %4 = layout_transform(%3, src_layout="NCHW16c", dst_layout="NCHW"); return %4 }}""",
+        constants={
+            "w": transform_array(w, "OIHW", "OIHW16i16o"),
+            "b": b.reshape(1, 2, 1, 1, 16),
+        },
+    )
+    after = alter_layout(before, target=AVX512)
+    assert_structural_equal(after, expected)
+    _check_same(before, after)
+
+
+def test_ops_between_convs_stay_blocked():
+    """Residual add, max pool, concat along channels, batch-norm leftovers (multiply + add by
+    per-channel constants), clip: no layout transform between the convs."""
+    consts = {"w1": _w(32, 8, 3, 3), "w2": _w(32, 32, 1, 1), "w3": _w(16, 64, 3, 3)}
+    consts |= {"s": _w(64, 1, 1), "t": _w(64, 1, 1)}
+    before = parse(
+        f"""def main(%x: f32[2, 8, 9, 9]) {{
+          %w1 = constant(...) : f32[32, 8, 3, 3]; %w2 = constant(...) : f32[32, 32, 1, 1];
+          %w3 = constant(...) : f32[16, 64, 3, 3];
+          %s = constant(...) : f32[64, 1, 1]; %t = constant(...) : f32[64, 1, 1];
+          %1 = nn.conv2d(%x, %w1, {CONV}); %2 = nn.relu(%1);
+          %3 = nn.conv2d(%2, %w2, {CONV1}); %4 = add(%3, %2);
+          %5 = nn.max_pool2d(%4, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]);
+          %6 = nn.max_pool2d(%2, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]);
+          %7 = concatenate(%5, %6, axis=1); %8 = multiply(%7, %s); %9 = add(%8, %t);
+          %10 = clip(%9, a_min=0.0, a_max=6.0); %11 = nn.conv2d(%10, %w3, {CONV});
+          %12 = nn.global_avg_pool2d(%11); %13 = reshape(%12, newshape=[2, 16]);
+          return %13 }}""",
+        constants=consts,
+    )
+    after = alter_layout(before, target=AVX512)
+    names = [c.op.name for c in after.body]
+    assert names.count("layout_transform") == 2  # the input, and before the reshape
+    assert names[-2:] == ["layout_transform", "reshape"]
+    assert "nn.conv2d" not in names and "nn.max_pool2d" not in names
+    _check_same(before, after)
+
+
+def test_depthwise_and_pointwise_blocks_mobilenet_style():
+    consts = {"e": _w(48, 16, 1, 1), "d": _w(48, 1, 3, 3), "p": _w(16, 48, 1, 1)}
+    before = parse(
+        f"""def main(%x: f32[1, 16, 10, 10]) {{
+          %e = constant(...) : f32[48, 16, 1, 1]; %d = constant(...) : f32[48, 1, 3, 3];
+          %p = constant(...) : f32[16, 48, 1, 1];
+          %1 = nn.conv2d(%x, %e, {CONV1}); %2 = clip(%1, a_min=0.0, a_max=6.0);
+          %3 = nn.conv2d(%2, %d, strides=[2, 2], padding=[1, 1, 1, 1], dilation=[1, 1],
+                         groups=48);
+          %4 = clip(%3, a_min=0.0, a_max=6.0); %5 = nn.conv2d(%4, %p, {CONV1});
+          return %5 }}""",
+        constants=consts,
+    )
+    after = alter_layout(before, target=AVX512)
+    assert [c.op.name for c in after.body].count("nn.conv2d_nchwc") == 3
+    _check_same(before, after)
+
+
+def test_grouped_conv_blocked_when_groups_fit_the_blocks():
+    before = parse(
+        f"""def main(%x: f32[1, 48, 6, 6]) {{ %w = constant(...) : f32[96, 16, 3, 3];
+          %1 = nn.conv2d(%x, %w, {CONV}, groups=3); return %1 }}""",
+        constants={"w": _w(96, 16, 3, 3)},
+    )
+    after = alter_layout(before, target=AVX512)
+    assert "nn.conv2d_nchwc" in [c.op.name for c in after.body]
+    _check_same(before, after)
+
+
+def test_block_rule():
+    assert [channel_block(c, 16) for c in (3, 24, 64, 1000, 20)] == [1, 8, 16, 8, 4]
+    assert [channel_block(c, 8) for c in (64, 12)] == [8, 4]
+
+
+def test_narrow_output_blocks_stay_nchw():
+    """20 output channels: blocks of 4 would waste the vector unit; the conv stays as it is."""
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[20, 16, 3, 3];
+          %1 = nn.conv2d(%x, %w, {CONV}); return %1 }}""",
+        constants={"w": _w(20, 16, 3, 3)},
+    )
+    assert alter_layout(before, target=AVX512) is before
+
+
+def test_avx2_blocks_by_8():
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[32, 16, 3, 3];
+          %1 = nn.conv2d(%x, %w, {CONV}); return %1 }}""",
+        constants={"w": _w(32, 16, 3, 3)},
+    )
+    after = alter_layout(before, target=AVX2)
+    conv = next(c for c in after.body if c.op.name == "nn.conv2d_nchwc")
+    assert conv.outputs[0].type.shape == (1, 4, 6, 6, 8)
+    _check_same(before, after)
+
+
+def test_other_targets_and_graphs_without_convs_are_unchanged():
+    conv = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[32, 16, 3, 3];
+          %1 = nn.conv2d(%x, %w, {CONV}); return %1 }}""",
+        constants={"w": _w(32, 16, 3, 3)},
+    )
+    assert alter_layout(conv, target="c") is conv
+    assert alter_layout(conv) is conv  # no target given, none entered
+    plain = parse("def main(%x: f32[1, 16, 6, 6]) { %1 = nn.relu(%x); return %1 }")
+    assert alter_layout(plain, target=AVX512) is plain
+
+
+def test_build_uses_blocked_kernels_and_matches_interpreter():
+    """The driver runs alter_layout at opt_level 2 under the build's target; a residual block
+    with a squeeze-excitation style multiply by a (N, C, 1, 1) tensor."""
+    consts = {"w1": _w(32, 3, 3, 3), "w2": _w(32, 32, 3, 3), "b": _w(32, 1, 1)}
+    func = parse(
+        f"""def main(%x: f32[2, 3, 12, 12]) {{
+          %w1 = constant(...) : f32[32, 3, 3, 3]; %w2 = constant(...) : f32[32, 32, 3, 3];
+          %b = constant(...) : f32[32, 1, 1];
+          %1 = nn.conv2d(%x, %w1, {CONV}); %2 = add(%1, %b); %3 = nn.relu(%2);
+          %4 = nn.conv2d(%3, %w2, {CONV}); %5 = nn.global_avg_pool2d(%4); %6 = sigmoid(%5);
+          %7 = multiply(%4, %6); %8 = add(%7, %3); %9 = nn.relu(%8);
+          %10 = nn.avg_pool2d(%9, pool_size=[2, 2], strides=[2, 2], padding=[0, 0, 0, 0]);
+          return %10 }}""",
+        constants=consts,
+    )
+    lib = tessera.build(IRModule({"main": func}), target="llvm")
+    assert any("conv2d_nchwc" in name for name in lib.get_lib().function_names)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    x = RNG.standard_normal((2, 3, 12, 12)).astype("f4")
+    m.set_input("x", x)
+    m.run()
+    (want,) = run_function(func, {"x": x})
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def _check_same(before, after, seeds=(0, 1)):
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        inputs = {p.name: rng.standard_normal(p.type.shape).astype("f4") for p in before.params}
+        for w, g in zip(run_function(before, inputs), run_function(after, inputs), strict=True):
+            assert w.shape == g.shape
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm"])
+def test_onnx_model_with_concat_and_pools_matches_ort(target):
+    """A DenseNet/Inception-style ONNX model (conv, batch-norm, concat, pools) vs ONNX Runtime."""
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def init(name, shape):
+        return numpy_helper.from_array(RNG.standard_normal(shape).astype("f4") * 0.2, name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[0, 0, 0, 0]),
+        helper.make_node("Concat", ["r1", "c2"], ["cat"], axis=1),
+        helper.make_node("BatchNormalization", ["cat", "g", "be", "m", "v"], ["bn"], epsilon=1e-5),
+        helper.make_node("Relu", ["bn"], ["r2"]),
+        helper.make_node("AveragePool", ["r2"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("MaxPool", ["ap"], ["mp"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["mp"], ["gp"]),
+        helper.make_node("Flatten", ["gp"], ["y"]),
+    ]
+    inits = [init("w1", (32, 4, 3, 3)), init("w2", (16, 32, 1, 1))]
+    inits += [init(n, (48,)) for n in ("g", "be", "m")]
+    inits.append(numpy_helper.from_array(RNG.uniform(0.5, 2, 48).astype("f4"), "v"))
+    graph = helper.make_graph(
+        nodes,
+        "densish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    x = RNG.standard_normal((1, 4, 10, 10)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
