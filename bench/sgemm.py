@@ -16,11 +16,9 @@ import argparse
 import ctypes
 import math
 import os
-import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,86 +29,18 @@ from fma_peak import measure_fma_peak, warn_if_above_peak  # noqa: E402
 
 import tessera  # noqa: E402
 from tessera import te  # noqa: E402
+from tessera.topi.x86 import cpu  # noqa: E402
+from tessera.topi.x86.asm import describe_fma_loops, fma_loops, loop_summary  # noqa: E402, F401
+from tessera.topi.x86.dense import Blocking, choose_blocking  # noqa: E402, F401
 
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
-DEFAULT_CACHES = {1: 32 * 1024, 2: 1024 * 1024}  # where sysfs is missing (or cross targets)
 
 
-# -- block sizes from the target -------------------------------------------------------------
+# -- block sizes from the target: the rules of tessera's x86 dense kernel (one copy) ------------
 
-
-def cache_sizes(folder: Path = CACHE_DIR) -> dict[int, int]:
-    """Bytes of the data (or unified) cache at each level, read from sysfs; defaults if absent."""
-    sizes = dict(DEFAULT_CACHES)
-    for index in sorted(folder.glob("index*")) if folder.is_dir() else []:
-        try:
-            kind = (index / "type").read_text().strip()
-            level = int((index / "level").read_text())
-            text = (index / "size").read_text().strip().upper()
-        except (OSError, ValueError):
-            continue
-        match = re.fullmatch(r"(\d+)([KMG]?)", text)
-        if kind in ("Data", "Unified") and match:
-            sizes[level] = int(match[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[match[2]]
-    return sizes
-
-
-def vector_registers(target: tessera.Target) -> int:
-    """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
-    if "avx512f" in target.features or target.llvm_triple.startswith(("aarch64", "arm64")):
-        return 32
-    return 16
-
-
-@dataclass(frozen=True)
-class Blocking:
-    """The block sizes of `matmul_schedule`: an mr x (nv * lanes) register tile, k blocks of kc."""
-
-    lanes: int  # float32 per vector register
-    registers: int  # vector registers of the target
-    mr: int  # rows of C in the micro-kernel (one broadcast of A each)
-    nv: int  # vectors per row of the micro-kernel (nr = nv * lanes columns, one B panel)
-    kc: int  # k block: a kc x nr slice of the B panel and mr x kc of A stay in L1
-    l1: int
-    l2: int
-
-    @property
-    def nr(self) -> int:
-        return self.nv * self.lanes
-
-    def describe(self, K: int) -> str:
-        panel = K * self.nr * 4
-        return (
-            f"micro-kernel {self.mr}x{self.nr} ({self.mr} rows x {self.nv} vectors of "
-            f"{self.lanes} lanes, {self.mr * self.nv} of {self.registers} vector registers hold "
-            f"C), kc={self.kc} (L1 {self.l1 >> 10} KiB), B panel {K}x{self.nr} = "
-            f"{panel >> 10} KiB (L2 {self.l2 >> 10} KiB)"
-        )
-
-
-def choose_blocking(target, M: int, N: int, K: int, caches: dict[int, int] | None = None):
-    """Block sizes by rules from the target, never from a table of shapes.
-
-    The micro-kernel holds mr x nv accumulators, nv vectors of a B row and one broadcast of A in
-    registers (mr*nv + nv + 1 <= registers) and does mr*nv FMAs per mr + nv loads, so it takes
-    the (mr, nv) with the most FMAs per load; nv is a power of two so panels divide the usual
-    sizes. kc is the largest power of two whose B slice (kc x nr) and A slice (mr x kc) fit in L1.
-    """
-    target = target if isinstance(target, tessera.Target) else tessera.Target(target)
-    if min(M, N, K) < 1:
-        raise ValueError(f"matmul sizes must be positive, got M={M}, N={N}, K={K}")
-    if caches is None:
-        caches = cache_sizes() if target.is_host else dict(DEFAULT_CACHES)
-    lanes, regs = target.vector_lanes("float32"), vector_registers(target)
-    shapes = [((regs - nv - 1) // nv, nv) for nv in (1, 2, 4)]
-    mr, nv = max(
-        ((mr, nv) for mr, nv in shapes if mr >= 1), key=lambda p: (p[0] * p[1] / sum(p), p[1])
-    )
-    mr, nv = min(mr, M), min(nv, -(-N // lanes))  # no tile larger than the matrix
-    l1 = caches.get(1, DEFAULT_CACHES[1])
-    kc = 1 << max(3, int(math.log2(l1 // ((mr + nv * lanes) * 4))))
-    return Blocking(lanes, regs, mr, nv, min(kc, K), l1, caches.get(2, DEFAULT_CACHES[2]))
+cache_sizes = cpu.cache_sizes
+DEFAULT_CACHES = cpu.DEFAULT_CACHES
+vector_registers = cpu.vector_registers
 
 
 # -- the schedule ----------------------------------------------------------------------------
@@ -165,45 +95,6 @@ def matmul_schedule(M: int, N: int, K: int, blocking: Blocking):
     s[packed_b].vectorize(pj)
     s[packed_b].parallel(p)
     return s, [A, B, C]
-
-
-def fma_loops(asm: str) -> list[list[str]]:
-    """The instructions of each innermost loop that does FMAs, in x86 assembly (AT&T syntax)."""
-    lines = [ln.split("#")[0].strip() for ln in asm.splitlines()]
-    labels = {ln[:-1]: n for n, ln in enumerate(lines) if ln.endswith(":")}
-    loops = []  # (first, last) line of each loop: a label and a jump back to it
-    for n, ln in enumerate(lines):
-        parts = ln.split()
-        if len(parts) == 2 and parts[0].startswith("j") and labels.get(parts[1], n) < n:
-            loops.append((labels[parts[1]], n))
-    innermost = [
-        (a, b) for a, b in loops if not any(a <= c < d <= b and (c, d) != (a, b) for c, d in loops)
-    ]
-    bodies = [[x for x in lines[a + 1 : b + 1] if x and not x.endswith(":")] for a, b in innermost]
-    return [body for body in bodies if any("fmadd" in x for x in body)]
-
-
-def loop_summary(body: list[str]) -> dict[str, int]:
-    """FMAs, memory stores and stack accesses (spills) among a loop's instructions."""
-    stores = [
-        x for x in body if "," in x and "(" in x.rsplit(",", 1)[1] and not x.startswith("cmp")
-    ]
-    return {
-        "fma": sum("fmadd" in x for x in body),
-        "stores": len(stores),
-        "stack": sum("(%rsp)" in x or "(%rbp)" in x for x in body),
-    }
-
-
-def describe_fma_loops(asm: str) -> str:
-    loops = [loop_summary(body) for body in fma_loops(asm)]
-    if not loops:
-        return "no FMA loop found (not x86, or no FMA)"
-    counts = " + ".join(str(x["fma"]) for x in loops)
-    stores, stack = sum(x["stores"] for x in loops), sum(x["stack"] for x in loops)
-    return (
-        f"{len(loops)} innermost loops with {counts} FMAs, {stores} stores, {stack} stack accesses"
-    )
 
 
 # -- numpy's BLAS ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from tessera.transform import (
     simplify_inference,
 )
 from tessera.transform.fuse_group import build_groups
+from tessera.transform.pack_weights import pack_weights
 from tessera.transform.pass_context import PassContext, run_passes
 
 # The graph passes, each with the lowest opt level that runs it: at 0 every op is compiled as
@@ -43,6 +44,7 @@ from tessera.transform.pass_context import PassContext, run_passes
 GRAPH_PASSES = [
     (infer_types, 0),
     (simplify_inference, 1),
+    (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
     (fold_constant, 1),
     (alter_layout, 2),  # llvm targets: convs in NCHW[x]c, weights re-packed
     (eliminate_common_subexpr, 3),

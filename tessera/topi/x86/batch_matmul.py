@@ -1,0 +1,70 @@
+"""x86 matmul / batch_matmul / dense whose second operand is not pre-packed: attention products.
+
+    s = schedule_matmul([add(multiply(matmul(q, kt), scale), mask)], target)
+
+The same register-blocked micro-kernel as `dense.py` (mr rows x nv vectors of accumulators in
+registers for the whole k loop, the group's element-wise epilogue applied per tile), reading B's
+rows directly: row k of B holds the tile's nr columns contiguously, so each k step is nv vector
+loads, with no packing copy per call. A transposed B (dense's weight, batch_matmul's
+transpose_b) goes through its transposing stage (tag "dense_pack"), computed once per call when
+there are enough rows to pay for it, else inlined. Batch axes (and, for dense, all leading axes
+but the last row axis) and the row/column tiles run in one parallel loop. Products with a 1-D
+operand (matrix-vector) keep the generic schedule.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tessera import te
+from tessera.topi import generic
+from tessera.topi.generic import inline_injective, traverse
+from tessera.topi.nn.dense import PACK_TAG
+from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
+from tessera.topi.x86.dense import choose_blocking, schedule_gemm
+
+ANCHOR_TAGS = ("dense", "matmul", "batch_matmul")
+
+
+def _static(shape) -> list[int] | None:
+    dims = [getattr(d, "value", None) for d in shape]
+    return None if any(d is None for d in dims) else [int(d) for d in dims]
+
+
+def _anchor(outs) -> te.Tensor | None:
+    found = []
+    traverse(outs, lambda op: found.append(op.output(0)) if op.tag in ANCHOR_TAGS else None)
+    return found[0] if found else None
+
+
+def _is_matrix_product(anchor: te.Tensor) -> bool:
+    """Rows x columns in the last two axes of the output, both operands read as matrices."""
+    if anchor.ndim < 2 or _static(anchor.shape) is None:
+        return False
+    if anchor.op.tag == "matmul":  # numpy.matmul drops the axis of a 1-D operand
+        a, b = anchor.op.input_tensors[:2]
+        return a.ndim >= 2 and b.ndim >= 2
+    return True
+
+
+def schedule_matmul(outs, target=None) -> te.Schedule:
+    """dense / matmul / batch_matmul groups (see the module docstring)."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    anchor = _anchor(outs)
+    if anchor is None or not _is_matrix_product(anchor) or str(anchor.dtype) != "float32":
+        return generic_schedule_dense(outs, target)
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    shape = _static(anchor.shape)
+    M, N = shape[-2], shape[-1]
+    K = int(anchor.op.reduce_axis[0].dom.extent.value)
+    rows = math.prod(shape[:-1])
+    lanes = target.vector_lanes(anchor.dtype) if target is not None else 4
+    for t in anchor.op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == PACK_TAG:
+            if rows >= lanes:
+                generic.schedule_elementwise_stage(s, t, target)
+            else:
+                s[t].compute_inline()
+    blk = choose_blocking(target, M, N, K)
+    return schedule_gemm(s, outs, anchor, blk, target, row_axes=anchor.ndim - 2)

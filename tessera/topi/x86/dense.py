@@ -1,0 +1,262 @@
+"""x86 dense / matmul: weights packed into panels, a register-blocked micro-kernel, fused epilogues.
+
+    blk = choose_blocking(target, M, N, K)          # mr x nr register tile, kc, from rules
+    wp = pack_weight_np(w, blk.nr, transposed=True)  # (ceil(N / nr), K, nr), zero-padded past N
+    y = dense_packed(x, wp_tensor, units=N)          # x (..., K) -> (..., N)
+    s = schedule_dense_packed([gelu(y + bias)], target)
+
+The kernel computes C = A @ B with B in panels of nr columns (each K x nr, contiguous), so the
+micro-kernel streams a panel with aligned vector loads and broadcasts one element of A per row
+and step of k into mr x nv vector accumulators that stay in registers for the whole k loop.
+Tiles run in parallel, panel-major (a thread reuses its panel from L2 across row tiles). The
+group's element-wise epilogue (bias, GELU, residual add) is applied to each tile right after its
+k loop, while the tile is in cache. Row and column tails are guarded (peeled by partition_loop);
+the zero padding of the last panel makes its k loop uniform.
+
+Note [row view]: x's leading axes are rows of one matrix (M = their product). The reduction is
+computed on a 2-D (M, N) view and the output stage reads it back with the leading index raveled,
+so fusing the output's leading loops gives the row loop that is tiled by mr.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera import te
+from tessera.target import Target
+from tessera.topi.generic import inline_injective, traverse
+from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
+
+PACKED_TAG = "dense_packed"
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """The block sizes of the micro-kernel: an mr x (nv * lanes) register tile, k blocks of kc."""
+
+    lanes: int  # float32 per vector register
+    registers: int  # vector registers of the target
+    mr: int  # rows of C in the micro-kernel (one broadcast of A each)
+    nv: int  # vectors per row of the micro-kernel (nr = nv * lanes columns, one B panel)
+    kc: int  # k block: a kc x nr slice of the B panel and mr x kc of A stay in L1
+    l1: int
+    l2: int
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+    def describe(self, K: int) -> str:
+        panel = K * self.nr * 4
+        return (
+            f"micro-kernel {self.mr}x{self.nr} ({self.mr} rows x {self.nv} vectors of "
+            f"{self.lanes} lanes, {self.mr * self.nv} of {self.registers} vector registers hold "
+            f"C), kc={self.kc} (L1 {self.l1 >> 10} KiB), B panel {K}x{self.nr} = "
+            f"{panel >> 10} KiB (L2 {self.l2 >> 10} KiB)"
+        )
+
+
+def _lanes(target, dtype="float32") -> int:
+    return max(1, target.vector_lanes(dtype)) if target is not None else 4
+
+
+def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None = None):
+    """Block sizes by rules from the target, never from a table of shapes.
+
+    The micro-kernel holds mr x nv accumulators, nv vectors of a B row and one broadcast of A in
+    registers (mr*nv + nv + 1 <= registers) and does mr*nv FMAs per mr + nv loads, so it takes
+    the (mr, nv) with the most FMAs per load; nv is a power of two so panels divide the usual
+    sizes (`nv` given: the panel width is fixed, e.g. by packed weights). kc is the largest power
+    of two whose B slice (kc x nr) and A slice (mr x kc) fit in L1.
+    """
+    if min(M, N, K) < 1:
+        raise ValueError(f"matmul sizes must be positive, got M={M}, N={N}, K={K}")
+    target = Target(target) if isinstance(target, str) else target
+    if caches is None:
+        caches = target_cache_sizes(target) if target is not None else dict(DEFAULT_CACHES)
+    lanes, regs = _lanes(target), vector_registers(target)
+    if nv is None:
+        shapes = [((regs - v - 1) // v, v) for v in (1, 2, 4)]
+        mr, nv = max(
+            ((mr, v) for mr, v in shapes if mr >= 1), key=lambda p: (p[0] * p[1] / sum(p), p[1])
+        )
+        nv = min(nv, -(-N // lanes))  # no tile wider than the matrix
+    mr = max(1, min((regs - nv - 1) // nv, M))
+    l1 = caches.get(1, DEFAULT_CACHES[1])
+    kc = 1 << max(3, int(math.log2(max(8, l1 // ((mr + nv * lanes) * 4)))))
+    return Blocking(lanes, regs, mr, nv, min(kc, K), l1, caches.get(2, DEFAULT_CACHES[2]))
+
+
+def panel_width(target, N: int) -> int:
+    """Columns per packed weight panel (nr) for a weight of N output columns."""
+    return choose_blocking(target, 1 << 10, N, 1 << 10).nr
+
+
+# -- packed weights ------------------------------------------------------------------------------
+
+
+def pack_weight_np(w: np.ndarray, nr: int, transposed: bool) -> np.ndarray:
+    """w (K, N), or (N, K) when `transposed` (a dense weight), as (ceil(N / nr), K, nr) panels."""
+    if w.ndim != 2 or nr < 1:
+        raise ValueError(f"pack_weight: expects a 2-D weight and nr >= 1, got {w.shape}, nr={nr}")
+    kn = w.T if transposed else w
+    K, N = kn.shape
+    panels = -(-N // nr)
+    padded = np.zeros((K, panels * nr), dtype=w.dtype)
+    padded[:, :N] = kn
+    return np.ascontiguousarray(padded.reshape(K, panels, nr).transpose(1, 0, 2))
+
+
+def _static(shape) -> list[int]:
+    return [int(d.value) for d in shape]
+
+
+def dense_packed(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
+    """x (..., K) @ the weight packed in wp (panels, K, nr) -> (..., units); see Note [row view]."""
+    lead, K = _static(x.shape[:-1]), int(x.shape[-1].value)
+    panels, kw, nr = _static(wp.shape)
+    if kw != K or panels * nr < units or (panels - 1) * nr >= units:
+        raise ValueError(f"dense_packed: data {x.shape}, packed weight {wp.shape}, units {units}")
+    M = math.prod(lead)
+
+    def unravel(r):
+        idx = []
+        for d in reversed(lead):
+            idx.append(r % d if d > 1 else 0)
+            r = r // d
+        return idx[::-1]
+
+    k = te.reduce_axis((0, K), name="k")
+    rows = te.compute(
+        (M, units),
+        lambda r, j: te.sum(x(*unravel(r), k) * wp[j // nr, k, j % nr], axis=k),
+        name="dense",
+        tag=PACKED_TAG,
+        attrs={"nr": nr},
+    )
+
+    def ravel(i):
+        r = 0
+        for ix, d in zip(i, lead, strict=True):
+            r = r * d + ix
+        return r
+
+    return te.compute(
+        (*lead, units), lambda *i: rows(ravel(i[:-1]), i[-1]), name="dense_out", tag="injective"
+    )
+
+
+# -- the schedule --------------------------------------------------------------------------------
+
+
+def find_tagged(outs, tag: str) -> te.Tensor:
+    found = []
+    traverse(outs, lambda op: found.append(op.output(0)) if op.tag == tag else None)
+    if not found:
+        raise ValueError(f"no stage tagged {tag!r} among {list(outs)}")
+    return found[0]
+
+
+def _extent(iv) -> int | None:
+    return getattr(iv.dom.extent, "value", None)
+
+
+def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
+    """Tile `out`'s loops: its leading axes fused into rows (after `row_axes` outer batch axes,
+    which stay outermost), mr x nr tiles, panel-major, all tiles in one parallel loop; the tile's
+    nr columns vectorized. Returns the parallel loop (where the micro-kernel is computed)."""
+    stage = s[out]
+    axes = list(stage.op.axis)
+    batch, rows, col = axes[:row_axes], axes[row_axes:-1], axes[-1]
+    # axes of extent 1 stay outside the fused rows: a broadcasting epilogue indexes them with a
+    # constant 0, which bound inference could not relate to the fused row index
+    batch += [iv for iv in rows if _extent(iv) == 1]
+    rows = [iv for iv in rows if _extent(iv) != 1]
+    if rows:
+        row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
+        ro, no, ri, ni = stage.tile(row, col, blk.mr, blk.nr)
+        stage.reorder(*batch, no, ro, ri, ni)
+        outer = [*batch, no, ro]
+    else:
+        no, ni = stage.split(col, factor=blk.nr)
+        outer = [*batch, no]
+    tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+    stage.parallel(tile)
+    if blk.lanes > 1:
+        _, lanes = stage.split(ni, factor=blk.lanes)
+        stage.vectorize(lanes)
+    return tile
+
+
+def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
+    """The k loop of a (rows, cols) accumulator stage computed at a tile: k blocks of kc, then
+    the mr x nv register block (unrolled) of vectors of `lanes` (vectorized)."""
+    stage = s[acc]
+    *batch, ci, cj = stage.op.axis
+    (ck,) = stage.op.reduce_axis
+    ko, ki = stage.split(ck, factor=blk.kc)
+    if blk.lanes > 1:
+        cjo, cjv = stage.split(cj, factor=blk.lanes)
+        stage.reorder(*batch, ko, ki, ci, cjo, cjv)
+        stage.unroll(ci)
+        stage.unroll(cjo)
+        stage.vectorize(cjv)
+    else:
+        stage.reorder(*batch, ko, ki, ci, cj)
+        stage.unroll(ci)
+        stage.unroll(cj)
+
+
+def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> te.Schedule:
+    """Schedule a matrix-product anchor (a reduction whose last two axes are rows x cols) with
+    the group's outputs: accumulators in registers at each tile of the output (fused epilogue),
+    or, when the outputs are not shaped like the anchor's view, at the anchor's own tiles."""
+    from tessera.topi import generic
+
+    acc = s.cache_write(anchor, "local")
+    view = [t for t in outs if t.op is not anchor.op]
+    if len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes):
+        s[anchor].compute_inline()
+        tile = tile_output(s, outs[0], blk, row_axes)
+        s[acc].compute_at(s[outs[0]], tile)
+    else:
+        tile = tile_output(s, anchor, blk, len(anchor.shape) - 2)
+        s[acc].compute_at(s[anchor], tile)
+        for t in view:
+            generic.schedule_elementwise_stage(s, t, target)
+    schedule_micro_kernel(s, acc, blk)
+    return s
+
+
+def _view_of(out: te.Tensor, anchor: te.Tensor, row_axes: int) -> bool:
+    """Does `out` have the anchor's rows x cols (a 2-D anchor: its leading axes raveled into the
+    rows, see Note [row view]; else the very same shape)?"""
+    o, a = _static(out.shape), _static(anchor.shape)
+    if row_axes or len(a) != 2:
+        return o == a
+    return len(o) >= 1 and o[-1] == a[-1] and math.prod(o[:-1]) == a[0]
+
+
+def schedule_dense_packed(outs, target=None) -> te.Schedule:
+    """A group anchored by dense_packed (see the module docstring)."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    anchor = find_tagged(outs, PACKED_TAG)
+    M, N = _static(anchor.shape)
+    nr = int(anchor.op.attrs["nr"])
+    K = int(anchor.op.reduce_axis[0].dom.extent.value)
+    return schedule_gemm(s, outs, anchor, blocking_for_panel(target, M, N, K, nr), target)
+
+
+def blocking_for_panel(target, M: int, N: int, K: int, nr: int) -> Blocking:
+    """The blocking of a kernel whose weight panels are nr wide (packed for this target, or not:
+    then vectors as wide as divide nr)."""
+    lanes = _lanes(target)
+    while nr % lanes:
+        lanes //= 2
+    blk = choose_blocking(target, M, N, K, nv=nr // lanes)
+    return Blocking(lanes, blk.registers, blk.mr, nr // lanes, blk.kc, blk.l1, blk.l2)

@@ -1,0 +1,68 @@
+"""Re-pack the constant weights of dense and matmul into the panels their CPU kernel streams.
+
+    before:  %y = matmul(%x, %w) : f32[1, 128, 3072]           (%w: a constant f32[768, 3072])
+    after:   %y = nn.dense_packed(%x, %w_packed, units=3072) : f32[1, 128, 3072]
+             (%w_packed: a new constant f32[48, 768, 64], %w in panels of 64 columns)
+
+The weight is packed here, once, at compile time (numpy: `topi.x86.dense.pack_weight_np`), so
+the compiled model holds the packed weight and the kernel never copies it (`topi/x86/dense.py`).
+The panel width nr comes from the target's vector width and registers (`panel_width`).
+Rewritten: float32 `nn.dense(x, w)` (w is units x in) and `matmul(a, b)` with a 2-D constant b
+and a of any rank (numpy.matmul broadcasts b over a's leading axes: they are rows). A weight
+used by several calls is packed once per panel width. The new call keeps the old call's span.
+The pass needs an llvm target (`with target:` around the graph passes, as `build` does, or
+`target=`); for other targets, or none, it changes nothing.
+"""
+
+from __future__ import annotations
+
+from tessera.graph.ir import Call, Constant, Function, Value
+from tessera.graph.op import get_op
+from tessera.target import Target
+from tessera.transform.graph_pass import graph_pass, rebuild
+
+
+def _packable(call: Call) -> tuple[Value, Constant, bool] | None:
+    """(data, weight, transposed) when the call multiplies data by a constant 2-D weight."""
+    if call.op.name not in ("nn.dense", "matmul") or len(call.inputs) != 2:
+        return None
+    x, w = call.inputs
+    if not isinstance(w, Constant) or w.type.ndim != 2 or x.type.ndim < 1:
+        return None
+    if str(x.type.dtype) != "float32" or str(w.type.dtype) != "float32":
+        return None
+    if not x.type.is_static:
+        return None
+    return x, w, call.op.name == "nn.dense"
+
+
+@graph_pass(opt_level=1)
+def pack_weights(func: Function, target: Target | str | None = None) -> Function:
+    """Rewrite dense/matmul with constant weights to nn.dense_packed (see the module docstring)."""
+    from tessera.topi.x86.dense import pack_weight_np, panel_width
+
+    target = Target.current() if target is None else target
+    target = Target(target) if isinstance(target, str) else target
+    if target is None or target.kind != "llvm":
+        return func
+    dense_op = get_op("nn.dense_packed")
+    packed: dict[tuple, Constant] = {}  # (id(weight), nr, transposed) -> packed weight
+    body, constants = [], list(func.constants)
+    for call in func.body:
+        found = _packable(call)
+        if found is None:
+            body.append(call)
+            continue
+        x, w, transposed = found
+        units = w.type.shape[0] if transposed else w.type.shape[1]
+        nr = panel_width(target, units)
+        key = (id(w), nr, transposed)
+        if key not in packed:
+            packed[key] = Constant.of(f"{w.name}_packed", pack_weight_np(w.array, nr, transposed))
+            constants.append(packed[key])
+        body.append(Call(dense_op, (x, packed[key]), {"units": units}, call.outputs, call.span))
+    if not packed:
+        return func
+    used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}
+    constants = [c for c in constants if id(c) in used]  # the unpacked weights, if now unused
+    return rebuild(func, body, {}, constants)

@@ -1,0 +1,156 @@
+"""x86 dense / matmul / batch_matmul: the register-blocked kernels against numpy on ragged
+shapes (row, column and k tails, batch > 1, 1-D data) and several vector widths; fused
+epilogues (bias, erf-GELU, residual) against ONNX Runtime; the k loop's FMAs in registers."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import te
+from tessera.topi.testing import check_ops
+from tessera.topi.x86 import dense as x86_dense
+from tessera.topi.x86.asm import fma_loops, loop_summary
+from tessera.topi.x86.cpu import vector_registers
+
+RNG = np.random.default_rng(4)
+HOST = tessera.Target("llvm")
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def runnable_targets():
+    """The host, and narrower x86 vectors (AVX2, SSE) where the host runs them."""
+    targets = ["llvm"]
+    if HOST.llvm_triple.startswith("x86_64"):
+        targets += [
+            t for t in ("llvm -mcpu=haswell", "llvm -mcpu=x86-64") if tessera.Target(t).is_host
+        ]
+    return targets
+
+
+@pytest.mark.parametrize(
+    "target", ["llvm", "llvm -mcpu=haswell", "llvm -mcpu=x86-64", "llvm -mtriple=aarch64-linux-gnu"]
+)
+def test_blocking_fills_the_registers_by_rule(target):
+    t = tessera.Target(target)
+    blk = x86_dense.choose_blocking(t, 128, 768, 768)
+    assert blk.lanes == t.vector_lanes("float32")
+    assert blk.mr * blk.nv + blk.nv + 1 <= vector_registers(t)  # accumulators, B row, A bcast
+    assert blk.nr == blk.nv * blk.lanes and blk.kc <= 768
+    small = x86_dense.choose_blocking(t, 1, 5, 3)  # never a tile larger than the matrix
+    assert small.mr == 1 and small.nv == math.ceil(5 / blk.lanes) and small.kc == 3
+    with pytest.raises(ValueError, match="positive"):
+        x86_dense.choose_blocking(t, 0, 5, 3)
+
+
+def test_pack_weight_np_pads_the_last_panel():
+    w = randn(5, 7)  # (K, N)
+    p = x86_dense.pack_weight_np(w, 4, transposed=False)
+    assert p.shape == (2, 5, 4)
+    np.testing.assert_array_equal(p[1, :, :3], w[:, 4:])
+    assert not p[1, :, 3].any()
+    np.testing.assert_array_equal(x86_dense.pack_weight_np(w.T.copy(), 4, transposed=True), p)
+
+
+# (data shape, units): 128 rows (21 full tiles of 6 and a tail), N and K off the blocks
+DENSE_SHAPES = [((1, 128, 96), 100), ((7, 33), 17), ((2, 7, 300), 64), ((9,), 5), ((3, 1), 40)]
+
+
+@pytest.mark.parametrize("target", runnable_targets())
+def test_dense_packed_matches_reference(target):
+    cases = []
+    for xshape, units in DENSE_SHAPES:
+        nr = x86_dense.panel_width(tessera.Target(target), units)
+        w = randn(units, xshape[-1])
+        wp = x86_dense.pack_weight_np(w, nr, transposed=True)
+        cases.append(("nn.dense_packed", [randn(*xshape), wp], {"units": units}))
+    check_ops(cases, target=target, schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
+MATMUL = [
+    ("matmul", [randn(1, 4, 37, 16), randn(1, 4, 16, 41)], {}),  # attention-like, 4-D
+    ("matmul", [randn(3, 20, 9), randn(9, 70)], {}),  # a 2-D weight broadcast over batches
+    ("matmul", [randn(2, 1, 3, 4), randn(5, 4, 2)], {}),  # broadcast batch dims
+    ("matmul", [randn(6), randn(6, 5)], {}),  # 1-D operands keep the generic schedule
+    ("matmul", [randn(3, 6), randn(6)], {}),
+    ("nn.batch_matmul", [randn(3, 13, 8), randn(3, 21, 8)], {"transpose_b": True}),
+    ("nn.batch_matmul", [randn(1, 8, 13), randn(2, 8, 30)], {"transpose_a": True}),
+    ("nn.dense", [randn(2, 7, 20), randn(33, 20)], {}),
+    ("nn.dense", [randn(1, 64), randn(40, 64)], {}),
+]
+
+
+@pytest.mark.parametrize("target", runnable_targets())
+def test_matmul_schedules_match_reference(target):
+    check_ops(MATMUL, target=target, schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
+def test_k_loop_keeps_the_accumulators_in_registers():
+    if "fma" not in HOST.features or not HOST.llvm_triple.startswith("x86_64"):
+        pytest.skip("the assembly check reads x86 FMA code")
+    x = te.placeholder((1, 96, 256), name="x")
+    nr = x86_dense.panel_width(HOST, 128)
+    wp = te.placeholder((math.ceil(128 / nr), 256, nr), name="wp")
+    y = x86_dense.dense_packed(x, wp, 128)
+    s = x86_dense.schedule_dense_packed([y], HOST)
+    f = tessera.build(s, [x, wp, y], target=HOST)
+    loops = [loop_summary(body) for body in fma_loops(f.get_source("asm"))]
+    blk = x86_dense.choose_blocking(HOST, 96, 128, 256)
+    assert loops, "no loop of FMAs: a*b+c was not contracted"
+    assert any(loop["fma"] >= blk.mr * blk.nv for loop in loops)
+    for loop in loops:
+        assert loop["stores"] == 0 and loop["stack"] == 0, loop
+
+
+# -- fused epilogues, end to end against ONNX Runtime -------------------------------------------
+
+
+def _mlp_model(rows, hidden, ffn):
+    """MatMul + bias + erf-GELU, MatMul + bias + residual: the transformer MLP."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {
+        "w1": randn(hidden, ffn) * 0.1, "b1": randn(ffn), "w2": randn(ffn, hidden) * 0.1,
+        "b2": randn(hidden), "sqrt2": np.array(math.sqrt(2), np.float32),
+        "one": np.array(1, np.float32), "half": np.array(0.5, np.float32),
+    }  # fmt: skip
+    N = helper.make_node
+    nodes = [
+        N("MatMul", ["x", "w1"], ["m"]), N("Add", ["m", "b1"], ["h"]),
+        N("Div", ["h", "sqrt2"], ["g0"]), N("Erf", ["g0"], ["g1"]), N("Add", ["g1", "one"], ["g2"]),
+        N("Mul", ["h", "g2"], ["g3"]), N("Mul", ["g3", "half"], ["g"]),
+        N("MatMul", ["g", "w2"], ["o"]), N("Add", ["o", "b2"], ["ob"]),
+        N("Add", ["x", "ob"], ["y"]),
+    ]  # fmt: skip
+    shape = [*rows, hidden]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model, {"x": randn(*shape)}
+
+
+@pytest.mark.parametrize("rows,hidden,ffn", [((1, 13), 24, 100), ((2, 5), 64, 70), ((3,), 8, 33)])
+def test_mlp_with_fused_epilogues_matches_onnxruntime(rows, hidden, ffn):
+    ort = pytest.importorskip("onnxruntime")
+    model, feeds = _mlp_model(rows, hidden, ffn)
+    mod, params = tessera.frontend.from_onnx(model)
+    with tessera.transform.PassContext(opt_level=3):
+        lib = tessera.build(mod, target="llvm", params=params)
+    kernels = " ".join(c["kernel"] for c in lib.plan["calls"])
+    assert "dense_packed" in kernels and "matmul" not in kernels  # weights were packed
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", feeds["x"])
+    m.run()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, feeds)
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
