@@ -11,7 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tessera.runtime import GraphExecutorFactory, GraphModule, Module, cpu, load_module, nd
+from tessera.runtime import (
+    GraphExecutorFactory,
+    GraphModule,
+    Module,
+    cc,
+    cpu,
+    load_module,
+    native,
+    nd,
+)
 from tessera.runtime.graph_executor import PARAMS_SYMBOL
 
 KERNEL_SOURCE = (Path(__file__).parent / "kernels" / "module_kernels.c").read_text()
@@ -233,3 +242,73 @@ def test_per_call_overhead_is_small(kernels, capsys):
     start = time.perf_counter()
     m.run()
     assert time.perf_counter() - start < 1.0
+
+
+# -- the native entry and the per-call profile ----------------------------------------------------
+
+# A hand-written entry with the contract of the generated one (RUN_SYMBOL in graph_executor.py):
+# the plan of _plan() in one native call; it reports fixed call times, so the profile is exact.
+ENTRY_SOURCE = """
+int32_t my_entry(void** inputs, void** outputs, const void* params, void* arena,
+                 int64_t* call_ns) {
+  void* b[3];
+  int64_t v[1] = {8};
+  b[0] = inputs[0]; b[1] = (void*)params; b[2] = arena;
+  if (myadd(b, v) != 0) return 1;
+  if (call_ns) call_ns[0] = 5000;
+  b[0] = arena; b[1] = inputs[0]; b[2] = outputs[0];
+  if (myadd(b, v) != 0) return 2;
+  if (call_ns) call_ns[1] = 15000;
+  return 0;
+}
+"""
+
+
+def _with_nodes(plan: dict) -> dict:
+    for k, call in enumerate(plan["calls"]):
+        call["nodes"] = [f"node{k}", "shared"]
+    return plan
+
+
+def test_profile_without_an_entry_times_the_python_loop(kernels):
+    blob, _ = _aligned_blob(W)
+    plan = _with_nodes(_plan())
+    m = GraphModule(GraphExecutorFactory(kernels, plan, blob).create())
+    assert not m._ex.use_native
+    m.set_input("x", np.ones(N, np.float32))
+    rows = m.profile(repeat=2)
+    assert [(r.index, r.kernel, r.nodes) for r in rows] == [
+        (0, "myadd", ["node0", "shared"]),
+        (1, "myadd", ["node1", "shared"]),
+    ]
+    assert all(r.seconds > 0 for r in rows) and abs(sum(r.share for r in rows) - 1) < 1e-9
+
+
+def test_an_exported_entry_runs_the_model_and_reports_call_times(tmp_path, module_infos):
+    source = KERNEL_SOURCE + ENTRY_SOURCE
+    lib_path = tmp_path / "kernels_entry.so"
+    (tmp_path / "k.c").write_text(source)
+    cc.compile_shared(lib_path, sources=[tmp_path / "k.c"], flags=["-I", str(native.include_dir())])
+    kernels = Module.from_library(lib_path, module_infos, {"c": source}, c_sources=[source])
+    blob, _ = _aligned_blob(W)
+    plan = {**_with_nodes(_plan()), "entry": "my_entry"}
+    path = GraphExecutorFactory(kernels, plan, blob).export_library(tmp_path / "model.so")
+    m = GraphModule(load_module(path).create())
+    assert m._ex.use_native
+    x = np.arange(N, dtype=np.float32)
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), (x + W) + x)
+    rows = m.profile(repeat=3)
+    assert [(r.kernel, r.nodes, r.seconds, r.share) for r in rows] == [
+        ("myadd", ["node0", "shared"], 5e-6, 0.25),
+        ("myadd", ["node1", "shared"], 15e-6, 0.75),
+    ]
+    m._ex.use_native = False  # the Python loop gives the same outputs
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), (x + W) + x)
+
+    plan["entry"] = "no_such_entry"
+    path = GraphExecutorFactory(kernels, plan, blob).export_library(tmp_path / "bad.so")
+    with pytest.raises(ValueError, match="no_such_entry"):
+        load_module(path)
