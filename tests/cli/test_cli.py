@@ -84,7 +84,7 @@ def test_show_artifact(cli, tmp_path, cnn_path):
     so = tmp_path / "cnn.so"
     _ok(cli("compile", cnn_path, "-o", so, "-q"))
     out = _ok(cli("show", so)).stdout
-    assert "kernel calls" in out and "fused_nn_dense_add" in out and "conv1, relu1" in out
+    assert "kernel calls" in out and "fused_nn_dense_packed_add" in out and "conv1, relu1" in out
 
 
 def test_ops_table(cli):

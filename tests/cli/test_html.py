@@ -56,7 +56,7 @@ def test_page_structure(cli, tmp_path, cnn_path):
         "fused_nn_conv2d_add_nn_relu",
         "fused_nn_max_pool2d",
         "fused_reshape",
-        "fused_nn_dense_add",
+        "fused_nn_dense_packed_add",
         "fused_nn_softmax",
     ]
     assert len(page.with_class("io")) == 2  # input x, output y
