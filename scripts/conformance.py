@@ -1,8 +1,8 @@
 """Run the official ONNX backend *node* test suite against tessera and write the coverage page.
 
-    .venv/bin/python scripts/conformance.py                  # all node tests -> docs/onnx-coverage.md
-    .venv/bin/python scripts/conformance.py -k conv -v       # a subset, printing each result
-    .venv/bin/python scripts/conformance.py --check          # exit 1 if the page is out of date
+    .venv/bin/python scripts/conformance.py              # all node tests -> docs/onnx-coverage.md
+    .venv/bin/python scripts/conformance.py -k conv -v   # a subset, printing each result
+    .venv/bin/python scripts/conformance.py --check      # exit 1 if the page is out of date
 
 Each test case (`onnx.backend.test.loader.load_model_tests(kind="node")`) runs in a forked
 process of its own, with a timeout, through `tessera.frontend.onnx_backend`, and its outputs are
@@ -159,6 +159,11 @@ def short(error: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "…"
 
 
+def _as_array(x):
+    """numpy scalars (rank-0 values in the suite's data) as arrays; sequences stay lists."""
+    return np.asarray(x) if isinstance(x, np.generic) else x
+
+
 def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
     """(reason class or None, message): prepare, run and compare one test case."""
     from onnx.backend.test.runner import Runner, _normalize_tensor
@@ -171,8 +176,8 @@ def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
     try:
         rep = onnx_backend.prepare(case.model, "CPU", target=target)
         for inputs, ref_outputs in case.data_sets:
-            inputs = [_normalize_tensor(x) for x in inputs]
-            refs = [_normalize_tensor(x) for x in ref_outputs]
+            inputs = [_as_array(_normalize_tensor(x)) for x in inputs]
+            refs = [_as_array(_normalize_tensor(x)) for x in ref_outputs]
             if any(not isinstance(x, np.ndarray) for x in inputs + refs):
                 return "dtype unsupported", "sequence or optional values"
             outputs = rep.run(inputs)

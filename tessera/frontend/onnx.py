@@ -170,24 +170,33 @@ class _Unavailable:
         self.label, self.name = label, name
 
 
-def from_onnx(model, shape_dict: dict | None = None, dtype="float32"):
-    """Convert an ONNX model to (IRModule with function "main", params: dict[str, ndarray])."""
+def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_values=None):
+    """Convert an ONNX model to (IRModule with function "main", params: dict[str, ndarray]).
+
+    `input_values` ({name: array}) binds inputs to values at conversion: they become constants
+    and are no longer inputs of the function. It is for models whose shapes depend on input
+    values (a Reshape's shape, Expand's shape, a Range's limits fed as inputs)."""
     model = _load(model)
     if not model.HasField("graph"):
         raise ValueError("the ONNX model has no graph")
     graph, opsets, shape_dict = model.graph, _opsets(model), dict(shape_dict or {})
     _check_supported(graph, opsets)
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    values = {k: np.asarray(v) for k, v in (input_values or {}).items()}
     inputs = [vi for vi in graph.input if vi.name not in inits]
-    unknown = sorted(set(shape_dict) - {vi.name for vi in inputs})
+    unknown = sorted((set(shape_dict) | set(values)) - {vi.name for vi in inputs})
     if unknown:
         names = ", ".join(vi.name for vi in inputs)
         raise ValueError(
-            f"shape_dict names {unknown[0]!r}, which is not an input (inputs: {names})"
+            f"shape_dict or input_values names {unknown[0]!r}, which is not an input "
+            f"(inputs: {names})"
         )
     b = ConvertContext()
     env: dict[str, object] = {}
     for vi in inputs:
+        if vi.name in values:
+            env[vi.name] = b.const(values[vi.name], name=vi.name)
+            continue
         shape, elem = _input_type(vi, shape_dict, dtype)
         env[vi.name] = b.param(vi.name, shape, elem)
     for name, array in inits.items():

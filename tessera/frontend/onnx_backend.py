@@ -12,6 +12,7 @@ model leaves dynamic take the actual inputs' sizes. The target is a `prepare` ke
 
 from __future__ import annotations
 
+import re
 from collections import namedtuple
 
 import numpy as np
@@ -43,6 +44,17 @@ def _check_declared(vi, array: np.ndarray) -> None:
         raise ValueError(f"input {vi.name!r}: the model declares shape {shown}, got {array.shape}")
 
 
+def _inputs_to_bind(message: str, free: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """The inputs a failed conversion needs as constants: the graph input its error names, or
+    else (a value computed from inputs) every free integer input."""
+    if "must be a constant" not in message:
+        return ()
+    named = re.search(r"graph input '([^']+)'", message)
+    if named and named.group(1) in free:
+        return (named.group(1),)
+    return tuple(n for n, a in free.items() if a.dtype.kind in "iub")
+
+
 class TesseraRep(BackendRep):
     """A prepared model: compiles per input signature, runs on numpy arrays."""
 
@@ -52,6 +64,7 @@ class TesseraRep(BackendRep):
         self.inputs = [vi for vi in model.graph.input if vi.name not in inits]
         self.output_names = [vi.name for vi in model.graph.output]
         self._compiled: dict[tuple, object] = {}
+        self._bound: dict[tuple, tuple[str, ...]] = {}  # input signature -> inputs bound
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         names = [vi.name for vi in self.inputs]
@@ -73,25 +86,44 @@ class TesseraRep(BackendRep):
         return {n: np.asarray(v) for n, v in feeds.items()}
 
     def compiled(self, feeds: dict[str, np.ndarray]):
-        """The compiled model for these inputs' shapes and dtypes (built on first use)."""
-        key = tuple((n, a.shape, a.dtype.str) for n, a in feeds.items())
-        lib = self._compiled.get(key)
-        if lib is None:
-            lib = self._compiled[key] = self._build(feeds)
-        return lib
+        """(compiled model, names of the inputs bound by value) for these inputs' shapes and
+        dtypes, built on first use. Inputs that the model's shapes depend on (a Reshape's shape
+        fed as an input) are bound to their values, which then join the cache key."""
+        sig = tuple((n, a.shape, a.dtype.str) for n, a in feeds.items())
+        bound = self._bound.get(sig, ())
+        key = (sig, tuple(feeds[n].tobytes() for n in bound))
+        if key not in self._compiled:
+            lib, bound = self._build(feeds, bound)
+            self._bound[sig] = bound
+            key = (sig, tuple(feeds[n].tobytes() for n in bound))
+            self._compiled[key] = lib
+        return self._compiled[key], bound
 
-    def _build(self, feeds):
+    def _build(self, feeds, bound: tuple[str, ...]):
+        """Convert and compile, binding more inputs by value while the conversion asks for it."""
         import tessera
         from tessera.frontend import from_onnx
         from tessera.transform import PassContext
 
         for vi in self.inputs:
             _check_declared(vi, feeds[vi.name])
-        shapes = {n: a.shape for n, a in feeds.items()}
-        dtypes = {n: a.dtype for n, a in feeds.items()}
-        mod, params = from_onnx(self.model, shapes, dtypes)
+        while True:
+            free = {n: a for n, a in feeds.items() if n not in bound}
+            try:
+                mod, params = from_onnx(
+                    self.model,
+                    {n: a.shape for n, a in free.items()},
+                    {n: a.dtype for n, a in free.items()},
+                    input_values={n: feeds[n] for n in bound},
+                )
+                break
+            except ValueError as e:
+                more = _inputs_to_bind(str(e), free)
+                if not more:
+                    raise
+                bound = (*bound, *more)
         with PassContext(opt_level=self.opt_level):
-            return tessera.build(mod, target=self.target, params=params)
+            return tessera.build(mod, target=self.target, params=params), bound
 
     def run(self, inputs, **kwargs):
         """Run on `inputs` (a list in the order of the model's inputs, a dict by name, or one
@@ -99,9 +131,11 @@ class TesseraRep(BackendRep):
         from tessera.runtime import GraphModule, cpu
 
         feeds = self._feeds(inputs)
-        m = GraphModule(self.compiled(feeds)["default"](cpu(0)))
+        lib, bound = self.compiled(feeds)
+        m = GraphModule(lib["default"](cpu(0)))
         for name, value in feeds.items():
-            m.set_input(name, np.ascontiguousarray(value))
+            if name not in bound:
+                m.set_input(name, np.ascontiguousarray(value))
         m.run()
         outs = [m.get_output(i).numpy().copy() for i in range(m.get_num_outputs())]
         names = [n if n.isidentifier() else f"output_{i}" for i, n in enumerate(self.output_names)]

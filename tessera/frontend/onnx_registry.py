@@ -50,6 +50,10 @@ class NodeError(ValueError):
     """A problem with one node's inputs or attributes (the frontend adds the node's name)."""
 
 
+def _is_param(b: GraphBuilder, v: Value) -> bool:
+    return any(v is p for p in b.params)
+
+
 class ConvertContext(GraphBuilder):
     """A GraphBuilder plus what converters need to know about the node being converted."""
 
@@ -64,9 +68,11 @@ class ConvertContext(GraphBuilder):
         if v is None:
             raise NodeError(f"input {what!r} is missing")
         if not isinstance(v, Constant):
+            # Naming the graph input lets a caller bind it (from_onnx's input_values) and retry.
+            source = f" (it is the graph input {v.name!r})" if _is_param(self, v) else ""
             raise NodeError(
                 f"input {what!r} must be a constant (computable from shapes and initializers); "
-                "data-dependent shapes are not supported"
+                f"data-dependent shapes are not supported{source}"
             )
         return v.array
 
