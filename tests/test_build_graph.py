@@ -192,7 +192,9 @@ def test_transformer_block_compiles_every_op_it_uses():
 RESIDUAL_CALLS = {
     0: ["conv2d", "batch_norm", "relu", "conv2d", "batch_norm", "add", "relu"],
     1: ["conv2d", "add", "relu", "conv2d", "add", "add_2", "relu"],  # batch-norms folded
-    2: ["conv2d_add_nn_relu", "conv2d_add_add_nn_relu"],  # fused
+    # fused, convs in NCHW[x]c (alter_layout, llvm): layout transforms at the edges only
+    2: ["layout_transform", "conv2d_nchwc_add_nn_relu", "conv2d_nchwc_add_add_nn_relu",
+        "layout_transform_1"],
 }
 
 
@@ -208,6 +210,11 @@ def test_every_opt_level_gives_the_same_numbers(opt_level):
 def test_conv_bias_relu_is_one_kernel():
     model, feeds = conv_bias_relu()
     lib = check_against_ort(model, feeds, "llvm")
+    # the conv in NCHW[x]c (alter_layout) with the layout transforms at the graph's edges
+    assert [c["kernel"] for c in lib.plan["calls"]] == [
+        "fused_layout_transform", "fused_nn_conv2d_nchwc_add_nn_relu", "fused_layout_transform_1"
+    ]
+    lib = check_against_ort(model, feeds, "c")  # the c target keeps NCHW
     assert lib.num_kernels == 1
     assert lib.plan["arena_nbytes"] == 0  # nothing intermediate
     assert [c["kernel"] for c in lib.plan["calls"]] == ["fused_nn_conv2d_add_nn_relu"]
@@ -264,7 +271,8 @@ def test_graph_passes_run_under_the_pass_context():
     with PassContext(opt_level=3, instruments=[timing], disabled_pass=["fuse_ops"]):
         lib = tessera.build(mod, target="llvm", params=params)
     assert "fuse_ops" not in timing.times
-    assert len(lib.plan["calls"]) == 7  # batch-norms folded into conv + add, nothing fused
+    # batch-norms folded into conv + add, nothing fused; two layout transforms (alter_layout)
+    assert len(lib.plan["calls"]) == 9
 
 
 # -- export and load ----------------------------------------------------------------------------
@@ -293,7 +301,8 @@ print("child ok")
 def test_export_and_load_in_a_process_without_the_compiler(target, tmp_path):
     model, feeds = small_cnn()
     lib = compile_model(model, target)
-    assert "fused_nn_conv2d_add_nn_relu" in lib.get_source("ll" if target == "llvm" else "c")
+    conv = "conv2d_nchwc" if target == "llvm" else "conv2d"  # alter_layout: llvm targets only
+    assert f"fused_nn_{conv}_add_nn_relu" in lib.get_source("ll" if target == "llvm" else "c")
     (expected,) = run_lib(lib, feeds)
     path = lib.export_library(tmp_path / f"model_{target}.so")
     np.save(tmp_path / "x.npy", feeds["x"])

@@ -136,10 +136,13 @@ class _Capture:
         self.stages.append(Stage(name, func, seconds))
 
 
-def graph_stages(mod, params: dict, opt_level: int = DEFAULT_OPT_LEVEL) -> list[Stage]:
+def graph_stages(
+    mod, params: dict, opt_level: int = DEFAULT_OPT_LEVEL, target: str = "llvm"
+) -> list[Stage]:
     """The function after import (params bound as constants, as the build does), then after
-    every graph pass the driver runs at `opt_level`."""
+    every graph pass the driver runs at `opt_level` for `target` (alter_layout depends on it)."""
     from tessera.driver import optimize_graph
+    from tessera.target import Target
     from tessera.transform import PassContext, bind_params
 
     start = time.perf_counter()
@@ -147,7 +150,7 @@ def graph_stages(mod, params: dict, opt_level: int = DEFAULT_OPT_LEVEL) -> list[
     stages = [Stage("import", mod["main"], time.perf_counter() - start)]
     capture = _Capture()
     try:
-        with PassContext(opt_level=opt_level, instruments=[capture]):
+        with PassContext(opt_level=opt_level, instruments=[capture]), Target(target):
             optimize_graph(mod)
     except (ValueError, TypeError, NotImplementedError) as e:
         raise ModelError(f"a graph pass failed: {e}") from e
