@@ -306,19 +306,28 @@ def _cell(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _cached(r: Result) -> str:
+    """Seconds, and the kernels taken from the cache out of all kernels the compile needed."""
+    text = _num(r.cached_s, ".1f")
+    hits, misses = (r.cache or {}).get("hits"), (r.cache or {}).get("misses")
+    if r.cached_s is not None and isinstance(hits, int) and isinstance(misses, int):
+        text += f" ({hits}/{hits + misses} hits)"
+    return text
+
+
 def table_rows(results: list[Result]) -> list[str]:
     head = (
         "| model | GFLOP | tessera ms, median (min–max) | ORT ms, median (min–max) "
-        "| tessera/ORT | tessera GFLOP/s | compile cold s | compile cached s | max rel err "
-        "| notes |"
+        "| tessera/ORT | tessera GFLOP/s | compile cold s | compile cached s (kernels) "
+        "| max rel err | notes |"
     )
-    rows = [head, "|" + "---|" * 2 + "---:|" * 7 + "---|"]
+    rows = [head, "|---|" + "---:|" * 8 + "---|"]
     for r in results:
         rate = r.gflop / float(np.median(r.tessera_s)) if r.tessera_s else None
         rows.append(
             f"| {r.name} | {r.gflop:.2f} | {_ms(r.tessera_s)} | {_ms(r.ort_s)} "
             f"| {_num(r.ratio, '.2f')} | {_num(rate, '.1f')} | {_num(r.cold_s, '.1f')} "
-            f"| {_num(r.cached_s, '.1f')} | {_num(r.rel_err, '.1e')} "
+            f"| {_cached(r)} | {_num(r.rel_err, '.1e')} "
             f"| {_cell('; '.join(r.notes))} |"
         )
     return rows

@@ -167,3 +167,81 @@ def test_builders_are_reproducible_and_seeded():
 def test_bad_arguments_are_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# -- bench/models.py: the pieces that are not timings ------------------------------------------
+
+bench_models = _load("models")
+
+
+def test_model_flops_count_published_macs():
+    # MobileNetV2 at 224: 300.77 M multiply-adds (as thop/fvcore count torchvision's model)
+    assert bench_models.model_flops(zoo.mobilenet_v2()) == 2 * 300_774_272
+    h, s, i = 32, 8, 128
+    bert = zoo.bert_encoder(**{**SMALL_BERT, "layers": 1})
+    macs = s * h * h * 4 + 2 * s * s * h + 2 * s * h * i  # q,k,v,out; QK^T, PV; FFN
+    assert bench_models.model_flops(bert) == 2 * macs
+
+
+def test_model_flops_sees_weights_listed_as_inputs():
+    from tessera.models import light_model
+
+    assert round(bench_models.model_flops(light_model("squeezenet")) / 1e9, 2) == 0.70
+
+
+def test_relative_error():
+    e = [np.array([1.0, -4.0], np.float32)]
+    assert bench_models.relative_error([np.array([1.0, -3.0], np.float32)], e) == 0.25
+    assert bench_models.relative_error([np.zeros(3, np.float32)], e) == np.inf
+
+
+def _tiny_case(name, op="Relu"):
+    from onnx import TensorProto, helper
+
+    def build():
+        w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+        nodes = [
+            helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node(op, ["c"], ["y"], name="act"),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+            [onnx.numpy_helper.from_array(w, "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return model
+
+    return bench_models.Case(name, build)
+
+
+def _args(**kw):
+    base = dict(threads=1, repeat=2, warmup=1, max_seconds=5.0, compile_timeout=120.0)
+    return type("Args", (), {**base, **kw})()
+
+
+def test_run_case_measures_a_model_and_reports_a_failing_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path / "outer"))
+    ok = bench_models.run_case(_tiny_case("tiny"), _args(), tmp_path)
+    assert not ok.notes and ok.cold_s > 0 and len(ok.tessera_s) == len(ok.ort_s) == 2
+    assert ok.rel_err < 1e-5 and ok.ratio > 0 and ok.gflop > 0
+    if bench_models.cache_stats() is not None:  # a second fresh process timed on the warm cache
+        assert ok.cached_s > 0 and set(ok.cache) >= {"hits", "misses"}
+    # an op tessera does not convert: the error lands in the row, nothing is raised
+    bad = bench_models.run_case(_tiny_case("bad", op="Det"), _args(), tmp_path)
+    assert bad.ratio is None and "Det" in bad.notes[0]
+    text = bench_models.report([ok, bad], _args(), {1: 10.0}, "bench/models.py --models tiny,bad")
+    rows = [ln for ln in text.splitlines() if ln.startswith("| tiny") or ln.startswith("| bad")]
+    assert len(rows) == 2 and "Det" in rows[1] and rows[1].count("—") >= 5
+    assert "Geometric mean of tessera/ORT over 1 model(s)" in text
+    assert "ResNet-50 tessera/ORT: not measured" in text
+
+
+def test_command_line_rejects_unknown_models(capsys):
+    with pytest.raises(SystemExit):
+        bench_models.parse_args(["--models", "resnet50,alexnet9"])
+    assert "alexnet9" in capsys.readouterr().err
+    assert bench_models.parse_args(["--models", "bert_base"]).models == ["bert_base"]
