@@ -35,6 +35,7 @@ from tessera.te.steps import (
     Parallel,
     Pragma,
     Reorder,
+    SetScope,
     Split,
     Step,
     Tile,

@@ -149,12 +149,27 @@ def _check_attach(stage: Stage, consumers: list[Stage]) -> None:
             "longer a loop (it was split or fused); compute_at one of "
             f"{', '.join(v.var.name for v in parent.leaf_iter_vars)}"
         )
-    others = [c.name for c in consumers if c is not parent]
+    others = [c.name for c in consumers if c is not parent and not _scope_chain(c, stage)]
     if others:
         raise ValueError(
             f"{stage.name} is computed at {parent.name} but also read by {', '.join(others)}; "
-            "compute it at root or inline it"
+            "compute it at root or inline it, or compute those readers at the same loop"
         )
+
+
+def _scope_chain(consumer: Stage, stage: Stage) -> list[Stage] | None:
+    """The stages from `consumer` up to one computed at the same loop as `stage` (so emitted
+    after it, inside that loop), or None when `consumer` runs outside that loop.
+
+    Note [readers in scope]: softmax's exp row is read by the output and by the row sum, which
+    is computed at the output's row loop too: the row is computed once there, for both."""
+    chain, cur = [], consumer
+    while cur.attach_type == AttachType.SCOPE:
+        chain.append(cur)
+        if cur.attach_stage is stage.attach_stage and cur.attach_ivar is stage.attach_ivar:
+            return chain
+        cur = cur.attach_stage
+    return None
 
 
 def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]:
@@ -170,12 +185,25 @@ def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]
     vmap = {v.var: vals[v] for v in parent.op.axis + parent.op.reduce_axis}
     ndim = len(stage.op.axis)
     sets: list = [None] * ndim
-    for st, load in _reads(sch, bounds.bodies[parent]):
-        if st is not stage:
-            continue
-        for d, ix in enumerate(load.indices):
-            s = an.int_set(substitute(ix, vmap), relax)
-            sets[d] = s if sets[d] is None else sets[d].union(s)
+    readers = [(parent, vmap, relax)]
+    for c in bounds.consumers.get(stage, []):
+        chain = _scope_chain(c, stage) if c is not parent else None
+        if chain:  # every loop of the chain runs inside `iv`: relax them all
+            cvals = root_values(c, ranges, leaf_values(c, ranges))
+            cmap = {v.var: cvals[v] for v in c.op.axis + c.op.reduce_axis}
+            crelax = {
+                v.var: IntSet.from_range(Range(convert(0), ranges[v].extent))
+                for link in chain
+                for v in link.leaf_iter_vars
+            }
+            readers.append((c, cmap, crelax))
+    for reader, rmap, rrelax in readers:
+        for st, load in _reads(sch, bounds.bodies[reader]):
+            if st is not stage:
+                continue
+            for d, ix in enumerate(load.indices):
+                s = an.int_set(substitute(ix, rmap), rrelax)
+                sets[d] = s if sets[d] is None else sets[d].union(s)
     region = []
     for d, s in enumerate(sets):
         if s is None:  # the dimension is never read: keep the whole axis

@@ -255,6 +255,19 @@ class Stage:
         self._attr(iv).pragmas.append((f"pragma_{key}", value))
         self._record(S.Pragma(self.name, iv.var.name, key, value))
 
+    def set_scope(self, scope: str) -> None:
+        """Where this stage's buffer lives: "global" (the heap) or "local" (the stack where
+        small and of constant size, e.g. a row of a reduction computed at a parallel loop)."""
+        self._check_compute("set_scope")
+        if scope not in ("global", "local"):
+            raise ValueError(
+                f"set_scope of {self.name}: scope must be global or local, not {scope!r}"
+            )
+        if self.is_output:
+            raise ValueError(f"set_scope: {self.name} is an output; its buffer is a parameter")
+        self.scope = scope
+        self._record(S.SetScope(self.name, scope))
+
     # ---- where the stage is computed ----------------------------------------------------
     def compute_at(self, parent: Stage, iv: IterVar) -> None:
         """Compute this stage inside loop `iv` of `parent`, one region per iteration."""

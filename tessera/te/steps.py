@@ -224,6 +224,16 @@ class ComputeRoot(Step):
         _stage(sch, self.stage).compute_root()
 
 
+@_step("set_scope")
+@dataclass(frozen=True)
+class SetScope(Step):
+    stage: str
+    scope: str
+
+    def apply(self, sch):
+        _stage(sch, self.stage).set_scope(self.scope)
+
+
 @_step("cache_read")
 @dataclass(frozen=True)
 class CacheRead(Step):
