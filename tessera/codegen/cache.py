@@ -17,6 +17,7 @@ not read back whole and verified is ignored, recompiled and overwritten. A cache
 cannot be written is not an error: the kernel is compiled, just not kept.
 
 The cache is on by default; `PassContext(config={"codegen.cache": False})` turns it off.
+`lookup` / `keep` split `cached` for callers that compile the misses together (in parallel).
 The directory is `runtime.config.cache_dir()` (TESSERA_CACHE_DIR).
 """
 
@@ -248,17 +249,24 @@ def store(key: str, kernel) -> None:
             os.unlink(tmp)
 
 
+def lookup(key: str | None):
+    """The cached kernel of `key` (counted as a hit), or None (a miss: compile it, then `keep`).
+    A None key, or a PassContext with config["codegen.cache"] False, always misses."""
+    kernel = load(key) if key is not None and enabled() else None
+    _count("hits" if kernel is not None else "misses")
+    return kernel
+
+
+def keep(key: str | None, kernel) -> None:
+    """Store a kernel compiled after a miss of `lookup(key)` (unless the cache is off)."""
+    if key is not None and enabled():
+        store(key, kernel)
+
+
 def cached(key: str | None, compile_fn: Callable[[], object]):
-    """The kernel of `key` from the cache, else `compile_fn()` (then stored). A None key, or a
-    PassContext with config["codegen.cache"] False, compiles without the cache."""
-    if key is None or not enabled():
-        _count("misses")
-        return compile_fn()
-    kernel = load(key)
-    if kernel is not None:
-        _count("hits")
-        return kernel
-    _count("misses")
-    kernel = compile_fn()
-    store(key, kernel)
+    """The kernel of `key` from the cache, else `compile_fn()` (then stored)."""
+    kernel = lookup(key)
+    if kernel is None:
+        kernel = compile_fn()
+        keep(key, kernel)
     return kernel

@@ -70,7 +70,7 @@ def _context() -> tuple:
     from tessera.transform.pass_context import PassContext
 
     ctx = PassContext.current()
-    config = {k: v for k, v in ctx.config.items() if k != cache.CONFIG_KEY}
+    config = {k: v for k, v in ctx.config.items() if k not in _NOT_IN_KEY}
     text = repr(sorted(config.items(), key=lambda kv: str(kv[0])))
     if " at 0x" in text:  # an object printed with its address: no stable key
         raise cache.Unkeyable("the PassContext config holds objects without a stable form")
@@ -92,16 +92,73 @@ def kernel_key(group: Function, name: str, target: Target) -> str | None:
         return None
 
 
+JOBS_KEY = "codegen.jobs"  # PassContext config: processes compiling kernels (1: this one)
+_NOT_IN_KEY = (cache.CONFIG_KEY, JOBS_KEY)  # config that does not change the code
+
+# What forked workers compile: set before the pool forks, so they inherit it (nothing is pickled
+# but the index of a group and the compiled kernel that comes back).
+_work: tuple | None = None
+
+
 def compile_groups(
     func: Function, target: Target, optimize: Callable[[PrimFunc], PrimFunc]
 ) -> tuple[list[CompiledKernel], list[str]]:
-    """(a compiled kernel per distinct group, the kernel name of each call of `func`)."""
+    """(a compiled kernel per distinct group, the kernel name of each call of `func`).
+
+    Kernels missing from the cache are compiled by several processes (forked, where the OS has
+    fork): config["codegen.jobs"] of them, by default the runtime's thread count (at most 8), or
+    1 (this process) when the PassContext has instruments, which see this process's passes only.
+    If the pool fails, they are compiled here in turn."""
     groups, names = distinct_groups(func)
-    kernels = []
-    for group in groups:
-
-        def build(group=group) -> CompiledKernel:
-            return compile_kernel(optimize(lower_group(group, target)), target)
-
-        kernels.append(cache.cached(kernel_key(group, group.name, target), build))
+    keys = [kernel_key(g, g.name, target) for g in groups]
+    kernels = [cache.lookup(k) for k in keys]
+    todo = [i for i, k in enumerate(kernels) if k is None]
+    built = _compile_all([groups[i] for i in todo], target, optimize)
+    for i, kernel in zip(todo, built, strict=True):
+        cache.keep(keys[i], kernel)
+        kernels[i] = kernel
     return kernels, names
+
+
+def _compile_one(group: Function, target: Target, optimize) -> CompiledKernel:
+    return compile_kernel(optimize(lower_group(group, target)), target)
+
+
+def _jobs() -> int:
+    from tessera.runtime import config
+    from tessera.transform.pass_context import PassContext
+
+    ctx = PassContext.current()
+    jobs = ctx.config.get(JOBS_KEY)
+    if jobs is None:
+        # pass instruments see the passes of this process only: compile here when there are any
+        jobs = 1 if ctx.instruments else min(config.num_threads(), 8)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f'PassContext config["{JOBS_KEY}"] must be an int >= 1, got {jobs!r}')
+    return jobs
+
+
+def _compile_all(groups: list[Function], target: Target, optimize) -> list[CompiledKernel]:
+    import multiprocessing
+
+    jobs = min(_jobs(), len(groups))
+    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_compile_one(g, target, optimize) for g in groups]
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    global _work
+    _work = (groups, target, optimize)
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            return list(pool.map(_compile_in_worker, range(len(groups))))
+    except (BrokenProcessPool, OSError):  # no processes here: compile in this one
+        return [_compile_one(g, target, optimize) for g in groups]
+    finally:
+        _work = None
+
+
+def _compile_in_worker(index: int) -> CompiledKernel:
+    groups, target, optimize = _work
+    return _compile_one(groups[index], target, optimize)

@@ -222,3 +222,16 @@ def test_key_data_is_typed_and_plain():
 def test_cache_stats_is_the_cli_api():
     assert tessera.codegen.cache_stats is cache_stats
     assert set(cache_stats()) == {"hits", "misses"}
+
+
+def test_kernels_compiled_in_parallel_equal_those_compiled_here(cache_dir):
+    m = model()
+    serial = build(m, **{"codegen.cache": False, "codegen.jobs": 1})
+    parallel = build(m, **{"codegen.cache": False, "codegen.jobs": 3})
+    assert parallel.get_source("ll") == serial.get_source("ll")
+    np.testing.assert_array_equal(run(parallel), run(serial))
+    reset_cache_stats()
+    build(m, **{"codegen.jobs": 2})  # misses compiled by workers are kept in the cache
+    assert len(entries(cache_dir)) == serial.num_kernels
+    with pytest.raises(ValueError, match="codegen.jobs"):
+        build(m, **{"codegen.cache": False, "codegen.jobs": 0})
