@@ -211,7 +211,10 @@ def schedule_row_reduce(outs, target=None, n_outer: int | None = None) -> te.Sch
     if split is not None:
         stage.vectorize(split[1])
     fused = _parallel_outer(stage, axes[:n_outer])
-    for r in reductions:
-        s[r].compute_at(stage, fused)
+    placed = [stage]
+    for r in reductions:  # consumers first: a partial row reduction goes into its row's combine
+        parent = next((p for p in placed if s._consumes(p, s[r])), stage)
+        s[r].compute_at(parent, fused if parent is stage else parent.op.axis[n_outer - 1])
         schedule_reduction_loops(s[r], n_outer, lanes)
+        placed.append(s[r])
     return s
