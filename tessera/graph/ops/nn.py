@@ -25,6 +25,7 @@ from tessera.topi import generic
 from tessera.topi import nn as topi_nn
 from tessera.topi.x86 import batch_matmul as topi_x86_bmm
 from tessera.topi.x86 import dense as topi_x86_dense
+from tessera.topi.x86 import softmax as topi_x86_softmax
 
 
 def _spatial_attrs(op, nd, strides, padding, dilation):
@@ -396,6 +397,7 @@ for _name, _fn in (("nn.softmax", nn_ref.softmax), ("nn.log_softmax", nn_ref.log
     _op.reference(_fn)
     _op.compute(topi_nn.softmax if _name == "nn.softmax" else topi_nn.log_softmax)
     _op.schedule("generic")(topi_nn.schedule_row_reduce)
+    _op.schedule("x86")(topi_x86_softmax.schedule_rows)
 
 lrn = register_op("nn.lrn", kind=OpKind.OPAQUE)
 

@@ -1,16 +1,24 @@
 """softmax and log_softmax over any axis, numerically stable (the row maximum is subtracted).
 
     y = softmax(x, axis=-1)
-    # (m, s) = online_max_sum_j x[.., j, ..]   (s = sum_j exp(x_j - m), m = max_j x_j)
-    # y = exp(x - m) / s
+    # last axis:  m = max_j x[.., j];  e = exp(x - m);  s = sum_j e[.., j];  y = e * (1 / s)
+    # other axes: (m, s) = online_max_sum_j x[.., j, ..];  y = exp(x - m) / s
 
-Note [online softmax]: the row's maximum and its sum of exp(x - max) come from one tuple
-reduction (tag "softmax"): combining (m1, s1) with (m2, s2) rescales the smaller side's sum by
-exp(-|m1 - m2|). One pass over the row, one exp per element, and the output reads a single stage
-(so a schedule can compute the reduction per row, inside the output's parallel loop). The
-identity's maximum is the lowest finite value, not -inf, so rows holding -inf (masks) work.
-The reduction records attrs["n_outer"] = axis, the leading axes a schedule can run in parallel;
-the output is an element-wise stage (tag "elemwise"), so an epilogue can absorb it.
+Note [lane split]: over the last axis each row reduction (the max, the sum) is two stages: a
+partial over (rows, ROW_SPLIT) whose lane l reduces x[.., l + ROW_SPLIT * k] over k (tag
+"row_partial": a schedule vectorizes l, so the partials live in vector registers and each step
+is one vector op), then the row (tag "row_combine") reduces the ROW_SPLIT partials and the
+n % ROW_SPLIT tail elements. ROW_SPLIT = 16 float32 is one AVX-512 register, two AVX2 / four
+SSE or NEON registers (independent accumulators). softmax keeps exp(x - m) in a row stage
+`softmax_exp` (attrs["row_stage"]) that the row sum and the output both read: one exp per
+element when a schedule computes it once per row (topi/x86/softmax.py); the generic schedule
+inlines it (tag "elemwise"), so it stays correct anywhere. The maximum's identity is the lowest
+finite value, not -inf, so rows holding -inf (masks) work. Every reduction records
+attrs["n_outer"], the leading axes a schedule can run in parallel.
+
+Note [online softmax]: over another axis, the row's maximum and its sum of exp(x - max) come
+from one tuple reduction (tag "softmax"): combining (m1, s1) with (m2, s2) rescales the smaller
+side's sum by exp(-|m1 - m2|). One pass, and the output (tag "elemwise") reads a single stage.
 """
 
 from __future__ import annotations
@@ -54,8 +62,67 @@ def row_max_sum(x: te.Tensor, axis: int, tag: str):
     return te.compute(shape, f, name=f"{tag}_max_sum", tag=tag, attrs={"n_outer": axis})
 
 
+ROW_SPLIT = 16  # see Note [lane split]
+
+
+def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int = ROW_SPLIT):
+    """row[*r] = reducer over j in [0, n) of value(*r, j), as a partial over (lead, split)
+    lanes then a combine of the lanes and the tail (Note [lane split]); shaped `lead`."""
+    split = max(1, min(split, n))
+    steps, tail = n // split, n % split
+    attrs = {"n_outer": len(lead), "split": split}
+    k = te.reduce_axis((0, steps), name="k")
+    part = te.compute(
+        (*lead, split),
+        lambda *i: reducer(value(*i[:-1], k * split + i[-1]), axis=k),
+        name=f"{name}_partial",
+        tag="row_partial",
+        attrs=attrs,
+    )
+    j = te.reduce_axis((0, split + tail), name="j")
+
+    def combine(*r):
+        if not tail:
+            return reducer(part(*r, j), axis=j)
+        # both indices stay in bounds for every j: a select may load both sides
+        lane = part(*r, te.min(j, split - 1))
+        rest = value(*r, te.max(j - split, 0) + steps * split)
+        return reducer(te.select(j < split, lane, rest), axis=j)
+
+    return te.compute(lead, combine, name=name, tag="row_combine", attrs=attrs)
+
+
+_row_max = te.comm_reducer(te.max, _lowest_finite, name="row_max")
+
+
+def _row_stage(shape, fcompute, name: str) -> te.Tensor:
+    """A stage a row's stages share (Note [lane split]): inlined by generic schedules."""
+    return te.compute(shape, fcompute, name=name, tag="elemwise", attrs={"row_stage": True})
+
+
+def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
+    op = "log_softmax" if log else "softmax"
+    lead, n = list(x.shape[:-1]), int(x.shape[-1].value)
+    row_max = lane_split_reduce(lambda *i: x(*i), lead, n, _row_max, f"{op}_max")
+    if log:  # the output needs no exp: the sum computes its own
+        exp = lambda *i: te.exp(x(*i) - row_max(*i[:-1]))  # noqa: E731
+        total = lane_split_reduce(exp, lead, n, te.sum, f"{op}_sum")
+        shift = _row_stage(lead, lambda *r: row_max(*r) + te.log(total(*r)), f"{op}_shift")
+        return te.compute(x.shape, lambda *i: x(*i) - shift(*i[:-1]), name=op, tag="elemwise")
+    e = _row_stage(x.shape, lambda *i: te.exp(x(*i) - row_max(*i[:-1])), f"{op}_exp")
+    total = lane_split_reduce(lambda *i: e(*i), lead, n, te.sum, f"{op}_sum")
+    inv = _row_stage(lead, lambda *r: te.const(1, x.dtype) / total(*r), f"{op}_inv")
+    return te.compute(x.shape, lambda *i: e(*i) * inv(*i[:-1]), name=op, tag="elemwise")
+
+
+def _is_static_last(x: te.Tensor, axis: int) -> bool:
+    return axis == x.ndim - 1 and all(hasattr(d, "value") for d in x.shape)
+
+
 def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     axis = _normalize_axis(axis, x.ndim, "softmax")
+    if _is_static_last(x, axis):
+        return _softmax_last(x, log=False)
     row_max, row_sum = row_max_sum(x, axis, "softmax")
 
     def f(*i):
@@ -67,6 +134,8 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
 
 def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     axis = _normalize_axis(axis, x.ndim, "log_softmax")
+    if _is_static_last(x, axis):
+        return _softmax_last(x, log=True)
     row_max, row_sum = row_max_sum(x, axis, "log_softmax")
 
     def f(*i):
