@@ -157,6 +157,11 @@ def target_fingerprint(target) -> tuple:
         parts += [target.llvm_triple, target.llvm_cpu, target.llvm_features]
         parts += [sorted(target.features), target.vector_width_bits]
     parts.append(int(target.num_cores))
+    if target.kind == "llvm":
+        from tessera.topi.x86.cpu import target_cache_sizes
+
+        # x86 schedules size their blocks from the caches (read from sysfs for the host)
+        parts.append(sorted(target_cache_sizes(target).items()))
     if target.kind == "c":
         from tessera.codegen.c import compile_flags
 
