@@ -17,6 +17,7 @@ import argparse
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -135,8 +136,6 @@ def classify(error: BaseException) -> str:
     text = str(error)
     if isinstance(error, UnsupportedOpError | MissingComputeError):
         return "unsupported op"
-    if isinstance(error, AssertionError):
-        return "numerical mismatch"
     if re.search(r"dtype|data type|element type|bfloat16|float8|string", text, re.I):
         return "dtype unsupported"
     if isinstance(error, ValueError | NotImplementedError) and text.startswith("node "):
@@ -174,20 +173,27 @@ def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
     if bad:
         return "dtype unsupported", bad
     try:
-        rep = onnx_backend.prepare(case.model, "CPU", target=target)
+        # One process compiles: the suite already runs one case per core.
+        rep = onnx_backend.prepare(case.model, "CPU", target=target, config={"codegen.jobs": 1})
+        runs = []
         for inputs, ref_outputs in case.data_sets:
             inputs = [_as_array(_normalize_tensor(x)) for x in inputs]
             refs = [_as_array(_normalize_tensor(x)) for x in ref_outputs]
             if any(not isinstance(x, np.ndarray) for x in inputs + refs):
                 return "dtype unsupported", "sequence or optional values"
-            outputs = rep.run(inputs)
-            Runner.assert_similar_outputs(refs, list(outputs), rtol=case.rtol, atol=case.atol)
+            runs.append((refs, list(rep.run(inputs))))
     except Exception as e:  # noqa: BLE001  (the suite records every failure)
         return classify(e), short(e)
+    try:
+        for refs, outputs in runs:
+            Runner.assert_similar_outputs(refs, outputs, rtol=case.rtol, atol=case.atol)
+    except AssertionError as e:
+        return "numerical mismatch", short(e)
     return None, ""
 
 
 def _child(conn, case, target):
+    os.setsid()  # its own process group: a timeout kills what it started too
     warnings.simplefilter("ignore")
     try:
         conn.send(run_case(case, target))
@@ -195,6 +201,14 @@ def _child(conn, case, target):
         conn.send(("crash", short(e) + " " + traceback.format_exc(limit=1).splitlines()[-1]))
     finally:
         conn.close()
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # already gone, or setsid not reached yet
+        proc.kill()
+    proc.join()
 
 
 # -- the suite ----------------------------------------------------------------------------------
@@ -216,8 +230,7 @@ def run_suite(cases, jobs: int = 2, timeout: float = TIMEOUT_S, target: str = TA
                                 time.perf_counter() - start)  # fmt: skip
         proc.join(1)
         if proc.is_alive():
-            proc.kill()
-            proc.join()
+            _kill(proc)
         conn.close()
         if progress:
             progress(results[index], len(results), len(cases))
@@ -226,7 +239,7 @@ def run_suite(cases, jobs: int = 2, timeout: float = TIMEOUT_S, target: str = TA
         while todo and len(running) < jobs:
             index, case = todo.pop(0)
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(send, case, target), daemon=True)
+            proc = ctx.Process(target=_child, args=(send, case, target))
             proc.start()
             send.close()
             running[recv] = (index, proc, time.perf_counter())
@@ -241,7 +254,7 @@ def run_suite(cases, jobs: int = 2, timeout: float = TIMEOUT_S, target: str = TA
         now = time.perf_counter()
         for conn, (_, proc, start) in list(running.items()):
             if now - start > timeout:
-                proc.kill()
+                _kill(proc)
                 finish(conn, "crash", f"timed out after {timeout:.0f} s")
     return [results[i] for i in range(len(cases))]
 

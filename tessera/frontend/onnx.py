@@ -18,7 +18,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from tessera.frontend import onnx_attention, onnx_math, onnx_nn, onnx_shape  # noqa: F401  (register converters)
+# Importing the converter modules registers their converters.
+from tessera.frontend import (  # noqa: F401
+    onnx_attention,
+    onnx_loss,
+    onnx_math,
+    onnx_nn,
+    onnx_shape,
+)
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.graph.builder import rename_values
 from tessera.graph.ir import Function, Value

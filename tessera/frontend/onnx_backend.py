@@ -58,8 +58,9 @@ def _inputs_to_bind(message: str, free: dict[str, np.ndarray]) -> tuple[str, ...
 class TesseraRep(BackendRep):
     """A prepared model: compiles per input signature, runs on numpy arrays."""
 
-    def __init__(self, model: onnx.ModelProto, target: str, opt_level: int):
+    def __init__(self, model: onnx.ModelProto, target: str, opt_level: int, config=None):
         self.model, self.target, self.opt_level = model, target, opt_level
+        self.config = dict(config or {})  # PassContext config (e.g. {"codegen.jobs": 1})
         inits = {t.name for t in model.graph.initializer}
         self.inputs = [vi for vi in model.graph.input if vi.name not in inits]
         self.output_names = [vi.name for vi in model.graph.output]
@@ -122,7 +123,7 @@ class TesseraRep(BackendRep):
                 if not more:
                     raise
                 bound = (*bound, *more)
-        with PassContext(opt_level=self.opt_level):
+        with PassContext(opt_level=self.opt_level, config=self.config):
             return tessera.build(mod, target=self.target, params=params), bound
 
     def run(self, inputs, **kwargs):
@@ -150,8 +151,12 @@ class TesseraBackend(Backend):
         return cls.supports_device(device)
 
     @classmethod
-    def prepare(cls, model, device: str = "CPU", target=None, opt_level=None, **kwargs):
-        """Check `model` and return a TesseraRep; compiling waits for the first `run`."""
+    def prepare(
+        cls, model, device: str = "CPU", target=None, opt_level=None, config=None, **kwargs
+    ):
+        """Check `model` and return a TesseraRep; compiling waits for the first `run`.
+        `target` and `opt_level` default to DEFAULT_TARGET and DEFAULT_OPT_LEVEL; `config` is
+        the PassContext config of the build."""
         if not cls.supports_device(device):
             raise ValueError(f"tessera's ONNX backend runs on CPU, not {device!r}")
         if isinstance(model, bytes):
@@ -163,7 +168,7 @@ class TesseraBackend(Backend):
         _check_supported(model.graph, _opsets(model))  # unsupported ops fail at once
         target = DEFAULT_TARGET if target is None else target
         opt_level = DEFAULT_OPT_LEVEL if opt_level is None else opt_level
-        return TesseraRep(model, target, opt_level)
+        return TesseraRep(model, target, opt_level, config)
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs):
