@@ -135,3 +135,31 @@ def test_conv_inner_loop_is_register_blocked_fmas():
     assert loops, "no FMA loop"
     assert max(x["fma"] for x in loops) >= 8
     assert all(x["stack"] == 0 and x["stores"] == 0 for x in loops)
+
+
+def _lowered_conv(x_shape, w_shape, pad, groups=1):
+    from tessera import te
+    from tessera.topi.x86.conv2d import conv2d_nchwc, schedule_conv2d_nchwc
+
+    x = te.placeholder(x_shape, name="x")
+    w = te.placeholder(w_shape, name="w")
+    y = conv2d_nchwc(x, w, (1, 1), pad, (1, 1), groups)
+    return str(tessera.lower(schedule_conv2d_nchwc([y], tessera.Target("llvm")), [x, w, y]))
+
+
+def test_padding_is_done_per_tile_on_the_stack():
+    """Note [padding per tile]: no padded copy of the whole input (a heap buffer per call)."""
+    dense = _lowered_conv((1, 2, 9, 9, 8), (2, 2, 3, 3, 8, 8), (1, 1, 1, 1))
+    depthwise = _lowered_conv((1, 2, 9, 9, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
+    for text in (dense, depthwise):
+        assert "allocate pad" in text and "scope global" not in text
+
+
+def test_padding_too_wide_for_the_stack_pads_the_whole_input(monkeypatch):
+    from tessera.topi.x86 import conv2d
+
+    monkeypatch.setattr(conv2d, "PAD_TILE_BYTES", 0)
+    text = _lowered_conv((1, 2, 9, 9, 8), (2, 2, 3, 3, 8, 8), (1, 1, 1, 1))
+    assert "allocate pad: float32[1936] scope global" in text  # 2 * 11 * 11 * 8
+    cases = _cases(8)
+    check_ops([cases[2], cases[4], cases[8]], schedule_target="x86", rtol=1e-4, atol=1e-4)
