@@ -25,6 +25,7 @@ from tessera.topi import generic
 from tessera.topi import nn as topi_nn
 from tessera.topi.x86 import batch_matmul as topi_x86_bmm
 from tessera.topi.x86 import dense as topi_x86_dense
+from tessera.topi.x86 import norm as topi_x86_norm
 from tessera.topi.x86 import softmax as topi_x86_softmax
 
 
@@ -384,6 +385,7 @@ def _(x, gamma, beta, *, axis=-1, epsilon=1e-5):
 
 
 layer_norm.schedule("generic")(topi_nn.schedule_row_reduce)
+layer_norm.schedule("x86")(topi_x86_norm.schedule_layer_norm)
 
 for _name, _fn in (("nn.softmax", nn_ref.softmax), ("nn.log_softmax", nn_ref.log_softmax)):
     _op = register_op(_name, kind=OpKind.OPAQUE)

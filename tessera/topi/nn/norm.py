@@ -8,13 +8,18 @@ reduction, tags "layer_norm" / "instance_norm"), in float64 and shifted by the r
 element, so the variance E[d^2] - E[d]^2 stays accurate where float32 sums would cancel.
 The reduction records attrs["n_outer"], the number of leading axes a schedule can run in
 parallel; the output is an element-wise stage (tag "elemwise").
+
+layer_norm over the last axis splits the sums into 16 lanes and a combine (softmax.py, Note
+[lane split]; the combine is `layer_norm_moments`), then a row stage `layer_norm_stats` holds
+the row's mean of d and 1 / std in x's dtype, and the output (d - mean) * rstd * gamma + beta
+is computed in x's dtype: vector loops of x's width, one row stage per row.
 """
 
 from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.topi.nn.softmax import _normalize_axis
+from tessera.topi.nn.softmax import _normalize_axis, lane_split_reduce, row_stage
 
 
 def _acc(dtype: DType) -> DType:
@@ -76,10 +81,36 @@ def _normalized(x, stats, start, epsilon, scale_shift, name):
     return te.compute(x.shape, f, name=name, tag="elemwise")
 
 
+def _layer_norm_last(x, epsilon, scale_shift) -> te.Tensor:
+    """layer_norm over the last (static) axis: lane-split moments, float32 normalize pass."""
+    acc = _acc(x.dtype)
+    lead, n = list(x.shape[:-1]), int(x.shape[-1].value)
+
+    def shifted(*i):
+        d = te.cast(x(*i), acc) - te.cast(x(*i[:-1], 0), acc)
+        return d, d * d
+
+    total, squares = lane_split_reduce(shifted, lead, n, _sums, "layer_norm_moments")
+
+    def stats(*r):
+        mean = total(*r) / float(n)
+        var = te.max(squares(*r) / float(n) - mean * mean, te.const(0, acc))
+        return te.cast(mean, x.dtype), te.cast(te.rsqrt(var + epsilon), x.dtype)
+
+    mean, rstd = row_stage(lead, stats, "layer_norm_stats")
+
+    def f(*i):
+        row = i[:-1]
+        y = (x(*i) - x(*row, 0) - mean(*row)) * rstd(*row)
+        g, b = scale_shift(i)
+        return y * g + b
+
+    return te.compute(x.shape, f, name="layer_norm", tag="elemwise")
+
+
 def layer_norm(x, gamma, beta, axis=-1, epsilon=1e-5) -> te.Tensor:
     """Normalize over axes [axis, ndim); gamma and beta broadcast to x.shape[axis:] (numpy)."""
     start = _normalize_axis(axis, x.ndim, "layer_norm")
-    stats = moments(x, start, "layer_norm")
 
     def param(p, i):
         lead = x.ndim - p.ndim
@@ -87,9 +118,11 @@ def layer_norm(x, gamma, beta, axis=-1, epsilon=1e-5) -> te.Tensor:
             *[0 if getattr(p.shape[j], "value", None) == 1 else i[lead + j] for j in range(p.ndim)]
         )
 
-    return _normalized(
-        x, stats, start, epsilon, lambda i: (param(gamma, i), param(beta, i)), "layer_norm"
-    )
+    scale_shift = lambda i: (param(gamma, i), param(beta, i))  # noqa: E731
+    if start == x.ndim - 1 and all(hasattr(d, "value") for d in x.shape):
+        return _layer_norm_last(x, epsilon, scale_shift)
+    stats = moments(x, start, "layer_norm")
+    return _normalized(x, stats, start, epsilon, scale_shift, "layer_norm")
 
 
 def instance_norm(x, gamma, beta, epsilon=1e-5) -> te.Tensor:

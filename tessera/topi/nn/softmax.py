@@ -67,7 +67,8 @@ ROW_SPLIT = 16  # see Note [lane split]
 
 def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int = ROW_SPLIT):
     """row[*r] = reducer over j in [0, n) of value(*r, j), as a partial over (lead, split)
-    lanes then a combine of the lanes and the tail (Note [lane split]); shaped `lead`."""
+    lanes then a combine of the lanes and the tail (Note [lane split]); shaped `lead`. A value
+    that is a tuple (a tuple reducer) gives a tuple of rows."""
     split = max(1, min(split, n))
     steps, tail = n // split, n % split
     attrs = {"n_outer": len(lead), "split": split}
@@ -79,25 +80,29 @@ def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int = ROW_
         tag="row_partial",
         attrs=attrs,
     )
+    parts = part if isinstance(part, tuple) else (part,)
     j = te.reduce_axis((0, split + tail), name="j")
 
     def combine(*r):
         if not tail:
-            return reducer(part(*r, j), axis=j)
+            lanes = tuple(p(*r, j) for p in parts)
+            return reducer(lanes if len(parts) > 1 else lanes[0], axis=j)
         # both indices stay in bounds for every j: a select may load both sides
-        lane = part(*r, te.min(j, split - 1))
+        lanes = tuple(p(*r, te.min(j, split - 1)) for p in parts)
         rest = value(*r, te.max(j - split, 0) + steps * split)
-        return reducer(te.select(j < split, lane, rest), axis=j)
+        rest = rest if isinstance(rest, tuple) else (rest,)
+        picked = tuple(te.select(j < split, a, b) for a, b in zip(lanes, rest, strict=True))
+        return reducer(picked if len(parts) > 1 else picked[0], axis=j)
 
     return te.compute(lead, combine, name=name, tag="row_combine", attrs=attrs)
 
 
-_row_max = te.comm_reducer(te.max, _lowest_finite, name="row_max")
-
-
-def _row_stage(shape, fcompute, name: str) -> te.Tensor:
+def row_stage(shape, fcompute, name: str):
     """A stage a row's stages share (Note [lane split]): inlined by generic schedules."""
     return te.compute(shape, fcompute, name=name, tag="elemwise", attrs={"row_stage": True})
+
+
+_row_max = te.comm_reducer(te.max, _lowest_finite, name="row_max")
 
 
 def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
@@ -107,11 +112,11 @@ def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
     if log:  # the output needs no exp: the sum computes its own
         exp = lambda *i: te.exp(x(*i) - row_max(*i[:-1]))  # noqa: E731
         total = lane_split_reduce(exp, lead, n, te.sum, f"{op}_sum")
-        shift = _row_stage(lead, lambda *r: row_max(*r) + te.log(total(*r)), f"{op}_shift")
+        shift = row_stage(lead, lambda *r: row_max(*r) + te.log(total(*r)), f"{op}_shift")
         return te.compute(x.shape, lambda *i: x(*i) - shift(*i[:-1]), name=op, tag="elemwise")
-    e = _row_stage(x.shape, lambda *i: te.exp(x(*i) - row_max(*i[:-1])), f"{op}_exp")
+    e = row_stage(x.shape, lambda *i: te.exp(x(*i) - row_max(*i[:-1])), f"{op}_exp")
     total = lane_split_reduce(lambda *i: e(*i), lead, n, te.sum, f"{op}_sum")
-    inv = _row_stage(lead, lambda *r: te.const(1, x.dtype) / total(*r), f"{op}_inv")
+    inv = row_stage(lead, lambda *r: te.const(1, x.dtype) / total(*r), f"{op}_inv")
     return te.compute(x.shape, lambda *i: e(*i) * inv(*i[:-1]), name=op, tag="elemwise")
 
 
