@@ -84,8 +84,18 @@ def divide(a: Expr, b: Expr) -> Expr:
 
 def mod(a: Expr, b: Expr, fmod: bool) -> Expr:
     if a.dtype.is_float:
-        return te.fmod(a, b)
+        return te.fmod(a, b) if fmod else float_mod(a, b)
     return int_mod(a, b, floor=not fmod)
+
+
+def float_mod(a: Expr, b: Expr) -> Expr:
+    """numpy's float mod: the remainder takes the sign of b (a zero remainder too)."""
+    zero = te.const(0.0, a.dtype)
+    r = te.fmod(a, b)
+    wrong_sign = te.logical_and(r != zero, (r < zero) != (b < zero))
+    r = te.select(wrong_sign, r + b, r)
+    signed_zero = te.select(b < zero, te.const(-0.0, a.dtype), zero)
+    return te.select(r == zero, signed_zero, r)
 
 
 def power(a: Expr, b: Expr) -> Expr:
@@ -96,11 +106,15 @@ def power(a: Expr, b: Expr) -> Expr:
 
 
 def bit_shift(a: Expr, b: Expr, direction: str) -> Expr:
-    """Unsigned shifts; a shift by the bit width or more gives 0 (numpy), not poison."""
-    too_far = b >= te.const(a.dtype.bits, b.dtype)
+    """Shifts by a count outside [0, bits) give 0 (a right shift of a negative signed value:
+    -1), not poison; signed right shifts are arithmetic, left shifts wrap (as ONNX BitShift)."""
+    too_far = te.logical_or(b >= te.const(a.dtype.bits, b.dtype), b < te.const(0, b.dtype))
     safe = te.select(too_far, te.const(0, b.dtype), b)
     shifted = te.shift_left(a, safe) if direction == "LEFT" else te.shift_right(a, safe)
-    return te.select(too_far, te.const(0, a.dtype), shifted)
+    outside = te.const(0, a.dtype)
+    if direction == "RIGHT" and not a.dtype.is_uint:
+        outside = te.select(a < te.const(0, a.dtype), te.const(-1, a.dtype), outside)
+    return te.select(too_far, outside, shifted)
 
 
 def _bool_or_number(logic, number):

@@ -140,6 +140,19 @@ def test_bool_logic_and_bit_shift(target):
     check_ops(cases, target=target)
 
 
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_signed_bit_shift_and_float_mod(target):
+    # ONNX BitShift on signed ints (arithmetic right shift, wrapping left shift, counts outside
+    # [0, bits) give 0 or -1) and Mod with fmod=0 on floats (sign of the divisor, as numpy)
+    a = np.array([-128, -7, -1, 0, 1, 7, 127, -64, 5], "int8")
+    s = np.array([0, 1, 7, 8, 9, -1, 3, 2, -5], "int8")
+    cases = [("bit_shift", [a, s], {"direction": d}) for d in ("LEFT", "RIGHT")]
+    x = np.array([5.5, -5.5, 5.5, -5.5, 0.0, -0.0, 3.0, -3.0, 1e-3], "float32")
+    y = np.array([2.0, 2.0, -2.0, -2.0, 3.0, 3.0, -3.0, 3.0, -7.0], "float32")
+    cases.append(("mod", [x, y], {"fmod": 0}))
+    check_ops(cases, target=target)
+
+
 CAST_DTYPES = ["bool", "int8", "int32", "int64", "uint8", "float32", "float64"]
 
 

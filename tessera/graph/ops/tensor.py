@@ -217,8 +217,6 @@ mod = register_op("mod", kind=OpKind.BROADCAST)
 
 @mod.type_rule
 def _(a: TensorType, b: TensorType, fmod: int = 0) -> TensorType:
-    if a.dtype.is_float and not fmod:
-        raise type_error("mod", "floating-point mod needs fmod=1 (as ONNX Mod)")
     return TensorType(broadcast_shapes("mod", a.shape, b.shape), same_dtype("mod", a, b))
 
 
@@ -263,8 +261,8 @@ bit_shift = register_op("bit_shift", kind=OpKind.BROADCAST)
 def _(a: TensorType, b: TensorType, direction: str) -> TensorType:
     if direction not in ("LEFT", "RIGHT"):
         raise type_error("bit_shift", f"direction must be LEFT or RIGHT, got {direction!r}")
-    if not a.dtype.is_uint:
-        raise type_error("bit_shift", f"expects unsigned integer tensors, got {a}")
+    if not a.dtype.is_integer or a.dtype.is_bool:
+        raise type_error("bit_shift", f"expects integer tensors, got {a}")
     return TensorType(
         broadcast_shapes("bit_shift", a.shape, b.shape), same_dtype("bit_shift", a, b)
     )
@@ -272,7 +270,15 @@ def _(a: TensorType, b: TensorType, direction: str) -> TensorType:
 
 @bit_shift.reference
 def _(a, b, direction):
-    return (np.left_shift if direction == "LEFT" else np.right_shift)(a, b).astype(a.dtype)
+    a, b = np.broadcast_arrays(a, b)
+    too_far = (b < 0) | (b >= a.dtype.itemsize * 8)
+    safe = np.where(too_far, 0, b).astype(a.dtype)
+    if direction == "LEFT":  # on the unsigned view: signed left shifts wrap
+        unsigned = np.dtype(f"u{a.dtype.itemsize}")
+        shifted = np.left_shift(a.view(unsigned), safe.view(unsigned)).view(a.dtype)
+        return np.where(too_far, 0, shifted).astype(a.dtype)
+    outside = np.where(a < 0, -1, 0) if a.dtype.kind == "i" else 0
+    return np.where(too_far, outside, np.right_shift(a, safe)).astype(a.dtype)
 
 
 @bit_shift.compute
