@@ -146,6 +146,16 @@ def cache_stats() -> dict | None:
     return dict(value) if isinstance(value, dict) else {"stats": str(value)}
 
 
+def compiler_fingerprint() -> str | None:
+    """The compile cache's hash of the compiler's sources (None without a cache): when it differs
+    between the cold and the cached compile, sources changed in between and every key with them."""
+    try:
+        from tessera.codegen.cache import compiler_fingerprint as fingerprint
+    except ImportError:
+        return None
+    return fingerprint("llvm")
+
+
 def compile_worker(path: str) -> None:
     """Run in a fresh process: compile the model at `path`, print one JSON line with the
     seconds (or the error) and the cache counters."""
@@ -160,7 +170,8 @@ def compile_worker(path: str) -> None:
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
         return
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "cache": cache_stats()}, default=str))
+    out = {"seconds": seconds, "cache": cache_stats(), "compiler": compiler_fingerprint()}
+    print(json.dumps(out, default=str))
 
 
 def timed_compile(path: Path, cache_dir: Path, timeout: float) -> dict:
@@ -245,7 +256,8 @@ def run_case(case: Case, args, workdir: Path) -> Result:
     model = case.build()
     feeds = case.feeds(model, 0)
     result.gflop = model_flops(model) / 1e9
-    path, cache_dir = workdir / f"{case.name}.onnx", workdir / f"cache-{case.name}"
+    path = (args.save_models or workdir) / f"{case.name}.onnx"
+    cache_dir = workdir / f"cache-{case.name}"
     onnx.save(model, path)
     cold = timed_compile(path, cache_dir, args.compile_timeout)
     if "error" in cold:
@@ -257,12 +269,15 @@ def run_case(case: Case, args, workdir: Path) -> Result:
         result.cached_s, result.cache = cached.get("seconds"), cached.get("cache")
         if "error" in cached:
             result.notes.append("cached " + cached["error"])
+        elif cached.get("compiler") != cold.get("compiler"):
+            result.notes.append("tessera's sources changed between the two compiles: cache missed")
     os.environ["TESSERA_CACHE_DIR"] = str(cache_dir)
     try:
         measure(result, model, feeds, args)
     except Exception as e:  # a model that compiled in the worker but fails here
         result.notes.append(f"{type(e).__name__}: {e}")
-    path.unlink()
+    if not args.save_models:
+        path.unlink()
     gc.collect()  # the compiled model and the ORT session go before the next model loads
     return result
 
@@ -415,6 +430,7 @@ def parse_args(argv):
     p.add_argument("--max-seconds", type=float, default=60.0, help="measuring budget per model")
     p.add_argument("--compile-timeout", type=float, default=900.0, help="seconds per compile")
     p.add_argument("--markdown", type=Path, help="also write the report to this file")
+    p.add_argument("--save-models", type=Path, help="keep each model as DIR/<model>.onnx")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in SUITE]
@@ -422,6 +438,8 @@ def parse_args(argv):
         p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(SUITE)}")
     if args.threads < 1 or args.repeat < 1 or args.warmup < 0:
         p.error("--threads and --repeat must be >= 1, --warmup >= 0")
+    if args.save_models:
+        args.save_models.mkdir(parents=True, exist_ok=True)
     return args
 
 

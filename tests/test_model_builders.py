@@ -220,6 +220,7 @@ def _tiny_case(name, op="Relu"):
 
 def _args(**kw):
     base = dict(threads=1, repeat=2, warmup=1, max_seconds=5.0, compile_timeout=120.0)
+    base.update(save_models=None)
     return type("Args", (), {**base, **kw})()
 
 
