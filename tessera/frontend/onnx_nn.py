@@ -152,7 +152,24 @@ def instance_norm(b, input, scale, B, *, epsilon=1e-5):
 def layer_norm(b, X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     if B is None:
         B = b.const(np.zeros(Scale.type.shape, Scale.type.dtype.numpy_name))
-    return b.call("nn.layer_norm", X, Scale, B, axis=axis, epsilon=epsilon)
+    y = b.call("nn.layer_norm", X, Scale, B, axis=axis, epsilon=epsilon)
+    if b.num_outputs == 1:
+        return y
+    return (y, *_layer_norm_stats(b, X, axis, epsilon, stash_type))
+
+
+def _layer_norm_stats(b, X, axis, epsilon, stash_type):
+    """LayerNormalization's optional outputs: Mean and InvStdDev over the normalized axes
+    (kept as 1s), in the stash type."""
+    x = X
+    if stash_type == 1 and X.type.dtype.numpy_name != "float32":
+        x = b.call("cast", X, dtype="float32")
+    axes = tuple(range(axis % X.type.ndim, X.type.ndim))
+    mean = b.call("mean", x, axis=axes, keepdims=True)
+    centered = b.call("subtract", x, mean)
+    var = b.call("mean", b.call("multiply", centered, centered), axis=axes, keepdims=True)
+    inv = b.call("rsqrt", b.call("add", var, b.scalar(epsilon, var)))
+    return mean, inv
 
 
 @onnx_op("LRN")
