@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from tessera import te, tir
 from tessera.codegen import aot
-from tessera.graph.ir import Function
+from tessera.graph.ir import Call, Function, Value
+from tessera.graph.op import get_op
 from tessera.graph_build import make_executor_plan
 from tessera.graph_build.compile import compile_groups
 from tessera.ir.module import IRModule
@@ -120,12 +121,26 @@ def group_each_call(func: Function) -> Function:
     return build_groups(func, list(range(len(func.body))))
 
 
+def copy_outputs(func: Function) -> Function:
+    """A function without calls (each output is an input or a constant, as in an ONNX Identity
+    or Shape model) gets one copy per output, so that it has kernels to link."""
+    if func.body:
+        return func
+    copy, body, outputs = get_op("copy"), [], []
+    for v in func.outputs:
+        out = Value(f"{v.name}_out", v.type)
+        body.append(Call(copy, (v,), {}, (out,)))
+        outputs.append(out)
+    func = Function(func.name, func.params, tuple(body), tuple(outputs), func.constants)
+    return build_groups(func, list(range(len(body))))
+
+
 def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model."""
     mod = bind_params(mod, params or {})  # weights become constants that passes can fold
     with target:  # alter_layout reads Target.current()
         mod = optimize_graph(mod)
-    func = group_each_call(mod["main"])
+    func = copy_outputs(group_each_call(mod["main"]))
     # per distinct group, unless the compile cache has it: compute rules, schedule, te.lower,
     # TIR_PASSES, codegen to an object
     kernels, kernel_of_call = compile_groups(func, target, optimize)
