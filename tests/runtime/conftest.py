@@ -29,6 +29,8 @@ def pool_lib(kernel_dir):
     lib.fill.argtypes = [i64, p, p]
     lib.nested.argtypes = [i64, i64, p, p]
     lib.fail_at.argtypes = [i64, i64, ctypes.c_int32]
+    lib.log_chunks.argtypes = [i64, p, p, p]
+    lib.log_chunks.restype = i64
     lib.alloc_alignment.argtypes = [i64]
     lib.alloc_alignment.restype = i64
     return lib

@@ -30,6 +30,14 @@ def restore_threads():
     native.set_num_threads(before)
 
 
+def log_chunks(lib, extent):
+    begins, ends, tids = (np.zeros(max(extent, 1), np.int64) for _ in range(3))
+    calls = lib.log_chunks(extent, begins.ctypes.data, ends.ctypes.data, tids.ctypes.data)
+    assert calls >= 0
+    order = np.argsort(begins[:calls], kind="stable")
+    return begins[:calls][order], ends[:calls][order], tids[:calls][order]
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])
 @pytest.mark.parametrize("extent", [0, 1, 7, 1000])
 def test_every_index_runs_exactly_once_in_contiguous_chunks(pool_lib, threads, extent):
@@ -37,19 +45,25 @@ def test_every_index_runs_exactly_once_in_contiguous_chunks(pool_lib, threads, e
     rc, counts, tids = run_fill(pool_lib, extent)
     assert rc == 0
     assert np.all(counts == 1)
-    # static contiguous chunking: one run per thread, as many runs as min(threads, extent)
+    # a few contiguous chunks per thread (Note [the pool]), each run by one thread
     runs = 0 if extent == 0 else 1 + int(np.count_nonzero(tids[1:] != tids[:-1]))
-    assert runs == min(threads, extent)
-    assert len(set(tids.tolist())) == runs
+    assert runs <= min(4 * threads, extent)
+    assert len(set(tids.tolist())) <= min(threads, max(extent, 1))
     if extent:
         assert tids[0] == threading.get_native_id()  # the caller runs chunk 0
+    if threads == 1:
+        assert runs == min(1, extent)
 
 
-def test_chunks_are_balanced(pool_lib):
-    native.set_num_threads(3)
-    _, _, tids = run_fill(pool_lib, 1000)
-    _, sizes = np.unique(tids, return_counts=True)
-    assert sorted(sizes.tolist()) == [333, 333, 334]
+@pytest.mark.parametrize("threads, extent", [(3, 1000), (2, 7), (4, 3), (2, 64)])
+def test_chunks_tile_the_loop_and_are_balanced(pool_lib, threads, extent):
+    native.set_num_threads(threads)
+    begins, ends, tids = log_chunks(pool_lib, extent)
+    assert len(begins) == min(4 * threads, extent)  # JOB_CHUNKS_PER_THREAD chunks per thread
+    assert begins[0] == 0 and ends[-1] == extent and np.all(begins[1:] == ends[:-1])
+    sizes = ends - begins
+    assert sizes.max() - sizes.min() <= 1
+    assert tids[0] == threading.get_native_id()
 
 
 def test_repeated_calls_do_not_create_threads(pool_lib):
@@ -71,7 +85,7 @@ def test_resizing_the_pool_replaces_workers(pool_lib):
     assert thread_count() == base + 3
     native.set_num_threads(2)
     rc, counts, tids = run_fill(pool_lib, 10)
-    assert rc == 0 and np.all(counts == 1) and len(set(tids.tolist())) == 2
+    assert rc == 0 and np.all(counts == 1) and len(set(tids.tolist())) <= 2
     assert thread_count() == base + 1
 
 
@@ -95,7 +109,7 @@ def test_nonzero_return_code_is_reported(pool_lib, threads, bad_index):
 
 def test_first_nonzero_code_wins_when_several_chunks_fail(pool_lib):
     native.set_num_threads(4)
-    begins = {0, 250, 500, 750}  # every chunk returns its begin + 1
+    begins = set(range(0, 1000, 1000 // 16))  # 16 chunks; every chunk returns its begin + 1
     for _ in range(20):
         assert pool_lib.fail_at(1000, -1, 0) - 1 in begins
     assert pool_lib.fail_at(1000, 5000, 3) == 0  # the previous code does not leak
@@ -128,7 +142,7 @@ def test_pool_works_in_a_forked_child(pool_lib):
     if pid == 0:  # the child: a hang is killed by the alarm
         signal.alarm(20)
         rc, counts, tids = run_fill(pool_lib, 100)
-        ok = rc == 0 and np.all(counts == 1) and len(set(tids.tolist())) == 4
+        ok = rc == 0 and np.all(counts == 1) and len(set(tids.tolist())) <= 4
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -2,11 +2,14 @@
  *
  * Note [the pool]
  * Workers are created once, lazily, by the first parallel call that needs them (and again only
- * when the thread count changes or after fork). A call publishes its job in `pool`, then bumps the
- * atomic `generation`; each worker waits for the generation to move past the last one it saw,
- * runs its chunk (worker k runs chunk k; the caller runs chunk 0) and decrements `pending`. The
- * caller returns once `pending` is 0, so every worker has acknowledged a job before the next
- * one is published: job fields are never written while a worker may read them.
+ * when the thread count changes or after fork). A call publishes its job in `pool` (the loop cut
+ * into up to JOB_CHUNKS_PER_THREAD contiguous chunks per thread), opens it in the atomic `job`,
+ * then bumps the atomic `generation`. The caller runs chunk 0, then every thread in the job
+ * claims the next chunk (`next_chunk`) until none is left. A worker joins the job by counting
+ * itself in `job` while it is open and leaves when the chunks run out; the caller closes the job
+ * once no worker is in it, so job fields are never written while a worker may read them, and a
+ * worker that wakes late (preempted on a loaded machine) finds the job closed or done instead of
+ * holding the caller up: the caller never waits for a worker that has not started.
  *
  * Waiting spins briefly (a kernel launched right after another finds its workers awake), then
  * blocks on a condition variable so idle workers cost no CPU. A sleeper announces itself in a
@@ -25,6 +28,9 @@
 
 #define TESSERA_MAX_THREADS 512
 #define TESSERA_SPIN_ITERS 4096
+#define JOB_OPEN ((int_fast64_t)1 << 62)
+/* More chunks than threads let the threads that run share the work of those that do not. */
+#define JOB_CHUNKS_PER_THREAD 4
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -36,15 +42,14 @@
 
 struct pool {
   pthread_mutex_t call_lock;  /* held by the one thread whose job the workers run */
-  pthread_mutex_t sleep_lock; /* guards the two condition variables below */
+  pthread_mutex_t sleep_lock; /* guards the condition variable below */
   pthread_cond_t wake_cond;   /* idle workers sleep here */
-  pthread_cond_t done_cond;   /* the caller sleeps here while workers finish */
   atomic_uint_fast64_t generation;
   atomic_int sleeping_workers;
-  atomic_int caller_sleeping;
-  atomic_int pending; /* workers that have not yet acknowledged the current job */
-  atomic_int stop;    /* set (with a generation bump) to make every worker exit */
-  atomic_int result;  /* first nonzero return code of the current job */
+  atomic_int_fast64_t job;        /* JOB_OPEN while workers may join, + the workers in it */
+  atomic_int_fast64_t next_chunk; /* the next chunk of the open job to claim */
+  atomic_int stop;                /* set (with a generation bump) to make every worker exit */
+  atomic_int result;              /* first nonzero return code of the current job */
   /* The current job: written by the caller under call_lock before the generation bump. */
   int64_t extent;
   int64_t nchunks;
@@ -58,7 +63,6 @@ static struct pool pool = {
     .call_lock = PTHREAD_MUTEX_INITIALIZER,
     .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
     .wake_cond = PTHREAD_COND_INITIALIZER,
-    .done_cond = PTHREAD_COND_INITIALIZER,
 };
 static atomic_int desired_threads; /* 0: not set yet, use the available cores */
 static _Thread_local int in_parallel; /* set in workers and in a caller running its chunk */
@@ -95,6 +99,22 @@ static void run_chunk(int64_t i) {
   }
 }
 
+/* Claim and run chunks of the current job until none is left. */
+static void run_chunks(void) {
+  int64_t i;
+  while ((i = atomic_fetch_add(&pool.next_chunk, 1)) < pool.nchunks) run_chunk(i);
+}
+
+/* Join the open job, if any, help finish it and leave (Note [the pool]). */
+static void join_job(void) {
+  int_fast64_t s = atomic_load(&pool.job);
+  do {
+    if (!(s & JOB_OPEN)) return;
+  } while (!atomic_compare_exchange_weak(&pool.job, &s, s + 1));
+  run_chunks();
+  atomic_fetch_sub(&pool.job, 1);
+}
+
 static uint64_t wait_for_generation(uint64_t seen) {
   uint64_t g;
   for (int i = 0; i < TESSERA_SPIN_ITERS; i++) {
@@ -121,28 +141,17 @@ static void wake_workers(void) {
   }
 }
 
-static void wait_for_workers(void) {
-  for (int i = 0; i < TESSERA_SPIN_ITERS; i++) {
-    if (atomic_load_explicit(&pool.pending, memory_order_acquire) == 0) return;
-    cpu_relax();
-  }
-  pthread_mutex_lock(&pool.sleep_lock);
-  atomic_store(&pool.caller_sleeping, 1);
-  while (atomic_load(&pool.pending) != 0) pthread_cond_wait(&pool.done_cond, &pool.sleep_lock);
-  atomic_store(&pool.caller_sleeping, 0);
-  pthread_mutex_unlock(&pool.sleep_lock);
-}
-
-static void acknowledge_job(void) {
-  if (atomic_fetch_sub(&pool.pending, 1) == 1 && atomic_load(&pool.caller_sleeping)) {
-    pthread_mutex_lock(&pool.sleep_lock);
-    pthread_cond_signal(&pool.done_cond);
-    pthread_mutex_unlock(&pool.sleep_lock);
+/* Close the current job once no worker is in it (a worker in it is running a chunk). */
+static void close_job(void) {
+  int_fast64_t open = JOB_OPEN;
+  for (int i = 0; !atomic_compare_exchange_weak(&pool.job, &open, 0); i++) {
+    open = JOB_OPEN;
+    if (i < TESSERA_SPIN_ITERS) cpu_relax();
+    else sched_yield(); /* a worker in the job was preempted: let it run */
   }
 }
 
 struct worker_start {
-  int64_t chunk;
   uint64_t generation; /* the generation current when the worker was created */
 };
 
@@ -153,12 +162,8 @@ static void* worker_main(void* arg) {
   uint64_t seen = start.generation;
   for (;;) {
     seen = wait_for_generation(seen);
-    if (atomic_load(&pool.stop)) {
-      acknowledge_job();
-      return NULL;
-    }
-    if (start.chunk < pool.nchunks) run_chunk(start.chunk);
-    acknowledge_job();
+    if (atomic_load(&pool.stop)) return NULL;
+    join_job();
   }
 }
 
@@ -166,7 +171,6 @@ static void* worker_main(void* arg) {
 static void stop_workers(void) {
   if (pool.nworkers == 0) return;
   atomic_store(&pool.stop, 1);
-  atomic_store(&pool.pending, pool.nworkers);
   wake_workers();
   for (int i = 0; i < pool.nworkers; i++) pthread_join(pool.threads[i], NULL);
   atomic_store(&pool.stop, 0);
@@ -178,10 +182,8 @@ static void reset_after_fork(void) {
   pthread_mutex_init(&pool.call_lock, NULL);
   pthread_mutex_init(&pool.sleep_lock, NULL);
   pthread_cond_init(&pool.wake_cond, NULL);
-  pthread_cond_init(&pool.done_cond, NULL);
   atomic_store(&pool.sleeping_workers, 0);
-  atomic_store(&pool.caller_sleeping, 0);
-  atomic_store(&pool.pending, 0);
+  atomic_store(&pool.job, 0);
   atomic_store(&pool.stop, 0);
   pool.nworkers = 0;
   in_parallel = 0;
@@ -198,7 +200,6 @@ static void ensure_workers(int want) {
   for (int i = 0; i < want; i++) {
     struct worker_start* start = malloc(sizeof *start);
     if (start == NULL) break;
-    start->chunk = i + 1;
     start->generation = generation;
     if (pthread_create(&pool.threads[i], NULL, worker_main, start) != 0) {
       free(start);
@@ -226,18 +227,20 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   /* Another thread owns the pool: rather than wait for it, do the work on this thread. */
   if (pthread_mutex_trylock(&pool.call_lock) != 0) return body(0, extent, closure);
   ensure_workers(nthreads - 1);
-  int64_t total = (int64_t)pool.nworkers + 1;
+  int64_t chunks = ((int64_t)pool.nworkers + 1) * JOB_CHUNKS_PER_THREAD;
   pool.extent = extent;
-  pool.nchunks = extent < total ? extent : total;
+  pool.nchunks = extent < chunks ? extent : chunks;
   pool.body = body;
   pool.closure = closure;
   atomic_store(&pool.result, 0);
-  atomic_store(&pool.pending, pool.nworkers);
+  atomic_store(&pool.next_chunk, 1); /* chunk 0 is the caller's */
+  atomic_store(&pool.job, JOB_OPEN);
   wake_workers();
   in_parallel = 1;
   run_chunk(0);
+  run_chunks();
   in_parallel = 0;
-  wait_for_workers();
+  close_job();
   int32_t rc = atomic_load(&pool.result);
   pthread_mutex_unlock(&pool.call_lock);
   return rc;

@@ -91,3 +91,26 @@ int64_t alloc_alignment(int64_t nbytes) {
   tessera_free(p);
   return rem;
 }
+
+struct chunk_log {
+  int64_t* begins; /* per body call, in the order the calls started */
+  int64_t* ends;
+  int64_t* tids;
+  int64_t calls;
+};
+
+static int32_t log_body(int64_t begin, int64_t end, void* closure) {
+  struct chunk_log* log = closure;
+  int64_t k = __atomic_fetch_add(&log->calls, 1, __ATOMIC_RELAXED);
+  log->begins[k] = begin;
+  log->ends[k] = end;
+  log->tids[k] = thread_id();
+  return 0;
+}
+
+/* Run a loop whose body logs each call (the chunks); returns the number of calls. */
+int64_t log_chunks(int64_t extent, int64_t* begins, int64_t* ends, int64_t* tids) {
+  struct chunk_log log = {begins, ends, tids, 0};
+  if (tessera_parallel_for(extent, log_body, &log) != 0) return -1;
+  return log.calls;
+}
