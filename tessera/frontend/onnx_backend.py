@@ -136,7 +136,7 @@ class TesseraRep(BackendRep):
         m = GraphModule(lib["default"](cpu(0)))
         for name, value in feeds.items():
             if name not in bound:
-                m.set_input(name, np.ascontiguousarray(value))
+                m.set_input(name, np.require(value, requirements="C"))  # keeps rank 0
         m.run()
         outs = [m.get_output(i).numpy().copy() for i in range(m.get_num_outputs())]
         names = [n if n.isidentifier() else f"output_{i}" for i, n in enumerate(self.output_names)]
