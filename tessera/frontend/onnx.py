@@ -4,7 +4,7 @@
 
 Steps: check the model and list every node without a converter (one UnsupportedOpError for
 all of them); bind the inputs' shapes (dynamic dims from `shape_dict`); convert the nodes in
-topological order with the converters of `onnx_math`, `onnx_nn` and `onnx_shape`; every call
+topological order with the converters of the `onnx_*` modules imported below; every call
 made for node N has the span (N.name or N.output[0],). A node whose inputs are all known is
 evaluated at once (shape subgraphs fold away). Initializers, and any constant larger than
 `PARAM_MIN_ELEMENTS`, become function parameters returned in `params`.
@@ -25,6 +25,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_loss,
     onnx_math,
     onnx_nn,
+    onnx_quant,
     onnx_shape,
 )
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter

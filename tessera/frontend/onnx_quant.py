@@ -1,0 +1,186 @@
+"""ONNX converters for the integer quantization ops: QuantizeLinear, DequantizeLinear,
+DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv, in graph ops
+(casts, rounding half to even, clipping to the integer type's range). Semantics follow
+onnx.reference; float8/int4 types are not supported.
+
+Integer products are accumulated in float64, which is exact for every 8- and 16-bit operand
+up to 2**53 / 2**32 (a few million terms), so that the conv and matmul kernels serve them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from tessera.frontend.onnx_nn import _spatial
+from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.graph.ir import parse_dtype
+
+
+def _per_axis(b, v, x_shape, axis, block_size=0):
+    """A scale or zero point broadcast against x: a scalar, a 1-D per-axis vector, or a
+    blocked tensor (block_size > 0) repeated along the axis."""
+    nd = len(x_shape)
+    axis %= max(nd, 1)
+    vs = b.shape_of(v)
+    if len(vs) == 0 or (len(vs) == 1 and vs[0] == 1 and not block_size):
+        return b.reshape(v, ())
+    if block_size:
+        blocks = vs[axis]
+        reps = list(vs[: axis + 1]) + [block_size] + list(vs[axis + 1 :])
+        v = b.reshape(v, (*vs[: axis + 1], 1, *vs[axis + 1 :]))
+        v = b.reshape(b.call("expand", v, shape=tuple(reps)),
+                      (*vs[:axis], blocks * block_size, *vs[axis + 1 :]))  # fmt: skip
+        if blocks * block_size != x_shape[axis]:
+            end = list(b.shape_of(v))
+            end[axis] = x_shape[axis]
+            v = b.call("slice", v, begin=(0,) * nd, end=tuple(end), strides=(1,) * nd)
+        return v
+    if len(vs) != 1:
+        raise NodeError(f"a per-axis scale must be 1-D, got shape {vs}")
+    shape = [1] * nd
+    shape[axis] = vs[0]
+    return b.reshape(v, shape)
+
+
+def _as(b, v, dtype):
+    dtype = parse_dtype(dtype)
+    return v if v.type.dtype == dtype else b.call("cast", v, dtype=dtype)
+
+
+def _saturate(b, x, dtype):
+    """Round half to even, clip to dtype's range, cast."""
+    info = np.iinfo(np.dtype(dtype))
+    x = b.call("clip", b.call("round", x), a_min=float(info.min), a_max=float(info.max))
+    return _as(b, x, dtype)
+
+
+def _out_type(zero_point, output_dtype):
+    if zero_point is not None:
+        return zero_point.type.dtype.numpy_name
+    if output_dtype:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(output_dtype)).name
+    return "uint8"
+
+
+def _quantize(b, x, y_scale, y_zero_point, axis, block_size, out):
+    if np.dtype(out).kind not in "iu":
+        raise NodeError(f"quantizing to {out} is not supported")
+    shape = b.shape_of(x)
+    work = "float64" if x.type.dtype.numpy_name == "float64" else "float32"
+    scale = _as(b, _per_axis(b, y_scale, shape, axis, block_size), work)
+    q = b.call("divide", _as(b, x, work), scale)
+    q = b.call("round", q)
+    if y_zero_point is not None:
+        zp = _as(b, _per_axis(b, y_zero_point, shape, axis, block_size), work)
+        q = b.call("add", q, zp)
+    return _saturate(b, q, out)
+
+
+@onnx_op("QuantizeLinear", since=10)
+def quantize_linear(b, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
+                    output_dtype=0, saturate=1, precision=0):  # fmt: skip
+    out = _out_type(y_zero_point, output_dtype)
+    return _quantize(b, x, y_scale, y_zero_point, axis, block_size, out)
+
+
+@onnx_op("DequantizeLinear", since=10)
+def dequantize_linear(b, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
+                      output_dtype=0):  # fmt: skip
+    if x.type.dtype.is_float:
+        raise NodeError(f"dequantizing {x.type.dtype} is not supported")
+    shape = b.shape_of(x)
+    dx = _as(b, x, "float32")
+    if x_zero_point is not None:
+        zp = _as(b, _per_axis(b, x_zero_point, shape, axis, block_size), "float32")
+        dx = b.call("subtract", dx, zp)
+    scale = _per_axis(b, x_scale, shape, axis, block_size)
+    y = b.call("multiply", dx, _as(b, scale, "float32"))
+    out = helper.tensor_dtype_to_np_dtype(output_dtype) if output_dtype else x_scale.type.dtype
+    return _as(b, y, out)
+
+
+@onnx_op("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear(b, x):
+    """uint8 with a scale and zero point from the range of x (which always includes 0)."""
+    zero = b.scalar(0, x)
+    hi = b.call("maximum", b.call("max", x, axis=None, keepdims=False), zero)
+    lo = b.call("minimum", b.call("min", x, axis=None, keepdims=False), zero)
+    scale = b.call("divide", b.call("subtract", hi, lo), b.scalar(255, x))
+    zp = _saturate(b, b.call("round", b.call("divide", b.call("negative", lo), scale)), "uint8")
+    y = b.call("add", b.call("round", b.call("divide", x, scale)), _as(b, zp, "float32"))
+    return _saturate(b, y, "uint8"), scale, zp
+
+
+def _centered(b, v, zero_point, axis_of_zp):
+    """v - zero_point in float64 (zero_point: scalar or 1-D along axis_of_zp)."""
+    v64 = _as(b, v, "float64")
+    if zero_point is None:
+        return v64
+    zp = _as(b, zero_point, "float64")
+    if zp.type.ndim == 1 and zp.type.shape[0] != 1:
+        shape = [1] * v.type.ndim
+        shape[axis_of_zp % v.type.ndim] = zp.type.shape[0]
+        zp = b.reshape(zp, shape)
+    elif zp.type.ndim:
+        zp = b.reshape(zp, ())
+    return b.call("subtract", v64, zp)
+
+
+@onnx_op("MatMulInteger", since=10)
+def matmul_integer(b, A, B, a_zero_point=None, b_zero_point=None):
+    # a's zero point is per row (axis -2), b's per column (axis -1)
+    y = b.call("matmul", _centered(b, A, a_zero_point, -2), _centered(b, B, b_zero_point, -1))
+    return _as(b, y, "int32")
+
+
+def _conv_f64(b, x, w, auto_pad, dilations, group, kernel_shape, pads, strides):
+    kernel = kernel_shape or b.shape_of(w)[2:]
+    strides, dilations, pads = _spatial(b, x, kernel, auto_pad, dilations, pads, strides)
+    nd = len(kernel)
+    return b.call(f"nn.conv{nd}d", x, w, strides=strides, padding=pads, dilation=dilations,
+                  groups=group)  # fmt: skip
+
+
+@onnx_op("ConvInteger", since=10)
+def conv_integer(b, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET",
+                 dilations=None, group=1, kernel_shape=None, pads=None, strides=None):  # fmt: skip
+    xc, wc = _centered(b, x, x_zero_point, 1), _centered(b, w, w_zero_point, 0)
+    y = _conv_f64(b, xc, wc, auto_pad, dilations, group, kernel_shape, pads, strides)
+    return _as(b, y, "int32")
+
+
+def _requantize(b, acc, scale, y_scale, y_zero_point, out):
+    """acc * (scale / y_scale) + y_zero_point, saturated to out; the factor is rounded to
+    float32 as the reference computes it, the rest is float64."""
+    factor = b.call("divide", _as(b, scale, "float32"), _as(b, y_scale, "float32"))
+    y = b.call("multiply", acc, _as(b, factor, "float64"))
+    if y_zero_point is not None:
+        y = b.call("add", y, _as(b, b.reshape(y_zero_point, ()), "float64"))
+    return _saturate(b, y, out)
+
+
+@onnx_op("QLinearMatMul", since=10)
+def qlinear_matmul(b, a, a_scale, a_zero_point, b_, b_scale, b_zero_point, y_scale,
+                   y_zero_point):  # fmt: skip
+    acc = b.call("matmul", _centered(b, a, a_zero_point, -2), _centered(b, b_, b_zero_point, -1))
+    # the reference rounds a_scale * b_scale / y_scale in float32
+    scale = b.call("multiply", _as(b, a_scale, "float32"), _as(b, b_scale, "float32"))
+    out = y_zero_point.type.dtype.numpy_name if y_zero_point is not None else a.type.dtype
+    return _requantize(b, acc, scale, y_scale, y_zero_point, out)
+
+
+@onnx_op("QLinearConv", since=10)
+def qlinear_conv(b, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                 B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                 pads=None, strides=None):  # fmt: skip
+    xc, wc = _centered(b, x, x_zero_point, 1), _centered(b, w, w_zero_point, 0)
+    acc = _conv_f64(b, xc, wc, auto_pad, dilations, group, kernel_shape, pads, strides)
+    if B is not None:
+        bias_shape = (b.shape_of(B)[0], *(1,) * (acc.type.ndim - 2))
+        acc = b.call("add", acc, b.reshape(_as(b, B, "float64"), bias_shape))
+    scale = b.call("multiply", _as(b, x_scale, "float32"), _as(b, w_scale, "float32"))
+    if scale.type.ndim == 1 and scale.type.shape[0] > 1:
+        scale = b.reshape(scale, (scale.type.shape[0], *(1,) * (acc.type.ndim - 2)))
+    out = y_zero_point.type.dtype.numpy_name if y_zero_point is not None else x.type.dtype
+    return _requantize(b, acc, scale, y_scale, y_zero_point, out)
