@@ -404,10 +404,19 @@ def machine_lines(args, peaks: dict[int, float]) -> list[str]:
     ]
 
 
-def report(results: list[Result], args, peaks: dict[int, float], command: str) -> str:
+def load_line(loads: tuple[float, float]) -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"- 1-minute load average {loads[0]:.1f} at the start, {loads[1]:.1f} at the end "
+        f"(above {cores}, other work competed for the cores: expect noise)"
+    )
+
+
+def report(results: list[Result], args, peaks: dict[int, float], command: str, loads=None) -> str:
     ratios = [r.ratio for r in results if r.ratio is not None]
     gm = geometric_mean(ratios)
-    lines = [f"`{command}`", "", *machine_lines(args, peaks), "", *table_rows(results), ""]
+    machine = machine_lines(args, peaks) + ([load_line(loads)] if loads else [])
+    lines = [f"`{command}`", "", *machine, "", *table_rows(results), ""]
     lines.append(
         f"Geometric mean of tessera/ORT over {len(ratios)} model(s): {_num(gm, '.2f')}"
         if ratios
@@ -451,6 +460,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from tessera.runtime import set_num_threads
 
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     # The peak first, while this process loads nothing else.
     peaks = {t: measure_fma_peak(t) for t in sorted({1, args.threads})}
     set_num_threads(args.threads)
@@ -463,7 +473,8 @@ def main(argv=None) -> int:
             print(f"  {_ms(r.tessera_s)} ms vs ORT {_ms(r.ort_s)} ms {'; '.join(r.notes)}",
                   file=sys.stderr, flush=True)  # fmt: skip
     command = " ".join([".venv/bin/python bench/models.py", *argv])
-    text = report(results, args, peaks, command)
+    loads = None if load_start is None else (load_start, os.getloadavg()[0])
+    text = report(results, args, peaks, command, loads)
     print(text)
     if args.markdown:
         args.markdown.write_text(text)
