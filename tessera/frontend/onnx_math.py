@@ -375,6 +375,12 @@ def cum_sum(b, x, axis, *, exclusive=0, reverse=0):
     return b.call("cumsum", x, axis=axis, exclusive=bool(exclusive), reverse=bool(reverse))
 
 
+@onnx_op("CumProd", since=26)
+def cum_prod(b, x, axis, *, exclusive=0, reverse=0):
+    axis = int(b.known(axis, "axis").item())
+    return b.call("cumprod", x, axis=axis, exclusive=bool(exclusive), reverse=bool(reverse))
+
+
 @onnx_op("TopK")
 def top_k_1(b, X, *, axis=-1, k):
     return b.call("topk", X, k=k, axis=axis)

@@ -162,8 +162,10 @@ def argmin(x, axis=0, keepdims=False, select_last_index=False):
 # -- cumsum, topk -----------------------------------------------------------------------------
 
 
-def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False):
-    """Running sum along axis, as a masked reduction (O(n^2) along that axis)."""
+def cumsum(
+    x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False, product=False
+):
+    """Running sum (or product) along axis, as a masked reduction (O(n^2) along that axis)."""
     (axis,) = normalize_axes((axis,), x.ndim)
     k = te.reduce_axis((0, x.shape[axis]), name="k")
 
@@ -174,9 +176,10 @@ def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = Fal
         else:
             cond = k.var < pos if exclusive else k.var <= pos
         src = x(*[k.var if a == axis else v for a, v in enumerate(i)])
-        return te.sum(src, axis=k, where=cond)
+        return (_prod if product else te.sum)(src, axis=k, where=cond)
 
-    return te.compute(x.shape, body, name="cumsum", tag="cumsum")
+    name = "cumprod" if product else "cumsum"
+    return te.compute(x.shape, body, name=name, tag=name)
 
 
 def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002

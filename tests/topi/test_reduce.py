@@ -99,6 +99,20 @@ def test_cumsum():
     check_ops(cases, rtol=1e-5, atol=1e-5)
 
 
+def test_cumprod():
+    # ONNX CumProd: exclusive starts from 1, reverse runs from the end
+    x = data((3, 7))
+    xi = data((5, 4), "int32")
+    cases = [
+        ("cumprod", [x], {"axis": ax, "exclusive": ex, "reverse": rev})
+        for ax in (0, -1)
+        for ex in (False, True)
+        for rev in (False, True)
+    ]
+    cases.append(("cumprod", [xi], {"axis": 1, "exclusive": True, "reverse": True}))
+    check_ops(cases, rtol=1e-5, atol=1e-5)
+
+
 def test_topk():
     x = RNG.permutation(40).reshape(5, 8).astype("float32")
     ties = RNG.integers(0, 3, size=(3, 9)).astype("int32")

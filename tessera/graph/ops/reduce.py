@@ -124,6 +124,30 @@ def _(x, axis, exclusive=False, reverse=False):
     return topi_reduce.cumsum(x, axis, bool(exclusive), bool(reverse))
 
 
+cumprod = register_op("cumprod", kind=OpKind.OPAQUE)
+
+
+@cumprod.type_rule
+def _(x: TensorType, axis, exclusive=False, reverse=False) -> TensorType:
+    normalize_axis("cumprod", axis, x.ndim)
+    return x
+
+
+@cumprod.reference
+def _(x, axis, exclusive=False, reverse=False):
+    y = np.flip(x, axis) if reverse else x
+    if exclusive:  # shift by one along axis, a 1 first
+        first = np.ones_like(np.take(y, [0], axis=axis))
+        y = np.concatenate([first, np.delete(y, -1, axis=axis)], axis=axis)
+    out = np.cumprod(y, axis=axis, dtype=y.dtype)
+    return (np.flip(out, axis) if reverse else out).astype(x.dtype)
+
+
+@cumprod.compute
+def _(x, axis, exclusive=False, reverse=False):
+    return topi_reduce.cumsum(x, axis, bool(exclusive), bool(reverse), product=True)
+
+
 topk = register_op("topk", kind=OpKind.OPAQUE)
 
 
