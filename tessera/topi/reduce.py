@@ -162,9 +162,7 @@ def argmin(x, axis=0, keepdims=False, select_last_index=False):
 # -- cumsum, topk -----------------------------------------------------------------------------
 
 
-def cumsum(
-    x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False, product=False
-):
+def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False, product=False):
     """Running sum (or product) along axis, as a masked reduction (O(n^2) along that axis)."""
     (axis,) = normalize_axes((axis,), x.ndim)
     k = te.reduce_axis((0, x.shape[axis]), name="k")
