@@ -160,3 +160,76 @@ def attention(b, Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad
         n, h, sq, d = b.shape_of(y)
         y = b.reshape(b.call("transpose", y, axes=(0, 2, 1, 3)), (n, sq, h * d))
     return y, present_k, present_v, qk_out
+
+
+# -- LinearAttention (opset 27): the recurrence unrolled over the (static) sequence ------------
+
+
+def _step(b, x, t):
+    """x[:, :, t] of a (B, H, T, D) value, as (B, H, D)."""
+    n, h, _, d = b.shape_of(x)
+    s = b.call("slice", x, begin=(0, 0, t, 0), end=(n, h, t + 1, d), strides=(1, 1, 1, 1))
+    return b.reshape(s, (n, h, d))
+
+
+def _heads_f32(b, x, heads, what):
+    x = _split_heads(b, x, heads, what)
+    return x if x.type.dtype.numpy_name == "float32" else b.call("cast", x, dtype="float32")
+
+
+def _per_token(b, v, heads, t_len):
+    """decay / beta (B, T, H or H*D) as (B, H, T, 1 or D) float32."""
+    n, t, last = b.shape_of(v)
+    d = last // heads if last % heads == 0 and last != heads else 1
+    h = heads if last != 1 else 1
+    v = b.call("transpose", b.reshape(v, (n, t, h, d)), axes=(0, 2, 1, 3))
+    return v if v.type.dtype.numpy_name == "float32" else b.call("cast", v, dtype="float32")
+
+
+@onnx_op("LinearAttention", since=27)
+def linear_attention(b, query, key, value, past_state=None, decay=None, beta=None, *,
+                     chunk_size=0, kv_num_heads, q_num_heads, scale=0.0,
+                     update_rule="gated_delta"):  # fmt: skip
+    if update_rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise NodeError(f"unknown update_rule {update_rule!r}")
+    gating, delta = update_rule in ("gated", "gated_delta"), update_rule in ("delta", "gated_delta")
+    if (gating and decay is None) or (delta and beta is None):
+        raise NodeError(f"update_rule {update_rule!r} needs the decay/beta inputs")
+    q4 = _heads_f32(b, query, q_num_heads, "query")
+    k4 = _heads_f32(b, key, kv_num_heads, "key")
+    v4 = _heads_f32(b, value, kv_num_heads, "value")
+    n, hq, t_len, dk = b.shape_of(q4)
+    dv = b.shape_of(v4)[3]
+    g4 = _per_token(b, decay, kv_num_heads, t_len) if gating else None
+    beta4 = _per_token(b, beta, kv_num_heads, t_len) if delta else None
+    if past_state is None:
+        state = b.const(np.zeros((n, kv_num_heads, dk, dv), np.float32))
+    else:
+        state = b.call("cast", past_state, dtype="float32")
+    s = 1.0 / np.sqrt(dk) if not scale else float(scale)
+    outs = []
+    for t in range(t_len):
+        k_t, v_t = _step(b, k4, t), _step(b, v4, t)
+        if gating:
+            g = _step(b, g4, t)
+            g = b.reshape(g, (*b.shape_of(g), 1))  # (B, H, 1 or dk, 1)
+            state = b.call("multiply", state, b.call("exp", g))
+        k_col = b.reshape(k_t, (n, kv_num_heads, dk, 1))
+        if delta:
+            retrieved = b.call("sum", b.call("multiply", state, k_col), axis=(2,), keepdims=False)
+            v_t = b.call("multiply", _step(b, beta4, t),
+                         b.call("subtract", v_t, retrieved))  # fmt: skip
+        outer = b.call("multiply", k_col, b.reshape(v_t, (n, kv_num_heads, 1, dv)))
+        state = b.call("add", state, outer)
+        read = _repeat_heads(b, state, hq // kv_num_heads)
+        q_col = b.reshape(_step(b, q4, t), (n, hq, dk, 1))
+        o = b.call("sum", b.call("multiply", q_col, read), axis=(2,), keepdims=False)
+        outs.append(b.reshape(b.call("multiply", o, b.scalar(s, o)), (n, hq, 1, dv)))
+    y = outs[0] if len(outs) == 1 else b.call("concatenate", *outs, axis=2)
+    y = b.reshape(b.call("transpose", y, axes=(0, 2, 1, 3)), (n, t_len, hq * dv))
+    out_dtype = query.type.dtype
+    state_dtype = out_dtype if past_state is None else past_state.type.dtype
+    y = y if out_dtype.numpy_name == "float32" else b.call("cast", y, dtype=out_dtype)
+    if state_dtype.numpy_name != "float32":
+        state = b.call("cast", state, dtype=state_dtype)
+    return y, state

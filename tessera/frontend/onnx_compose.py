@@ -113,6 +113,28 @@ def swish(b, X, *, alpha=1.0):
     return b.call("multiply", X, b.call("sigmoid", scaled))
 
 
+@onnx_op("CausalConvWithState", since=27)
+def causal_conv_with_state(b, input, weight, bias=None, past_state=None, *, activation="none"):
+    n, c, _ = b.shape_of(input)
+    k = b.shape_of(weight)[2]
+    if past_state is None:
+        past_state = b.const(np.zeros((n, c, k - 1), input.type.dtype.numpy_name))
+    padded = b.call("concatenate", past_state, input, axis=2) if k > 1 else input
+    y = b.call("nn.conv1d", padded, weight, strides=(1,), padding=(0, 0), dilation=(1,),
+               groups=c)  # fmt: skip
+    if bias is not None:
+        y = b.call("add", y, b.reshape(bias, (c, 1)))
+    if activation in ("silu", "swish"):  # in float32 at least, as the reference
+        f = _stash(b, y, 1)
+        y = _back(b, b.call("multiply", f, b.call("sigmoid", f)), y)
+    elif activation not in ("none", None):
+        raise NodeError(f"unknown activation {activation!r}")
+    total = b.shape_of(padded)[2]
+    state = b.call("slice", padded, begin=(0, 0, total - (k - 1)), end=(n, c, total),
+                   strides=(1, 1, 1))  # fmt: skip
+    return y, state
+
+
 # -- RotaryEmbedding --------------------------------------------------------------------------
 
 

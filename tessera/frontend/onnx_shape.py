@@ -301,5 +301,13 @@ def depth_to_space(b, input, *, blocksize, mode="DCR"):
 
 
 @onnx_op("SpaceToDepth")
-def space_to_depth(b, input, *, blocksize):
-    return b.call("nn.space_to_depth", input, block_size=blocksize)
+def space_to_depth(b, input, *, blocksize, mode="DCR"):
+    if mode == "DCR":
+        return b.call("nn.space_to_depth", input, block_size=blocksize)
+    if mode != "CRD":
+        raise NodeError(f"unknown mode {mode!r}")
+    n, c, h, w = b.shape_of(input)
+    k = blocksize
+    x = b.reshape(input, (n, c, h // k, k, w // k, k))
+    x = b.call("transpose", x, axes=(0, 1, 3, 5, 2, 4))
+    return b.reshape(x, (n, c * k * k, h // k, w // k))
