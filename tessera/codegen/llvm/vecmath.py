@@ -18,10 +18,10 @@ def _c(v, dt):
 
 
 def _poly(b, x, coeffs, dt):
-    """coeffs[0] * x^(k-1) + ... + coeffs[-1], by Horner's rule."""
+    """coeffs[0] * x^(k-1) + ... + coeffs[-1], by Horner's rule (each step one FMA)."""
     acc = _c(coeffs[0], dt)
     for c in coeffs[1:]:
-        acc = b.fadd(b.fmul(acc, x), _c(c, dt))
+        acc = b.fadd(b.fmul(acc, x, flags=("contract",)), _c(c, dt), flags=("contract",))
     return acc
 
 
