@@ -29,6 +29,7 @@ import gc
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -125,7 +126,7 @@ def model_flops(model: onnx.ModelProto) -> int:
 # -- compile (in a fresh process) --------------------------------------------------------------
 
 
-def compile_model(model: onnx.ModelProto):
+def compile_model(model: onnx.ModelProto, target: str = "llvm"):
     """from_onnx + tessera.build at the command's opt level: the compiled model."""
     import tessera
     from tessera.frontend import from_onnx
@@ -133,7 +134,7 @@ def compile_model(model: onnx.ModelProto):
 
     mod, params = from_onnx(model)
     with PassContext(opt_level=OPT_LEVEL):
-        return tessera.build(mod, target="llvm", params=params)
+        return tessera.build(mod, target=target, params=params)
 
 
 def cache_stats() -> dict | None:
@@ -156,7 +157,7 @@ def compiler_fingerprint() -> str | None:
     return fingerprint("llvm")
 
 
-def compile_worker(path: str) -> None:
+def compile_worker(path: str, target: str) -> None:
     """Run in a fresh process: compile the model at `path`, print one JSON line with the
     seconds (or the error) and the cache counters."""
     from tessera.runtime import native
@@ -165,7 +166,7 @@ def compile_worker(path: str) -> None:
     model = onnx.load(path)
     start = time.perf_counter()
     try:
-        compile_model(model)
+        compile_model(model, target)
     except Exception as e:  # reported in the model's row
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
         return
@@ -174,10 +175,10 @@ def compile_worker(path: str) -> None:
     print(json.dumps(out, default=str))
 
 
-def timed_compile(path: Path, cache_dir: Path, timeout: float) -> dict:
+def timed_compile(path: Path, cache_dir: Path, timeout: float, target: str = "llvm") -> dict:
     """Compile in a fresh process with TESSERA_CACHE_DIR=cache_dir: {seconds, cache} or {error}."""
     env = dict(os.environ, TESSERA_CACHE_DIR=str(cache_dir))
-    cmd = [sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(path)]
+    cmd = [sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(path), target]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -259,13 +260,13 @@ def run_case(case: Case, args, workdir: Path) -> Result:
     path = (args.save_models or workdir) / f"{case.name}.onnx"
     cache_dir = workdir / f"cache-{case.name}"
     onnx.save(model, path)
-    cold = timed_compile(path, cache_dir, args.compile_timeout)
+    cold = timed_compile(path, cache_dir, args.compile_timeout, args.target)
     if "error" in cold:
         result.notes.append(cold["error"])
         return result
     result.cold_s = cold["seconds"]
     if cold.get("cache") is not None:
-        cached = timed_compile(path, cache_dir, args.compile_timeout)
+        cached = timed_compile(path, cache_dir, args.compile_timeout, args.target)
         result.cached_s, result.cache = cached.get("seconds"), cached.get("cache")
         if "error" in cached:
             result.notes.append("cached " + cached["error"])
@@ -285,7 +286,7 @@ def run_case(case: Case, args, workdir: Path) -> Result:
 def measure(result: Result, model: onnx.ModelProto, feeds: dict, args) -> None:
     from tessera.runtime import GraphModule, cpu
 
-    module = GraphModule(compile_model(model)["default"](cpu(0)))
+    module = GraphModule(compile_model(model, args.target)["default"](cpu(0)))
     module.set_input(**feeds)
     runners = {"tessera": module.run}
     try:
@@ -399,7 +400,9 @@ def machine_lines(args, peaks: dict[int, float]) -> list[str]:
         f"{Target('llvm').vector_width_bits}-bit vectors; measured float32 FMA peak: {peak}",
         f"- tessera {commit}, onnxruntime {onnxruntime.__version__}, "
         f"{time.strftime('%Y-%m-%d %H:%M')}",
-        f"- {args.threads} thread(s) each, batch 1, float32; {args.warmup} warm-up runs, then up "
+        f"- target {args.target!r} ({Target(args.target).vector_width_bits}-bit vectors); "
+        f"{args.threads} thread(s) each, batch 1, float32; "
+        f"{args.warmup} warm-up runs, then up "
         f"to {args.repeat} alternating runs each (at most ~{args.max_seconds:.0f} s per model)",
     ]
 
@@ -434,6 +437,7 @@ def parse_args(argv):
         "--models", default=",".join(SUITE), help="comma-separated, from: " + ", ".join(SUITE)
     )
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--target", default="llvm", help='e.g. "llvm -mcpu=haswell" (AVX2 code)')
     p.add_argument("--repeat", type=int, default=20, help="alternating runs per runtime (at most)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-seconds", type=float, default=60.0, help="measuring budget per model")
@@ -447,6 +451,12 @@ def parse_args(argv):
         p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(SUITE)}")
     if args.threads < 1 or args.repeat < 1 or args.warmup < 0:
         p.error("--threads and --repeat must be >= 1, --warmup >= 0")
+    try:
+        from tessera.target import Target
+
+        Target(args.target)
+    except (ValueError, TypeError) as e:
+        p.error(f"--target: {e}")
     if args.save_models:
         args.save_models.mkdir(parents=True, exist_ok=True)
     return args
@@ -455,7 +465,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [WORKER_FLAG]:
-        compile_worker(argv[1])
+        compile_worker(argv[1], argv[2])
         return 0
     args = parse_args(argv)
     from tessera.runtime import set_num_threads
@@ -472,7 +482,7 @@ def main(argv=None) -> int:
             r = results[-1]
             print(f"  {_ms(r.tessera_s)} ms vs ORT {_ms(r.ort_s)} ms {'; '.join(r.notes)}",
                   file=sys.stderr, flush=True)  # fmt: skip
-    command = " ".join([".venv/bin/python bench/models.py", *argv])
+    command = ".venv/bin/python bench/models.py " + shlex.join(argv)
     loads = None if load_start is None else (load_start, os.getloadavg()[0])
     text = report(results, args, peaks, command, loads)
     print(text)

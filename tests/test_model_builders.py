@@ -220,7 +220,7 @@ def _tiny_case(name, op="Relu"):
 
 def _args(**kw):
     base = dict(threads=1, repeat=2, warmup=1, max_seconds=5.0, compile_timeout=120.0)
-    base.update(save_models=None)
+    base.update(save_models=None, target="llvm")
     return type("Args", (), {**base, **kw})()
 
 
@@ -246,3 +246,26 @@ def test_command_line_rejects_unknown_models(capsys):
         bench_models.parse_args(["--models", "resnet50,alexnet9"])
     assert "alexnet9" in capsys.readouterr().err
     assert bench_models.parse_args(["--models", "bert_base"]).models == ["bert_base"]
+    with pytest.raises(SystemExit):
+        bench_models.parse_args(["--target", "llvm -mcpu=pentium9"])
+    assert "--target" in capsys.readouterr().err
+
+
+# -- compiled by tessera (slow: a few compiles) -------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_small_configs_compiled_by_tessera_agree_with_ort(target):
+    import tessera
+    from tessera.runtime import GraphModule, cpu
+
+    mobilenet = zoo.mobilenet_v2(0.35, 33, num_classes=10, batch=2)
+    bert = zoo.bert_encoder(**{**SMALL_BERT, "hidden": 64, "seq": 12})
+    for model, feeds in [(mobilenet, _image(mobilenet)), (bert, zoo.bert_inputs(bert))]:
+        mod, params = from_onnx(model)
+        module = GraphModule(tessera.build(mod, target=target, params=params)["default"](cpu(0)))
+        module.set_input(**feeds)
+        module.run()
+        got, expected = module.get_output(0).numpy(), run_ort(model, feeds)[0]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
