@@ -2,8 +2,7 @@
 
     before:  %1 = nn.conv2d(%x, %w, ...) : f32[1, 64, 56, 56]; %2 = add(%1, %b); %3 = nn.relu(%2)
              %4 = nn.conv2d(%3, %w2, ...); return %4
-    after:   %x' = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW1c")
-             %1' = nn.conv2d_nchwc(%x', %w', ...) : f32[1, 4, 56, 56, 16]
+    after:   %1' = nn.conv2d_nchwc(%x, %w', ...) : f32[1, 4, 56, 56, 16]   # %x: 3 channels
              %2' = add(%1', %b') ; %3' = nn.relu(%2'); %4' = nn.conv2d_nchwc(%3', %w2', ...)
              %4 = layout_transform(%4', src_layout="NCHW16c", dst_layout="NCHW"); return %4
 
@@ -29,8 +28,9 @@ from tessera.transform.graph_pass import graph_pass
 # Note [block rule]
 # A tensor of C channels is blocked by the largest power of two that divides C and is at most
 # the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4 with SSE/NEON): no channel
-# padding, so 1000 channels take blocks of 8 and 3 channels blocks of 1 (NCHW1c is NCHW). A conv
-# is rewritten only when its output block is at least min(8, lanes): narrower blocks would
+# padding, so 1000 channels take blocks of 8 and 3 channels blocks of 1 (NCHW1c is NCHW: a conv
+# reads such data as it is, with no transform). A conv is rewritten only when its output block
+# is at least min(8, lanes): narrower blocks would
 # leave the vector unit mostly idle, so such a conv stays in NCHW (generic schedule). A conv's
 # input block is that of its input when the input is already blocked (no re-blocking between
 # convs), else the rule's. Grouped convs need blocks that divide the channels of a group.
@@ -98,9 +98,11 @@ class _Rewriter:
         return v
 
     def to_block(self, v: Value, block: int) -> Value:
-        """v (NCHW, 4-d, channels a multiple of block) in NCHW{block}c."""
+        """v (NCHW, 4-d, channels a multiple of block) in NCHW{block}c (NCHW for block 1)."""
         if id(v) in self.blocked and self.blocked[id(v)][1] == block:
             return self.blocked[id(v)][0]
+        if block == 1:  # NCHW1c is NCHW's memory: convs read it as it is (no transform)
+            return self.plain(v) if id(v) in self.blocked else v
         key = (id(v), block)
         if key not in self.reblocked:
             if isinstance(v, Constant):

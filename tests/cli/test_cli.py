@@ -62,10 +62,10 @@ def test_run_profile_names_onnx_nodes(cli, tmp_path, cnn_path):
     for node in ("conv1", "relu1", "pool1", "fc", "softmax"):
         assert re.search(rf"\b{node}\b", result.stdout), node
     shares = [float(s) for s in re.findall(r"(\d+\.\d)%\W+\d+\.\d%", result.stdout)]
-    assert len(shares) == 6 and abs(sum(shares) - 100) < 0.6  # 5 + the input's layout transform
+    assert len(shares) == 5 and abs(sum(shares) - 100) < 0.6  # the conv reads x as it is
     data = json.loads(prof.read_text())
-    assert [k["index"] for k in data["kernels"]] == list(range(6))
-    assert data["kernels"][1]["nodes"] == ["conv1", "relu1"]
+    assert [k["index"] for k in data["kernels"]] == list(range(5))
+    assert data["kernels"][0]["nodes"] == ["conv1", "relu1"]
     assert all(k["seconds"] > 0 for k in data["kernels"])
 
 

@@ -52,8 +52,7 @@ def test_page_structure(cli, tmp_path, cnn_path):
     page = _parse(text)
     kernels = page.with_class("kernel")
     names = [k["data-name"] for k in kernels]
-    assert names == [  # conv and pool in NCHW[x]c (alter_layout), transforms at the edges
-        "fused_layout_transform",
+    assert names == [  # conv and pool in NCHW[x]c (alter_layout); the conv reads x (3 channels)
         "fused_nn_conv2d_nchwc_add_nn_relu",
         "fused_nn_max_pool2d_nchwc",
         "fused_layout_transform_reshape",
@@ -62,7 +61,7 @@ def test_page_structure(cli, tmp_path, cnn_path):
     ]
     assert len(page.with_class("io")) == 2  # input x, output y
     edges = page.with_class("edge")
-    assert len(edges) == 7  # a chain: x -> 6 kernels -> y
+    assert len(edges) == 6  # a chain: x -> 5 kernels -> y
     assert ("in:x", "k0") in {(e["data-from"], e["data-to"]) for e in edges}
     # (the conv's and pool's blocked shapes depend on this CPU's vector width)
     for shape in ("1x3x8x8", "1x128", "1x10"):
@@ -71,8 +70,8 @@ def test_page_structure(cli, tmp_path, cnn_path):
     assert not [a for _, a in page.tags if "src" in a or a.get("rel") == ["stylesheet"]]
     assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text)
     data = json.loads(next(s for s in page.scripts if s.lstrip().startswith("{")))
-    assert data["nodes"]["k1"]["nodes"] == ["conv1", "relu1"]  # k0: the input's transform
-    assert data["nodes"]["k4"]["ops"] == ["nn.dense_packed", "add"]
+    assert data["nodes"]["k0"]["nodes"] == ["conv1", "relu1"]  # reads the NCHW input as it is
+    assert data["nodes"]["k3"]["ops"] == ["nn.dense_packed", "add"]
 
 
 def test_page_coloured_by_profile(cli, tmp_path, cnn_path):
@@ -81,7 +80,7 @@ def test_page_coloured_by_profile(cli, tmp_path, cnn_path):
     assert cli("run", so, "--profile-json", prof, "--repeat", "2", "-q").returncode == 0
     text = _page(cli, tmp_path, cnn_path, "--profile", prof)
     fills = re.findall(r'<g class="kernel".*?fill="(rgb\(250,(\d+),(\d+)\))"', text, re.S)
-    assert len(fills) == 6
+    assert len(fills) == 5
     assert min(int(g) for _, g, _ in fills) == 60  # the slowest kernel is red
     assert " ms · " in text and "ms in kernels" in text
     profile = json.loads(prof.read_text())
@@ -105,6 +104,6 @@ def test_page_renders_in_a_browser(cli, tmp_path, cnn_path):
     args = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url]
     dom = subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
     page = _parse(dom)
-    assert len(page.with_class("kernel")) == 6
+    assert len(page.with_class("kernel")) == 5
     assert any(t == "svg" for t, _ in page.tags)
     assert "fused_nn_softmax" in dom

@@ -52,6 +52,14 @@ def test_conv2d_nchwc_matches_reference():
     check_ops(_cases(16), schedule_target="x86", rtol=1e-4, atol=1e-4)
 
 
+def test_conv2d_nchwc_reads_plain_nchw_data_as_block_1():
+    x = RNG.standard_normal((2, 3, 11, 12), dtype=np.float32)
+    wt = RNG.standard_normal((16, 3, 3, 3), dtype=np.float32)
+    wb = transform_array(wt, "OIHW", "OIHW1i16o")
+    attrs = dict(strides=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 1), groups=1)
+    check_ops([("nn.conv2d_nchwc", [x, wb], attrs)], schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
 def test_conv2d_nchwc_on_avx2():
     if not HASWELL.is_host:
         pytest.skip("this CPU cannot run AVX2 code")

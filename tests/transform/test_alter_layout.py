@@ -119,6 +119,23 @@ def test_narrow_output_blocks_stay_nchw():
     assert alter_layout(before, target=AVX512) is before
 
 
+def test_first_conv_reads_nchw_input_without_a_transform():
+    """3 input channels: block 1, NCHW1c is NCHW's memory, so the conv reads %x as it is."""
+    w = _w(32, 3, 7, 7)
+    before = parse(
+        """def main(%x: f32[1, 3, 20, 20]) { %w = constant(...) : f32[32, 3, 7, 7];
+          %1 = nn.conv2d(%x, %w, strides=[2, 2], padding=[3, 3, 3, 3], dilation=[1, 1]);
+          return %1 }""",
+        constants={"w": w},
+    )
+    after = alter_layout(before, target=AVX512)
+    first = after.body[0]
+    assert first.op.name == "nn.conv2d_nchwc" and first.inputs[0] is before.params[0]
+    assert first.outputs[0].type.shape == (1, 2, 10, 10, 16)
+    assert [c.op.name for c in after.body].count("layout_transform") == 1  # the output's
+    _check_same(before, after)
+
+
 def test_avx2_blocks_by_8():
     before = parse(
         f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[32, 16, 3, 3];

@@ -6,7 +6,8 @@
 
 The `alter_layout` pass (tessera/transform/alter_layout.py) writes them; users rarely do. A
 blocked tensor (N, C/b, H, W, b) holds channel c at [:, c // b, :, :, c % b]; the block b is
-its last dim, so these ops take no layout attribute: the shapes say it. Blocked weights are
+its last dim, so these ops take no layout attribute: the shapes say it (conv data of block 1
+may be plain NCHW, rank 4: the same memory). Blocked weights are
 (O/ob, I/ib, KH, KW, ib, ob) (layout "OIHW{ib}i{ob}o"). Attributes are those of the NCHW ops
 (`nn.conv2d`, `nn.max_pool2d`, ...), and each reference is the NCHW op's between transforms.
 """
@@ -43,8 +44,8 @@ def _(x, *, src_layout, dst_layout):
 
 
 def data_layout(shape) -> str:
-    """The layout of a blocked data tensor of this (5-d) shape: 'NCHW16c'."""
-    return f"NCHW{shape[4]}c"
+    """The layout of a blocked data tensor of this (5-d) shape: 'NCHW16c'; 'NCHW' for 4-d."""
+    return "NCHW" if len(shape) == 4 else f"NCHW{shape[4]}c"
 
 
 def weight_layout(shape) -> str:
@@ -71,9 +72,11 @@ def _(x: TensorType, w: TensorType, strides, padding, dilation, groups=1) -> Ten
     op = "nn.conv2d_nchwc"
     require_float(op, x)
     same_dtype(op, x, w)
-    if x.ndim != 5 or w.ndim != 6 or not (x.is_static and w.is_static):
+    if x.ndim not in (4, 5) or w.ndim != 6 or not (x.is_static and w.is_static):
         raise type_error(
-            op, f"expects static blocked data (rank 5) and weight (rank 6), got {x} and {w}"
+            op,
+            f"expects static blocked data (rank 5, or rank 4 for blocks of 1) and weight "
+            f"(rank 6), got {x} and {w}",
         )
     _check_spatial(op, strides, padding, dilation)
     try:

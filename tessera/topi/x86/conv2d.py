@@ -6,7 +6,9 @@
 
 Three cases share the layout: dense (groups=1), grouped (channels per group multiples of the
 blocks, so a block of outputs reads one group), and depthwise (groups = C = O, weights
-(C/b, 1, KH, KW, 1, b), input and output blocks equal). See Note [conv micro-kernel].
+(C/b, 1, KH, KW, 1, b), input and output blocks equal). See Note [conv micro-kernel]. Data of
+input block 1 may come as plain NCHW (N, C, H, W): the same memory as NCHW1c, so the first
+conv of a network reads its input without a layout transform.
 """
 
 from __future__ import annotations
@@ -40,8 +42,19 @@ def pad_nchwc(x: te.Tensor, before, after) -> te.Tensor:
     return te.compute(shape, f, name="pad", tag=PAD_TAG)
 
 
+def as_nchw1c(x: te.Tensor) -> te.Tensor:
+    """A plain NCHW tensor read as NCHW1c (an injective view that inlines); others as they are."""
+    if len(x.shape) != 4:
+        return x
+    return te.compute(
+        (*x.shape, 1), lambda n, c, i, j, _: x[n, c, i, j], name="nchw1c", tag="injective"
+    )
+
+
 def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1):
-    """(output shape, is_depthwise) of a blocked conv; ValueError when the shapes disagree."""
+    """(output shape, is_depthwise) of a blocked conv (data NCHW[x]c, or NCHW for blocks of 1);
+    ValueError when the shapes disagree."""
+    x_shape = tuple(x_shape) + (1,) if len(x_shape) == 4 else tuple(x_shape)
     n, icb, h, w, ib = x_shape
     ocb, icgb, kh, kw, wib, ob = w_shape
     ic, oc = icb * ib, ocb * ob
@@ -72,6 +85,7 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
     strides = _ints(strides, 2, "strides", CONV_TAG)
     dilation = _ints(dilation, 2, "dilations", CONV_TAG)
     padding = _ints(padding, 4, "pads", CONV_TAG)
+    x = as_nchw1c(x)
     x_shape, w_shape = _static(x.shape, CONV_TAG), _static(w.shape, CONV_TAG)
     out_shape, depthwise = conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups)
     xp = pad_nchwc(x, padding[:2], padding[2:]) if any(padding) else x
