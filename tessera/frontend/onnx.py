@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 from tessera.frontend import (  # noqa: F401
     onnx_attention,
     onnx_compose,
+    onnx_control,
     onnx_loss,
     onnx_math,
     onnx_nn,
@@ -119,9 +120,7 @@ def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
 def _attributes(node: onnx.NodeProto) -> dict:
     attrs = {}
     for a in node.attribute:
-        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            raise NodeError(f"attribute {a.name!r} holds a subgraph, which is not supported")
-        v = helper.get_attribute_value(a)
+        v = helper.get_attribute_value(a)  # a subgraph stays a GraphProto (Scan's body)
         if isinstance(v, bytes):
             v = v.decode()
         elif isinstance(v, onnx.TensorProto):
@@ -132,14 +131,26 @@ def _attributes(node: onnx.NodeProto) -> dict:
     return attrs
 
 
+def _uses(node: onnx.NodeProto) -> set[str]:
+    """The names a node reads: its inputs and what its subgraphs take from the outer scope."""
+    names = set(node.input)
+    for a in node.attribute:
+        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            inner = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+            inner |= {o for n in g.node for o in n.output}
+            names |= {i for n in g.node for i in _uses(n)} - inner
+    return names
+
+
 def _toposort(graph: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:
     pending, order = list(graph.node), []
     available = set(known) | {""}
+    uses = {id(n): _uses(n) for n in pending}
     while pending:
-        ready = [n for n in pending if all(i in available for i in n.input)]
+        ready = [n for n in pending if uses[id(n)] <= available]
         if not ready:
             n = pending[0]
-            missing = [i for i in n.input if i not in available]
+            missing = sorted(uses[id(n)] - available)
             raise ValueError(
                 f"node {n.name!r} ({n.op_type}) uses {missing[0]!r}, which no input, initializer "
                 "or node output defines (or the graph has a cycle)"
@@ -156,6 +167,7 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     fn = find_converter(domain, node.op_type, opset)
     label = f"node {node.name or node.output[0]!r} ({node.op_type}, opset {opset})"
     b.opset, b.num_outputs, b.node_name = opset, len(node.output), node.name
+    b.env = env  # the names a subgraph of this node sees
     b.name_hint = next((o for o in node.output if o), node.name or node.op_type)
     b.span = (node.name or next((o for o in node.output if o), node.op_type),)
     try:
@@ -170,6 +182,27 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     for name in node.output[len(outs) :]:
         if name:
             env[name] = _Unavailable(label, name)
+
+
+def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
+    """Convert a subgraph (a Scan body) inline, its inputs bound to `bindings` and the names of
+    the enclosing scope visible; returns the values of its outputs."""
+    _check_supported(graph, opsets)
+    saved = (b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env)
+    env = {**b.env, **bindings}
+    for t in graph.initializer:
+        env[t.name] = b.const(numpy_helper.to_array(t), name=t.name)
+    try:
+        for node in _toposort(graph, set(env)):
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            _convert_node(b, node, env, opsets[domain])
+    finally:
+        b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env = saved
+    outs = [env.get(vi.name) for vi in graph.output]
+    for vi, v in zip(graph.output, outs, strict=True):
+        if not isinstance(v, Value):
+            raise NodeError(f"subgraph output {vi.name!r} is not computed")
+    return outs
 
 
 class _Unavailable:
@@ -201,6 +234,7 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
             f"(inputs: {names})"
         )
     b = ConvertContext()
+    b.convert_subgraph = lambda g, bindings: _convert_subgraph(b, g, bindings, opsets)
     env: dict[str, object] = {}
     for vi in inputs:
         if vi.name in values:

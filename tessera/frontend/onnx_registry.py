@@ -62,6 +62,8 @@ class ConvertContext(GraphBuilder):
         self.opset = 0
         self.num_outputs = 1
         self.node_name = ""
+        self.env: dict = {}  # ONNX name -> value in the scope of the node being converted
+        self.convert_subgraph = None  # (GraphProto, {input name: Value}) -> [Value], by from_onnx
 
     def known(self, v: Value | None, what: str) -> np.ndarray:
         """The value of an input that must be known when converting (a shape, axes, pads)."""
