@@ -1,10 +1,13 @@
-"""ONNX converters for control flow whose trip count is static: Scan (opset 9 on) is unrolled,
+"""ONNX converters for control flow known when converting: Scan (opset 9 on) is unrolled,
 its body converted once per step with the step's slices and the carried states bound.
 
     Scan(s0, xs; body: (s, x_t) -> (s', y_t))  ->  s' after the last step, ys stacked
+    If(cond; then, else)  ->  the branch cond selects, inlined (cond must be known)
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 
@@ -56,3 +59,11 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
         _stack(b, items[::-1] if out_dirs[j] else items, out_axes[j]) for j, items in enumerate(ys)
     ]
     return (*states, *stacked)
+
+
+@onnx_op("If")
+def if_(b, cond, *, then_branch, else_branch):
+    """The branch is chosen when converting: `cond` must be known (the ONNX backend binds a
+    condition fed as an input by value and compiles once per value)."""
+    taken = bool(np.asarray(b.known(cond, "cond")).reshape(-1)[0])
+    return tuple(b.convert_subgraph(then_branch if taken else else_branch, {}))
