@@ -35,6 +35,21 @@ from tessera.transform.graph_pass import graph_pass
 # input block is that of its input when the input is already blocked (no re-blocking between
 # convs), else the rule's. Grouped convs need blocks that divide the channels of a group.
 
+# Note [channel padding]
+# Output channels whose block would be narrower than the vector (1000 classes: blocks of 8 on
+# AVX-512) are padded up to a multiple of the lanes when that adds at most 1/8 (1000 -> 1008):
+# full vectors do up to twice the work per FMA. The padded weights and per-channel constants are
+# zeros, so padded channels hold finite values (zeros, or a constant after `add`) and meet zero
+# weights in the next conv. They stay through convs (input channels padded with zero weights),
+# depthwise convs (groups widened), pools and the element-wise ops of _PADDED_OK (finite in,
+# finite out: never a division or a log that could make a NaN of them); every other use gets the
+# value back in NCHW with the padding sliced off.
+
+_PADDED_OK = {
+    "nn.relu", "clip", "sigmoid", "tanh", "nn.leaky_relu", "nn.hard_sigmoid", "nn.hard_swish",
+    "negative", "abs", "add", "subtract", "multiply", "maximum", "minimum",
+}  # fmt: skip
+
 _POOLS = {
     "nn.max_pool2d": "nn.max_pool2d_nchwc",
     "nn.avg_pool2d": "nn.avg_pool2d_nchwc",
@@ -49,6 +64,15 @@ def channel_block(channels: int, lanes: int) -> int:
     while block * 2 <= lanes and channels % (block * 2) == 0:
         block *= 2
     return block
+
+
+def output_block(channels: int, lanes: int) -> tuple[int, int]:
+    """(block, padded channels) of a conv's output (Note [channel padding])."""
+    block = channel_block(channels, lanes)
+    padded = -(-channels // lanes) * lanes
+    if block < lanes and padded * 8 <= channels * 9:
+        return lanes, padded
+    return block, channels
 
 
 def _layout(block: int) -> str:
@@ -90,12 +114,30 @@ class _Rewriter:
         return out
 
     def plain(self, v: Value) -> Value:
-        """v in NCHW: v itself, defined by a transform back from its blocked form if needed."""
+        """v in NCHW: v itself, defined by a transform back from its blocked form if needed
+        (and a slice of its channels when they are padded)."""
         if id(v) not in self.defined:
             vb, b = self.blocked[id(v)]
             attrs = {"src_layout": _layout(b), "dst_layout": "NCHW"}
-            self.emit("layout_transform", [vb], attrs, out=v)
+            if not self.is_padded(v):
+                self.emit("layout_transform", [vb], attrs, out=v)
+                return v
+            full = self.emit("layout_transform", [vb], attrs, name=self._name(v, "padded"))
+            shape = v.type.shape
+            attrs = {"begin": [0] * 4, "end": list(shape), "strides": [1] * 4}
+            self.emit("slice", [full], attrs, out=v)
         return v
+
+    def is_padded(self, v: Value) -> bool:
+        """v is blocked with padded channels (Note [channel padding])."""
+        if id(v) not in self.blocked:
+            return False
+        vb, b = self.blocked[id(v)]
+        return vb.type.shape[1] * b != v.type.shape[1]
+
+    def blocked_channels(self, v: Value) -> int:
+        vb, b = self.blocked.get(id(v), (v, 1))
+        return vb.type.shape[1] * b
 
     def to_block(self, v: Value, block: int) -> Value:
         """v (NCHW, 4-d, channels a multiple of block) in NCHW{block}c (NCHW for block 1)."""
@@ -110,7 +152,9 @@ class _Rewriter:
                 self.reblocked[key] = self.constant(v.name, array)
             else:
                 src, layout = v, "NCHW"
-                if id(v) in self.blocked and id(v) not in self.defined:
+                if self.is_padded(v):
+                    src = self.plain(v)
+                elif id(v) in self.blocked and id(v) not in self.defined:
                     src, b = self.blocked[id(v)]
                     layout = _layout(b)
                 attrs = {"src_layout": layout, "dst_layout": _layout(block)}
@@ -177,20 +221,31 @@ class _Rewriter:
         if not (_is_plain_4d(x.type) and isinstance(w, Constant)):
             return False
         depthwise = groups > 1 and groups == ic == oc and w.type.shape[1] == 1
+        icp = ocp = ic if depthwise else None  # padded channels (Note [channel padding])
         if depthwise:
             ob = ib = self.block_of(x) or channel_block(oc, self.lanes)
+            icp = ocp = self.blocked_channels(x)
             wib = 1
         elif groups > 1:
+            if self.is_padded(x):
+                return False
             ob = channel_block(oc // groups, self.lanes)
             ib = wib = channel_block(ic // groups, self.lanes)
+            icp, ocp = ic, oc
         else:
-            ob = channel_block(oc, self.lanes)
+            ob, ocp = output_block(oc, self.lanes)
             ib = wib = self.block_of(x) or channel_block(ic, self.lanes)
+            icp = self.blocked_channels(x)
         if ob < self.min_block or (depthwise and ob % self.min_block):
             return False
-        wb = self.constant(w.name, transform_array(w.array, "OIHW", f"OIHW{wib}i{ob}o"))
+        array = w.array
+        if (ocp, icp) != (oc, ic if not depthwise else oc):
+            pads = [(0, ocp - oc), (0, 0 if depthwise else icp - ic), (0, 0), (0, 0)]
+            array = np.pad(array, pads)
+        attrs = dict(call.attrs, groups=ocp) if depthwise and ocp != oc else call.attrs
+        wb = self.constant(w.name, transform_array(array, "OIHW", f"OIHW{wib}i{ob}o"))
         yb = self.emit(
-            "nn.conv2d_nchwc", [self.to_block(x, ib), wb], call.attrs, name=self._name(out, "nchwc")
+            "nn.conv2d_nchwc", [self.to_block(x, ib), wb], attrs, name=self._name(out, "nchwc")
         )
         self.set_blocked(out, yb, ob)
         return True
@@ -214,6 +269,8 @@ class _Rewriter:
         block = self.block_of(x)
         if block is None or x.type.shape != out.type.shape:
             return False
+        if self.is_padded(x) and call.op.name not in _PADDED_OK:
+            return False
         yb = self.emit(
             call.op.name, [self.to_block(x, block)], call.attrs, name=self._name(out, "nchwc")
         )
@@ -222,29 +279,42 @@ class _Rewriter:
 
     def broadcast(self, call: Call) -> bool:
         (out,) = call.outputs
-        blocks = [self.block_of(v) for v in call.inputs if self.block_of(v) is not None]
-        if not blocks:
+        blocked = [v for v in call.inputs if self.block_of(v) is not None]
+        if not blocked:
             return False
-        block, shape = blocks[0], out.type.shape
-        inputs = [self.broadcast_operand(v, shape, block) for v in call.inputs]
+        block, shape = self.block_of(blocked[0]), out.type.shape
+        padded = self.blocked_channels(blocked[0])
+        if any(self.is_padded(v) for v in blocked):
+            same = all(self.blocked_channels(v) == padded for v in blocked)
+            if not same or call.op.name not in _PADDED_OK:
+                return False  # mixed with unpadded channels: in NCHW (Note [channel padding])
+        else:
+            padded = shape[1]
+        inputs = [self.broadcast_operand(v, shape, block, padded) for v in call.inputs]
         if any(v is None for v in inputs):
             return False
         yb = self.emit(call.op.name, inputs, call.attrs, name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, block)
         return True
 
-    def broadcast_operand(self, v: Value, shape, block: int) -> Value | None:
-        """v as an operand of a blocked broadcast op whose NCHW output has `shape`."""
+    def broadcast_operand(self, v: Value, shape, block: int, padded: int) -> Value | None:
+        """v as an operand of a blocked broadcast op whose NCHW output has `shape` (its
+        channels padded to `padded`)."""
         t = v.type
         if t.is_static and t.size == 1:
             return v  # a scalar broadcasts the same in every layout
+        if self.is_padded(v):
+            return self.to_block(v, block)  # its block: the caller checked
+        if padded != shape[1] and not isinstance(v, Constant):
+            return None
+        per_channel = isinstance(v, Constant) and t.is_static and t.size == shape[1]
+        if per_channel and t.ndim in (3, 4) and t.shape[-3] == shape[1]:  # (C, 1, 1), (1, C, 1, 1)
+            array = np.pad(v.array.reshape(-1), (0, padded - shape[1]))  # zeros: Note
+            array = array.reshape(1, padded // block, 1, 1, block)
+            return self.constant(v.name, np.ascontiguousarray(array))
         if t.ndim == 4 and t.is_static and t.shape[1] == shape[1] and shape[1] % block == 0:
             if all(a in (1, b) for a, b in zip(t.shape, shape, strict=True)):
                 return self.to_block(v, block)
-        if isinstance(v, Constant) and 0 < t.ndim < 4 and t.shape[0] == shape[1]:
-            if all(d == 1 for d in t.shape[1:]) and len(t.shape) == 3:  # (C, 1, 1): per channel
-                array = v.array.reshape(1, shape[1] // block, 1, 1, block)
-                return self.constant(v.name, np.ascontiguousarray(array))
         return None
 
     def concatenate(self, call: Call) -> bool:
@@ -252,8 +322,8 @@ class _Rewriter:
         if call.attrs["axis"] % 4 != 1:
             return False
         blocks = [self.block_of(v) for v in call.inputs if self.block_of(v) is not None]
-        if not blocks:
-            return False
+        if not blocks or any(self.is_padded(v) for v in call.inputs):
+            return False  # channel offsets need the true channel counts
         block = min(blocks)
         if any(v.type.shape[1] % block for v in call.inputs):
             return False

@@ -136,6 +136,52 @@ def test_first_conv_reads_nchw_input_without_a_transform():
     _check_same(before, after)
 
 
+def test_classes_head_pads_channels_to_full_vectors():
+    """1000 output channels (blocks of 8) padded to 1008 (63 blocks of 16) through bias, relu and
+    the global pool; the padding is sliced off where the value leaves the blocked chain."""
+    consts = {"w": _w(1000, 16, 1, 1), "b": _w(1000, 1, 1)}
+    before = parse(
+        f"""def main(%x: f32[1, 16, 5, 5]) {{
+          %w = constant(...) : f32[1000, 16, 1, 1]; %b = constant(...) : f32[1000, 1, 1];
+          %1 = nn.conv2d(%x, %w, {CONV1}); %2 = add(%1, %b); %3 = nn.relu(%2);
+          %4 = nn.global_avg_pool2d(%3); return %4 }}""",
+        constants=consts,
+    )
+    after = alter_layout(before, target=AVX512)
+    names = [c.op.name for c in after.body]
+    assert names == [
+        "layout_transform", "nn.conv2d_nchwc", "add", "nn.relu", "nn.global_avg_pool2d_nchwc",
+        "layout_transform", "slice",
+    ]  # fmt: skip
+    assert after.body[1].outputs[0].type.shape == (1, 63, 5, 5, 16)
+    _check_same(before, after)
+    assert alter_layout(before, target=AVX2).body[1].outputs[0].type.shape == (1, 125, 5, 5, 8)
+
+
+def test_padded_channels_stay_through_depthwise_residual_and_next_conv():
+    """120 channels (blocks of 8) padded to 128: a depthwise conv, a residual add and the next
+    conv take the padded value; an exp (not finite-safe on padding) gets it sliced, in NCHW."""
+    consts = {"w1": _w(120, 16, 1, 1), "wd": _w(120, 1, 3, 3), "w2": _w(32, 120, 1, 1)}
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{
+          %w1 = constant(...) : f32[120, 16, 1, 1]; %wd = constant(...) : f32[120, 1, 3, 3];
+          %w2 = constant(...) : f32[32, 120, 1, 1];
+          %1 = nn.conv2d(%x, %w1, {CONV1}); %2 = clip(%1, a_min=0.0, a_max=6.0);
+          %3 = nn.conv2d(%2, %wd, {CONV}, groups=120); %4 = add(%3, %1);
+          %5 = nn.conv2d(%4, %w2, {CONV1}); %6 = exp(%4); return %5, %6 }}""",
+        constants=consts,
+    )
+    after = alter_layout(before, target=AVX512)
+    convs = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert [c.outputs[0].type.shape[1:2] + c.outputs[0].type.shape[4:] for c in convs] == [
+        (8, 16), (8, 16), (2, 16)
+    ]  # fmt: skip
+    assert convs[1].attrs["groups"] == 128
+    names = [c.op.name for c in after.body]
+    assert names.index("slice") > names.index("add") and "exp" in names
+    _check_same(before, after)
+
+
 def test_avx2_blocks_by_8():
     before = parse(
         f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[32, 16, 3, 3];
@@ -183,6 +229,31 @@ def test_build_uses_blocked_kernels_and_matches_interpreter():
     m.run()
     (want,) = run_function(func, {"x": x})
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_build_with_padded_channels_matches_interpreter():
+    """Note [channel padding] end to end: 120 and 1000 channels padded on AVX-512 hosts (as they
+    are elsewhere) through a depthwise conv, squeeze-excitation, a residual add and a head."""
+    consts = {"w1": _w(120, 8, 1, 1), "wd": _w(120, 1, 3, 3), "w2": _w(1000, 120, 1, 1)}
+    consts["b"] = _w(1000, 1, 1)
+    func = parse(
+        f"""def main(%x: f32[1, 8, 7, 7]) {{
+          %w1 = constant(...) : f32[120, 8, 1, 1]; %wd = constant(...) : f32[120, 1, 3, 3];
+          %w2 = constant(...) : f32[1000, 120, 1, 1]; %b = constant(...) : f32[1000, 1, 1];
+          %1 = nn.conv2d(%x, %w1, {CONV1}); %2 = nn.relu(%1);
+          %3 = nn.conv2d(%2, %wd, {CONV}, groups=120); %4 = nn.global_avg_pool2d(%3);
+          %5 = sigmoid(%4); %6 = multiply(%3, %5); %7 = add(%6, %1);
+          %8 = nn.conv2d(%7, %w2, {CONV1}); %9 = add(%8, %b); %10 = nn.relu(%9);
+          %11 = nn.global_avg_pool2d(%10); return %11, %7 }}""",
+        constants=consts,
+    )
+    lib = tessera.build(IRModule({"main": func}), target="llvm")
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    x = RNG.standard_normal((1, 8, 7, 7)).astype("f4")
+    m.set_input("x", x)
+    m.run()
+    for k, want in enumerate(run_function(func, {"x": x})):
+        np.testing.assert_allclose(m.get_output(k).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 def _check_same(before, after, seeds=(0, 1)):
