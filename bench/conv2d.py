@@ -29,7 +29,7 @@ from tessera.ir.module import IRModule  # noqa: E402
 from tessera.topi.x86.asm import describe_fma_loops  # noqa: E402
 from tessera.topi.x86.conv2d import choose_conv_tile  # noqa: E402
 from tessera.topi.x86.cpu import vector_registers  # noqa: E402
-from tessera.transform.alter_layout import channel_block  # noqa: E402
+from tessera.transform.alter_layout import channel_block, output_block  # noqa: E402
 
 
 def model_convs(name: str) -> list[tuple]:
@@ -109,9 +109,12 @@ def main(argv=None) -> int:
         f = flops(x_shape, w_shape, attrs)
         total_t, total_f = total_t + seconds * count, total_f + f * count
         a = dict(attrs)
-        ob = channel_block(w_shape[0], lanes)
+        ob, padded = output_block(w_shape[0], lanes)  # alter_layout's rule (channel padding)
         ow = (x_shape[3] + a["padding"][1] + a["padding"][3] - w_shape[3]) // a["strides"][1] + 1
-        tile = choose_conv_tile(ow, w_shape[0] // ob, regs, False)
+        depthwise = a.get("groups", 1) > 1 and a["groups"] == x_shape[1] == w_shape[0]
+        if depthwise:  # (a depthwise conv of an unpadded input keeps its channels)
+            ob, padded = channel_block(w_shape[0], lanes), w_shape[0]
+        tile = choose_conv_tile(ow, padded // ob, regs, depthwise)
         asm = describe_fma_loops(lib.get_source("asm"))
         print(
             f"| {list(x_shape)} | {list(w_shape)} | {a['strides'][0]} | {count} | "
