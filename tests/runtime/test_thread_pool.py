@@ -11,6 +11,8 @@ import pytest
 
 from tessera.runtime import native
 
+MAX_CHUNKS_PER_THREAD = 8  # tessera_rt.c, Note [chunks]
+
 
 def thread_count() -> int:
     return len(os.listdir("/proc/self/task"))
@@ -45,9 +47,9 @@ def test_every_index_runs_exactly_once_in_contiguous_chunks(pool_lib, threads, e
     rc, counts, tids = run_fill(pool_lib, extent)
     assert rc == 0
     assert np.all(counts == 1)
-    # a few contiguous chunks per thread (Note [the pool]), each run by one thread
+    # a few contiguous chunks per thread (Note [chunks]), each run by one thread
     runs = 0 if extent == 0 else 1 + int(np.count_nonzero(tids[1:] != tids[:-1]))
-    assert runs <= min(4 * threads, extent)
+    assert runs <= min(MAX_CHUNKS_PER_THREAD * threads, extent)
     assert len(set(tids.tolist())) <= min(threads, max(extent, 1))
     if extent:
         assert tids[0] == threading.get_native_id()  # the caller runs chunk 0
@@ -55,15 +57,29 @@ def test_every_index_runs_exactly_once_in_contiguous_chunks(pool_lib, threads, e
         assert runs == min(1, extent)
 
 
-@pytest.mark.parametrize("threads, extent", [(3, 1000), (2, 7), (4, 3), (2, 64)])
-def test_chunks_tile_the_loop_and_are_balanced(pool_lib, threads, extent):
+def guided_chunks(extent, threads):
+    """The chunk bounds of Note [chunks], written out in Python."""
+    most = threads * MAX_CHUNKS_PER_THREAD
+    min_chunk = -(-extent // most)
+    bounds, begin = [], 0
+    while begin < extent:
+        end = min(extent, begin + max(min_chunk, (extent - begin) // (2 * threads)))
+        bounds.append((begin, end))
+        begin = end
+    return bounds
+
+
+@pytest.mark.parametrize("threads, extent", [(3, 1000), (2, 7), (4, 3), (2, 64), (2, 100003)])
+def test_chunks_tile_the_loop_big_first_then_small(pool_lib, threads, extent):
     native.set_num_threads(threads)
     begins, ends, tids = log_chunks(pool_lib, extent)
-    assert len(begins) == min(4 * threads, extent)  # JOB_CHUNKS_PER_THREAD chunks per thread
+    assert list(zip(begins.tolist(), ends.tolist())) == guided_chunks(extent, threads)
+    assert len(begins) <= min(MAX_CHUNKS_PER_THREAD * threads, extent)
     assert begins[0] == 0 and ends[-1] == extent and np.all(begins[1:] == ends[:-1])
     sizes = ends - begins
-    assert sizes.max() - sizes.min() <= 1
-    assert tids[0] == threading.get_native_id()
+    assert np.all(sizes[1:-1] <= sizes[:-2])  # shrinking, but for the cut-off last one
+    assert sizes.min() >= 1
+    assert tids[0] == threading.get_native_id()  # the caller runs the first chunk
 
 
 def test_repeated_calls_do_not_create_threads(pool_lib):
@@ -109,7 +125,7 @@ def test_nonzero_return_code_is_reported(pool_lib, threads, bad_index):
 
 def test_first_nonzero_code_wins_when_several_chunks_fail(pool_lib):
     native.set_num_threads(4)
-    begins = set(range(0, 1000, 1000 // 16))  # 16 chunks; every chunk returns its begin + 1
+    begins = {b for b, _ in guided_chunks(1000, 4)}  # every chunk returns its begin + 1
     for _ in range(20):
         assert pool_lib.fail_at(1000, -1, 0) - 1 in begins
     assert pool_lib.fail_at(1000, 5000, 3) == 0  # the previous code does not leak

@@ -2,19 +2,32 @@
  *
  * Note [the pool]
  * Workers are created once, lazily, by the first parallel call that needs them (and again only
- * when the thread count changes or after fork). A call publishes its job in `pool` (the loop cut
- * into up to JOB_CHUNKS_PER_THREAD contiguous chunks per thread), opens it in the atomic `job`,
- * then bumps the atomic `generation`. The caller runs chunk 0, then every thread in the job
- * claims the next chunk (`next_chunk`) until none is left. A worker joins the job by counting
- * itself in `job` while it is open and leaves when the chunks run out; the caller closes the job
- * once no worker is in it, so job fields are never written while a worker may read them, and a
- * worker that wakes late (preempted on a loaded machine) finds the job closed or done instead of
- * holding the caller up: the caller never waits for a worker that has not started.
+ * when the thread count changes or after fork). A call publishes its job in `pool`, opens it in
+ * the atomic `job`, then bumps the atomic `generation`. The caller runs the first chunk, then
+ * every thread in the job claims the next chunk left (`claim`) until none is left. A worker
+ * joins the job by counting itself in `job` while it is open and leaves when the chunks run out;
+ * the caller closes the job once no worker is in it, so job fields are never written while a
+ * worker may read them, and a worker that wakes late (preempted on a loaded machine) finds the
+ * job closed or done instead of holding the caller up: the caller never waits for a worker that
+ * has not started.
  *
- * Waiting spins briefly (a kernel launched right after another finds its workers awake), then
- * blocks on a condition variable so idle workers cost no CPU. A sleeper announces itself in a
- * counter before its final check, and the waker bumps the generation before reading the counter;
- * both are sequentially consistent, so at least one of them sees the other: no lost wake-ups.
+ * Note [chunks]
+ * Claims are guided: a claim takes 1/(GUIDED_SHARE * threads) of what is left, but no less than
+ * 1/(MAX_CHUNKS_PER_THREAD * threads) of the loop. The first chunks are big (few claims, long
+ * contiguous runs), the last are small, so when one thread runs slower (it shares its core with
+ * another process) the others take over the rest of the loop in fine pieces; a loop makes at most
+ * MAX_CHUNKS_PER_THREAD claims per thread. Chunk bounds depend only on the extent and the thread
+ * count, not on which thread claims what.
+ *
+ * Note [waiting]
+ * Every wait (a worker for the next job, the caller for workers still in its job) first spins
+ * with `pause` for SPIN_NS, so a kernel launched right after another finds its workers awake;
+ * then spins calling sched_yield until HOT_NS, so on a machine with more runnable threads than
+ * cores a waiting thread hands its core to whoever needs it (often the very thread it waits for)
+ * instead of burning it; then blocks on a condition variable, so idle threads cost no CPU.
+ * A sleeper announces itself in a counter (or flag) before its final check, and the other side
+ * changes the state before reading the counter; both are sequentially consistent, so at least
+ * one of them sees the other: no lost wake-ups.
  */
 #define _GNU_SOURCE
 #include "tessera_rt.h"
@@ -24,13 +37,20 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TESSERA_MAX_THREADS 512
-#define TESSERA_SPIN_ITERS 4096
 #define JOB_OPEN ((int_fast64_t)1 << 62)
-/* More chunks than threads let the threads that run share the work of those that do not. */
-#define JOB_CHUNKS_PER_THREAD 4
+/* Note [chunks]: a claim takes 1/(GUIDED_SHARE * threads) of the rest, at least
+ * 1/(MAX_CHUNKS_PER_THREAD * threads) of the loop. */
+#define GUIDED_SHARE 2
+#define MAX_CHUNKS_PER_THREAD 8
+/* Note [waiting]: pure spinning covers the gap between back-to-back kernels (microseconds);
+ * yielding spins keep workers hot between the loops of one inference; past HOT_NS they block. */
+#define SPIN_NS 20000
+#define HOT_NS 300000
+#define CLOCK_EVERY 16 /* read the clock every this many spins */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -42,17 +62,20 @@
 
 struct pool {
   pthread_mutex_t call_lock;  /* held by the one thread whose job the workers run */
-  pthread_mutex_t sleep_lock; /* guards the condition variable below */
+  pthread_mutex_t sleep_lock; /* guards the condition variables below */
   pthread_cond_t wake_cond;   /* idle workers sleep here */
+  pthread_cond_t done_cond;   /* the caller sleeps here until the workers leave its job */
   atomic_uint_fast64_t generation;
   atomic_int sleeping_workers;
-  atomic_int_fast64_t job;        /* JOB_OPEN while workers may join, + the workers in it */
-  atomic_int_fast64_t next_chunk; /* the next chunk of the open job to claim */
-  atomic_int stop;                /* set (with a generation bump) to make every worker exit */
-  atomic_int result;              /* first nonzero return code of the current job */
+  atomic_int caller_waiting;
+  atomic_int_fast64_t job;  /* JOB_OPEN while workers may join, + the workers in it */
+  atomic_int_fast64_t next; /* the first index of the open job not claimed yet */
+  atomic_int stop;          /* set (with a generation bump) to make every worker exit */
+  atomic_int result;        /* first nonzero return code of the current job */
   /* The current job: written by the caller under call_lock before the generation bump. */
   int64_t extent;
-  int64_t nchunks;
+  int64_t min_chunk;
+  int64_t share; /* a claim takes 1/share of what is left */
   tessera_parallel_body body;
   void* closure;
   int nworkers;
@@ -63,6 +86,7 @@ static struct pool pool = {
     .call_lock = PTHREAD_MUTEX_INITIALIZER,
     .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
     .wake_cond = PTHREAD_COND_INITIALIZER,
+    .done_cond = PTHREAD_COND_INITIALIZER,
 };
 static atomic_int desired_threads; /* 0: not set yet, use the available cores */
 static _Thread_local int in_parallel; /* set in workers and in a caller running its chunk */
@@ -87,11 +111,39 @@ int32_t tessera_get_num_threads(void) {
   return n > 0 ? n : clamp_threads(available_cores());
 }
 
-/* Run chunk `i` of the current job: contiguous, sizes differ by at most one. */
-static void run_chunk(int64_t i) {
-  int64_t base = pool.extent / pool.nchunks, rem = pool.extent % pool.nchunks;
-  int64_t begin = i * base + (i < rem ? i : rem);
-  int64_t end = begin + base + (i < rem ? 1 : 0);
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+struct backoff {
+  int64_t start_ns;
+  uint32_t spins;
+};
+
+/* One step of a wait (Note [waiting]): pause, or yield the core once SPIN_NS have passed;
+ * returns 0 once HOT_NS have passed: time to block. */
+static int backoff_step(struct backoff* b) {
+  if (++b->spins % CLOCK_EVERY != 0) {
+    cpu_relax();
+    return 1;
+  }
+  int64_t waited = now_ns() - b->start_ns;
+  if (waited >= HOT_NS) return 0;
+  if (waited >= SPIN_NS) sched_yield();
+  else cpu_relax();
+  return 1;
+}
+
+/* The end of the chunk that starts at `begin` (Note [chunks]). */
+static int64_t chunk_end(int64_t begin) {
+  int64_t size = (pool.extent - begin) / pool.share;
+  if (size < pool.min_chunk) size = pool.min_chunk;
+  return size < pool.extent - begin ? begin + size : pool.extent;
+}
+
+static void run_chunk(int64_t begin, int64_t end) {
   int32_t rc = pool.body(begin, end, pool.closure);
   if (rc != 0) {
     int expected = 0;
@@ -101,8 +153,14 @@ static void run_chunk(int64_t i) {
 
 /* Claim and run chunks of the current job until none is left. */
 static void run_chunks(void) {
-  int64_t i;
-  while ((i = atomic_fetch_add(&pool.next_chunk, 1)) < pool.nchunks) run_chunk(i);
+  int64_t begin = atomic_load_explicit(&pool.next, memory_order_relaxed);
+  while (begin < pool.extent) {
+    int64_t end = chunk_end(begin);
+    if (atomic_compare_exchange_weak(&pool.next, &begin, end)) {
+      run_chunk(begin, end);
+      begin = end;
+    }
+  }
 }
 
 /* Join the open job, if any, help finish it and leave (Note [the pool]). */
@@ -112,16 +170,20 @@ static void join_job(void) {
     if (!(s & JOB_OPEN)) return;
   } while (!atomic_compare_exchange_weak(&pool.job, &s, s + 1));
   run_chunks();
-  atomic_fetch_sub(&pool.job, 1);
+  if (atomic_fetch_sub(&pool.job, 1) == JOB_OPEN + 1 && atomic_load(&pool.caller_waiting)) {
+    pthread_mutex_lock(&pool.sleep_lock);
+    pthread_cond_broadcast(&pool.done_cond);
+    pthread_mutex_unlock(&pool.sleep_lock);
+  }
 }
 
 static uint64_t wait_for_generation(uint64_t seen) {
+  struct backoff b = {now_ns(), 0};
   uint64_t g;
-  for (int i = 0; i < TESSERA_SPIN_ITERS; i++) {
-    g = atomic_load_explicit(&pool.generation, memory_order_acquire);
-    if (g != seen) return g;
-    cpu_relax();
+  while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
+    if (!backoff_step(&b)) break;
   }
+  if (g != seen) return g;
   pthread_mutex_lock(&pool.sleep_lock);
   atomic_fetch_add(&pool.sleeping_workers, 1);
   while ((g = atomic_load(&pool.generation)) == seen) {
@@ -141,13 +203,22 @@ static void wake_workers(void) {
   }
 }
 
-/* Close the current job once no worker is in it (a worker in it is running a chunk). */
+/* Close the current job once no worker is in it (a worker in it is running a chunk). A worker
+ * that stays in it past the hot window was preempted: sleep until the last one leaves. */
 static void close_job(void) {
+  struct backoff b = {now_ns(), 0};
   int_fast64_t open = JOB_OPEN;
-  for (int i = 0; !atomic_compare_exchange_weak(&pool.job, &open, 0); i++) {
+  while (!atomic_compare_exchange_weak(&pool.job, &open, 0)) {
     open = JOB_OPEN;
-    if (i < TESSERA_SPIN_ITERS) cpu_relax();
-    else sched_yield(); /* a worker in the job was preempted: let it run */
+    if (backoff_step(&b)) continue;
+    pthread_mutex_lock(&pool.sleep_lock);
+    atomic_store(&pool.caller_waiting, 1);
+    while (atomic_load(&pool.job) != JOB_OPEN) {
+      pthread_cond_wait(&pool.done_cond, &pool.sleep_lock);
+    }
+    atomic_store(&pool.caller_waiting, 0);
+    pthread_mutex_unlock(&pool.sleep_lock);
+    b = (struct backoff){now_ns(), 0}; /* a late worker may join (and leave at once) meanwhile */
   }
 }
 
@@ -182,7 +253,9 @@ static void reset_after_fork(void) {
   pthread_mutex_init(&pool.call_lock, NULL);
   pthread_mutex_init(&pool.sleep_lock, NULL);
   pthread_cond_init(&pool.wake_cond, NULL);
+  pthread_cond_init(&pool.done_cond, NULL);
   atomic_store(&pool.sleeping_workers, 0);
+  atomic_store(&pool.caller_waiting, 0);
   atomic_store(&pool.job, 0);
   atomic_store(&pool.stop, 0);
   pool.nworkers = 0;
@@ -227,17 +300,19 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   /* Another thread owns the pool: rather than wait for it, do the work on this thread. */
   if (pthread_mutex_trylock(&pool.call_lock) != 0) return body(0, extent, closure);
   ensure_workers(nthreads - 1);
-  int64_t chunks = ((int64_t)pool.nworkers + 1) * JOB_CHUNKS_PER_THREAD;
+  int64_t threads = (int64_t)pool.nworkers + 1, most = threads * MAX_CHUNKS_PER_THREAD;
   pool.extent = extent;
-  pool.nchunks = extent < chunks ? extent : chunks;
+  pool.min_chunk = (extent + most - 1) / most;
+  pool.share = threads * GUIDED_SHARE;
   pool.body = body;
   pool.closure = closure;
+  int64_t first = chunk_end(0); /* the caller's, claimed before any worker can look */
   atomic_store(&pool.result, 0);
-  atomic_store(&pool.next_chunk, 1); /* chunk 0 is the caller's */
+  atomic_store(&pool.next, first);
   atomic_store(&pool.job, JOB_OPEN);
   wake_workers();
   in_parallel = 1;
-  run_chunk(0);
+  run_chunk(0, first);
   run_chunks();
   in_parallel = 0;
   close_job();
