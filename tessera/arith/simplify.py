@@ -65,8 +65,9 @@ _FLOAT_FOLD = {
     E.Sub: lambda a, b: a - b,
     E.Mul: lambda a, b: a * b,
     E.Div: lambda a, b: a / b if b else None,
-    E.Min: min,
-    E.Max: max,
+    # NaN in either operand gives NaN, as in the generated code (Python's min/max do not)
+    E.Min: lambda a, b: a if a < b or a != a else b,
+    E.Max: lambda a, b: a if a > b or a != a else b,
 }
 # nodes whose value may be pinned by the bounds of their operands alone
 _FOLD_BY_BOUND = {E.Var, E.FloorDiv, E.FloorMod, E.Div, E.Mod, E.Min, E.Max, E.Select, E.Cast}

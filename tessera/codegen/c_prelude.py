@@ -99,6 +99,13 @@ static inline {T} tessera_floormod_{s}({T} a, {T} b) {{
 
 _MIN = "static inline {T} tessera_min_{s}({T} a, {T} b) {{ return a < b ? a : b; }}"
 _MAX = "static inline {T} tessera_max_{s}({T} a, {T} b) {{ return a > b ? a : b; }}"
+# NaN in either operand gives NaN, as numpy's minimum/maximum (`a != a` is true for NaN only).
+_FLOAT_MIN = (
+    "static inline {T} tessera_min_{s}({T} a, {T} b) {{ return (a < b || a != a) ? a : b; }}"
+)
+_FLOAT_MAX = (
+    "static inline {T} tessera_max_{s}({T} a, {T} b) {{ return (a > b || a != a) ? a : b; }}"
+)
 _ABS = "static inline {T} tessera_abs_{s}({T} a) {{ return a < 0 ? ({T})(-a) : a; }}"
 
 _FIXED = {
@@ -251,6 +258,8 @@ def helper_text(name: str) -> str:
     if suffix not in CTYPES:
         raise KeyError(f"no C helper named {name!r}")
     ctype = CTYPES[suffix]
+    if kind in ("min", "max") and suffix.startswith("f"):
+        return (_FLOAT_MIN if kind == "min" else _FLOAT_MAX).format(T=ctype, s=suffix)
     if kind in _PER_TYPE:
         return _PER_TYPE[kind].format(T=ctype, s=suffix)
     if kind in ("floordiv", "floormod"):

@@ -122,6 +122,15 @@ def test_opaque_nodes_keep_their_children_simplified():
     assert same(simplify(e), Call("int32", "popcount", (x,)))
 
 
+def test_float_min_max_fold_propagates_nan_like_the_generated_code():
+    nan = float("nan")
+    for a, b in ((nan, 1.0), (1.0, nan)):
+        for op in (min, max):
+            folded = simplify(op(FloatImm(a), FloatImm(b)))
+            assert isinstance(folded, FloatImm) and folded.value != folded.value, (op, a, b)
+    assert simplify(max(FloatImm(1.0), FloatImm(2.0))).value == 2.0
+
+
 def test_int_constant_folding_wraps_like_the_machine():
     big = IntImm(2**31 - 1)
     assert simplify(Cast("int8", IntImm(200))).value == -56

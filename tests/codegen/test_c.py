@@ -102,6 +102,20 @@ def test_float_binary_ops_match_numpy():
             np.testing.assert_array_equal(np.signbit(got[:4]), np.signbit(ref(a, b)[:4]))
 
 
+def test_float_min_max_propagate_nan_like_numpy():
+    funcs = [
+        elementwise(f"{op}_{dt}", fn, dt)
+        for dt in ("float32", "float64")
+        for op, fn in (("min", tir.min), ("max", tir.max))
+    ]
+    mod = build_c(funcs)
+    for dt in ("float32", "float64"):
+        a = np.array([np.nan, 1, np.nan, 2, -np.inf], dt)
+        b = np.array([1, np.nan, np.nan, 3, np.inf], dt)
+        for op, ref in (("min", np.minimum), ("max", np.maximum)):
+            np.testing.assert_array_equal(run(mod, f"{op}_{dt}", a, b, out_dtype=dt), ref(a, b))
+
+
 def test_comparisons_logic_and_select():
     def cmp_all(a, b):
         big = tir.Select((a < b) | (a >= b + 5), a, b)

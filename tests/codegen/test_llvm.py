@@ -562,7 +562,7 @@ def test_multiply_add_is_contracted_into_fma():
     f = ewise_func("muladd", ["float32"] * 3, "float32", lambda a, b, c: a * b + c, lanes=8)
     mod = build_llvm([f])
     assert "vfmadd" in mod.get_source("asm")
-    a, b, c = (np.random.default_rng(1).standard_normal((3, 64)).astype("float32"))
+    a, b, c = np.random.default_rng(1).standard_normal((3, 64)).astype("float32")
     exact = a.astype("float64") * b + c  # one rounding: an fma is at least as close as a*b+c
     got = run(mod, "muladd", [a, b, c], "float32")
     assert np.all(np.abs(got - exact) <= np.abs((a * b + c) - exact) + 1e-12)
@@ -580,3 +580,17 @@ def test_clear_errors():
         build_llvm([PrimFunc("tanhf", (B,), BufferStore(B, tir.const(1.0), (0,)))])
     with pytest.raises(ValueError, match="llvm target"):
         build_llvm([PrimFunc("c", (B,), BufferStore(B, tir.const(1.0), (0,)))], "c")
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_float_min_max_propagate_nan_like_numpy(dtype, lanes):
+    funcs = [
+        ewise_func("min", [dtype, dtype], dtype, tir.min, n=8, lanes=lanes),
+        ewise_func("max", [dtype, dtype], dtype, tir.max, n=8, lanes=lanes),
+    ]
+    mod = build_llvm(funcs)
+    a = np.array([np.nan, 1, np.nan, 2, -np.inf, 0, 5, -5], dtype)
+    b = np.array([1, np.nan, np.nan, 3, np.inf, np.nan, 4, -4], dtype)
+    np.testing.assert_array_equal(run(mod, "min", [a, b], dtype), np.minimum(a, b))
+    np.testing.assert_array_equal(run(mod, "max", [a, b], dtype), np.maximum(a, b))

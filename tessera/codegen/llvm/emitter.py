@@ -6,7 +6,8 @@ module share (declarations, unique names, the target). Intrinsic calls are in `i
 the outlining of parallel loops in `parallel.py`.
 
 Semantics (the contract in docs/architecture.md): `//` and `%` floor, `Div`/`Mod` truncate, float
-comparisons are ordered (`!=` is unordered: NaN != NaN), Min/Max are `a < b ? a : b`, bfloat16
+comparisons are ordered (`!=` is unordered: NaN != NaN), Min/Max are `a < b ? a : b` (on floats
+NaN when either operand is NaN, as numpy's minimum/maximum), bfloat16
 and float16 arithmetic is computed in float32 and rounded back; a float `a * b + c` may be
 contracted into one fused multiply-add.
 """
@@ -227,7 +228,9 @@ class FunctionEmitter:
         a, b = self._operands(e)
         if dt.is_float:
             a, b = T.to_f32(self.b, a, dt), T.to_f32(self.b, b, dt)
-            r = self.b.select(self.b.fcmp_ordered(op, a, b), a, b)
+            # `a op b or a is NaN`: NaN in either operand propagates (numpy's minimum/maximum)
+            take_a = self.b.or_(self.b.fcmp_ordered(op, a, b), self.b.fcmp_unordered("uno", a, a))
+            r = self.b.select(take_a, a, b)
             return T.from_f32(self.b, r, dt)
         cmp = self.b.icmp_signed if dt.is_int else self.b.icmp_unsigned
         return self.b.select(cmp(op, a, b), a, b)
