@@ -1,5 +1,6 @@
 """The native thread pool (native/tessera_rt.c), driven by kernels/pool_kernels.c."""
 
+import ctypes
 import os
 import signal
 import threading
@@ -73,7 +74,7 @@ def guided_chunks(extent, threads):
 def test_chunks_tile_the_loop_big_first_then_small(pool_lib, threads, extent):
     native.set_num_threads(threads)
     begins, ends, tids = log_chunks(pool_lib, extent)
-    assert list(zip(begins.tolist(), ends.tolist())) == guided_chunks(extent, threads)
+    assert list(zip(begins.tolist(), ends.tolist(), strict=True)) == guided_chunks(extent, threads)
     assert len(begins) <= min(MAX_CHUNKS_PER_THREAD * threads, extent)
     assert begins[0] == 0 and ends[-1] == extent and np.all(begins[1:] == ends[:-1])
     sizes = ends - begins
@@ -196,3 +197,27 @@ def test_many_tiny_loops_back_to_back(pool_lib):
         for _ in range(2000):
             assert pool_lib.fill(5, counts.ctypes.data, tids.ctypes.data) == 0
         assert np.all(counts == 2000)
+
+
+def test_a_slow_worker_does_not_hold_the_rest_of_the_loop(pool_lib):
+    # A worker stuck in its chunk (100 ms, as if preempted) keeps that chunk only: the caller
+    # claims every other chunk, then sleeps (not spins) until the worker leaves.
+    pool_lib.slow_worker.argtypes = [
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
+    native.set_num_threads(2)
+    extent = 1000
+    counts = np.zeros(extent, np.int32)
+    tids = np.zeros(extent, np.int64)
+    cpu, wall = time.process_time(), time.perf_counter()
+    assert pool_lib.slow_worker(extent, 100_000_000, counts.ctypes.data, tids.ctypes.data) == 0
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    assert np.all(counts == 1)
+    caller = threading.get_native_id()
+    worker_chunks = [(b, e) for b, e in guided_chunks(extent, 2) if tids[b] != caller]
+    assert 1 <= len(worker_chunks) <= 2  # 2 only if the caller lost its core for 100 ms
+    assert wall >= 0.09
+    assert cpu < 0.3 * wall  # the caller blocked while it waited

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tessera_rt.h"
@@ -113,4 +114,41 @@ int64_t log_chunks(int64_t extent, int64_t* begins, int64_t* ends, int64_t* tids
   struct chunk_log log = {begins, ends, tids, 0};
   if (tessera_parallel_for(extent, log_body, &log) != 0) return -1;
   return log.calls;
+}
+
+struct slow_worker {
+  int64_t caller;
+  int64_t sleep_ns; /* how long a worker sleeps in each chunk it runs */
+  int32_t worker_started;
+  int32_t* counts;
+  int64_t* tids;
+};
+
+static void sleep_ns(int64_t ns) {
+  struct timespec t = {ns / 1000000000, ns % 1000000000};
+  nanosleep(&t, 0);
+}
+
+static int32_t slow_worker_body(int64_t begin, int64_t end, void* closure) {
+  struct slow_worker* s = closure;
+  int64_t tid = thread_id();
+  if (tid != s->caller) {
+    __atomic_store_n(&s->worker_started, 1, __ATOMIC_SEQ_CST);
+    sleep_ns(s->sleep_ns); /* a worker preempted in its chunk */
+  } else if (begin == 0) {
+    /* The caller's first chunk waits (5 s at most) until a worker is inside a chunk. */
+    for (int i = 0; i < 5000 && !__atomic_load_n(&s->worker_started, __ATOMIC_SEQ_CST); i++)
+      sleep_ns(1000000);
+  }
+  for (int64_t i = begin; i < end; i++) {
+    __atomic_fetch_add(&s->counts[i], 1, __ATOMIC_RELAXED);
+    s->tids[i] = tid;
+  }
+  return 0;
+}
+
+/* A loop whose workers are slow (each of their chunks sleeps `sleep` ns) once one has started. */
+int32_t slow_worker(int64_t extent, int64_t sleep, int32_t* counts, int64_t* tids) {
+  struct slow_worker s = {thread_id(), sleep, 0, counts, tids};
+  return tessera_parallel_for(extent, slow_worker_body, &s);
 }
