@@ -16,9 +16,9 @@ extern "C" {
 /* The body of a parallel loop: run iterations [begin, end); return 0 on success. */
 typedef int32_t (*tessera_parallel_body)(int64_t begin, int64_t end, void* closure);
 
-/* Split [0, extent) into contiguous chunks (a few per thread; the caller runs chunk 0, then
- * each thread takes the next chunk left) and run `body` on each. Returns 0, or the first nonzero
- * code a chunk returned. A call made from inside a body, or while another thread uses the pool,
+/* Split [0, extent) into contiguous chunks (big ones first, then smaller, at most 8 per thread;
+ * the caller runs the first, then each thread claims the next chunk left) and run `body` on each.
+ * Returns 0, or the first nonzero code a chunk returned. A call made from inside a body, or while another thread uses the pool,
  * runs body(0, extent, closure) inline. */
 int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* closure);
 
