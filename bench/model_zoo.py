@@ -116,10 +116,8 @@ def _inverted_residual(
     hidden = int(round(cin * t))
     y, i = x, 0
     if t != 1:  # 1x1 expansion
-        y = _relu6(
-            g, _conv_bn(g, y, f"{prefix}.conv.{i}", cin, hidden, 1, 1, 1), f"{prefix}.conv.{i}"
-        )
-        i += 1
+        name = f"{prefix}.conv.0"
+        y, i = _relu6(g, _conv_bn(g, y, name, cin, hidden, 1, 1, 1), name), 1
     y = _conv_bn(g, y, f"{prefix}.conv.{i}", hidden, hidden, 3, stride, hidden)  # depthwise
     y = _relu6(g, y, f"{prefix}.conv.{i}")
     y = _conv_bn(g, y, f"{prefix}.conv.{i + 1}", hidden, cout, 1, 1, 1)  # linear bottleneck

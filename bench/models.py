@@ -29,6 +29,7 @@ import gc
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -185,9 +186,18 @@ def timed_compile(path: Path, cache_dir: Path, timeout: float, target: str = "ll
         return {"error": f"compile took longer than {timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        return {"error": f"compile process failed: {tail}"}
+        return {"error": f"compile process failed: {failure_summary(proc.stderr, proc.returncode)}"}
     return json.loads(lines[-1])
+
+
+def failure_summary(stderr: str, code: int) -> str:
+    """The telling lines of a failed process: its last Python exception and the first C
+    compiler error (a traceback ends with context lines, a compiler with carets)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    exceptions = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception)\b", ln)]
+    compiler = [ln for ln in lines if " error: " in ln or ln.startswith("error:")]
+    parts = exceptions[-1:] + compiler[:1]
+    return " / ".join(parts) or (lines[-1] if lines else f"exit status {code}")
 
 
 # -- measure -----------------------------------------------------------------------------------

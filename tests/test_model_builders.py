@@ -195,6 +195,22 @@ def test_relative_error():
     assert bench_models.relative_error([np.zeros(3, np.float32)], e) == np.inf
 
 
+def test_failure_summary_names_the_exception_and_the_compiler_error():
+    stderr = """Traceback (most recent call last):
+  File "x.py", line 3, in <module>
+RuntimeError: the C compiler failed (exit 1):
+tessera_rt.c:12:5: error: 'x' undeclared
+   12 |     x = 1;
+      |     ^
+"""
+    summary = bench_models.failure_summary(stderr, 1)
+    assert summary == (
+        "RuntimeError: the C compiler failed (exit 1): / tessera_rt.c:12:5: error: 'x' undeclared"
+    )
+    assert bench_models.failure_summary("", -9) == "exit status -9"
+    assert bench_models.failure_summary("killed\n", 1) == "killed"
+
+
 def _tiny_case(name, op="Relu"):
     from onnx import TensorProto, helper
 
