@@ -9,6 +9,8 @@ Each buffer (parameters, Allocates, and any other buffer the body touches) is re
 1-D Buffer with the same name, dtype and scope and shape `(prod(shape),)`, and its indices by
 the row-major offset `i*stride0 + j*stride1 + ...` (simplified: the index of a fused axis,
 `floordiv(f, 10)*10 + floormod(f, 10)`, becomes `f`); a buffer that is already 1-D is kept.
+Offsets are int64 when they may not fit int32 (a dim is int64, or there are 2^31 or more
+elements), so `A[i, j]` of a 70000 x 70000 buffer reads past the first 2^31 elements.
 The 1-D buffers replace the parameters in `params` (same names, dtypes and order). The shapes
 the caller passes stay in the PrimFunc attr `("param_shapes", (shape0, shape1, ...))`, one tuple
 of dims per buffer parameter in order, which `PrimFunc.param_shape`, `PrimFunc.scalar_vars` and
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tessera.arith import simplify
+from tessera.ir.dtype import int64
 from tessera.ir.node import Mutator
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import BufferLoad, Expr, IntImm, convert
@@ -48,6 +51,8 @@ def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
         raise ValueError(f"{len(indices)} indices for a buffer of {len(shape)} dims")
     if not indices:
         return convert(0)
+    if _needs_int64(shape):
+        shape, indices = _widen(shape), _widen(indices)
     strides: list[Expr] = [convert(1)]
     for dim in reversed(shape[1:]):
         strides.insert(0, dim if _is_one(strides[0]) else dim * strides[0])
@@ -58,7 +63,29 @@ def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
     return offset
 
 
+def _needs_int64(shape) -> bool:
+    """Whether offsets into a buffer of `shape` may not fit int32."""
+    size = 1
+    for dim in shape:
+        if dim.dtype.bits > 32:
+            return True
+        if isinstance(dim, IntImm):
+            size *= dim.value
+    return size >= 2**31
+
+
+def _widen(exprs) -> tuple[Expr, ...]:
+    return tuple(
+        IntImm(e.value, int64)
+        if isinstance(e, IntImm)
+        else e.astype(int64.with_lanes(e.dtype.lanes))
+        for e in exprs
+    )
+
+
 def _product(dims) -> Expr:
+    if _needs_int64(dims):
+        dims = _widen(dims)
     out = convert(1)
     for d in dims:
         out = d if _is_one(out) else out * d

@@ -89,3 +89,34 @@ def test_fused_axis_index_is_simplified():
     store = tir.BufferStore(A, tir.const(1.0), (f_ // 10, f_ % 10))
     g = flatten_storage(tir.PrimFunc("h", (A,), tir.For(f_, 0, 60, S, store)))
     assert g.body.body.indices[0] is f_
+
+
+def test_offsets_past_int32_are_int64():
+    # 70000 * 70000 elements: the offset of A[69999, j] does not fit int32
+    A = tir.decl_buffer((70000, 70000), "int8", "A")
+    B = tir.decl_buffer((8,), "int8", "B")
+    k = tir.Var("k")
+    body = tir.For(k, 0, 8, S, tir.BufferStore(B, A[69999, k + 69992], (k,)))
+    g = flatten_storage(tir.PrimFunc("f", (A, B), body))
+    flat_a = g.params[0]
+    assert flat_a.shape[0].dtype == tir.DType.parse("int64")
+    assert flat_a.shape[0].value == 70000 * 70000
+    index = g.body.body.value.indices[0]
+    assert index.dtype == tir.DType.parse("int64")
+    small = flatten_storage(_copy_2d()[0])  # int32 offsets where they fit
+    assert small.body.body.body.value.a.indices[0].dtype == tir.DType.parse("int32")
+
+
+def test_offsets_past_int32_read_the_right_element():
+    from tessera.codegen.llvm import build_llvm
+
+    A = tir.decl_buffer((70000, 70000), "int8", "A")
+    B = tir.decl_buffer((8,), "int8", "B")
+    k = tir.Var("k")
+    body = tir.For(k, 0, 8, S, tir.BufferStore(B, A[69999, k + 69992], (k,)))
+    mod = build_llvm([flatten_storage(tir.PrimFunc("f", (A, B), body))])
+    a = np.zeros((70000, 70000), "int8")  # 4.9 GB of address space; only one page is touched
+    a[69999, -8:] = np.arange(1, 9)
+    b = np.zeros(8, "int8")
+    mod["f"](a, b)
+    np.testing.assert_array_equal(b, np.arange(1, 9))
