@@ -28,19 +28,8 @@ MAX_STEPS = 8
 _SELECT_TABLE = rule_table(SELECT_RULES)
 
 
-def wrap_int(value: int, dt: DType) -> int:
-    """value as the machine holds it in dt (two's complement)."""
-    if dt.is_bool:
-        return int(bool(value))
-    bits = dt.bits
-    value %= 1 << bits
-    if dt.is_int and value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return value
-
-
 def _int_const(value: int, dt: DType) -> E.IntImm:
-    return E.IntImm(wrap_int(value, dt), dt)
+    return E.IntImm(value, dt)  # IntImm wraps the value into dt
 
 
 def _float_const(value: float, dt: DType) -> E.Expr | None:
@@ -126,10 +115,6 @@ class Simplifier(Mutator):
     def visit(self, node):
         if not isinstance(node, E.Expr):
             return super().visit(node)
-        if isinstance(node, E.IntImm) and node.dtype.lanes == 1 and not node.dtype.is_bool:
-            # constants folded while building (tir.expr._binary) do not wrap around: do it here
-            value = wrap_int(node.value, node.dtype)
-            return node if value == node.value else E.IntImm(value, node.dtype)
         if isinstance(node, E.IntImm | E.FloatImm | E.StringImm):
             return node
         hit = self.memo.get(node)

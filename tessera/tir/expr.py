@@ -197,15 +197,32 @@ class Var(Expr):
         object.__setattr__(self, "dtype", DType.parse(self.dtype))
 
 
+def wrap_int(value: int, dt: DType) -> int:
+    """value as the machine holds it in dt (two's complement; bool is 0 or 1)."""
+    if dt.is_bool:
+        return int(bool(value))
+    bits = dt.bits
+    value %= 1 << bits
+    if dt.is_int and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
 @dataclass(frozen=True, eq=False)
 class IntImm(Expr):
+    """An integer constant; its value is wrapped into dt as the machine holds it (2**31 as
+    int32 is -2**31, -1 as uint8 is 255), so folding while building agrees with the code."""
+
     value: int
     dtype: DType = int32
 
     def __post_init__(self):
         dt = DType.parse(self.dtype)
         object.__setattr__(self, "dtype", dt)
-        object.__setattr__(self, "value", int(self.value))
+        value = int(self.value)
+        if dt.is_integer or dt.is_bool:
+            value = wrap_int(value, dt)
+        object.__setattr__(self, "value", value)
 
 
 @dataclass(frozen=True, eq=False)

@@ -53,3 +53,14 @@ def test_bitwise_on_ints_logic_on_bools():
     assert isinstance((i < 2) & (j < 3), tir.And)
     with pytest.raises(TypeError):
         tir.Var("f", "float32") & 1
+
+
+def test_int_constants_wrap_like_the_machine():
+    # folding while building must agree with the generated code (and with the simplifier)
+    const = tir.const
+    assert (const(2**31 - 1) + 1).value == -(2**31)
+    assert (const(2**31 - 1, "int64") + 1).value == 2**31
+    assert const(-1, "uint8").value == 255
+    assert (const(200, "uint8") * 2).value == 144
+    assert const(2**64 - 1, "uint64").value == 2**64 - 1
+    assert const(2, "bool").value == 1
