@@ -221,3 +221,23 @@ def test_a_slow_worker_does_not_hold_the_rest_of_the_loop(pool_lib):
     assert 1 <= len(worker_chunks) <= 2  # 2 only if the caller lost its core for 100 ms
     assert wall >= 0.09
     assert cpu < 0.3 * wall  # the caller blocked while it waited
+
+
+def test_a_loop_held_up_by_a_worker_makes_the_next_run_on_the_caller(pool_lib):
+    # Note [backing off]: the caller waited 100 ms for a worker, so the next loop runs alone.
+    pool_lib.slow_worker.argtypes = [
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
+    native.set_num_threads(2)
+    counts = np.zeros(1000, np.int32)
+    tids = np.zeros(1000, np.int64)
+    assert pool_lib.slow_worker(1000, 100_000_000, counts.ctypes.data, tids.ctypes.data) == 0
+    begins, ends, tids = log_chunks(pool_lib, 1000)
+    assert begins.tolist() == [0] and ends.tolist() == [1000]
+    assert tids[0] == threading.get_native_id()
+    native.set_num_threads(2)  # a new setting forgives
+    begins, _, _ = log_chunks(pool_lib, 1000)
+    assert len(begins) == len(guided_chunks(1000, 2))

@@ -28,6 +28,15 @@
  * A sleeper announces itself in a counter (or flag) before its final check, and the other side
  * changes the state before reading the counter; both are sequentially consistent, so at least
  * one of them sees the other: no lost wake-ups.
+ *
+ * Note [backing off]
+ * On a machine with more runnable threads than cores, a worker is sometimes preempted inside
+ * its chunk and the caller waits for a whole time slice of another process (milliseconds, for a
+ * loop of microseconds): a model of many short loops then runs slower on two threads than on
+ * one. When a caller waits PREEMPTED_NS longer than its own part of the loop took, the next
+ * `penalty` loops run on the caller alone (their workers are not woken); the penalty doubles
+ * while loops keep being held up (up to MAX_SERIAL_LOOPS) and is forgiven by a loop that is not.
+ * On a quiet machine no loop is held up and nothing changes.
  */
 #define _GNU_SOURCE
 #include "tessera_rt.h"
@@ -49,7 +58,11 @@
 /* Note [waiting]: pure spinning covers the gap between back-to-back kernels (microseconds);
  * yielding spins keep workers hot between the loops of one inference; past HOT_NS they block. */
 #define SPIN_NS 20000
-#define HOT_NS 300000
+#define HOT_NS 200000
+/* Note [backing off]: a caller that waited this much longer than its own share of the loop took
+ * was held up by a preempted worker. */
+#define PREEMPTED_NS 200000
+#define MAX_SERIAL_LOOPS 256
 #define CLOCK_EVERY 16 /* read the clock every this many spins */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -79,6 +92,9 @@ struct pool {
   tessera_parallel_body body;
   void* closure;
   int nworkers;
+  /* Note [backing off]; under call_lock. */
+  int64_t serial_left; /* loops still to run on the caller alone */
+  int64_t penalty;     /* serial loops after the next held-up loop */
   pthread_t threads[TESSERA_MAX_THREADS];
 };
 
@@ -259,6 +275,7 @@ static void reset_after_fork(void) {
   atomic_store(&pool.job, 0);
   atomic_store(&pool.stop, 0);
   pool.nworkers = 0;
+  pool.serial_left = pool.penalty = 0;
   in_parallel = 0;
 }
 
@@ -289,8 +306,20 @@ void tessera_set_num_threads(int32_t n) {
   atomic_store(&desired_threads, want);
   if (in_parallel) return;
   pthread_mutex_lock(&pool.call_lock);
+  pool.serial_left = pool.penalty = 0; /* a new setting starts afresh */
   if (pool.nworkers != want - 1) stop_workers();
   pthread_mutex_unlock(&pool.call_lock);
+}
+
+/* Called with call_lock held after a loop: the caller worked `work` ns, then waited `wait` ns. */
+static void note_wait(int64_t work, int64_t wait) {
+  if (wait <= work + PREEMPTED_NS) {
+    pool.penalty = 0;
+    return;
+  }
+  pool.penalty = pool.penalty == 0 ? 1 : pool.penalty * 2;
+  if (pool.penalty > MAX_SERIAL_LOOPS) pool.penalty = MAX_SERIAL_LOOPS;
+  pool.serial_left = pool.penalty;
 }
 
 int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* closure) {
@@ -299,6 +328,11 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   if (in_parallel || extent == 1 || nthreads == 1) return body(0, extent, closure);
   /* Another thread owns the pool: rather than wait for it, do the work on this thread. */
   if (pthread_mutex_trylock(&pool.call_lock) != 0) return body(0, extent, closure);
+  if (pool.serial_left > 0) { /* Note [backing off] */
+    pool.serial_left--;
+    pthread_mutex_unlock(&pool.call_lock);
+    return body(0, extent, closure);
+  }
   ensure_workers(nthreads - 1);
   int64_t threads = (int64_t)pool.nworkers + 1, most = threads * MAX_CHUNKS_PER_THREAD;
   pool.extent = extent;
@@ -312,10 +346,13 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   atomic_store(&pool.job, JOB_OPEN);
   wake_workers();
   in_parallel = 1;
+  int64_t start = now_ns();
   run_chunk(0, first);
   run_chunks();
   in_parallel = 0;
+  int64_t done = now_ns();
   close_job();
+  note_wait(done - start, now_ns() - done);
   int32_t rc = atomic_load(&pool.result);
   pthread_mutex_unlock(&pool.call_lock);
   return rc;
