@@ -21,6 +21,7 @@ from tessera.ir.dtype import DType, int32
 from tessera.ir.node import Visitor
 from tessera.tir.expr import (
     Expr,
+    IntImm,
     IterVar,
     IterVarType,
     Range,
@@ -75,6 +76,28 @@ class _Indexable:
     def __call__(self, *indices):
         return self._load(_index_list(tuple(indices)))
 
+    # arithmetic on rank-0 tensors (TVM allows `C = te.compute((), ...); D = C + 1`)
+    def __add__(self, o):
+        return self.as_expr() + o
+
+    def __radd__(self, o):
+        return o + self.as_expr()
+
+    def __sub__(self, o):
+        return self.as_expr() - o
+
+    def __rsub__(self, o):
+        return o - self.as_expr()
+
+    def __mul__(self, o):
+        return self.as_expr() * o
+
+    def __rmul__(self, o):
+        return o * self.as_expr()
+
+    def __truediv__(self, o):
+        return self.as_expr() / o
+
 
 @dataclass(frozen=True, eq=False)
 class Tensor(_Indexable):
@@ -110,28 +133,6 @@ class Tensor(_Indexable):
             raise TypeError(f"tensor {self.name} of rank {self.ndim} used as a scalar; index it")
         return ProducerLoad(self, ())
 
-    # arithmetic on rank-0 tensors (TVM allows `C = te.compute((), ...); D = C + 1`)
-    def __add__(self, o):
-        return self.as_expr() + o
-
-    def __radd__(self, o):
-        return o + self.as_expr()
-
-    def __sub__(self, o):
-        return self.as_expr() - o
-
-    def __rsub__(self, o):
-        return o - self.as_expr()
-
-    def __mul__(self, o):
-        return self.as_expr() * o
-
-    def __rmul__(self, o):
-        return o * self.as_expr()
-
-    def __truediv__(self, o):
-        return self.as_expr() / o
-
     def __repr__(self) -> str:
         dims = ", ".join(str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "")
         return f"Tensor({self.name}, ({dims}), {self.dtype})"
@@ -148,6 +149,14 @@ class TensorSlice(_Indexable):
 
     def _load(self, indices):
         return self.tensor._load(self.indices + indices)
+
+    def as_expr(self) -> Expr:
+        """A partly indexed tensor is not a value: say so, not "cannot make a constant"."""
+        t = self.tensor
+        raise TypeError(
+            f"tensor {t.name} has {t.ndim} dimensions, indexed with {len(self.indices)}; "
+            "index every dimension"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +246,8 @@ def _shape(shape) -> tuple[Expr, ...]:
         s = convert(s)
         if not s.dtype.is_integer:
             raise TypeError(f"shape dimensions must be integers, got {s} of type {s.dtype}")
+        if isinstance(s, IntImm) and s.value < 0:
+            raise ValueError(f"shape dimensions must not be negative, got {s.value}")
         out.append(s)
     return tuple(out)
 
@@ -261,6 +272,8 @@ def _make_range(dom) -> Range:
         return dom
     if isinstance(dom, (tuple, list)) and len(dom) == 2:
         lo, hi = convert(dom[0]), convert(dom[1])
+        if isinstance(lo, IntImm) and isinstance(hi, IntImm) and hi.value < lo.value:
+            raise ValueError(f"an axis domain (min, max) needs min <= max, got {dom!r}")
         return Range(lo, hi - lo)
     if dom is not None and not isinstance(dom, (tuple, list)):
         return Range(convert(0), convert(dom))

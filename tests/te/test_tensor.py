@@ -70,6 +70,20 @@ def test_errors():
         te.thread_axis()
 
 
+def test_user_mistakes_get_clear_errors():
+    A = te.placeholder((4, 5), name="A")
+    # too few indices: the value is a partly indexed tensor, named as such
+    for rule in (lambda i: A[i], lambda i: A[i] + 1, lambda i: 1 + A[i], lambda i: i * A[i]):
+        with pytest.raises(TypeError, match="A has 2 dimensions, indexed with 1"):
+            te.compute((4,), rule, name="bad")
+    assert te.compute((4,), lambda i: A[i][2] + 1).shape[0].value == 4  # completed slice
+    with pytest.raises(ValueError, match="negative, got -3"):
+        te.placeholder((4, -3), name="bad")
+    with pytest.raises(ValueError, match="min <= max"):
+        te.reduce_axis((5, 2), name="k")
+    assert te.reduce_axis((2, 2)).dom.extent.value == 0  # empty is allowed
+
+
 def test_exports_for_kernel_authors():
     for name in [
         "var", "size_var", "const", "if_then_else", "select", "exp", "log", "sqrt", "rsqrt",
