@@ -8,7 +8,8 @@ from tessera.runtime.function_info import FunctionInfo, ParamInfo, VarInfo
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import IntImm, Let, Var
 from tessera.tir.function import PrimFunc
-from tessera.tir.stmt import Allocate, For, LetStmt, Stmt
+from tessera.tir.stmt import Allocate, BufferStore, For, LetStmt, Stmt
+from tessera.tir.stmt_functor import collect
 
 
 def _dim(d):
@@ -21,11 +22,13 @@ def _dim(d):
 
 def function_info(func: PrimFunc) -> FunctionInfo:
     """The FunctionInfo the runtime checks calls of `func` against (see tir/function.py)."""
+    stores = collect(func.body, lambda n: isinstance(n, BufferStore))
+    written = {id(s.buffer) for s in stores}
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
             shape = [_dim(d) for d in func.param_shape(p)]
-            params.append(ParamInfo(p.name, "buffer", str(p.dtype), shape))
+            params.append(ParamInfo(p.name, "buffer", str(p.dtype), shape, id(p) in written))
         else:
             params.append(ParamInfo(p.name, "var", str(p.dtype)))
     vars_ = [VarInfo(v.name, str(v.dtype)) for v in func.scalar_vars()]

@@ -3,7 +3,8 @@
 It travels as JSON inside an exported library, so it holds only plain values:
 
     FunctionInfo("myadd",
-                 params=[ParamInfo("A", "buffer", "float32", ["n"]), ...],
+                 params=[ParamInfo("A", "buffer", "float32", ["n"]), ...,
+                         ParamInfo("C", "buffer", "float32", ["n"], written=True)],
                  vars=[VarInfo("n", "int32")])
 
 A buffer's shape holds ints and the names of symbolic variables (or, for a dimension that is an
@@ -22,6 +23,7 @@ class ParamInfo:
     kind: str  # "buffer" or "var"
     dtype: str
     shape: list = field(default_factory=list)  # buffers only: int | str per dimension
+    written: bool = False  # buffers only: the kernel stores into it (a read-only array is refused)
 
 
 @dataclass

@@ -6,7 +6,8 @@
 The native call is `int32 f(void** buffers, int64* vars)` (tir/function.py). Before it, every
 argument is checked against the FunctionInfo, and a mistake raises ValueError naming the
 argument: count, dtype (exact: no silent conversion), rank and shape (symbolic dims bind from
-the first buffer that has them, after the scalar params, and must agree), contiguity.
+the first buffer that has them, after the scalar params, and must agree), contiguity, and that
+an array the kernel writes is writeable.
 
 Note [alignment of arguments]
 NDArrays are 64-byte aligned. A numpy array is accepted when its data is aligned to its element
@@ -89,10 +90,12 @@ class _BufferSpec:
         "rank",
         "const_dims",
         "var_dims",
+        "written",
     )
 
     def __init__(self, index, slot, param, var_slots):
         self.index, self.slot, self.name, self.dtype = index, slot, param.name, param.dtype
+        self.written = param.written
         if param.dtype not in STORAGE:
             raise ValueError(f"buffer parameter {param.name!r} has unsupported dtype {param.dtype}")
         # bfloat16 buffers also take numpy uint16 arrays (raw bits) and ml_dtypes' bfloat16
@@ -212,6 +215,8 @@ class PackedFunc:
             raise ValueError(
                 self._where(spec) + "the array data is not aligned to its element size"
             )
+        if spec.written and not flags.writeable:
+            raise ValueError(self._where(spec) + "the kernel writes it, but the array is read-only")
 
     def _check_shape(self, spec: _BufferSpec, shape, values) -> None:
         if len(shape) != spec.rank:

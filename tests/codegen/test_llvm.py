@@ -594,3 +594,16 @@ def test_float_min_max_propagate_nan_like_numpy(dtype, lanes):
     b = np.array([1, np.nan, np.nan, 3, np.inf, np.nan, 4, -4], dtype)
     np.testing.assert_array_equal(run(mod, "min", [a, b], dtype), np.minimum(a, b))
     np.testing.assert_array_equal(run(mod, "max", [a, b], dtype), np.maximum(a, b))
+
+
+def test_a_read_only_array_is_refused_where_the_kernel_writes():
+    mod = build_llvm([ewise_func("double", ["float32"], "float32", lambda a: a * 2.0, n=8)])
+    a = np.arange(8, dtype="float32")
+    a.setflags(write=False)  # inputs may be read-only
+    out = np.zeros(8, "float32")
+    mod["double"](a, out)
+    np.testing.assert_array_equal(out, a * 2)
+    out.setflags(write=False)
+    with pytest.raises(ValueError, match="argument 'C' of double: the kernel writes it"):
+        mod["double"](a, out)
+    assert [p.written for p in mod["double"].info.params] == [False, True]
