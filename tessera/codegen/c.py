@@ -31,8 +31,8 @@ from tessera.codegen.c_expr import (
     value_type,
     wrap,
 )
-from tessera.codegen.common import function_info
-from tessera.ir.node import Mutator, post_order
+from tessera.codegen.common import closure_of, function_info
+from tessera.ir.node import Mutator
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
@@ -368,21 +368,12 @@ class _FunctionEmitter:
 
     def captures(self, loop: S.For) -> list:
         """The buffers, then the variables, that the body (and the loop's min) use from outside."""
-        inner = collect(loop.body, lambda n: isinstance(n, S.Allocate))
-        allocated = {id(a.buffer) for a in inner}
-        buffers: dict[int, Buffer] = {}
-        for n in collect(loop.body, lambda n: isinstance(n, (E.BufferLoad, S.BufferStore))):
-            if id(n.buffer) not in allocated:
-                buffers.setdefault(id(n.buffer), n.buffer)
+        body_vars, buffers = closure_of(loop.body, exclude=(loop.loop_var,))
         variables = {id(v): v for v in free_vars(loop.min)}
-        for v in free_vars(loop.body):
+        for v in body_vars:
             variables.setdefault(id(v), v)
-        for a in inner:  # sizes of allocations inside
-            for dim in a.buffer.shape:
-                for v in free_vars(dim):
-                    variables.setdefault(id(v), v)
         variables.pop(id(loop.loop_var), None)
-        return [*buffers.values(), *variables.values()]
+        return [*buffers, *variables.values()]
 
     def field_decl(self, x) -> str:
         name = self.names.get(x)
@@ -451,20 +442,9 @@ def _reads_elsewhere(value: E.Expr, buf: Buffer, index: E.Expr) -> bool:
 
 
 def _used(body: S.Stmt) -> set[int]:
-    """Ids of the Vars and Buffers that `body` refers to (allocation sizes included)."""
-    used: set[int] = set()
-
-    def note(n):
-        if isinstance(n, E.Var):
-            used.add(id(n))
-        elif isinstance(n, (E.BufferLoad, S.BufferStore)):
-            used.add(id(n.buffer))
-        elif isinstance(n, S.Allocate):
-            for dim in n.buffer.shape:
-                post_order(dim, note)
-
-    post_order(body, note)
-    return used
+    """Ids of the outside Vars and Buffers that `body` refers to (allocation sizes included)."""
+    variables, buffers = closure_of(body)
+    return {id(x) for x in (*variables, *buffers)}
 
 
 # -- the module -----------------------------------------------------------------------------
