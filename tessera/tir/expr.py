@@ -15,11 +15,13 @@ are identities: two `Var("i")` objects are different variables.
 
 Index arithmetic: `//` is floor division, `%` is floor modulo (what loop splitting needs);
 `/` is true division on floats and C's truncating division on integers (`Div`, `Mod`).
+
+The iteration and reduction nodes (`Range`, `IterVar`, `CommReducer`, `Reduce`) are in
+`iter_var.py` and re-exported here.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field, fields
 
 from tessera.ir.dtype import DType, bool_, float32, int32, int64
@@ -455,134 +457,6 @@ class Broadcast(Expr):
 
 
 # ---------------------------------------------------------------------------------------------
-# iteration and reduction (used by te; lowered away before codegen)
-
-
-@dataclass(frozen=True, eq=False)
-class Range(Node):
-    """The half-open interval [min, min + extent)."""
-
-    min: Expr
-    extent: Expr
-
-    @staticmethod
-    def from_min_extent(min_value, extent) -> Range:
-        return Range(convert(min_value), convert(extent))
-
-    def __eq__(self, other):
-        return isinstance(other, Range) and _same(self, other)
-
-    def __hash__(self):
-        return _hash(self)
-
-
-class IterVarType(enum.Enum):
-    DATA_PAR = "data_par"
-    REDUCE = "reduce"
-    THREAD = "thread"
-    OPAQUE = "opaque"
-
-
-@dataclass(frozen=True, eq=False)
-class IterVar(Node):
-    """An iteration variable: a Var with its domain, its kind and (for threads) a thread tag."""
-
-    dom: Range | None
-    var: Var
-    iter_type: IterVarType = IterVarType.DATA_PAR
-    thread_tag: str = ""
-    is_leaf = True
-
-    def __str__(self) -> str:
-        return f"IterVar({self.var.name}, {self.dom}, {self.iter_type.value})"
-
-    __repr__ = __str__
-
-    # In expressions an IterVar stands for its var (`k > 0`, `i * 4 + j`), as in TVM.
-    # `==` stays identity: IterVars are dict keys.
-    def as_expr(self) -> Var:
-        return self.var
-
-    def __add__(self, o):
-        return self.var + o
-
-    def __radd__(self, o):
-        return o + self.var
-
-    def __sub__(self, o):
-        return self.var - o
-
-    def __rsub__(self, o):
-        return o - self.var
-
-    def __mul__(self, o):
-        return self.var * o
-
-    def __rmul__(self, o):
-        return o * self.var
-
-    def __floordiv__(self, o):
-        return self.var // o
-
-    def __mod__(self, o):
-        return self.var % o
-
-    def __lt__(self, o):
-        return self.var < o
-
-    def __le__(self, o):
-        return self.var <= o
-
-    def __gt__(self, o):
-        return self.var > o
-
-    def __ge__(self, o):
-        return self.var >= o
-
-
-@dataclass(frozen=True, eq=False)
-class CommReducer(Node):
-    """A commutative reducer: combine(lhs, rhs) -> result, with an identity element.
-
-    For `sum`: lhs=(x,), rhs=(y,), result=(x + y,), identity=(0,).
-    """
-
-    lhs: tuple[Var, ...]
-    rhs: tuple[Var, ...]
-    result: tuple[Expr, ...]
-    identity_element: tuple[Expr, ...]
-
-    def __eq__(self, other):
-        return isinstance(other, CommReducer) and _same(self, other)
-
-    def __hash__(self):
-        return _hash(self)
-
-    def __call__(self, a: tuple[Expr, ...], b: tuple[Expr, ...]) -> tuple[Expr, ...]:
-        """The combined values of a and b, with the lhs/rhs variables substituted."""
-        from tessera.tir.stmt_functor import substitute
-
-        vmap = dict(zip(self.lhs, a, strict=True)) | dict(zip(self.rhs, b, strict=True))
-        return tuple(substitute(r, vmap) for r in self.result)
-
-
-@dataclass(frozen=True, eq=False)
-class Reduce(Expr):
-    """The reduction of `source` over `axis` with `combiner` (value `value_index` of a tuple)."""
-
-    combiner: CommReducer
-    source: tuple[Expr, ...]
-    axis: tuple[IterVar, ...]
-    condition: Expr
-    value_index: int = 0
-    init: tuple[Expr, ...] = ()
-
-    @property
-    def dtype(self) -> DType:
-        return self.source[self.value_index].dtype
-
-
-# ---------------------------------------------------------------------------------------------
 # conversion and promotion
 
 
@@ -621,19 +495,12 @@ def convert(value, dtype=None) -> Expr:
         return value
     if hasattr(value, "as_expr"):  # te tensors of rank 0, iteration variables
         return value.as_expr()
-    if isinstance(value, IterVar):
-        return value.var
     if dtype is not None:
         dtype = DType.parse(dtype)
         if isinstance(value, float) and not dtype.is_float:
             dtype = float32.with_lanes(dtype.lanes)  # 0.5 next to an int stays a float
         return const(value, dtype)
     return const(value)
-
-
-def _rank(dt: DType) -> tuple[int, int]:
-    order = {"bool": 0, "uint": 1, "int": 2, "bfloat": 3, "float": 4}
-    return order[dt.code], dt.bits
 
 
 def promote_types(a: DType, b: DType) -> DType:
@@ -668,10 +535,10 @@ def _coerce(e: Expr, dt: DType) -> Expr:
 
 
 def _promote(a, b) -> tuple[Expr, Expr]:
-    if not isinstance(a, Expr) and not hasattr(a, "as_expr") and not isinstance(a, IterVar):
+    if not isinstance(a, Expr) and not hasattr(a, "as_expr"):
         b = convert(b)
         a = convert(a, b.dtype)
-    elif not isinstance(b, Expr) and not hasattr(b, "as_expr") and not isinstance(b, IterVar):
+    elif not isinstance(b, Expr) and not hasattr(b, "as_expr"):
         a = convert(a)
         b = convert(b, a.dtype)
     else:
@@ -720,3 +587,14 @@ def _logic_or_bits(logic_cls, bits_op: str, a, b) -> Expr:
 def is_const_int(e, value=None) -> bool:
     """True when e is an integer constant (equal to `value` when given)."""
     return isinstance(e, IntImm) and (value is None or e.value == value)
+
+
+# The iteration and reduction nodes live in iter_var.py; importing them here keeps
+# `tir.expr.IterVar` & co. working (iter_var.py imports this module, so this comes last).
+from tessera.tir.iter_var import (  # noqa: E402, F401
+    CommReducer,
+    IterVar,
+    IterVarType,
+    Range,
+    Reduce,
+)
