@@ -213,17 +213,33 @@ class ExprPrinter:
 
     _Add = _Sub = _Mul = _arith
 
+    def safe_divisor(self, e) -> bool:
+        """A constant divisor other than 0 and -1: `/` and `%` cannot trap."""
+        e = e.value if isinstance(e, E.Broadcast) else e
+        return isinstance(e, E.IntImm) and e.value not in (0, -1)
+
+    def _int_div_mod(self, e, lane, name, c_op):
+        """Integer `/` or `%`; a divisor that may be 0 or -1 goes through a helper that does
+        not trap (Note [integer division by zero] in codegen/llvm/emitter.py)."""
+        if self.safe_divisor(e.b):
+            return self.finish(e.dtype, self.binary(e.a, e.b, c_op, MUL, lane))
+        return self.helper(f"{name}_{suffix(e.dtype)}", self.text(e.a, lane), self.text(e.b, lane))
+
     def _Div(self, e, lane):
+        if e.dtype.is_integer:
+            return self._int_div_mod(e, lane, "div", "/")
         return self.finish(e.dtype, self.binary(e.a, e.b, "/", MUL, lane))
 
     def _Mod(self, e, lane):
         if e.dtype.is_float:
             return self.finish(e.dtype, self.math("fmod", e.dtype, [e.a, e.b], lane))
-        return self.finish(e.dtype, self.binary(e.a, e.b, "%", MUL, lane))
+        return self._int_div_mod(e, lane, "mod", "%")
 
     def _floor_op(self, e, lane, name, c_op):
         dt = e.dtype
-        if dt.is_uint or (dt.is_int and self.nonneg(e.a) and self.positive_const(e.b)):
+        if dt.is_uint:  # floor and truncating division agree
+            return self._int_div_mod(e, lane, "div" if c_op == "/" else "mod", c_op)
+        if dt.is_int and self.nonneg(e.a) and self.positive_const(e.b):
             return self.finish(dt, self.binary(e.a, e.b, c_op, MUL, lane))
         args = (self.text(e.a, lane), self.text(e.b, lane))
         item = self.helper(f"{name}_{suffix(dt)}", *args)

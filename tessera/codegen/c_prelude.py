@@ -55,14 +55,41 @@ CTYPES = {
     "f64": "double",
 }
 
+# Integer division and modulo by 0 give 0 and INT_MIN / -1 wraps, as in numpy, instead of
+# trapping (Note [integer division by zero] in codegen/llvm/emitter.py).
+_INT_DIV = """\
+static inline {T} tessera_div_{s}({T} a, {T} b) {{
+  if (b == 0) {{
+    return 0;
+  }}
+  return b == -1 ? ({T})(0 - (uint64_t)a) : ({T})(a / b);
+}}"""
+
+_INT_MOD = """\
+static inline {T} tessera_mod_{s}({T} a, {T} b) {{
+  return (b == 0 || b == -1) ? 0 : ({T})(a % b);
+}}"""
+_UINT_DIV = (
+    "static inline {T} tessera_div_{s}({T} a, {T} b) {{ return b == 0 ? 0 : ({T})(a / b); }}"
+)
+_UINT_MOD = (
+    "static inline {T} tessera_mod_{s}({T} a, {T} b) {{ return b == 0 ? 0 : ({T})(a % b); }}"
+)
+
 _INT_FLOORDIV = """\
 static inline {T} tessera_floordiv_{s}({T} a, {T} b) {{
+  if (b == 0 || b == -1) {{
+    return tessera_div_{s}(a, b);
+  }}
   {T} q = ({T})(a / b);
   return (a % b != 0 && ((a < 0) != (b < 0))) ? ({T})(q - 1) : q;
 }}"""
 
 _INT_FLOORMOD = """\
 static inline {T} tessera_floormod_{s}({T} a, {T} b) {{
+  if (b == 0 || b == -1) {{
+    return 0;
+  }}
   {T} r = ({T})(a % b);
   return (r != 0 && ((r < 0) != (b < 0))) ? ({T})(r + b) : r;
 }}"""
@@ -223,6 +250,7 @@ static inline float tessera_f16_round(float f) {
 }
 
 _DEPS = {
+    **{f"floordiv_i{bits}": (f"div_i{bits}",) for bits in (8, 16, 32, 64)},
     "f64_to_bf16": ("f32_to_bf16", "f64_to_f32_odd"),
     "bf16_round": ("bf16_to_f32", "f32_to_bf16"),
     "f64_to_f16": ("f32_to_f16", "f64_to_f32_odd"),
@@ -262,6 +290,10 @@ def helper_text(name: str) -> str:
         return (_FLOAT_MIN if kind == "min" else _FLOAT_MAX).format(T=ctype, s=suffix)
     if kind in _PER_TYPE:
         return _PER_TYPE[kind].format(T=ctype, s=suffix)
+    if kind in ("div", "mod") and suffix[0] in "iu":
+        signed = suffix[0] == "i"
+        template = {"div": (_UINT_DIV, _INT_DIV), "mod": (_UINT_MOD, _INT_MOD)}[kind][signed]
+        return template.format(T=ctype, s=suffix)
     if kind in ("floordiv", "floormod"):
         if suffix.startswith("f"):
             template = _FLOAT_FLOORDIV if kind == "floordiv" else _FLOAT_FLOORMOD

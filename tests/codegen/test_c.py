@@ -116,6 +116,38 @@ def test_float_min_max_propagate_nan_like_numpy():
             np.testing.assert_array_equal(run(mod, f"{op}_{dt}", a, b, out_dtype=dt), ref(a, b))
 
 
+def _division_by_zero_operands(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([7, -7, info.min, info.min, 0, info.max, 5, -5], dtype=np.int64)
+    b = np.array([0, 0, -1, 0, 0, -1, -1, 2], dtype=np.int64)
+    if info.min == 0:  # unsigned: no -1, no negative a
+        a, b = np.abs(a) % (info.max + 1), np.where(b < 0, 3, b)
+    return a.astype(dtype), b.astype(dtype)
+
+
+def _division_by_zero_reference(a, b):
+    """numpy's answers (by 0: 0; INT_MIN // -1 wraps), and truncating division's."""
+    with np.errstate(divide="ignore", over="ignore"):
+        floor_q, floor_r = np.floor_divide(a, b), np.mod(a, b)
+        safe_b = np.where(b == 0, 1, b)
+        trunc_q = np.where(b == 0, 0, np.sign(a) * np.sign(safe_b) * (np.abs(a) // np.abs(safe_b)))
+        trunc_q = trunc_q.astype(a.dtype)
+        trunc_r = np.where(b == 0, 0, a - b * trunc_q).astype(a.dtype)  # like np.fmod
+    return {"floordiv": floor_q, "floormod": floor_r, "div": trunc_q, "mod": trunc_r}
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_integer_division_by_zero_does_not_trap(dtype):
+    # x86 idiv traps (SIGFPE kills the process) on x / 0 and INT_MIN / -1: they follow numpy
+    ops = {"floordiv": tir.floordiv, "floormod": tir.floormod}
+    ops |= {"div": tir.truncdiv, "mod": tir.truncmod}
+    mod = build_c([elementwise(f"{op}_{dtype}", fn, dtype) for op, fn in ops.items()])
+    a, b = _division_by_zero_operands(dtype)
+    for op, want in _division_by_zero_reference(a, b).items():
+        got = run(mod, f"{op}_{dtype}", a, b, out_dtype=dtype)
+        np.testing.assert_array_equal(got, want, err_msg=op)
+
+
 def test_comparisons_logic_and_select():
     def cmp_all(a, b):
         big = tir.Select((a < b) | (a >= b + 5), a, b)

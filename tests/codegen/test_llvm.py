@@ -607,3 +607,34 @@ def test_a_read_only_array_is_refused_where_the_kernel_writes():
     with pytest.raises(ValueError, match="argument 'C' of double: the kernel writes it"):
         mod["double"](a, out)
     assert [p.written for p in mod["double"].info.params] == [False, True]
+
+
+def _division_by_zero_operands(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([7, -7, info.min, info.min, 0, info.max, 5, -5], dtype=np.int64)
+    b = np.array([0, 0, -1, 0, 0, -1, -1, 2], dtype=np.int64)
+    if info.min == 0:  # unsigned: no -1, no negative a
+        a, b = np.abs(a) % (info.max + 1), np.where(b < 0, 3, b)
+    return a.astype(dtype), b.astype(dtype)
+
+
+def _division_by_zero_reference(a, b):
+    """numpy's answers (by 0: 0; INT_MIN // -1 wraps), and truncating division's."""
+    with np.errstate(divide="ignore", over="ignore"):
+        floor_q, floor_r = np.floor_divide(a, b), np.mod(a, b)
+        trunc_q = np.where(b == 0, 0, _trunc_div(a, np.where(b == 0, 1, b))).astype(a.dtype)
+        trunc_r = np.where(b == 0, 0, a - b * trunc_q).astype(a.dtype)  # like np.fmod
+    return {"floordiv": floor_q, "floormod": floor_r, "div": trunc_q, "mod": trunc_r}
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_integer_division_by_zero_does_not_trap(dtype, lanes):
+    # x86 idiv traps (SIGFPE kills the process) on x / 0 and INT_MIN / -1: they follow numpy
+    ops = {"floordiv": tir.floordiv, "floormod": tir.floormod}
+    ops |= {"div": tir.truncdiv, "mod": tir.truncmod}
+    funcs = [ewise_func(op, [dtype, dtype], dtype, fn, n=8, lanes=lanes) for op, fn in ops.items()]
+    mod = build_llvm(funcs)
+    a, b = _division_by_zero_operands(dtype)
+    for op, want in _division_by_zero_reference(a, b).items():
+        np.testing.assert_array_equal(run(mod, op, [a, b], dtype), want, err_msg=op)

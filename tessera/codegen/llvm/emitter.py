@@ -182,11 +182,43 @@ class FunctionEmitter:
     def e_Mul(self, e):
         return self._arith(e, self.b.mul, self.b.mul, self.b.fmul)
 
+    # Note [integer division by zero]
+    # x / 0, x % 0 (and INT_MIN / -1) trap on x86: the process dies of SIGFPE. Integer division
+    # and modulo follow numpy instead: by 0 they give 0, and INT_MIN / -1 wraps to INT_MIN. A
+    # constant divisor other than 0 and -1 (all of index arithmetic) needs no guard.
+
+    def _int_div_mod(self, e):
+        """(a, divisor to divide by, is b zero, is b -1 or None): b made safe to divide by."""
+        dt = e.dtype
+        a, b = self._operands(e)
+        divisor = e.b.value if isinstance(e.b, E.Broadcast) else e.b
+        if isinstance(divisor, E.IntImm) and divisor.value not in (0, -1):
+            return a, b, None, None
+        is_zero = self.b.icmp_unsigned("==", b, T.constant(0, dt))
+        is_minus_one = self.b.icmp_signed("==", b, T.constant(-1, dt)) if dt.is_int else None
+        unsafe = is_zero if is_minus_one is None else self.b.or_(is_zero, is_minus_one)
+        return a, self.b.select(unsafe, T.constant(1, dt), b), is_zero, is_minus_one
+
+    def _int_quotient(self, e, trunc_quotient):
+        """The quotient of integer Div / FloorDiv with b = 0 and b = -1 handled (see the Note)."""
+        a, b, is_zero, is_minus_one = self._int_div_mod(e)
+        q = trunc_quotient(a, b)
+        if is_minus_one is not None:
+            q = self.b.select(is_minus_one, self.b.neg(a), q)  # wraps: -INT_MIN is INT_MIN
+        if is_zero is not None:
+            q = self.b.select(is_zero, T.constant(0, e.dtype), q)
+        return q
+
     def e_Div(self, e):
-        return self._arith(e, self.b.sdiv, self.b.udiv, self.b.fdiv)
+        if e.dtype.is_float:
+            return self._arith(e, self.b.sdiv, self.b.udiv, self.b.fdiv)
+        return self._int_quotient(e, self.b.sdiv if e.dtype.is_int else self.b.udiv)
 
     def e_Mod(self, e):
-        return self._arith(e, self.b.srem, self.b.urem, self.b.frem)
+        if e.dtype.is_float:
+            return self._arith(e, self.b.srem, self.b.urem, self.b.frem)
+        a, b, _, _ = self._int_div_mod(e)  # a % 1 is 0: right for b = 0 and b = -1
+        return (self.b.srem if e.dtype.is_int else self.b.urem)(a, b)
 
     def _floor_adjust(self, r, b, dt):
         """(q, r) of truncating division turned into floor division's: adjust where the
@@ -199,15 +231,17 @@ class FunctionEmitter:
     def e_FloorDiv(self, e):
         if not e.dtype.is_int:
             return self._floor_float(e, want_mod=False) if e.dtype.is_float else self.e_Div(e)
-        a, b = self._operands(e)
-        q, r = self.b.sdiv(a, b), self.b.srem(a, b)
-        adjust = self._floor_adjust(r, b, e.dtype)
-        return self.b.sub(q, self.b.zext(adjust, q.type))
+
+        def floor_quotient(a, b):
+            q, r = self.b.sdiv(a, b), self.b.srem(a, b)
+            return self.b.sub(q, self.b.zext(self._floor_adjust(r, b, e.dtype), q.type))
+
+        return self._int_quotient(e, floor_quotient)
 
     def e_FloorMod(self, e):
         if not e.dtype.is_int:
             return self._floor_float(e, want_mod=True) if e.dtype.is_float else self.e_Mod(e)
-        a, b = self._operands(e)
+        a, b, _, _ = self._int_div_mod(e)
         r = self.b.srem(a, b)
         adjust = self._floor_adjust(r, b, e.dtype)
         return self.b.add(r, self.b.select(adjust, b, T.constant(0, e.dtype)))
