@@ -5,11 +5,11 @@ already bound (`bind_buffer`, `bind_var`); `ModuleContext` holds what functions 
 module share (declarations, unique names, the target). Intrinsic calls are in `intrinsics.py`,
 the outlining of parallel loops in `parallel.py`.
 
-Semantics (the contract in docs/architecture.md): `//` and `%` floor, `Div`/`Mod` truncate, float
-comparisons are ordered (`!=` is unordered: NaN != NaN), Min/Max are `a < b ? a : b` (on floats
-NaN when either operand is NaN, as numpy's minimum/maximum), bfloat16
-and float16 arithmetic is computed in float32 and rounded back; a float `a * b + c` may be
-contracted into one fused multiply-add.
+Semantics (the contract in docs/architecture.md): `//` and `%` floor, `Div`/`Mod` truncate
+(integers by 0 give 0: Note [integer division by zero]); float comparisons are ordered (`!=` is
+unordered: NaN != NaN); Min/Max are `a < b ? a : b`, on floats NaN when either operand is NaN
+(numpy's minimum/maximum); bfloat16 and float16 arithmetic is computed in float32 and rounded
+back; a float `a * b + c` may be contracted into one fused multiply-add.
 """
 
 from __future__ import annotations
