@@ -83,6 +83,49 @@ def test_pools_nchwc_match_reference():
     )
 
 
+def _pool_cases(x):
+    pad1 = dict(pool_size=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1))
+    return [
+        ("nn.avg_pool2d_nchwc", [x], dict(pad1, count_include_pad=1)),  # Inception's pools
+        ("nn.avg_pool2d_nchwc", [x], pad1),
+        ("nn.max_pool2d_nchwc", [x], pad1),
+        ("nn.max_pool2d_nchwc", [x], dict(pool_size=(3, 2), strides=(2, 3), padding=(0, 1, 2, 0))),
+        ("nn.avg_pool2d_nchwc", [x], dict(pad1, strides=(2, 2), ceil_mode=1, count_include_pad=1)),
+        ("nn.max_pool2d_nchwc", [x], dict(pad1, dilation=(2, 2), strides=(2, 1))),
+        ("nn.avg_pool2d_nchwc", [x], dict(pool_size=(5, 5), strides=(1, 1), padding=(2,) * 4)),
+    ]
+
+
+def test_padded_pools_match_reference():
+    """Note [pool rows]: padded rows on the stack, windows unrolled or not, ceil_mode, dilation."""
+    x = RNG.standard_normal((2, 2, 7, 9, 8), dtype=np.float32)
+    check_ops(_pool_cases(x), schedule_target="x86")
+    if HASWELL.is_host:
+        check_ops(_pool_cases(x[..., :4].copy()), target=HASWELL, schedule_target="x86")
+
+
+def _lowered_pool(x_shape, **attrs):
+    from tessera import te
+    from tessera.topi.x86.pooling import pool_nchwc, schedule_pool_nchwc
+
+    x = te.placeholder(x_shape, name="x")
+    y = pool_nchwc(x, "avg", (3, 3), (1, 1), (1, 1, 1, 1), **attrs)
+    return str(tessera.lower(schedule_pool_nchwc([y], tessera.Target("llvm")), [x, y]))
+
+
+def test_pool_pads_each_row_on_the_stack(monkeypatch):
+    from tessera.topi.x86 import pooling
+
+    text = _lowered_pool((1, 2, 9, 9, 8), count_include_pad=1)
+    assert "allocate pad: float32[264] scope local" in text  # 3 rows of 11 x 8
+    assert "scope global" not in text and "if_then_else" not in text.split("allocate pad")[0]
+    monkeypatch.setattr(pooling, "ROW_BYTES", 0)  # too wide: bounds tests, no copy
+    text = _lowered_pool((1, 2, 9, 9, 8))
+    assert "allocate pad" not in text
+    x = RNG.standard_normal((1, 2, 9, 9, 8), dtype=np.float32)
+    check_ops(_pool_cases(x)[:3], schedule_target="x86")
+
+
 @pytest.mark.parametrize(
     "shape, src, dst",
     [

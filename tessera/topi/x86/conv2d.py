@@ -24,8 +24,9 @@ CONV_TAG = "conv2d_nchwc"
 PAD_TAG = "pad"
 
 
-def pad_nchwc(x: te.Tensor, before, after) -> te.Tensor:
-    """x zero-padded on its spatial axes (2, 3) of a blocked (N, C/b, H, W, b) tensor."""
+def pad_nchwc(x: te.Tensor, before, after, fill=None) -> te.Tensor:
+    """x padded with `fill` (zero by default) on the spatial axes (2, 3) of a blocked
+    (N, C/b, H, W, b) tensor."""
     _, _, h, w, _ = _static(x.shape, "pad_nchwc")
     shape = (x.shape[0], x.shape[1], h + before[0] + after[0], w + before[1] + after[1], x.shape[4])
 
@@ -37,7 +38,8 @@ def pad_nchwc(x: te.Tensor, before, after) -> te.Tensor:
             if hi:
                 conds.append(v < lo + size)
         inside = x(n, c, i - before[0], j - before[1], k)
-        return te.if_then_else(te.all(*conds), inside, te.const(0, x.dtype))
+        outside = te.const(0, x.dtype) if fill is None else fill
+        return te.if_then_else(te.all(*conds), inside, outside)
 
     return te.compute(shape, f, name="pad", tag=PAD_TAG)
 

@@ -15,6 +15,7 @@ from tessera import te
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _ints, _static
 from tessera.topi.nn.pooling import _acc_dtype, _window_count, pool_output_size
+from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
 
 POOL_TAG = "pool_nchwc"
 
@@ -55,19 +56,16 @@ def pool_nchwc(
     if kind == "max":
         fill = te.const(float("-inf"), x.dtype) if x.dtype.is_float else te.min_value(x.dtype)
     else:
-        fill = te.const(0, acc)
+        fill = te.const(0, x.dtype)
+    # pad just as far as the windows reach (ceil_mode may reach past the pads, or not use them)
+    before = padding[:2]
+    reach = [(out[2 + i] - 1) * strides[i] + (pool_size[i] - 1) * dilation[i] + 1 for i in (0, 1)]
+    after = [max(0, reach[i] - before[i] - size[i]) for i in (0, 1)]
+    xp = pad_nchwc(x, before, after, fill) if any(before) or any(after) else x
 
     def value(n, c, sp, k):
-        pos = [sp[i] * strides[i] - padding[i] + rk[i].var * dilation[i] for i in range(2)]
-        conds = []
-        for i in range(2):
-            if padding[i]:
-                conds.append(pos[i] >= 0)
-            if (out[2 + i] - 1) * strides[i] - padding[i] + (pool_size[i] - 1) * dilation[
-                i
-            ] >= size[i]:
-                conds.append(pos[i] < size[i])
-        return te.if_then_else(te.all(*conds), te.cast(x(n, c, *pos, k), acc), fill)
+        pos = [sp[i] * strides[i] + rk[i].var * dilation[i] for i in range(2)]
+        return te.cast(xp(n, c, *pos, k), acc)
 
     reducer = te.max if kind == "max" else te.sum
     red = te.compute(
@@ -75,6 +73,7 @@ def pool_nchwc(
         lambda n, c, i, j, k: reducer(value(n, c, (i, j), k), axis=rk),
         name=f"{kind}_pool_nchwc",
         tag=POOL_TAG,
+        attrs={"window_h": (pool_size[0] - 1) * dilation[0] + 1},
     )
     if kind == "max":
         return red
@@ -138,14 +137,51 @@ def schedule_pool_nchwc(outs, target=None) -> te.Schedule:
     if single and _static(outs[0].shape, POOL_TAG) == _static(pools[0].shape, POOL_TAG):
         row = _parallel_rows(s, outs[0])
         s[pools[0]].compute_at(s[outs[0]], row)
+        if _row_bytes(pools[0]) <= ROW_BYTES:
+            s[pools[0]].set_scope("local")
         _window_loops(s, pools[0])
+        _schedule_pad(s, pools[0], s[pools[0]].op.axis[2])  # inside the output's row
         return s
     for pool in pools:
-        _window_loops(s, pool, row=_parallel_rows(s, pool))
+        row = _parallel_rows(s, pool)
+        _window_loops(s, pool, row=row)
+        _schedule_pad(s, pool, row)
     for t in outs:
         if id(t.op) not in {id(p.op) for p in pools}:
             _parallel_rows(s, t)
     return s
+
+
+# Note [pool rows]
+# A padded pool reads its input through a padded copy (the pad value: -inf for max, 0 for
+# average) so that its window loops carry no bounds tests. Each output row pads just the input
+# rows its windows read (window_h rows, the padded width, one channel block) into a stack buffer
+# right before its reduction, as convs pad per tile (Note [padding per tile]); rows too wide for
+# the stack read the input through the bounds tests instead (the pad inlined).
+ROW_BYTES = 128 * 1024
+MAX_UNROLLED_WINDOW = 16
+
+
+def _extent(iv) -> int:
+    return int(iv.dom.extent.value)
+
+
+def _row_bytes(t: te.Tensor, rows: int = 1) -> int:
+    shape = _static(t.shape, POOL_TAG)
+    return rows * shape[3] * shape[4] * t.dtype.bits // 8
+
+
+def _schedule_pad(s, pool: te.Tensor, row) -> None:
+    """See Note [pool rows]: the pad of `pool`'s input at its loop `row` (one output row)."""
+    for t in pool.op.input_tensors:
+        if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
+            continue
+        if _row_bytes(t, pool.op.attrs["window_h"]) <= ROW_BYTES:
+            s[t].compute_at(s[pool], row)
+            s[t].set_scope("local")
+            s[t].vectorize(s[t].op.axis[-1])
+        else:
+            s[t].compute_inline()
 
 
 def _parallel_rows(s, t: te.Tensor):
@@ -163,3 +199,7 @@ def _window_loops(s, pool: te.Tensor, row=None) -> None:
     outer = [row] if row is not None else [n, c, h]
     st.reorder(*outer, w, *st.op.reduce_axis, k)
     st.vectorize(k)
+    rh, rw = st.op.reduce_axis
+    if _extent(rh) * _extent(rw) <= MAX_UNROLLED_WINDOW:  # the sum stays in a register
+        st.unroll(rh)
+        st.unroll(rw)
