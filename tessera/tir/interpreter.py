@@ -210,9 +210,8 @@ def _string(e):
 
 
 def _int_div(a, b, floor: bool):
-    if not isinstance(b, np.ndarray) and b == 0:
-        raise InterpreterError("integer division by zero")
-    # a vector lane divided by zero gives 0 (it may be a lane an if_then_else does not take)
+    # by zero: 0, and INT_MIN / -1 wraps, as numpy and the code generators do (the contract in
+    # docs/architecture.md)
     q = np.floor_divide(a, b)
     if not floor:  # C truncates toward zero: step back up where the signs differ
         fix = np.not_equal(np.remainder(a, b), 0) & np.not_equal(np.less(a, 0), np.less(b, 0))
@@ -221,8 +220,6 @@ def _int_div(a, b, floor: bool):
 
 
 def _int_mod(a, b, floor: bool):
-    if not isinstance(b, np.ndarray) and b == 0:
-        raise InterpreterError("integer modulo by zero")
     return np.remainder(a, b) if floor else np.fmod(a, b)
 
 

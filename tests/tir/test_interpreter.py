@@ -40,6 +40,25 @@ def test_integer_division_semantics():
     np.testing.assert_array_equal(res[3], a % d)
 
 
+def test_integer_division_by_zero_gives_zero_like_the_code_generators():
+    a = np.array([7, -7, -(2**31), 5], "int32")
+    d = np.array([0, 0, -1, -1], "int32")
+    A = tir.decl_buffer((4,), "int32", "A")
+    D = tir.decl_buffer((4,), "int32", "D")
+    outs = [tir.decl_buffer((4,), "int32", name) for name in ("q", "r", "fq", "fr")]
+    i = tir.Var("i")
+    x, y = A[i], D[i]
+    values = (tir.truncdiv(x, y), tir.truncmod(x, y), x // y, x % y)
+    body = tir.seq(*(tir.BufferStore(o, v, (i,)) for o, v in zip(outs, values, strict=True)))
+    f = tir.PrimFunc("f", (A, D, *outs), tir.For(i, 0, 4, S, body))
+    res = [np.zeros(4, "int32") for _ in outs]
+    interpret(f, a, d, *res)
+    for quotient in (res[0], res[2]):
+        np.testing.assert_array_equal(quotient, [0, 0, -(2**31), -5])
+    for remainder in (res[1], res[3]):
+        np.testing.assert_array_equal(remainder, [0, 0, 0, 0])
+
+
 def test_int32_wraps_and_casts():
     a = np.array([2**31 - 1, 5], "int32")
     np.testing.assert_array_equal(_run_expr(lambda x: x + 1, a), [-(2**31), 6])
