@@ -2,6 +2,8 @@
 
     substitute(i * 2 + j, {i: k})          # k * 2 + j
     free_vars(body)                        # variables used but not bound inside
+
+Mutators here return the same node when nothing changed.
 """
 
 from __future__ import annotations
