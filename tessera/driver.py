@@ -155,7 +155,9 @@ def _is_graph_module(inputs) -> bool:
     return isinstance(inputs, IRModule) and isinstance(inputs.functions.get("main"), Function)
 
 
-def build(inputs, args=None, target="llvm", name: str = "main", target_host=None, params=None):
+def build(
+    inputs, args=None, target="llvm", name: str = "default_function", target_host=None, params=None
+):
     """Compile a graph IRModule (with its `params`) into a compiled model, or a te schedule, a
     PrimFunc or an IRModule of PrimFuncs into a runtime.Module."""
     target = Target(target) if not isinstance(target, Target) else target

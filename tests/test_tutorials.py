@@ -101,3 +101,15 @@ def test_halide_blur_producer_region_has_halo():
     # blur_x is computed per 32x256 tile of blur_y, with the 2-row halo: a 34 x 256 region.
     assert "34" in text
     assert "blur_x" in text
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_build_without_a_name_works_on_both_targets(target):
+    A = te.placeholder((10,), name="A")
+    B = te.compute((10,), lambda i: A[i] * 2.0, name="B")
+    f = tessera.build(te.create_schedule(B.op), [A, B], target=target)
+    assert f.entry_name == "default_function"  # TVM's default; "main" would clash in C
+    a = np.arange(10, dtype="float32")
+    b = np.zeros(10, "float32")
+    f(a, b)
+    np.testing.assert_allclose(b, a * 2)
