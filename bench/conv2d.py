@@ -3,6 +3,7 @@ graph compiler compiles it (alter_layout to NCHW[x]c, conv + bias + relu in one 
 GFLOP/s and as a share of the machine's measured FMA peak.
 
     .venv/bin/python bench/conv2d.py [--model resnet50] [--threads 1] [--repeat 7] [--target llvm]
+    .venv/bin/python bench/conv2d.py --model /tmp/zoo/mobilenet_v2.onnx   # a saved model
 
 Shapes come from the model (the ONNX frontend's graph), not from a table. Prints a markdown
 table: the conv's shape, the register tile the rules chose, ms (median of `repeat`), GFLOP/s,
@@ -17,6 +18,7 @@ import os
 import sys
 
 import numpy as np
+import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +36,7 @@ from tessera.transform.alter_layout import channel_block, output_block  # noqa: 
 
 def model_convs(name: str) -> list[tuple]:
     """(x shape, w shape, attrs, count) of each distinct nn.conv2d of the model."""
-    model = models.light_model(name)
+    model = onnx.load(name) if name.endswith(".onnx") else models.light_model(name)
     shapes = {k: v.shape for k, v in models.random_inputs(model).items()}
     mod, _ = tessera.frontend.from_onnx(model, shapes)
     seen: dict[tuple, int] = {}
@@ -85,7 +87,7 @@ def time_kernel(lib, x, repeat: int) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--model", default="resnet50", help="a light model's name or an .onnx file")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--target", default="llvm")
