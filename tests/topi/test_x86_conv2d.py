@@ -104,12 +104,12 @@ def test_padded_pools_match_reference():
         check_ops(_pool_cases(x[..., :4].copy()), target=HASWELL, schedule_target="x86")
 
 
-def _lowered_pool(x_shape, **attrs):
+def _lowered_pool(x_shape, kind="avg", **attrs):
     from tessera import te
     from tessera.topi.x86.pooling import pool_nchwc, schedule_pool_nchwc
 
     x = te.placeholder(x_shape, name="x")
-    y = pool_nchwc(x, "avg", (3, 3), (1, 1), (1, 1, 1, 1), **attrs)
+    y = pool_nchwc(x, kind, (3, 3), (1, 1), (1, 1, 1, 1), **attrs)
     return str(tessera.lower(schedule_pool_nchwc([y], tessera.Target("llvm")), [x, y]))
 
 
@@ -119,6 +119,7 @@ def test_pool_pads_each_row_on_the_stack(monkeypatch):
     text = _lowered_pool((1, 2, 9, 9, 8), count_include_pad=1)
     assert "allocate pad: float32[264] scope local" in text  # 3 rows of 11 x 8
     assert "scope global" not in text and "if_then_else" not in text.split("allocate pad")[0]
+    assert "allocate pad" not in _lowered_pool((1, 2, 9, 9, 8), "max")  # bounds tests instead
     monkeypatch.setattr(pooling, "ROW_BYTES", 0)  # too wide: bounds tests, no copy
     text = _lowered_pool((1, 2, 9, 9, 8))
     assert "allocate pad" not in text
