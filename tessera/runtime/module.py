@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -90,7 +91,7 @@ class Module:
     ) -> Module:
         """Wrap the functions of a shared library built from `c_sources` and `objects` (the C
         codegen); export_library links those again."""
-        lib = _open_library(path)
+        lib, _ = _open_library(path)
         functions = {info.name: _bind(lib, info, path) for info in infos}
         return Module(functions, sources, objects, c_sources, metadata)
 
@@ -158,6 +159,7 @@ class Module:
         if not self.has_code_to_link():
             if self.library_path is None:
                 raise RuntimeError("export_library: this module holds no objects or C sources")
+            _check_unchanged(self.library_path)
             _copy_atomically(self.library_path, path)  # a loaded library is already complete
             return path
         infos = [f.info for f in self._functions.values()]
@@ -220,16 +222,58 @@ def _copy_atomically(source, target: Path) -> None:
     Path(tmp).replace(target)
 
 
-def _open_library(path) -> ctypes.CDLL:
-    """dlopen `path` after the runtime library; a clear error if it is missing or not a library."""
+def _open_library(path) -> tuple[ctypes.CDLL, str]:
+    """dlopen `path` after the runtime library: (the handle, the file name it was opened by).
+    A clear error if it is missing or not a library. See Note [reloading a library]."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such library file: {str(path)!r}")
     native.load()
+    name = str(path.resolve())
+    identity = _identity(name)
+    if _opened.setdefault(name, identity) != identity:
+        name = _private_copy(name, identity)
     try:
-        return ctypes.CDLL(str(path.resolve()))
+        return ctypes.CDLL(name), name
     except OSError as err:
         raise ValueError(f"cannot load {str(path)!r} as a shared library: {err}") from None
+
+
+# Note [reloading a library]
+# dlopen returns the library it already holds under the same file name, whatever the file now
+# contains: a model exported again to the same path (a notebook, a test) and loaded again in the
+# same process would silently run the old code. So the first load of a path opens it by its
+# name; a later load of a file that changed since (device, inode, size, mtime) opens a private
+# copy of it instead (one per version, kept in a temporary folder removed at exit). The Module
+# then names that copy as its `library_path`, which is what it re-exports: the code it runs. A
+# module loaded from a file that has changed since cannot be re-exported (its bytes are gone).
+_opened: dict[str, tuple] = {}  # resolved path -> identity of the file first opened under it
+_copies: dict[tuple, str] = {}  # identity of a changed file -> its private copy
+_copy_dir: tempfile.TemporaryDirectory | None = None
+
+
+def _identity(name: str) -> tuple:
+    stat = os.stat(name)
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _check_unchanged(name: str) -> None:
+    if name in _opened and _identity(name) != _opened[name]:
+        raise RuntimeError(
+            f"export_library: {name!r} has changed since this module was loaded from it; "
+            "load it again to export what it holds now"
+        )
+
+
+def _private_copy(name: str, identity: tuple) -> str:
+    global _copy_dir
+    if identity not in _copies:
+        if _copy_dir is None:
+            _copy_dir = tempfile.TemporaryDirectory(prefix="tessera-reload-")
+        copy = Path(_copy_dir.name) / f"{len(_copies)}-{Path(name).name}"
+        shutil.copyfile(name, copy)
+        _copies[identity] = str(copy)
+    return _copies[identity]
 
 
 def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
@@ -243,7 +287,7 @@ def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
 def load_module(path):
     """Load a library written by `Module.export_library` (needs numpy and ctypes only): a
     Module, or for a compiled model a `graph_executor.GraphExecutorFactory`."""
-    lib = _open_library(path)
+    lib, opened = _open_library(path)
     try:
         symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)
     except ValueError:
@@ -264,7 +308,7 @@ def load_module(path):
             f"this runtime reads version {FORMAT_VERSION})"
         )
     functions = {info.name: _bind(lib, info, path) for info in infos}
-    module = Module(functions, metadata=extra, library_path=str(Path(path).resolve()))
+    module = Module(functions, metadata=extra, library_path=opened)
     if "graph_executor" in extra:  # a compiled model: kernels, executor plan and weights
         from tessera.runtime.graph_executor import GraphExecutorFactory
 

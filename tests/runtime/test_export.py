@@ -135,3 +135,34 @@ def test_export_errors(c_module, module_lib_path, module_infos, tmp_path):
         broken.export_library(tmp_path / "broken.so")
     assert not (tmp_path / "broken.so").exists()
     assert [p.name for p in tmp_path.iterdir()] == []  # no temporary files left behind
+
+
+def test_a_library_rewritten_at_the_same_path_loads_anew(
+    c_module, module_lib_path, module_infos, tmp_path
+):
+    # dlopen finds a library already open by its name: without care, loading a file exported
+    # again to the same path (a notebook, a test) would silently run the old code.
+    path = tmp_path / "same.so"
+    c_module.export_library(path)
+    first = load_module(path)
+    assert first.metadata == {"model": "test"}
+    other = Module.from_library(
+        module_lib_path,
+        module_infos,
+        {"c": KERNEL_SOURCE},
+        c_sources=[KERNEL_SOURCE],
+        metadata={"model": "second"},
+    )
+    other.export_library(path)
+    second = load_module(path)
+    assert second.metadata == {"model": "second"}
+    assert load_module(path).metadata == {"model": "second"}  # unchanged file: loads as it was
+    x = np.ones((3, 4), "float32")
+    for lib in (first, second):  # both stay usable, each with its own code
+        y = nd.empty((3, 4), "float32")
+        lib["scale"](x, 2.0, 1, y)
+        np.testing.assert_array_equal(y.numpy(), 3 * x)
+    copy = load_module(second.export_library(tmp_path / "copy.so"))  # the code it runs
+    assert copy.metadata == {"model": "second"}
+    with pytest.raises(RuntimeError, match="has changed since this module was loaded"):
+        first.export_library(tmp_path / "stale.so")  # its file holds another library now
