@@ -202,7 +202,11 @@ def read_inputs(path, module) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(0)
         return {n: random_array(shapes[n], dtypes[n], rng) for n in shapes}
     try:
-        data = dict(np.load(path))
+        archive = np.load(path)  # an .npy gives an array, not an archive
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ModelError(f"{path} is not an .npz archive (write one with numpy.savez)")
+        with archive:  # close the file
+            data = dict(archive)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot read inputs from {path}: {e}") from e
     names = list(shapes)

@@ -182,3 +182,22 @@ def test_verbose_error_shows_traceback(cli, tmp_path):
     bad.write_bytes(b"\x00\xff" * 10)
     result = cli("compile", bad, "-v")
     assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+class _Inputs:
+    """What read_inputs asks of a GraphModule."""
+
+    def get_input_info(self):
+        return {"x": (2, 3)}, {"x": "float32"}
+
+
+def test_inputs_file_that_is_not_an_npz(tmp_path):
+    from tessera.cli.build import read_inputs
+    from tessera.cli.common import ModelError
+
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    with pytest.raises(ModelError, match=r"x\.npy is not an \.npz archive"):
+        read_inputs(str(tmp_path / "x.npy"), _Inputs())
+    np.savez(tmp_path / "in.npz", np.ones((2, 3), np.float32))  # by position: arr_0
+    feeds = read_inputs(str(tmp_path / "in.npz"), _Inputs())
+    np.testing.assert_array_equal(feeds["x"], np.ones((2, 3), np.float32))
