@@ -95,7 +95,14 @@ def _pool(kind, b, X, auto_pad, ceil_mode, dilations, kernel_shape, pads, stride
 @onnx_op("MaxPool")
 def max_pool(b, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape, pads=None,
              storage_order=0, strides=None):  # fmt: skip
-    return _pool("max", b, X, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
+    y = _pool("max", b, X, auto_pad, ceil_mode, dilations, kernel_shape, pads, strides)
+    if b.num_outputs < 2:
+        return y
+    strides, dilations, pads = _spatial(b, X, kernel_shape, auto_pad, dilations, pads, strides)
+    indices = b.call("nn.max_pool_indices", X, pool_size=tuple(kernel_shape), strides=strides,
+                     padding=pads, dilation=dilations, ceil_mode=int(ceil_mode),
+                     storage_order=int(storage_order))  # fmt: skip
+    return y, indices
 
 
 @onnx_op("AveragePool")

@@ -1,3 +1,13 @@
 """The graph ops, grouped by family. Importing this package registers all of them."""
 
-from tessera.graph.ops import fused, image, layout, nn, reduce, tensor, transform  # noqa: F401
+from tessera.graph.ops import (  # noqa: F401
+    fused,
+    image,
+    layout,
+    nn,
+    pool_indices,
+    reduce,
+    scatter,
+    tensor,
+    transform,
+)
