@@ -107,7 +107,8 @@ class Value(Node):
 
 
 class TensorData:
-    """A read-only numpy array with structural `==` and `hash` (nan equals nan)."""
+    """A read-only numpy array with structural `==` and `hash`: equal dtype, shape and bytes,
+    except that a NaN equals any NaN."""
 
     __slots__ = ("array", "_hash")
 
@@ -123,15 +124,27 @@ class TensorData:
         a, b = self.array, other.array
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        return self is other or _canonical_bytes(a) == _canonical_bytes(b)
 
     def __hash__(self):
         if self._hash is None:
-            self._hash = hash((self.array.dtype.str, self.array.shape, self.array.tobytes()))
+            self._hash = hash(
+                (self.array.dtype.str, self.array.shape, _canonical_bytes(self.array))
+            )
         return self._hash
 
     def __repr__(self) -> str:
         return f"TensorData({self.array!r})"
+
+
+def _canonical_bytes(a: np.ndarray) -> bytes:
+    """The bytes that decide equality: every NaN is the same NaN (whatever its sign or payload);
+    -0.0 and 0.0 differ (1 / x tells them apart, so no pass may merge them)."""
+    if a.dtype.kind in "fc":
+        nan = np.isnan(a)
+        if nan.any():
+            a = np.where(nan, a.dtype.type(np.nan), a)
+    return a.tobytes()
 
 
 @dataclass(frozen=True, eq=False)

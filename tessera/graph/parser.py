@@ -263,6 +263,8 @@ class _FunctionParser(_Parser):
         ty = self.type()
         self.expect(";")
         data = np.asarray(data, dtype=ty.dtype.numpy_name)
+        if data.size == 0 and ty.is_static and ty.size == 0:
+            data = data.reshape(ty.shape)  # `[]` is every empty shape: f32[0, 3] prints as []
         if data.shape != ty.shape:
             raise self.error(f"constant %{names[0]} has shape {data.shape}, type says {ty}", tok)
         return self.define(names[0], Constant(names[0], ty, data))
