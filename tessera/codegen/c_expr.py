@@ -57,6 +57,8 @@ def storage_type(dt: DType) -> str:
     dt = dt.element
     if dt.is_bool:
         return "bool"
+    if dt.is_storage_only:  # float8, int4, ...: the stored byte (tessera.topi.cast_small)
+        return "uint8_t"
     if dt.is_int:
         return f"int{dt.bits}_t"
     if dt.is_uint:
@@ -76,6 +78,8 @@ def suffix(dt: DType) -> str:
     dt = dt.element
     if dt.is_bool:
         return "b"
+    if dt.is_storage_only:
+        return "u8"
     if dt.is_float:
         return "f64" if dt.bits == 64 else "f32"
     return ("i" if dt.is_int else "u") + str(dt.bits)
@@ -309,6 +313,11 @@ class ExprPrinter:
 
     def _Cast(self, e, lane):
         src, dst = e.value.dtype.element, e.dtype.element
+        if (src.is_storage_only or dst.is_storage_only) and src != dst:
+            raise ValueError(
+                f"cast from {src} to {dst}: storage types convert through "
+                "tessera.topi.cast_small (reinterpret and integer operations), not a Cast"
+            )
         if dst.is_bool:
             return f"{wrap(self.p(e.value, lane), SHIFT)} != 0", EQ
         if is_float16(dst):
@@ -397,6 +406,11 @@ class ExprPrinter:
             return self.finish(dt, self.math(op, dt, args, lane))
         if op in _BITS:
             sym, prec = _BITS[op]
+            if op == "shift_left" and isinstance(args[0], E.IntImm) and dt.element.bits == 64:
+                # a literal is an int (or unsigned int) in C: 1 << 40 must shift a 64-bit one
+                lit = wrap(self.p(args[0], lane), UNARY)
+                amount = wrap(self.p(args[1], lane), UNARY)
+                return self.finish(dt, (f"({storage_type(dt)}){lit} << {amount}", SHIFT))
             item = self.binary(args[0], args[1], sym, prec, lane, left=UNARY, right=UNARY)
             return self.finish(dt, item)
         raise ValueError(f"the C code generator does not know the intrinsic {op!r} (in {e})")
@@ -451,6 +465,11 @@ class ExprPrinter:
             raise ValueError(f"reinterpret from {src} to {dst}: the sizes differ")
         if src == dst:
             return self.p(x, lane)
+        if src.is_storage_only or dst.is_storage_only:  # bytes: uint8_t <-> int8_t/uint8_t
+            bits = self.p(x, lane)
+            if storage_type(src) == storage_type(dst):
+                return bits
+            return f"({storage_type(dst)}){wrap(bits, UNARY)}", UNARY
         if is_float16(src):
             tag = "bf16" if src.code == "bfloat" else "f16"
             bits = self.helper(f"f32_to_{tag}", self.text(x, lane))

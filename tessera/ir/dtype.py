@@ -7,13 +7,31 @@ A `DType` is a (code, bits, lanes) triple that prints the way users write it:
 
 `handle` is an opaque pointer (buffer data). `bool` is one bit. bfloat16 is a 16-bit float whose
 storage in numpy is uint16 (see `tessera.runtime.ndarray`).
+
+The small ONNX types (`float8_e4m3fn`, `float8_e4m3fnuz`, `float8_e5m2`, `float8_e5m2fnuz`,
+`float4_e2m1fn`, `int4`, `uint4`, `int2`, `uint2`, spelled as ml_dtypes spells them) are storage
+types: one byte per element in memory (ml_dtypes' numpy layout, unpacked), so their `bits` is 8;
+their code is their name. Tensors hold, move and convert them (`tessera.topi.cast_small`), but no
+arithmetic takes them: `is_float` and `is_integer` are False, `is_storage_only` is True.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-_CODES = ("int", "uint", "float", "bfloat", "bool", "handle")
+# the storage-only types, by name (their code); "fn": finite (no infinity), "uz": no negative zero
+STORAGE_ONLY = (
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float4_e2m1fn",
+    "int4",
+    "uint4",
+    "int2",
+    "uint2",
+)
+_CODES = ("int", "uint", "float", "bfloat", "bool", "handle", *STORAGE_ONLY)
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,8 @@ class DType:
             return DType("bool", 1, lanes)
         if name == "handle":
             return DType("handle", 64, lanes)
+        if name in STORAGE_ONLY:
+            return DType(name, 8, lanes)
         for code in ("bfloat", "float", "uint", "int"):
             if name.startswith(code) and name[len(code) :].isdigit():
                 bits = int(name[len(code) :])
@@ -57,7 +77,7 @@ class DType:
         raise ValueError(f"cannot parse dtype {text!r}")
 
     def __str__(self) -> str:
-        if self.code in ("bool", "handle"):
+        if self.code in ("bool", "handle") or self.code in STORAGE_ONLY:
             base = self.code
         else:
             base = f"{self.code}{self.bits}"
@@ -92,6 +112,18 @@ class DType:
         return self.code == "handle"
 
     @property
+    def is_storage_only(self) -> bool:
+        """A small ONNX type (float8, float4, int4, int2): loaded, stored and converted only."""
+        return self.code in STORAGE_ONLY
+
+    @property
+    def value_bits(self) -> int:
+        """Bits of the value itself (4 for int4 and float4_e2m1fn; `bits` for other types)."""
+        if self.code in STORAGE_ONLY:
+            return int(self.code.split("_")[0].lstrip("uintfloa"))
+        return self.bits
+
+    @property
     def is_vector(self) -> bool:
         return self.lanes > 1
 
@@ -109,7 +141,8 @@ class DType:
 
     @property
     def numpy_name(self) -> str:
-        """The numpy dtype that stores this type (bfloat16 is stored as uint16)."""
+        """The numpy dtype that stores this type (bfloat16 is stored as uint16; the small types
+        are named as ml_dtypes names them, and need `import ml_dtypes` for numpy to know them)."""
         if self.code == "bfloat":
             return "uint16"
         if self.code == "handle":
@@ -118,12 +151,19 @@ class DType:
 
     @property
     def dtype(self):
-        """The numpy dtype: numpy then takes a DType as a dtype (`x.astype(A.dtype)`)."""
+        """The numpy dtype: numpy then takes a DType as a dtype (`x.astype(A.dtype)`).
+        A small type is ml_dtypes' dtype (TypeError when ml_dtypes is not installed)."""
         import numpy as np
 
+        if self.is_storage_only:
+            return ml_dtype(self)
         return np.dtype(self.numpy_name)
 
     def min_value(self):
+        if self.code in ("int4", "int2"):
+            return -(1 << (self.value_bits - 1))
+        if self.code in ("uint4", "uint2"):
+            return 0
         if self.is_int:
             return -(1 << (self.bits - 1))
         if self.is_uint or self.is_bool:
@@ -131,6 +171,10 @@ class DType:
         return float("-inf")
 
     def max_value(self):
+        if self.code in ("int4", "int2"):
+            return (1 << (self.value_bits - 1)) - 1
+        if self.code in ("uint4", "uint2"):
+            return (1 << self.value_bits) - 1
         if self.is_int:
             return (1 << (self.bits - 1)) - 1
         if self.is_uint:
@@ -161,6 +205,17 @@ uint32 = DType("uint", 32)
 uint64 = DType("uint", 64)
 bool_ = DType("bool", 1)
 handle = DType("handle", 64)
+
+
+def ml_dtype(dt: DType):
+    """The numpy dtype (from ml_dtypes) of a storage-only type."""
+    import numpy as np
+
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(f"dtype {dt} needs the ml_dtypes package (pip install ml_dtypes)") from None
+    return np.dtype(getattr(ml_dtypes, dt.element.code))
 
 
 def dtype(x) -> DType:

@@ -11,7 +11,13 @@ arguments).
 bfloat16 is stored as uint16 (the top half of a float32). `nd.array(x, dtype="bfloat16")`
 rounds float values to the nearest bfloat16 (ties to even; NaN stays NaN), and `.numpy()` of a
 bfloat16 array returns float32 values (exact: every bfloat16 is a float32). A uint16 numpy array
-given for a bfloat16 array is taken as raw bits.
+given for a bfloat16 array is taken as raw bits; an ml_dtypes bfloat16 array as its values.
+
+The small ONNX types (float8_e4m3fn, ..., int4, uint2: see `tessera.ir.dtype`) are stored one
+byte per element, as ml_dtypes stores them. `.numpy()` returns an ml_dtypes array when ml_dtypes
+is installed (else the uint8 bytes); a uint8 array given for them is taken as raw bytes, an
+ml_dtypes array of the type as it is, other values are converted by ml_dtypes (`astype`).
+ml_dtypes is imported only when such an array is made.
 """
 
 from __future__ import annotations
@@ -37,7 +43,16 @@ STORAGE = {
     "uint32": "uint32",
     "uint64": "uint64",
     "bool": "bool",
+    # the small storage types: their bytes (tessera.ir.dtype.STORAGE_ONLY)
+    **{
+        name: "uint8"
+        for name in (
+            "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float4_e2m1fn "
+            "int4 uint4 int2 uint2"
+        ).split()
+    },
 }
+SMALL = frozenset(n for n, storage in STORAGE.items() if storage == "uint8" and n != "uint8")
 
 _DEVICE_TYPES = {"cpu": "cpu", "llvm": "cpu", "c": "cpu", "cuda": "cuda", "gpu": "cuda"}
 
@@ -124,6 +139,27 @@ def bfloat16_bits_to_float(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def _ml_dtype(name: str) -> np.dtype | None:
+    """ml_dtypes' numpy dtype for `name`, or None when ml_dtypes is not installed."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def _small_values(array: np.ndarray, name: str) -> np.ndarray:
+    """The bytes of a small-type array: uint8 and ml_dtypes arrays of the type as they are."""
+    if array.dtype == np.uint8 or array.dtype.name == name:
+        return array.view(np.uint8)
+    ml = _ml_dtype(name)
+    if ml is None:
+        raise TypeError(f"converting {array.dtype} values to {name} needs the ml_dtypes package")
+    if array.dtype.kind == "V":  # another ml_dtypes type: through float32
+        array = array.astype(np.float32)
+    return array.astype(ml).view(np.uint8)
+
+
 def _storage_values(source, name: str) -> np.ndarray:
     """`source` converted to the storage type of dtype `name` (bfloat16 values are rounded)."""
     if isinstance(source, NDArray):
@@ -131,6 +167,10 @@ def _storage_values(source, name: str) -> np.ndarray:
             return source._array
         source = source.numpy()
     array = np.asarray(source)
+    if name in SMALL:
+        return _small_values(array, name)
+    if array.dtype.name == "bfloat16" and array.dtype.kind == "V":  # ml_dtypes' bfloat16
+        array = array.view(np.uint16) if name == "bfloat16" else array.astype(np.float32)
     if array.dtype.kind not in "biuf":
         raise TypeError(f"cannot make a {name} array from numpy dtype {array.dtype}")
     if name == "bfloat16":
@@ -181,6 +221,9 @@ class NDArray:
         """A numpy copy of the contents (bfloat16 comes back as float32 values)."""
         if self._dtype == "bfloat16":
             return bfloat16_bits_to_float(self._array)
+        if self._dtype in SMALL:
+            ml = _ml_dtype(self._dtype)
+            return self._array.copy() if ml is None else self._array.view(ml).copy()
         return self._array.copy()
 
     def __array__(self, dtype=None, copy=None):

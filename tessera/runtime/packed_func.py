@@ -98,7 +98,8 @@ class _BufferSpec:
         self.written = param.written
         if param.dtype not in STORAGE:
             raise ValueError(f"buffer parameter {param.name!r} has unsupported dtype {param.dtype}")
-        # bfloat16 buffers also take numpy uint16 arrays (raw bits) and ml_dtypes' bfloat16
+        # bfloat16 buffers also take numpy uint16 arrays (raw bits) and ml_dtypes' bfloat16;
+        # float8/int4/... buffers take uint8 arrays (raw bytes) and ml_dtypes' arrays
         self.np_dtypes = (np.dtype(STORAGE[param.dtype]),)
         self.dims = tuple(_dim_spec(d, var_slots) for d in param.shape)
         # all dims constant: one tuple comparison checks the shape
@@ -203,7 +204,8 @@ class PackedFunc:
 
     def _check_numpy(self, spec: _BufferSpec, arg: np.ndarray) -> None:
         dt = arg.dtype
-        if dt not in spec.np_dtypes and not (spec.dtype == "bfloat16" and dt.name == "bfloat16"):
+        # ml_dtypes arrays (bfloat16, float8, int4, ...) are taken by their dtype's name
+        if dt not in spec.np_dtypes and dt.name != spec.dtype:
             got = dt.name
             raise ValueError(self._where(spec) + f"expected {spec.dtype}, got {got}")
         flags = arg.flags

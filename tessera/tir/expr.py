@@ -480,6 +480,10 @@ def const(value, dtype=None) -> Expr:
     dtype = DType.parse(dtype)
     if dtype.lanes > 1:
         return Broadcast(const(value, dtype.element), dtype.lanes)
+    if dtype.is_storage_only:  # float8, int4, ...: an IntImm of the stored byte
+        from tessera.ir.small_types import encode
+
+        return IntImm(encode(value, dtype), dtype)
     if dtype.is_float:
         return FloatImm(float(value), dtype)
     if dtype.is_bool:
@@ -564,6 +568,11 @@ def _binary(cls, a, b) -> Expr:
     except TypeError:
         return NotImplemented
     name = cls.__name__
+    if a.dtype.is_storage_only:
+        raise TypeError(
+            f"{name} of {a.dtype} values is not supported: {a.dtype} is a storage type; "
+            "convert it with topi.cast_small first"
+        )
     # fold integer constants as they are built: shapes like (n - 1) + 1 stay readable
     if isinstance(a, IntImm) and isinstance(b, IntImm) and a.dtype.is_integer:
         if name in _FOLD:

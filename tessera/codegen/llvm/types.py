@@ -2,7 +2,9 @@
 
 Registers: intN/uintN -> iN, bool -> i1, float16 -> half, float32 -> float, float64 -> double,
 bfloat16 -> i16 (its bits: llvmlite has no bfloat type, and arithmetic on it goes through
-float32 anyway). Memory: the same, except bool, which is stored as one byte (i8).
+float32 anyway), the storage-only types (float8, int4, ...) -> i8 (their stored byte: only
+loads, stores, selects and reinterpret take them; `tessera.topi.cast_small` converts them).
+Memory: the same, except bool, which is stored as one byte (i8).
 
     ty = llvm_type(DType.parse("float32x8"))        # <8 x float>
     v = cast(builder, v, int8, float32)             # sitofp
@@ -34,6 +36,8 @@ def _scalar_type(dt: DType) -> ir.Type:
         return {16: ir.HalfType(), 32: F32, 64: ir.DoubleType()}[dt.bits]
     if dt.code == "handle":
         return I8.as_pointer()
+    if dt.is_storage_only:
+        return I8
     raise TypeError(f"no LLVM type for dtype {dt}")
 
 
@@ -70,6 +74,8 @@ def constant(value, dt: DType) -> ir.Constant:
         scalar = ir.Constant(I1, int(bool(value)))
     elif el.is_integer:
         scalar = ir.Constant(_scalar_type(el), _bits_of(value, el))
+    elif el.is_storage_only:  # tir holds these constants as their stored byte
+        scalar = ir.Constant(I8, _bits_of(value, DType("uint", 8)))
     elif el.code == "bfloat":
         scalar = ir.Constant(I16, _bits_of(bf16_bits(float(value)), DType("int", 16)))
     elif el.is_float:
@@ -135,6 +141,11 @@ def cast(b: ir.IRBuilder, v, src: DType, dst: DType):
     """Convert value v of dtype src to dtype dst (same lanes), with C's conversion rules."""
     if src.element == dst.element:
         return v
+    if src.is_storage_only or dst.is_storage_only:
+        raise TypeError(
+            f"cast from {src} to {dst}: storage types convert through tessera.topi.cast_small "
+            "(reinterpret and integer operations), not a Cast"
+        )
     lanes = dst.lanes
     if is_f16like(src):
         return cast(b, to_f32(b, v, src), float32.with_lanes(lanes), dst)
