@@ -27,6 +27,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_math,
     onnx_nn,
     onnx_quant,
+    onnx_rnn,
     onnx_scatter,
     onnx_shape,
 )
