@@ -138,6 +138,12 @@ def copy_outputs(func: Function) -> Function:
 def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model."""
     mod = bind_params(mod, params or {})  # weights become constants that passes can fold
+    for p in mod["main"].params:  # the executor allocates every input once, at a fixed size
+        if not p.type.is_static:
+            raise ValueError(
+                f"build: input %{p.name} has a symbolic shape {p.type}: bind its dims first "
+                "(from_onnx(model, shape_dict={name: shape}))"
+            )
     with target:  # alter_layout reads Target.current()
         mod = optimize_graph(mod)
     func = copy_outputs(group_each_call(mod["main"]))

@@ -193,8 +193,12 @@ RESIDUAL_CALLS = {
     0: ["conv2d", "batch_norm", "relu", "conv2d", "batch_norm", "add", "relu"],
     1: ["conv2d", "add", "relu", "conv2d", "add", "add_2", "relu"],  # batch-norms folded
     # fused, convs in NCHW[x]c (alter_layout, llvm): layout transforms at the edges only
-    2: ["layout_transform", "conv2d_nchwc_add_nn_relu", "conv2d_nchwc_add_add_nn_relu",
-        "layout_transform_1"],
+    2: [
+        "layout_transform",
+        "conv2d_nchwc_add_nn_relu",
+        "conv2d_nchwc_add_add_nn_relu",
+        "layout_transform_1",
+    ],
 }
 
 
@@ -213,7 +217,8 @@ def test_conv_bias_relu_is_one_kernel():
     # the conv in NCHW[x]c (alter_layout), reading the 3-channel input as it is (block 1), with
     # a layout transform at the graph's output
     assert [c["kernel"] for c in lib.plan["calls"]] == [
-        "fused_nn_conv2d_nchwc_add_nn_relu", "fused_layout_transform"
+        "fused_nn_conv2d_nchwc_add_nn_relu",
+        "fused_layout_transform",
     ]
     lib = check_against_ort(model, feeds, "c")  # the c target keeps NCHW
     assert lib.num_kernels == 1
@@ -416,6 +421,9 @@ def test_build_errors():
 
         a = te.placeholder((4,))
         tessera.build(te.create_schedule(a.op), [a], params={})
+    dynamic = parse("def main(%x: f32[n, 4]) { %1 = nn.relu(%x); return %1 }")
+    with pytest.raises(ValueError, match=r"input %x has a symbolic shape f32\[n, 4\]: bind"):
+        tessera.build(dynamic, target="llvm")  # named as the user knows it, not a group's %p0
 
 
 # -- the light models of the onnx package (slow) ---------------------------------------------------
