@@ -43,13 +43,15 @@ REASONS = (
     "numerical mismatch",
     "crash",
 )
-# Element types tessera compiles; the rest (string, float8, int4, complex, ...) fail up front.
+# Element types tessera compiles; the rest (string, float8e8m0, complex, ...) fail up front.
 SUPPORTED_ELEM_TYPES = {
     onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
     onnx.TensorProto.BFLOAT16, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
     onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
     onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
-    onnx.TensorProto.BOOL,
+    onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ,
+    onnx.TensorProto.FLOAT8E5M2, onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.FLOAT4E2M1,
+    onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2,
 }  # fmt: skip
 
 

@@ -138,7 +138,7 @@ class TesseraRep(BackendRep):
             if name not in bound:
                 m.set_input(name, np.require(value, requirements="C"))  # keeps rank 0
         m.run()
-        outs = [m.get_output(i).numpy().copy() for i in range(m.get_num_outputs())]
+        outs = [_as_onnx(m.get_output(i)) for i in range(m.get_num_outputs())]
         names = [n if n.isidentifier() else f"output_{i}" for i, n in enumerate(self.output_names)]
         return namedtuple("Outputs", names, rename=True)(*outs)
 
@@ -201,6 +201,16 @@ class TesseraBackend(Backend):
             return Device(device).type == DeviceType.CPU
         except Exception:  # onnx raises on unknown device strings
             return False
+
+
+def _as_onnx(out) -> np.ndarray:
+    """An output as ONNX's numpy side holds it: bfloat16 as ml_dtypes' bfloat16 (the runtime
+    gives its float32 values, which are exact)."""
+    if out.dtype == "bfloat16":
+        import ml_dtypes
+
+        return out.numpy().astype(ml_dtypes.bfloat16)
+    return out.numpy().copy()
 
 
 def _value_info(name: str, array: np.ndarray) -> onnx.ValueInfoProto:

@@ -184,16 +184,22 @@ def _onnx_dtype(to: int):
         raise NodeError(f"cast to ONNX type {to} is not supported") from None
 
 
+def _cast(b, input, dtype, saturate):
+    if input.type.dtype == dtype:
+        return input
+    if input.type.dtype.is_storage_only or dtype.is_storage_only:  # float8, int4, ...
+        return b.call("cast", input, dtype=dtype, saturate=bool(saturate))
+    return b.call("cast", input, dtype=dtype)
+
+
 @onnx_op("Cast")
 def cast(b, input, *, to, saturate=1, round_mode="up"):
-    dtype = _onnx_dtype(to)
-    return input if input.type.dtype == dtype else b.call("cast", input, dtype=dtype)
+    return _cast(b, input, _onnx_dtype(to), saturate)
 
 
 @onnx_op("CastLike", since=15)
 def cast_like(b, input, target_type, *, saturate=1, round_mode="up"):
-    dtype = target_type.type.dtype
-    return input if input.type.dtype == dtype else b.call("cast", input, dtype=dtype)
+    return _cast(b, input, target_type.type.dtype, saturate)
 
 
 @onnx_op("Clip")

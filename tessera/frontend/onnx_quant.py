@@ -1,7 +1,7 @@
 """ONNX converters for the integer quantization ops: QuantizeLinear, DequantizeLinear,
 DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv, in graph ops
 (casts, rounding half to even, clipping to the integer type's range). Semantics follow
-onnx.reference; float8/int4 types are not supported.
+onnx.reference, float8/float4/int4/int2 included (`tessera.topi.cast_small` converts them).
 
 Integer products are accumulated in float64, which is exact for every 8- and 16-bit operand
 up to 2**53 / 2**32 (a few million terms), so that the conv and matmul kernels serve them.
@@ -15,6 +15,7 @@ from onnx import helper
 from tessera.frontend.onnx_nn import _spatial
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.ir import parse_dtype
+from tessera.ir.small_types import FLOAT_FORMATS, INT_FORMATS
 
 
 def _per_axis(b, v, x_shape, axis, block_size=0):
@@ -49,27 +50,34 @@ def _as(b, v, dtype):
 
 
 def _saturate(b, x, dtype):
-    """Round half to even, clip to dtype's range, cast."""
-    info = np.iinfo(np.dtype(dtype))
-    x = b.call("clip", b.call("round", x), a_min=float(info.min), a_max=float(info.max))
+    """Round half to even, clip to dtype's range (int4 and int2 too), cast."""
+    dt = parse_dtype(dtype)
+    lo, hi = dt.min_value(), dt.max_value()
+    x = b.call("clip", b.call("round", x), a_min=float(lo), a_max=float(hi))
     return _as(b, x, dtype)
 
 
 def _out_type(zero_point, output_dtype):
     if zero_point is not None:
-        return zero_point.type.dtype.numpy_name
+        return str(zero_point.type.dtype)
     if output_dtype:
         return np.dtype(helper.tensor_dtype_to_np_dtype(output_dtype)).name
     return "uint8"
 
 
-def _quantize(b, x, y_scale, y_zero_point, axis, block_size, out):
-    if np.dtype(out).kind not in "iu":
+def _quantize(b, x, y_scale, y_zero_point, axis, block_size, out, saturate=1):
+    dt = parse_dtype(out)
+    if not (dt.is_integer or dt.code in INT_FORMATS or dt.code in FLOAT_FORMATS):
         raise NodeError(f"quantizing to {out} is not supported")
     shape = b.shape_of(x)
     work = "float64" if x.type.dtype.numpy_name == "float64" else "float32"
     scale = _as(b, _per_axis(b, y_scale, shape, axis, block_size), work)
     q = b.call("divide", _as(b, x, work), scale)
+    if dt.code in FLOAT_FORMATS:  # float8: no rounding to integers; the zero point is 0
+        if dt.code == "float4_e2m1fn" and y_zero_point is not None:
+            zp = _as(b, _per_axis(b, y_zero_point, shape, axis, block_size), work)
+            q = b.call("add", q, zp)
+        return b.call("cast", q, dtype=dt, saturate=bool(saturate))
     q = b.call("round", q)
     if y_zero_point is not None:
         zp = _as(b, _per_axis(b, y_zero_point, shape, axis, block_size), work)
@@ -81,7 +89,7 @@ def _quantize(b, x, y_scale, y_zero_point, axis, block_size, out):
 def quantize_linear(b, x, y_scale, y_zero_point=None, *, axis=1, block_size=0,
                     output_dtype=0, saturate=1, precision=0):  # fmt: skip
     out = _out_type(y_zero_point, output_dtype)
-    return _quantize(b, x, y_scale, y_zero_point, axis, block_size, out)
+    return _quantize(b, x, y_scale, y_zero_point, axis, block_size, out, saturate)
 
 
 @onnx_op("DequantizeLinear", since=10)

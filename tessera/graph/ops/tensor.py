@@ -14,6 +14,7 @@ from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import broadcast_shapes, require_float, same_dtype, type_error
 from tessera.ir.dtype import bool_
 from tessera.topi import broadcast as topi_broadcast
+from tessera.topi import cast_small as topi_cast_small
 from tessera.topi import elemwise as topi_elemwise
 
 # -- unary ------------------------------------------------------------------------------------
@@ -314,13 +315,20 @@ def _(cond, a, b):
 cast = register_op("cast", kind=OpKind.ELEMWISE)
 
 
+# saturate: float8 targets clamp overflow to their largest finite value (ONNX Cast's attribute)
 @cast.type_rule
-def _(x: TensorType, dtype) -> TensorType:
+def _(x: TensorType, dtype, saturate=True) -> TensorType:
     return x.with_dtype(parse_dtype(dtype))
 
 
+def _is_small(dtype) -> bool:
+    return parse_dtype(dtype).is_storage_only
+
+
 @cast.reference
-def _(x, dtype):
+def _(x, dtype, saturate=True):
+    if _is_small(dtype) or x.dtype.kind == "V" and x.dtype.name != "bfloat16":
+        return topi_cast_small.reference(x, parse_dtype(dtype), saturate)
     target = np.dtype(parse_dtype(dtype).numpy_name)
     if x.dtype.kind == "f" and target.kind in "iu":
         with np.errstate(invalid="ignore"):
@@ -329,7 +337,9 @@ def _(x, dtype):
 
 
 @cast.compute
-def _(x, dtype):
+def _(x, dtype, saturate=True):
+    if _is_small(dtype) or x.dtype.is_storage_only:
+        return topi_cast_small.cast(x, parse_dtype(dtype), bool(saturate))
     return topi_elemwise.cast(x, parse_dtype(dtype))
 
 
