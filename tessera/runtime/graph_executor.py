@@ -406,8 +406,10 @@ class GraphModule:
     def get_output(self, index: int, out: NDArray | None = None) -> NDArray:
         """Output `index`: the executor's own array (the next run overwrites it), or a copy
         into `out` when given."""
-        if not isinstance(index, int | np.integer) or not 0 <= index < len(self._ex.outputs):
-            raise ValueError(f"output index {index!r} out of range (0..{len(self._ex.outputs)})")
+        count = len(self._ex.outputs)
+        if not isinstance(index, int | np.integer) or not 0 <= index < count:
+            outputs = f"{count} output" + ("" if count == 1 else "s")
+            raise ValueError(f"output index {index!r} out of range (the model has {outputs})")
         array = self._ex.outputs[int(index)]
         return out.copyfrom(array) if out is not None else array
 
