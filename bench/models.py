@@ -12,8 +12,11 @@ random weights, `tessera.models.light_model`), MobileNetV2 and a BERT-base encod
   `tessera.build`; Python imports and the runtime library are ready before the clock starts);
   cached: a second fresh process with the same cache dir (only when tessera has a compile cache,
   `tessera.codegen.cache_stats`);
-- latency: after warm-up the two runtimes alternate (tessera, ORT, tessera, ...), so a change of
-  machine load hits both alike; medians and min-max, and the ratio of the medians;
+- latency: after warm-up the two runtimes take turns of `--block` runs, each turn once the other's
+  threads have gone idle (`tessera.cli.bench.measure_in_blocks`, Note [fair turns]: ORT's threads
+  spin ~30 ms of CPU after a run, which took tessera's second core when runs alternated one by
+  one), so a change of machine load hits both alike and each is timed as it runs alone; medians
+  and min-max, and the ratio of the medians;
 - agreement: max |tessera - ORT| / max |ORT| over the outputs.
 
 Threads: `tessera.runtime.set_num_threads(n)`; ORT `intra_op_num_threads=n`,
@@ -45,6 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import model_zoo  # noqa: E402
 from fma_peak import measure_fma_peak  # noqa: E402
+
+from tessera.cli.bench import BLOCK_RUNS, measure_in_blocks  # noqa: E402
 
 OPT_LEVEL = 3  # the tessera command's default
 WORKER_FLAG = "--compile-worker"
@@ -213,6 +218,7 @@ class Result:
     cached_s: float | None = None
     cache: dict | None = None
     rel_err: float | None = None
+    waits: dict[str, list[float]] = field(default_factory=dict)  # seconds before each turn
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -230,24 +236,6 @@ def ort_session(model: onnx.ModelProto, threads: int):
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # its warnings about unused initializers are noise here
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
-def alternate(runners: dict, warmup: int, repeat: int, budget: float) -> dict[str, list[float]]:
-    """Warm up, then run the runners in turn `repeat` times each, or fewer (at least 3) once
-    `budget` seconds have passed. Returns the seconds of each run by runner name."""
-    for _ in range(warmup):
-        for fn in runners.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    start = time.perf_counter()
-    for i in range(repeat):
-        for name, fn in runners.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-        if i + 1 >= 3 and time.perf_counter() - start > budget:
-            break
-    return times
 
 
 def relative_error(got: list[np.ndarray], expected: list[np.ndarray]) -> float:
@@ -305,8 +293,11 @@ def measure(result: Result, model: onnx.ModelProto, feeds: dict, args) -> None:
     except Exception as e:  # ORT rejects some models tessera takes: run tessera alone
         session = None
         result.notes.append(f"ONNX Runtime failed: {e}")
-    times = alternate(runners, args.warmup, args.repeat, args.max_seconds)
-    result.tessera_s, result.ort_s = times["tessera"], times.get("ort", [])
+    times, waits = measure_in_blocks(
+        runners, args.repeat, args.warmup, args.max_seconds, getattr(args, "block", BLOCK_RUNS)
+    )
+    result.tessera_s, result.ort_s = list(times["tessera"]), list(times.get("ort", []))
+    result.waits = {name: list(w) for name, w in waits.items()}
     if session is not None:
         got = [module.get_output(k).numpy() for k in range(module.get_num_outputs())]
         result.rel_err = relative_error(got, session.run(None, feeds))
@@ -390,7 +381,7 @@ def criteria(results: list[Result]) -> list[str]:
     return lines
 
 
-def machine_lines(args, peaks: dict[int, float]) -> list[str]:
+def machine_lines(args, peaks: dict[int, float], results: list[Result] = ()) -> list[str]:
     import onnxruntime
 
     from tessera.target import Target
@@ -413,8 +404,20 @@ def machine_lines(args, peaks: dict[int, float]) -> list[str]:
         f"- target {args.target!r} ({Target(args.target).vector_width_bits}-bit vectors); "
         f"{args.threads} thread(s) each, batch 1, float32; "
         f"{args.warmup} warm-up runs, then up "
-        f"to {args.repeat} alternating runs each (at most ~{args.max_seconds:.0f} s per model)",
+        f"to {args.repeat} runs each in turns of {getattr(args, 'block', BLOCK_RUNS)} "
+        "after the other's threads went idle "
+        f"(at most ~{args.max_seconds:.0f} s per model); {_waits_line(results)}",
     ]
+
+
+def _waits_line(results: list[Result]) -> str:
+    """The median wait before each runtime's turns: how long the other's threads kept running."""
+    waits: dict[str, list[float]] = {}
+    for r in results:
+        for name, w in r.waits.items():
+            waits.setdefault(name, []).extend(w)
+    parts = [f"before {n}'s turns {np.median(w) * 1e3:.0f} ms" for n, w in waits.items() if w]
+    return "median wait " + ", ".join(parts) if parts else "no turns"
 
 
 def load_line(loads: tuple[float, float]) -> str:
@@ -428,7 +431,7 @@ def load_line(loads: tuple[float, float]) -> str:
 def report(results: list[Result], args, peaks: dict[int, float], command: str, loads=None) -> str:
     ratios = [r.ratio for r in results if r.ratio is not None]
     gm = geometric_mean(ratios)
-    machine = machine_lines(args, peaks) + ([load_line(loads)] if loads else [])
+    machine = machine_lines(args, peaks, results) + ([load_line(loads)] if loads else [])
     lines = [f"`{command}`", "", *machine, "", *table_rows(results), ""]
     lines.append(
         f"Geometric mean of tessera/ORT over {len(ratios)} model(s): {_num(gm, '.2f')}"
@@ -451,6 +454,7 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=20, help="alternating runs per runtime (at most)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-seconds", type=float, default=60.0, help="measuring budget per model")
+    p.add_argument("--block", type=int, default=BLOCK_RUNS, help="timed runs per turn")
     p.add_argument("--compile-timeout", type=float, default=900.0, help="seconds per compile")
     p.add_argument("--markdown", type=Path, help="also write the report to this file")
     p.add_argument("--save-models", type=Path, help="keep each model as DIR/<model>.onnx")
@@ -459,8 +463,8 @@ def parse_args(argv):
     unknown = [m for m in args.models if m not in SUITE]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(SUITE)}")
-    if args.threads < 1 or args.repeat < 1 or args.warmup < 0:
-        p.error("--threads and --repeat must be >= 1, --warmup >= 0")
+    if args.threads < 1 or args.repeat < 1 or args.warmup < 0 or args.block < 1:
+        p.error("--threads, --repeat and --block must be >= 1, --warmup >= 0")
     try:
         from tessera.target import Target
 
