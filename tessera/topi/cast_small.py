@@ -171,19 +171,35 @@ def cast(x: te.Tensor, dtype, saturate: bool = True) -> te.Tensor:
     )
 
 
+def _to_float32_round_to_odd(x):
+    """float64 -> float32 rounding to odd: a later rounding to a few bits is then exact."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float32)
+    inexact = (y.astype(np.float64) != x) & ~np.isnan(x)
+    even = (y.view(np.uint32) & 1) == 0
+    toward = np.where(x > y, np.float32(np.inf), np.float32(-np.inf))
+    return np.where(inexact & even, np.nextafter(y, toward), y)
+
+
 def reference(x, dtype, saturate: bool = True):
     """The numpy reference of `cast` (ml_dtypes arrays for the small types), by the ONNX rules:
-    what onnx.reference computes (saturation: clip to the largest finite, then round)."""
+    what onnx.reference computes (saturation: clip to the largest finite, then round), except
+    that float64 rounds once, as the ONNX tables say (ml_dtypes rounds it to float32 first, so
+    a float64 a hair off a tie between two float8 values may round the other way there)."""
     import ml_dtypes
     import numpy as np
 
     dtype = DType.parse(dtype)
     target = dtype.dtype
     x = np.asarray(x)
-    if x.dtype.kind == "V" or x.dtype.name in FLOAT_FORMATS or x.dtype.name in INT_FORMATS:
-        x = x.astype(np.float32 if x.dtype.name in FLOAT_FORMATS else np.int32)
+    if x.dtype.kind == "V":  # ml_dtypes: bfloat16 and the small types hold exactly in these
+        x = x.astype(np.int32 if x.dtype.name in INT_FORMATS else np.float32)
     if dtype.code in FLOAT_FORMATS and x.dtype.kind in "iub":
         x = x.astype(np.float64)
+    if dtype.code in FLOAT_FORMATS and x.dtype == np.float64:
+        x = _to_float32_round_to_odd(x)
     if dtype.code in FLOAT_FORMATS and saturate and FLOAT_FORMATS[dtype.code].nan is not None:
         top = float(ml_dtypes.finfo(target).max)
         x = np.clip(x, -top, top)
