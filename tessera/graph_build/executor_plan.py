@@ -51,7 +51,10 @@ def pack_params(weights: list[Constant]) -> tuple[list[dict], np.ndarray]:
     start = (-raw.ctypes.data) % ALIGNMENT
     blob = raw[start : start + offset]
     for c, entry in zip(weights, entries, strict=True):
-        data = np.ascontiguousarray(c.array, dtype=STORAGE[entry["dtype"]]).reshape(-1)
+        data = np.ascontiguousarray(c.array)
+        if data.dtype.kind == "V":  # ml_dtypes (float8, int4, ...): the bytes, not the values
+            data = data.view(STORAGE[entry["dtype"]])
+        data = np.ascontiguousarray(data, dtype=STORAGE[entry["dtype"]]).reshape(-1)
         blob[entry["offset"] : entry["offset"] + data.nbytes] = data.view(np.uint8)
     return entries, blob
 
