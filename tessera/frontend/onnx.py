@@ -23,6 +23,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_attention,
     onnx_compose,
     onnx_control,
+    onnx_image,
     onnx_loss,
     onnx_math,
     onnx_nn,

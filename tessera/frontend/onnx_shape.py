@@ -92,7 +92,7 @@ def unsqueeze_1(b, data, *, axes):
 
 @onnx_op("Unsqueeze", since=13)
 def unsqueeze_13(b, data, axes):
-    return _unsqueeze(b, data, b.known(axes, "axes").tolist())
+    return _unsqueeze(b, data, np.atleast_1d(b.known(axes, "axes")).tolist())
 
 
 @onnx_op("Transpose")

@@ -7,6 +7,7 @@ from tessera.graph.ops import (  # noqa: F401
     nn,
     pool_indices,
     reduce,
+    sampling,
     scatter,
     tensor,
     transform,
