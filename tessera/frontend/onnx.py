@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 # Importing the converter modules registers their converters.
 from tessera.frontend import (  # noqa: F401
     onnx_attention,
+    onnx_bits,
     onnx_compose,
     onnx_control,
     onnx_image,

@@ -1,6 +1,7 @@
 """The graph ops, grouped by family. Importing this package registers all of them."""
 
 from tessera.graph.ops import (  # noqa: F401
+    bits,
     fused,
     image,
     layout,
