@@ -223,21 +223,78 @@ def test_a_slow_worker_does_not_hold_the_rest_of_the_loop(pool_lib):
     assert cpu < 0.3 * wall  # the caller blocked while it waited
 
 
-def test_a_loop_held_up_by_a_worker_makes_the_next_run_on_the_caller(pool_lib):
-    # Note [backing off]: the caller waited 100 ms for a worker, so the next loop runs alone.
+def hold_up(pool_lib, sleep_s: float) -> None:
+    """A 2-thread loop whose worker sleeps `sleep_s` in its chunk: the caller waits for it."""
     pool_lib.slow_worker.argtypes = [
         ctypes.c_int64,
         ctypes.c_int64,
         ctypes.c_void_p,
         ctypes.c_void_p,
     ]
-    native.set_num_threads(2)
     counts = np.zeros(1000, np.int32)
     tids = np.zeros(1000, np.int64)
-    assert pool_lib.slow_worker(1000, 100_000_000, counts.ctypes.data, tids.ctypes.data) == 0
+    assert pool_lib.slow_worker(1000, int(sleep_s * 1e9), counts.ctypes.data, tids.ctypes.data) == 0
+    assert np.all(counts == 1)
+
+
+def backoff_ns() -> int:
+    lib = native.load()
+    lib.tessera_backoff_ns.restype = ctypes.c_int64
+    return lib.tessera_backoff_ns()
+
+
+MAX_BACKOFF_S = 0.064  # tessera_rt.c, Note [backing off]
+
+
+def test_a_loop_held_up_by_a_worker_makes_the_next_run_on_the_caller(pool_lib):
+    # Note [backing off]: the caller waited 100 ms for a worker, so the loops of the next
+    # 64 ms (the longest back-off) run alone.
+    native.set_num_threads(2)
+    hold_up(pool_lib, 0.1)
+    assert backoff_ns() == MAX_BACKOFF_S * 1e9
     begins, ends, tids = log_chunks(pool_lib, 1000)
     assert begins.tolist() == [0] and ends.tolist() == [1000]
     assert tids[0] == threading.get_native_id()
     native.set_num_threads(2)  # a new setting forgives
+    assert backoff_ns() == 0
     begins, _, _ = log_chunks(pool_lib, 1000)
     assert len(begins) == len(guided_chunks(1000, 2))
+
+
+def test_the_back_off_is_a_time_not_a_number_of_loops(pool_lib):
+    # A neighbour that took the core for a while costs a while on one thread, then the pool
+    # runs loops in parallel again, however many loops ran alone meanwhile (a count of loops
+    # carried the back-off over several inferences of a small model).
+    native.set_num_threads(2)
+    hold_up(pool_lib, 0.1)
+    for _ in range(300):  # more than the 256 loops the old count backed off for
+        begins, _, _ = log_chunks(pool_lib, 1000)
+    time.sleep(MAX_BACKOFF_S + 0.03)
+    begins, _, _ = log_chunks(pool_lib, 1000)  # over: in parallel (it forgives or doubles)
+    assert len(begins) == len(guided_chunks(1000, 2))
+
+
+def test_the_back_off_starts_at_the_time_lost_and_doubles_while_loops_are_held_up(pool_lib):
+    # A worker that starts late (a loaded machine) makes the caller's own part long: then the
+    # loop does not count as held up. Retry until both loops were.
+    for _ in range(10):
+        native.set_num_threads(2)  # forgives
+        hold_up(pool_lib, 0.02)
+        first = backoff_ns()
+        if first == 0:
+            continue
+        assert 1_000_000 <= first <= MAX_BACKOFF_S * 1e9  # at least 1 ms, ~ what the loop lost
+        time.sleep(first / 1e9 + 0.01)
+        hold_up(pool_lib, 0.02)  # the first loop after the back-off is held up again
+        if backoff_ns() != 0:
+            assert backoff_ns() == min(2 * first, MAX_BACKOFF_S * 1e9)
+            break
+    else:
+        pytest.fail("no two loops in a row were held up in 10 tries")
+    # A loop that is not held up forgives (the machine's load can hold one up too: retry).
+    for _ in range(20):
+        time.sleep(MAX_BACKOFF_S + 0.01)
+        log_chunks(pool_lib, 1000)
+        if backoff_ns() == 0:
+            break
+    assert backoff_ns() == 0

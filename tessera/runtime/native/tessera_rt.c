@@ -31,12 +31,20 @@
  *
  * Note [backing off]
  * On a machine with more runnable threads than cores, a worker is sometimes preempted inside
- * its chunk and the caller waits for a whole time slice of another process (milliseconds, for a
+ * its chunk and the caller waits for a whole time slice of another thread (milliseconds, for a
  * loop of microseconds): a model of many short loops then runs slower on two threads than on
- * one. When a caller waits PREEMPTED_NS longer than its own part of the loop took, the next
- * `penalty` loops run on the caller alone (their workers are not woken); the penalty doubles
- * while loops keep being held up (up to MAX_SERIAL_LOOPS) and is forgiven by a loop that is not.
- * On a quiet machine no loop is held up and nothing changes.
+ * one. When a caller waits PREEMPTED_NS longer than its own part of the loop took, the loops
+ * that start in the next `backoff_ns` run on the caller alone (their workers are not woken).
+ * The back-off is a time, not a number of loops, because what takes a core away is a time: a
+ * neighbour's time slice, or another runtime's threads spinning for a while after their run
+ * (ONNX Runtime's spin ~30 ms of CPU). It starts at the time the loop lost (at least
+ * MIN_BACKOFF_NS), doubles while the first loop after it is held up again (up to
+ * MAX_BACKOFF_NS) and is forgiven by a loop that is not. So a core busy for a while costs at
+ * most about as long again on one thread, however many loops that is (a count of loops, as
+ * before, carried a back-off of up to 256 loops -- several inferences of a small model -- past
+ * the end of the disturbance), and a core taken for good costs one held-up loop per
+ * MAX_BACKOFF_NS (a few percent). The clock is read only while backing off. On a quiet machine
+ * no loop is held up and nothing changes.
  */
 #define _GNU_SOURCE
 #include "tessera_rt.h"
@@ -60,9 +68,10 @@
 #define SPIN_NS 20000
 #define HOT_NS 200000
 /* Note [backing off]: a caller that waited this much longer than its own share of the loop took
- * was held up by a preempted worker. */
+ * was held up by a preempted worker; it then runs loops alone for 1 to 64 ms. */
 #define PREEMPTED_NS 200000
-#define MAX_SERIAL_LOOPS 256
+#define MIN_BACKOFF_NS 1000000
+#define MAX_BACKOFF_NS 64000000
 #define CLOCK_EVERY 16 /* read the clock every this many spins */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -93,8 +102,8 @@ struct pool {
   void* closure;
   int nworkers;
   /* Note [backing off]; under call_lock. */
-  int64_t serial_left; /* loops still to run on the caller alone */
-  int64_t penalty;     /* serial loops after the next held-up loop */
+  int64_t serial_until; /* loops starting before this time (now_ns) run on the caller alone */
+  int64_t backoff_ns;   /* the last back-off; 0 once a loop was not held up */
   pthread_t threads[TESSERA_MAX_THREADS];
 };
 
@@ -275,7 +284,7 @@ static void reset_after_fork(void) {
   atomic_store(&pool.job, 0);
   atomic_store(&pool.stop, 0);
   pool.nworkers = 0;
-  pool.serial_left = pool.penalty = 0;
+  pool.serial_until = pool.backoff_ns = 0;
   in_parallel = 0;
 }
 
@@ -306,20 +315,39 @@ void tessera_set_num_threads(int32_t n) {
   atomic_store(&desired_threads, want);
   if (in_parallel) return;
   pthread_mutex_lock(&pool.call_lock);
-  pool.serial_left = pool.penalty = 0; /* a new setting starts afresh */
+  pool.serial_until = pool.backoff_ns = 0; /* a new setting starts afresh */
   if (pool.nworkers != want - 1) stop_workers();
   pthread_mutex_unlock(&pool.call_lock);
 }
 
-/* Called with call_lock held after a loop: the caller worked `work` ns, then waited `wait` ns. */
-static void note_wait(int64_t work, int64_t wait) {
-  if (wait <= work + PREEMPTED_NS) {
-    pool.penalty = 0;
+/* Called with call_lock held after a loop: the caller worked `work` ns, then waited until `end`,
+ * `wait` ns in all (Note [backing off]). */
+static void note_wait(int64_t work, int64_t wait, int64_t end) {
+  int64_t lost = wait - work;
+  if (lost <= PREEMPTED_NS) {
+    pool.backoff_ns = 0;
     return;
   }
-  pool.penalty = pool.penalty == 0 ? 1 : pool.penalty * 2;
-  if (pool.penalty > MAX_SERIAL_LOOPS) pool.penalty = MAX_SERIAL_LOOPS;
-  pool.serial_left = pool.penalty;
+  int64_t backoff = pool.backoff_ns == 0 ? lost : 2 * pool.backoff_ns;
+  if (backoff < MIN_BACKOFF_NS) backoff = MIN_BACKOFF_NS;
+  if (backoff > MAX_BACKOFF_NS) backoff = MAX_BACKOFF_NS;
+  pool.backoff_ns = backoff;
+  pool.serial_until = end + backoff;
+}
+
+/* Called with call_lock held: whether this loop runs on the caller alone (Note [backing off]). */
+static int backing_off(void) {
+  if (pool.serial_until == 0) return 0;
+  if (now_ns() < pool.serial_until) return 1;
+  pool.serial_until = 0; /* the next loop probes; note_wait doubles or forgives */
+  return 0;
+}
+
+int64_t tessera_backoff_ns(void) {
+  pthread_mutex_lock(&pool.call_lock);
+  int64_t backoff = pool.backoff_ns;
+  pthread_mutex_unlock(&pool.call_lock);
+  return backoff;
 }
 
 int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* closure) {
@@ -328,8 +356,7 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   if (in_parallel || extent == 1 || nthreads == 1) return body(0, extent, closure);
   /* Another thread owns the pool: rather than wait for it, do the work on this thread. */
   if (pthread_mutex_trylock(&pool.call_lock) != 0) return body(0, extent, closure);
-  if (pool.serial_left > 0) { /* Note [backing off] */
-    pool.serial_left--;
+  if (backing_off()) {
     pthread_mutex_unlock(&pool.call_lock);
     return body(0, extent, closure);
   }
@@ -352,7 +379,8 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   in_parallel = 0;
   int64_t done = now_ns();
   close_job();
-  note_wait(done - start, now_ns() - done);
+  int64_t end = now_ns();
+  note_wait(done - start, end - done, end);
   int32_t rc = atomic_load(&pool.result);
   pthread_mutex_unlock(&pool.call_lock);
   return rc;
