@@ -32,6 +32,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_rnn,
     onnx_scatter,
     onnx_shape,
+    onnx_signal,
 )
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.graph.builder import rename_values

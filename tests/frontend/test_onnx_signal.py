@@ -1,0 +1,71 @@
+"""DFT (opsets 17 and 20: axes, dft_length, inverse, onesided) and STFT against numpy's FFT,
+compiled."""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tessera
+from tessera.frontend import from_onnx
+from tessera.frontend.testing import make_model
+
+R = np.random.default_rng(17)
+
+
+def _run(model, feeds):
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    for k, v in feeds.items():
+        m.set_input(k, v)
+    m.run()
+    return m.get_output(0).numpy()
+
+
+def _as_pairs(z):
+    return np.stack([z.real, z.imag], axis=-1)
+
+
+@pytest.mark.parametrize("inverse,onesided,n", [(0, 0, None), (0, 1, 12), (1, 0, 6), (1, 1, None)])
+def test_dft_20_along_axis_1(inverse, onesided, n):
+    x = R.standard_normal((2, 8, 3, 2)).astype(np.float32)
+    z = x[..., 0] + 1j * x[..., 1]
+    inputs = ["x", "n" if n else "", "axis"]
+    inits = {"axis": np.array(1, np.int64)}
+    if n:
+        inits["n"] = np.array(n, np.int64)
+    node = helper.make_node("DFT", inputs, ["y"], inverse=inverse, onesided=onesided)
+    got = _run(make_model([node], {"x": x}, ["y"], inits, opset=20), {"x": x})
+    if not inverse:
+        expected = _as_pairs(np.fft.fft(z, n=n, axis=1))
+        expected = expected[:, : (n or 8) // 2 + 1] if onesided else expected
+    elif onesided:
+        expected = np.fft.irfft(z, n=n or 14, axis=1)[..., None]
+    else:
+        expected = _as_pairs(np.fft.ifft(z, n=n, axis=1))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_dft_17_real_input_attribute_axis():
+    x = R.standard_normal((3, 10, 1)).astype(np.float32)
+    node = helper.make_node("DFT", ["x"], ["y"], axis=1, onesided=1)
+    got = _run(make_model([node], {"x": x}, ["y"], opset=17), {"x": x})
+    np.testing.assert_allclose(got, _as_pairs(np.fft.rfft(x[..., 0], axis=1)), rtol=1e-4,
+                               atol=1e-5)  # fmt: skip
+
+
+def test_stft_with_window():
+    x = R.standard_normal((2, 64, 1)).astype(np.float32)
+    window = np.hanning(16).astype(np.float32)
+    inits = {"step": np.array(8, np.int64), "window": window}
+    node = helper.make_node("STFT", ["x", "step", "window"], ["y"])
+    got = _run(make_model([node], {"x": x}, ["y"], inits, opset=17), {"x": x})
+    frames = np.stack([x[:, s : s + 16, 0] * window for s in range(0, 64 - 16 + 1, 8)], axis=1)
+    np.testing.assert_allclose(got, _as_pairs(np.fft.rfft(frames, axis=-1)), rtol=1e-4,
+                               atol=1e-4)  # fmt: skip
+
+
+def test_last_axis_is_refused():
+    node = helper.make_node("DFT", ["x"], ["y"], axis=2)
+    with pytest.raises(ValueError, match="must not be the last axis"):
+        from_onnx(make_model([node], {"x": np.zeros((1, 4, 2), np.float32)}, ["y"], opset=17))
