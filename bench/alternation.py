@@ -1,7 +1,7 @@
 """Experiment: why tessera runs slower when its runs alternate with ONNX Runtime's (issue 4).
 
     .venv/bin/python bench/alternation.py [--models mobilenet_v2,squeezenet] [--threads 2]
-        [--variants current,nobackoff,cap4] [--repeat 30] [--gaps 0,2,5,10,20]
+        [--variants current,nobackoff,rev:REV] [--repeat 30] [--gaps 0,2,5,10,20]
 
 Hypothesis under test: after each run ONNX Runtime's intra-op workers keep spinning on the other
 core (its default `session.intra_op.allow_spinning=1`), tessera's first parallel loops find their
@@ -9,10 +9,11 @@ worker descheduled, and the pool's back-off (Note [backing off] in tessera_rt.c)
 on the caller alone for the rest of the inference.
 
 Each variant of the runtime library runs in a fresh process (the library is loaded once per
-process). Variants patch constants of tessera_rt.c: `current` (as in the working tree),
-`nobackoff` (MAX_SERIAL_LOOPS 0: never back off), `cap4` (at most 4 serial loops), and every
-variant counts, per inference, the loops it ran in parallel, the held-up loops, the loops it
-ran on the caller alone because of the back-off, and the loops a worker joined at all. The
+process): `current` (the working tree's tessera_rt.c), `nobackoff` (the same, never backing
+off), `rev:REV` (tessera_rt.c at git revision REV, e.g. rev:802b2aa~1, the pool that backed off
+for a count of loops), and every variant counts, per inference, the loops it ran in parallel,
+the held-up loops, the loops it ran on the caller alone because of the back-off, and the loops a
+worker joined at all. The
 `reset` schedule calls `tessera_set_num_threads` before each tessera run, which forgives the
 back-off (the effect of a reset at each `tessera_model_run` entry). In each process, per model:
 
@@ -46,34 +47,51 @@ SRC = ROOT / "tessera" / "runtime" / "native"
 COUNTERS = "int64_t tessera_dbg_counts[4]; /* parallel, held-up, serial (backed-off), joined */\n"
 
 
+# a statement of the source (old or new pool) -> a counter bump to insert before it
+HOOKS = {
+    "  pool.penalty = pool.penalty == 0": "  tessera_dbg_counts[1]++;\n",  # held up (old)
+    "  int64_t backoff = pool.backoff_ns == 0": "  tessera_dbg_counts[1]++;\n",  # held up (new)
+    "    pool.serial_left--;": "    tessera_dbg_counts[2]++;\n",  # backed off (old)
+    "  ensure_workers(nthreads - 1);": "  tessera_dbg_counts[0]++;\n",
+    "  run_chunks();\n  if (atomic_fetch_sub(&pool.job, 1)": (
+        "  __atomic_fetch_add(&tessera_dbg_counts[3], 1, __ATOMIC_RELAXED);\n"
+    ),
+}
+VARIANT_CONSTANTS = {  # variant -> (old, new) lines of tessera_rt.c
+    "nobackoff": [
+        ("#define MAX_SERIAL_LOOPS 256", "#define MAX_SERIAL_LOOPS 0"),
+        ("#define MIN_BACKOFF_NS 1000000", "#define MIN_BACKOFF_NS 0"),
+        ("#define MAX_BACKOFF_NS 64000000", "#define MAX_BACKOFF_NS 0"),
+    ],
+}
+
+
 def patched_source(variant: str, out: Path) -> Path:
-    """The runtime's sources with the variant's constants and the counters; returns the dir."""
-    text = (SRC / "tessera_rt.c").read_text()
-    if variant == "nobackoff":
-        text = text.replace("#define MAX_SERIAL_LOOPS 256", "#define MAX_SERIAL_LOOPS 0")
-    elif variant == "cap4":
-        text = text.replace("#define MAX_SERIAL_LOOPS 256", "#define MAX_SERIAL_LOOPS 4")
-    elif variant != "current":
+    """The runtime's sources (the working tree's, or git revision REV for `rev:REV`) with the
+    variant's constants and the counters; returns their directory."""
+    if variant.startswith("rev:"):
+        show = ["git", "-C", str(ROOT), "show"]
+        path = "tessera/runtime/native/"
+        text, header = (
+            subprocess.run([*show, f"{variant[4:]}:{path}{n}"], check=True, capture_output=True,
+                           text=True).stdout
+            for n in ("tessera_rt.c", "tessera_rt.h")
+        )  # fmt: skip
+    elif variant in ("current", *VARIANT_CONSTANTS):
+        text, header = (SRC / "tessera_rt.c").read_text(), (SRC / "tessera_rt.h").read_text()
+        for old, new in VARIANT_CONSTANTS.get(variant, []):
+            text = text.replace(old, new)
+    else:
         raise ValueError(f"unknown variant {variant!r}")
     text = text.replace('#include "tessera_rt.h"\n', '#include "tessera_rt.h"\n' + COUNTERS, 1)
-    hooks = {  # statement in the source -> the same with a counter bump before it
-        "  ensure_workers(nthreads - 1);": "tessera_dbg_counts[0]++;",
-        "    pool.serial_left--;": "tessera_dbg_counts[2]++;",
-    }
-    for stmt, bump in hooks.items():
-        if stmt in text:
-            text = text.replace(stmt, f"  {bump}\n{stmt}", 1)
-    joined = "  run_chunks();\n  if (atomic_fetch_sub(&pool.job, 1)"
-    text = text.replace(
-        joined, "  __atomic_fetch_add(&tessera_dbg_counts[3], 1, __ATOMIC_RELAXED);\n" + joined, 1
-    )
-    held = "  pool.penalty = pool.penalty == 0"
-    if held in text:
-        text = text.replace(held, "  tessera_dbg_counts[1]++;\n" + held, 1)
-    d = out / f"rt-{variant}"
+    for stmt, bump in HOOKS.items():
+        text = text.replace(stmt, bump + stmt, 1)
+    backed_off = "  if (backing_off()) {\n"  # the new pool's
+    text = text.replace(backed_off, backed_off + "    tessera_dbg_counts[2]++;\n", 1)
+    d = out / f"rt-{variant.replace(':', '-').replace('/', '-')}"
     d.mkdir(exist_ok=True)
     (d / "tessera_rt.c").write_text(text)
-    (d / "tessera_rt.h").write_text((SRC / "tessera_rt.h").read_text())
+    (d / "tessera_rt.h").write_text(header)
     return d
 
 
@@ -159,6 +177,7 @@ def child(args) -> None:
     import onnxruntime as ort
     from models import SUITE, compile_model, ort_session
 
+    from tessera.cli.bench import measure_in_blocks
     from tessera.runtime import GraphModule, cpu, native
 
     native._SOURCE_DIR = Path(args.source_dir)
@@ -206,6 +225,12 @@ def child(args) -> None:
             if stats:
                 entry["counts"] = np.median(np.array(stats), axis=0).tolist()
             res["sched"][label] = entry
+        times, _ = measure_in_blocks(
+            {"tessera": runners["tessera"], "ort": runners["ort"]}, args.repeat, 0, None
+        )
+        res["sched"]["fair turns (measure_in_blocks)"] = {
+            e: float(np.median(t)) * 1e3 for e, t in times.items()
+        }
         out[name] = res
     print("RESULT " + json.dumps(out))
 
@@ -217,7 +242,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", default="mobilenet_v2,squeezenet")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--variants", default="current,nobackoff,cap4")
+    p.add_argument("--variants", default="current,nobackoff,rev:802b2aa~1")
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--gaps", default="2,5,10,20")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

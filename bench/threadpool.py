@@ -1,9 +1,10 @@
 """Benchmark: the runtime's thread pool (tessera/runtime/native/tessera_rt.c) on a busy machine.
 
     .venv/bin/python bench/threadpool.py [--threads 2] [--model mobilenetv2|squeezenet|none]
-        [--busy both|0|1] [--compare REV ...] [--rounds 3] [--budget 120]
+        [--busy both|0|1|transient|all] [--compare REV ...] [--rounds 3] [--budget 120]
 
-Measures, with and without a competing busy process pinned to one core:
+Measures, with and without a competing busy process pinned to one core (`transient`: busy 30 ms,
+idle 70 ms, in turn, as another runtime's spinning pool threads between its runs):
 - back-to-back parallel loops from C (no Python between them), a compute-bound body calibrated to
   ~10 us ("tiny"), ~100 us ("medium", a softmax-sized kernel) and ~1 ms ("large") of one thread's
   work, each loop followed by ~5 us of serial work (the executor between kernels);
@@ -101,13 +102,20 @@ LOOPS = {
     "wake": (64, 100, -2_000_000, 150),
 }
 
+# Spins on one CPU until a deadline; with busy/idle ms, spins busy ms then sleeps idle ms in
+# turn, as another runtime's pool threads do between its runs (ONNX Runtime's spin ~30 ms).
 COMPETITOR = """
 import os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
 deadline = time.monotonic() + float(sys.argv[2])
+busy, idle = (float(a) / 1e3 for a in sys.argv[3:5]) if len(sys.argv) > 4 else (1e9, 0)
 while time.monotonic() < deadline:
-    pass
+    until = time.monotonic() + busy
+    while time.monotonic() < min(until, deadline):
+        pass
+    time.sleep(idle)
 """
+TRANSIENT_MS = ("30", "70")  # --busy transient: busy 30 ms, idle 70 ms
 
 
 # -- one variant, one load setting: runs in a fresh process ------------------------------------
@@ -236,7 +244,7 @@ def export_revision(rev: str, workdir: Path) -> str:
     return str(out)
 
 
-def run_child(args, source_dir: str | None, busy: bool) -> dict:
+def run_child(args, source_dir: str | None, busy) -> dict:
     cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--model",
            args.model, "--budget", str(args.child_budget)]  # fmt: skip
     if source_dir:
@@ -246,8 +254,9 @@ def run_child(args, source_dir: str | None, busy: bool) -> dict:
         limit = str(args.child_budget * 3 + 300)  # exits by itself even if we die
         # its own session: with autogroup scheduling it competes like another user's process,
         # not inside our own share of the machine
+        duty = list(TRANSIENT_MS) if busy == "transient" else []
         competitor = subprocess.Popen(
-            [sys.executable, "-c", COMPETITOR, "0", limit], start_new_session=True
+            [sys.executable, "-c", COMPETITOR, "0", limit, *duty], start_new_session=True
         )
     try:
         proc = subprocess.run(
@@ -282,6 +291,10 @@ def autogroup_note() -> str:
             " more threads get no more CPU)") if on else ""  # fmt: skip
 
 
+def busy_label(busy) -> str:
+    return busy if isinstance(busy, str) else str(int(busy))
+
+
 def report(results: dict, args) -> None:
     names = list(LOOPS) + (["model"] if args.model != "none" else [])
     load = os.getloadavg()[0]
@@ -298,8 +311,8 @@ def report(results: dict, args) -> None:
             med1, mean1, cpu1 = summarize(samples, f"{kind}1", name)
             medn, meann, cpun = summarize(samples, f"{kind}{n}", name)
             cpu = f"{cpu1:.1f} | {cpun:.1f}" if cpu1 is not None else "— | —"
-            print(f"| {variant} | {int(busy)} | {name} | {med1:.1f} | {medn:.1f} | {mean1:.1f} "
-                  f"| {meann:.1f} | {mean1 / meann:.2f} | {cpu} |")  # fmt: skip
+            print(f"| {variant} | {busy_label(busy)} | {name} | {med1:.1f} | {medn:.1f} "
+                  f"| {mean1:.1f} | {meann:.1f} | {mean1 / meann:.2f} | {cpu} |")  # fmt: skip
     print("(microseconds per loop or per inference; CPU: process CPU time per loop)")
 
 
@@ -307,7 +320,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--model", default="mobilenetv2", help="mobilenetv2, squeezenet, ..., or none")
-    p.add_argument("--busy", choices=["both", "0", "1"], default="both")
+    p.add_argument("--busy", choices=["both", "0", "1", "transient", "all"], default="both")
     p.add_argument(
         "--compare", nargs="*", default=[], metavar="REV", help="git revisions to compare"
     )
@@ -324,7 +337,13 @@ def main(argv=None) -> int:
     if args.child:
         child(args)
         return 0
-    busy_settings = {"both": [False, True], "0": [False], "1": [True]}[args.busy]
+    busy_settings = {
+        "both": [False, True],
+        "0": [False],
+        "1": [True],
+        "transient": ["transient"],
+        "all": [False, True, "transient"],
+    }[args.busy]
     runs = args.rounds * len(busy_settings) * (1 + len(args.compare))
     args.child_budget = max(2.0, args.budget / runs)
     with tempfile.TemporaryDirectory() as tmp:
@@ -334,7 +353,7 @@ def main(argv=None) -> int:
         for r in range(args.rounds):
             for busy in busy_settings:
                 for variant, source_dir in variants.items():
-                    print(f"round {r + 1}: {variant}, busy={int(busy)}", file=sys.stderr)
+                    print(f"round {r + 1}: {variant}, busy={busy_label(busy)}", file=sys.stderr)
                     sample = run_child(args, source_dir, busy)
                     results.setdefault((variant, busy), []).append(sample)
     report(results, args)
