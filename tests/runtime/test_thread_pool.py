@@ -274,7 +274,7 @@ def test_the_back_off_is_a_time_not_a_number_of_loops(pool_lib):
     assert len(begins) == len(guided_chunks(1000, 2))
 
 
-def test_the_back_off_starts_at_the_time_lost_and_doubles_while_loops_are_held_up(pool_lib):
+def test_the_back_off_is_the_time_lost_and_doubles_while_loops_are_held_up(pool_lib):
     # A worker that starts late (a loaded machine) makes the caller's own part long: then the
     # loop does not count as held up. Retry until both loops were.
     for _ in range(10):
@@ -287,7 +287,8 @@ def test_the_back_off_starts_at_the_time_lost_and_doubles_while_loops_are_held_u
         time.sleep(first / 1e9 + 0.01)
         hold_up(pool_lib, 0.02)  # the first loop after the back-off is held up again
         if backoff_ns() != 0:
-            assert backoff_ns() == min(2 * first, MAX_BACKOFF_S * 1e9)
+            assert backoff_ns() >= min(2 * first, MAX_BACKOFF_S * 1e9)  # or what it lost
+            assert backoff_ns() <= MAX_BACKOFF_S * 1e9
             break
     else:
         pytest.fail("no two loops in a row were held up in 10 tries")

@@ -37,10 +37,10 @@
  * that start in the next `backoff_ns` run on the caller alone (their workers are not woken).
  * The back-off is a time, not a number of loops, because what takes a core away is a time: a
  * neighbour's time slice, or another runtime's threads spinning for a while after their run
- * (ONNX Runtime's spin ~30 ms of CPU). It starts at the time the loop lost (at least
- * MIN_BACKOFF_NS), doubles while the first loop after it is held up again (up to
- * MAX_BACKOFF_NS) and is forgiven by a loop that is not. So a core busy for a while costs at
- * most about as long again on one thread, however many loops that is (a count of loops, as
+ * (ONNX Runtime's spin ~30 ms of CPU). It is the time the loop lost (at least MIN_BACKOFF_NS),
+ * or twice the last back-off if more, when the first loop after that is held up again (at most
+ * MAX_BACKOFF_NS), and it is forgiven by a loop that is not. So a core busy for a while costs
+ * about as long again on one thread at most, however many loops that is (a count of loops, as
  * before, carried a back-off of up to 256 loops -- several inferences of a small model -- past
  * the end of the disturbance), and a core taken for good costs one held-up loop per
  * MAX_BACKOFF_NS (a few percent). The clock is read only while backing off. On a quiet machine
@@ -328,7 +328,7 @@ static void note_wait(int64_t work, int64_t wait, int64_t end) {
     pool.backoff_ns = 0;
     return;
   }
-  int64_t backoff = pool.backoff_ns == 0 ? lost : 2 * pool.backoff_ns;
+  int64_t backoff = 2 * pool.backoff_ns > lost ? 2 * pool.backoff_ns : lost;
   if (backoff < MIN_BACKOFF_NS) backoff = MIN_BACKOFF_NS;
   if (backoff > MAX_BACKOFF_NS) backoff = MAX_BACKOFF_NS;
   pool.backoff_ns = backoff;
