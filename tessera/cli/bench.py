@@ -78,6 +78,8 @@ def thread_run_ns() -> dict[int, int] | None:
                 out[int(tid)] = int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             continue  # the thread ended meanwhile
+    if not out and len(tids) > 1 and not os.path.exists(f"/proc/self/task/{tids[0]}/schedstat"):
+        return None  # a kernel without schedstat: unknown, not quiet
     return out
 
 
