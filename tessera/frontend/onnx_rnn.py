@@ -96,13 +96,26 @@ class _Cell:
         return self.fns[k](self.pre(x))
 
 
-def _gates_bias(b, B, d, ndir, gates, hidden, dtype):
-    """(bias added to the projected input, GRU's separate recurrent bias of h or None)."""
+def _gates_bias(b, B, d, ndir, gates, hidden):
+    """(input bias Wb, recurrent bias Rb) of direction d, or (None, None) without B."""
     if B is None:
         return None, None
     bias = _direction(b, B, d, ndir)
     wb, rb = _parts(b, bias, 0, (gates * hidden, gates * hidden))
     return wb, rb
+
+
+def _biases(b, cell, B, d, ndir, gates):
+    """(bias added to the projected input, GRU's recurrent bias of h kept apart or None).
+    Only GRU with linear_before_reset keeps Rbh apart: it is multiplied by the reset gate."""
+    wb, rb = _gates_bias(b, B, d, ndir, gates, cell.hidden)
+    if rb is None:
+        return wb, None
+    if cell.kind == "GRU" and cell.lbr:
+        rb_zr, rb_h = _parts(b, rb, 0, (2 * cell.hidden, cell.hidden))
+        zeros = b.const(np.zeros(cell.hidden, rb.type.dtype.numpy_name))
+        return b.call("add", wb, b.call("concatenate", rb_zr, zeros, axis=0)), rb_h
+    return b.call("add", wb, rb), None
 
 
 def _project(b, X, W, d, ndir, bias):
@@ -174,16 +187,9 @@ def _run_direction(b, cell, X, W, R, B, lens, state, d, ndir, reverse, extra):
     seq, batch, _ = b.shape_of(X)
     if reverse:
         X = reverse_sequence(b, X, lens) if lens is not None else b.call("reverse", X, axis=(0,))
-    wb, rb = _gates_bias(b, B, d, ndir, gates, cell.hidden, X.type.dtype)
-    bias = wb
-    if rb is not None:
-        rb_main, rb_h = rb, None
-        if cell.kind == "GRU" and cell.lbr:
-            rb_main_zr, rb_h = _parts(b, rb, 0, (2 * cell.hidden, cell.hidden))
-            rb_main = b.call("concatenate", rb_main_zr, b.call("multiply", rb_h,
-                             b.scalar(0, rb_h)), axis=0)  # fmt: skip
-        bias = b.call("add", wb, rb_main)
-        extra = rb_h if cell.kind == "GRU" else extra
+    bias, rb_h = _biases(b, cell, B, d, ndir, gates)
+    if cell.kind == "GRU":
+        extra = rb_h
     xs = _parts(b, _project(b, X, W, d, ndir, bias), 0, (1,) * seq)
     r = b.call("transpose", _direction(b, R, d, ndir), axes=(1, 0))
     masks, ys = _masks(b, lens, seq, batch, X.type.dtype), []
