@@ -50,7 +50,7 @@ COUNTERS = "int64_t tessera_dbg_counts[4]; /* parallel, held-up, serial (backed-
 # a statement of the source (old or new pool) -> a counter bump to insert before it
 HOOKS = {
     "  pool.penalty = pool.penalty == 0": "  tessera_dbg_counts[1]++;\n",  # held up (old)
-    "  int64_t backoff = pool.backoff_ns == 0": "  tessera_dbg_counts[1]++;\n",  # held up (new)
+    "  pool.serial_until = end + backoff;": "  tessera_dbg_counts[1]++;\n",  # held up (new)
     "    pool.serial_left--;": "    tessera_dbg_counts[2]++;\n",  # backed off (old)
     "  ensure_workers(nthreads - 1);": "  tessera_dbg_counts[0]++;\n",
     "  run_chunks();\n  if (atomic_fetch_sub(&pool.job, 1)": (

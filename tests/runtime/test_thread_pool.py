@@ -243,15 +243,42 @@ def backoff_ns() -> int:
     return lib.tessera_backoff_ns()
 
 
-MAX_BACKOFF_S = 0.064  # tessera_rt.c, Note [backing off]
+MAX_BACKOFF_S = 0.064  # tessera_rt.c, Note [backing off]: 1 ms, doubling, at most 64 ms
 
 
-def test_a_loop_held_up_by_a_worker_makes_the_next_run_on_the_caller(pool_lib):
-    # Note [backing off]: the caller waited 100 ms for a worker, so the loops of the next
-    # 64 ms (the longest back-off) run alone.
-    native.set_num_threads(2)
-    hold_up(pool_lib, 0.1)
-    assert backoff_ns() == MAX_BACKOFF_S * 1e9
+def held_up_in_a_row(pool_lib, loops: int) -> list[int]:
+    """The back-off (ns) after each of `loops` held-up loops in a row, each the first loop after
+    the last back-off. A worker that starts late (a loaded machine) makes the caller's own part
+    long, and then the loop does not count as held up: retry until a whole row was."""
+    for _ in range(10):
+        native.set_num_threads(2)  # forgives
+        backoffs = []
+        for _ in range(loops):
+            hold_up(pool_lib, 0.03)  # much longer than a late worker start
+            backoffs.append(backoff_ns())
+            if backoffs[-1] == 0:
+                break
+            if len(backoffs) < loops:
+                time.sleep(backoffs[-1] / 1e9 + 0.005)
+        if len(backoffs) == loops and all(backoffs):
+            return backoffs
+    pytest.fail(f"no {loops} loops in a row were held up in 10 tries")
+
+
+def test_the_back_off_starts_at_1_ms_and_doubles_while_loops_are_held_up(pool_lib):
+    backoffs = held_up_in_a_row(pool_lib, 8)
+    assert [b // 1_000_000 for b in backoffs] == [1, 2, 4, 8, 16, 32, 64, 64]
+    # A loop that is not held up forgives (the machine's load can hold one up too: retry).
+    for _ in range(20):
+        time.sleep(MAX_BACKOFF_S + 0.01)
+        log_chunks(pool_lib, 1000)
+        if backoff_ns() == 0:
+            break
+    assert backoff_ns() == 0
+
+
+def test_loops_in_the_back_off_run_on_the_caller(pool_lib):
+    held_up_in_a_row(pool_lib, 7)  # backing off for 64 ms
     begins, ends, tids = log_chunks(pool_lib, 1000)
     assert begins.tolist() == [0] and ends.tolist() == [1000]
     assert tids[0] == threading.get_native_id()
@@ -265,37 +292,9 @@ def test_the_back_off_is_a_time_not_a_number_of_loops(pool_lib):
     # A neighbour that took the core for a while costs a while on one thread, then the pool
     # runs loops in parallel again, however many loops ran alone meanwhile (a count of loops
     # carried the back-off over several inferences of a small model).
-    native.set_num_threads(2)
-    hold_up(pool_lib, 0.1)
+    held_up_in_a_row(pool_lib, 7)
     for _ in range(300):  # more than the 256 loops the old count backed off for
-        begins, _, _ = log_chunks(pool_lib, 1000)
+        log_chunks(pool_lib, 1000)
     time.sleep(MAX_BACKOFF_S + 0.03)
     begins, _, _ = log_chunks(pool_lib, 1000)  # over: in parallel (it forgives or doubles)
     assert len(begins) == len(guided_chunks(1000, 2))
-
-
-def test_the_back_off_is_the_time_lost_and_doubles_while_loops_are_held_up(pool_lib):
-    # A worker that starts late (a loaded machine) makes the caller's own part long: then the
-    # loop does not count as held up. Retry until both loops were.
-    for _ in range(10):
-        native.set_num_threads(2)  # forgives
-        hold_up(pool_lib, 0.02)
-        first = backoff_ns()
-        if first == 0:
-            continue
-        assert 1_000_000 <= first <= MAX_BACKOFF_S * 1e9  # at least 1 ms, ~ what the loop lost
-        time.sleep(first / 1e9 + 0.01)
-        hold_up(pool_lib, 0.02)  # the first loop after the back-off is held up again
-        if backoff_ns() != 0:
-            assert backoff_ns() >= min(2 * first, MAX_BACKOFF_S * 1e9)  # or what it lost
-            assert backoff_ns() <= MAX_BACKOFF_S * 1e9
-            break
-    else:
-        pytest.fail("no two loops in a row were held up in 10 tries")
-    # A loop that is not held up forgives (the machine's load can hold one up too: retry).
-    for _ in range(20):
-        time.sleep(MAX_BACKOFF_S + 0.01)
-        log_chunks(pool_lib, 1000)
-        if backoff_ns() == 0:
-            break
-    assert backoff_ns() == 0

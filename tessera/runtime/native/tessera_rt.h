@@ -29,9 +29,9 @@ void tessera_set_num_threads(int32_t n);
 int32_t tessera_get_num_threads(void);
 
 /* The pool's last back-off (Note [backing off] in tessera_rt.c): after a loop held up by a
- * preempted worker, the loops of the next this many ns run on the caller alone (1 to 64 ms,
- * doubling while loops keep being held up); 0 once a loop was not held up. For tests and
- * benchmarks. */
+ * preempted worker, the loops of the next this many ns run on the caller alone (1 ms, doubling
+ * while the loop after it is held up again, at most 64 ms); 0 once a loop was not held up. For
+ * tests and benchmarks. */
 int64_t tessera_backoff_ns(void);
 
 /* 64-byte aligned heap memory; tessera_alloc returns NULL when out of memory. */
