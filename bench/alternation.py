@@ -22,6 +22,10 @@ back-off (the effect of a reset at each `tessera_model_run` entry). In each proc
 - schedules (medians of `--repeat` runs, ms): each engine alone (back to back); alternating
   (tessera, ORT, ...); alternating with a sleep of G ms before each turn; ORT with spinning off
   (`session.intra_op.allow_spinning=0`, a diagnostic only) alternating.
+- fair turns: `tessera.cli.bench.measure_in_blocks`, the method the benchmarks use now.
+Finding (docs/performance.md, "How it's measured"): ORT's threads spin ~30 ms of CPU after each
+run; when runs alternate, tessera's worker joins 1-2 of an inference's loops and tessera runs at
+its 1-thread speed; no loop was held up and none backed off, so the back-off is not the cause.
 This is an experiment, not a test: nothing here asserts a time.
 """
 
@@ -50,7 +54,7 @@ COUNTERS = "int64_t tessera_dbg_counts[4]; /* parallel, held-up, serial (backed-
 # a statement of the source (old or new pool) -> a counter bump to insert before it
 HOOKS = {
     "  pool.penalty = pool.penalty == 0": "  tessera_dbg_counts[1]++;\n",  # held up (old)
-    "  pool.serial_until = end + backoff;": "  tessera_dbg_counts[1]++;\n",  # held up (new)
+    "  pool.serial_until = end + ": "  tessera_dbg_counts[1]++;\n",  # held up (new)
     "    pool.serial_left--;": "    tessera_dbg_counts[2]++;\n",  # backed off (old)
     "  ensure_workers(nthreads - 1);": "  tessera_dbg_counts[0]++;\n",
     "  run_chunks();\n  if (atomic_fetch_sub(&pool.job, 1)": (
