@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--target", default="llvm")
+    ap.add_argument("--only", default="", help="only convs whose 'x w stride' row contains this")
     args = ap.parse_args(argv)
     tessera.runtime.set_num_threads(args.threads)
     target = tessera.Target(args.target)
@@ -104,6 +105,9 @@ def main(argv=None) -> int:
     print("|---|---|---|---:|---|---:|---:|---:|---|")
     total_t = total_f = 0.0
     for x_shape, w_shape, attrs, count in model_convs(args.model):
+        row = f"{list(x_shape)} {list(w_shape)} {dict(attrs)['strides'][0]}"
+        if args.only not in row:
+            continue
         mod, _ = conv_model(x_shape, w_shape, attrs)
         lib = tessera.build(mod, target=target)
         x = np.random.default_rng(1).standard_normal(x_shape).astype("f4")

@@ -207,6 +207,23 @@ def test_padding_is_done_per_tile_on_the_stack():
         assert "allocate pad" in text and "scope global" not in text
 
 
+def test_inputs_of_block_1_pad_the_whole_input():
+    """Note [padding per tile]: plain NCHW data (block 1) is padded once, along its rows."""
+    text = _lowered_conv((1, 3, 11, 12), (2, 3, 3, 3, 1, 8), (1, 2, 1, 2))
+    assert "allocate pad: float32[624] scope global" in text  # 3 * (1 + 11 + 1) * (2 + 12 + 2)
+    assert "scope local" in text.split("allocate pad")[1]  # the accumulators stay local
+    x = RNG.standard_normal((2, 3, 9, 10), dtype=np.float32)
+    cases = [
+        ("nn.conv2d_nchwc", [x, RNG.standard_normal((2, 3, k, k, 1, 8), dtype=np.float32)], a)
+        for k, a in [
+            (7, dict(strides=(2, 2), padding=(3, 3, 3, 3), dilation=(1, 1), groups=1)),
+            (3, dict(strides=(1, 2), padding=(0, 1, 2, 0), dilation=(1, 1), groups=1)),
+            (3, dict(strides=(1, 1), padding=(2, 2, 2, 2), dilation=(2, 2), groups=1)),
+        ]
+    ]
+    check_ops(cases, schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
 def test_padding_too_wide_for_the_stack_pads_the_whole_input(monkeypatch):
     from tessera.topi.x86 import conv2d
 
