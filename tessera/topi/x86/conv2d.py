@@ -199,24 +199,27 @@ def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
 # Note [padding per tile]
 # A padded conv reads a zero-padded copy of its input. Padding the whole input first costs a
 # pass over memory and a heap buffer per call (as much time as a depthwise conv itself), so
-# each register tile pads just the window it reads (all its input channel blocks, the kernel's
-# rows, the tile's columns) into a stack buffer right before its reduction: the copy is about
+# each register tile pads just the window it reads (the kernel's rows, the tile's columns) into
+# a stack buffer right before its reduction: the copy is about
 # (tile width + kw - 1) / (kw * tile width * oc vectors * block) of the FMAs (1-3% for dense
-# convs, a third for depthwise ones) and stays in L1. Windows too large for a thread's stack
-# (very wide channel counts) keep the whole-input copy, in parallel over rows. So do inputs of
-# channel block 1 (plain NCHW data, the first conv of a network): a tile's window would be copied
-# element by element (its rows are a few elements long), about as many instructions as the tile's
-# FMAs for a 7x7 window over 3 channels (-15% speed); the whole input's rows copy as vectors, and
-# a stride-2 7x7 window reads each padded element ~5 times, so the copy is 1/5 of the per-tile one.
+# convs, a third for depthwise ones). A dense conv pads one input channel block at a time, inside
+# its reduction over the blocks: the window of all blocks (92 KiB for 512 channels, a 7-wide tile
+# of stride 2) would not stay in L1 while the weights stream through (-15% speed for a 3x3 conv
+# of stride 2 onto 7x7). Windows too large for a thread's stack keep the whole-input copy, in
+# parallel over rows. So do inputs of channel block 1 (plain NCHW data, the first conv of a
+# network): a tile's window would be copied element by element (its rows are a few elements
+# long), about as many instructions as the tile's FMAs for a 7x7 window over 3 channels (-15%
+# speed); the whole input's rows copy as vectors, and a stride-2 7x7 window reads each padded
+# element ~5 times, so the copy is 1/5 of the per-tile one.
 PAD_TILE_BYTES = 256 * 1024
 
 
 def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile) -> int:
-    _, icb, _, _, ib = _static(pad.shape, CONV_TAG)
+    """Bytes of one channel block's window of a register tile."""
+    ib = _static(pad.shape, CONV_TAG)[4]
     a = conv.op.attrs
     cols = (tile.ow_block - 1) * a["stride_w"] + a["window_w"]
-    blocks = 1 if a["depthwise"] else icb
-    return blocks * a["window_h"] * cols * ib * pad.dtype.bits // 8
+    return a["window_h"] * cols * ib * pad.dtype.bits // 8
 
 
 def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
@@ -226,7 +229,9 @@ def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
             continue
         block = _static(t.shape, CONV_TAG)[4]
         if block > 1 and _pad_tile_bytes(t, conv, tile) <= PAD_TILE_BYTES:
-            s[t].compute_at(s[acc], s[acc].op.axis[0])
+            depthwise = conv.op.attrs["depthwise"]
+            at = s[acc].op.axis[0] if depthwise else s[acc].op.reduce_axis[0]  # the tile, or rco
+            s[t].compute_at(s[acc], at)
             s[t].set_scope("local")
             s[t].vectorize(s[t].op.axis[-1])
         else:
