@@ -150,7 +150,7 @@ def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> Gr
     # per distinct group, unless the compile cache has it: compute rules, schedule, te.lower,
     # TIR_PASSES, codegen to an object
     kernels, kernel_of_call = compile_groups(func, target, optimize)
-    plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func))
+    plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
 

@@ -222,8 +222,33 @@ def test_conv_bias_relu_is_one_kernel():
     ]
     lib = check_against_ort(model, feeds, "c")  # the c target keeps NCHW
     assert lib.num_kernels == 1
-    assert lib.plan["arena_nbytes"] == 0  # nothing intermediate
+    # nothing intermediate but the generic conv's zero-padded input (3 x 12 x 12 floats): a
+    # workspace of the kernel (lift_workspaces), its last argument, in the arena
+    assert lib.plan["arena_nbytes"] == 3 * 12 * 12 * 4
+    assert lib.plan["calls"][0]["args"][-1] == ["arena", 0]
     assert [c["kernel"] for c in lib.plan["calls"]] == ["fused_nn_conv2d_add_nn_relu"]
+
+
+def test_3x3_conv_takes_winograd_with_its_workspaces_in_the_arena():
+    # 16 -> 32 channels on 28x28: the rule picks F(4x4, 3x3) (topi/x86/winograd.py); its
+    # transformed input and products are workspaces: arena slots past the planned values
+    inits = {"w": f32(32, 16, 3, 3, scale=0.2), "b": f32(32)}
+    nodes = [N("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), N("Relu", ["c"], ["y"])]
+    model = make_model(nodes, {"x": ((1, 16, 28, 28), "float32")}, ["y"], inits)
+    feeds = {"x": f32(1, 16, 28, 28)}
+    lib = check_against_ort(model, feeds, "llvm")
+    (call,) = [c for c in lib.plan["calls"] if "winograd" in c["kernel"]]
+    assert call["kernel"] == "fused_nn_conv2d_winograd_nchwc_add_nn_relu"
+    workspaces = call["args"][4:]  # data, weights, bias, output, then the two workspaces
+    assert len(workspaces) == 2 and all(kind == "arena" for kind, _ in workspaces)
+    assert lib.plan["arena_nbytes"] >= 36 * 49 * (16 + 32) * 4  # V (49 tiles x 16 ch) and M
+    mod, params = from_onnx(model)
+    with PassContext(opt_level=3, config={"alter_layout.winograd": False}):
+        direct = tessera.build(mod, target="llvm", params=params)
+    kernels = " ".join(c["kernel"] for c in direct.plan["calls"])
+    assert "winograd" not in kernels and "conv2d_nchwc" in kernels
+    want, got = run_lib(direct, feeds)[0], run_lib(lib, feeds)[0]
+    assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max()  # F(4x4): ~1e-5 of the range
 
 
 def test_identical_groups_share_a_kernel():

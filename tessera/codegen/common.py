@@ -24,11 +24,16 @@ def function_info(func: PrimFunc) -> FunctionInfo:
     """The FunctionInfo the runtime checks calls of `func` against (see tir/function.py)."""
     stores = collect(func.body, lambda n: isinstance(n, BufferStore))
     written = {id(s.buffer) for s in stores}
+    from tessera.tir.transform.lift_workspaces import workspace_params
+
+    scratch = {id(b) for b in workspace_params(func)}
     params = []
     for p in func.params:
         if isinstance(p, Buffer):
             shape = [_dim(d) for d in func.param_shape(p)]
-            params.append(ParamInfo(p.name, "buffer", str(p.dtype), shape, id(p) in written))
+            params.append(
+                ParamInfo(p.name, "buffer", str(p.dtype), shape, id(p) in written, id(p) in scratch)
+            )
         else:
             params.append(ParamInfo(p.name, "var", str(p.dtype)))
     vars_ = [VarInfo(v.name, str(v.dtype)) for v in func.scalar_vars()]

@@ -24,6 +24,7 @@ from tessera.graph_build.lower_group import distinct_groups, group_key, lower_gr
 from tessera.ir.dtype import DType
 from tessera.target import Target
 from tessera.tir.function import PrimFunc
+from tessera.tir.transform.lift_workspaces import lift_workspaces
 
 
 def _describe(x):
@@ -121,7 +122,8 @@ def compile_groups(
 
 
 def _compile_one(group: Function, target: Target, optimize) -> CompiledKernel:
-    return compile_kernel(optimize(lower_group(group, target)), target)
+    # scratch buffers become params the executor plan places in the arena (no malloc per call)
+    return compile_kernel(lift_workspaces(optimize(lower_group(group, target))), target)
 
 
 def _jobs() -> int:

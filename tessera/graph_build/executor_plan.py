@@ -1,12 +1,16 @@
 """The executor plan of a fused function: its kernel calls and where every argument lives.
 
-    plan, blob = make_executor_plan(fused_func, kernels.kernel_of_call, plan_memory(fused_func))
+    plan, blob = make_executor_plan(fused_func, kernel_of_call, plan_memory(fused_func), kernels)
 
 Each argument is a model input, a weight (a constant of the function, stored once in `blob`,
 64-byte aligned), an arena slot (its offset in the `MemoryPlan`) or a model output. Each call
 also records the source (ONNX) node names it computes (`source_nodes`), for profiles. The format
 is defined by the runtime (Note [executor plan] in tessera/runtime/graph_executor.py): JSON
 data plus one byte blob, so an exported library carries it without the compiler.
+
+Note [workspaces]: a kernel's scratch buffers (`lift_workspaces`) are trailing arguments that
+live for one call, so every call's workspaces share one region of the arena past the planned
+values, as large as the largest call needs.
 """
 
 from __future__ import annotations
@@ -59,10 +63,24 @@ def pack_params(weights: list[Constant]) -> tuple[list[dict], np.ndarray]:
     return entries, blob
 
 
+def _workspaces(kernels) -> dict[str, list[int]]:
+    """kernel name -> the byte size of each of its workspace params (Note [workspaces])."""
+    sizes = {}
+    for k in kernels or ():
+        params = [p for p in k.info.params if p.kind == "buffer" and p.workspace]
+        sizes[k.name] = [_nbytes(p.dtype, p.shape) for p in params]
+    return sizes
+
+
+def _nbytes(dtype: str, shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(STORAGE[dtype]).itemsize
+
+
 def make_executor_plan(
-    func: Function, kernel_of_call: list[str], memory: MemoryPlan
+    func: Function, kernel_of_call: list[str], memory: MemoryPlan, kernels=None
 ) -> tuple[dict, np.ndarray]:
-    """(plan, params blob) of a fused function whose i-th call runs kernel_of_call[i]."""
+    """(plan, params blob) of a fused function whose i-th call runs kernel_of_call[i];
+    `kernels` (CompiledKernels) tell the workspaces each kernel takes (Note [workspaces])."""
     weights = _weights(func)
     param_entries, blob = pack_params(weights)
     where: dict[int, list] = {}
@@ -76,12 +94,20 @@ def make_executor_plan(
         outputs.append({**_spec(v.name, v), "storage": where[id(v)]})
     for a in memory.allocations:
         where.setdefault(id(a.value), ["arena", a.offset])
+    scratch = _workspaces(kernels)
+    base = -(-memory.arena_bytes // ALIGNMENT) * ALIGNMENT
+    arena_bytes = memory.arena_bytes
     calls = []
     for call, kernel in zip(func.body, kernel_of_call, strict=True):
         for v in (*call.inputs, *call.outputs):
             if id(v) not in where:
                 raise ValueError(f"executor plan: %{v.name} has no storage (a planning bug)")
         args = [where[id(v)] for v in (*call.inputs, *call.outputs)]
+        offset = base
+        for nbytes in scratch.get(kernel, ()):
+            args.append(["arena", offset])
+            offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
+        arena_bytes = max(arena_bytes, offset)
         calls.append({"kernel": kernel, "args": args, "vars": [], "nodes": source_nodes(call)})
     plan = {
         "version": PLAN_VERSION,
@@ -89,7 +115,7 @@ def make_executor_plan(
         "outputs": outputs,
         "params": param_entries,
         "params_nbytes": int(blob.nbytes),
-        "arena_nbytes": int(memory.arena_bytes),
+        "arena_nbytes": int(arena_bytes),
         "calls": calls,
     }
     return plan, blob

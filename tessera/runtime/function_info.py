@@ -24,6 +24,7 @@ class ParamInfo:
     dtype: str
     shape: list = field(default_factory=list)  # buffers only: int | str per dimension
     written: bool = False  # buffers only: the kernel stores into it (a read-only array is refused)
+    workspace: bool = False  # buffers only: scratch memory the caller provides (lift_workspaces)
 
 
 @dataclass

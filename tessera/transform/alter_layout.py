@@ -22,8 +22,10 @@ import numpy as np
 from tessera.graph.ir import Call, Constant, Function, TensorType, Value
 from tessera.graph.op import OpKind, get_op
 from tessera.target import Target
+from tessera.topi.x86 import winograd
 from tessera.topi.x86.layout import transform_array
 from tessera.transform.graph_pass import graph_pass
+from tessera.transform.pass_context import PassContext
 
 # Note [block rule]
 # A tensor of C channels is blocked by the largest power of two that divides C and is at most
@@ -84,10 +86,12 @@ def _is_plain_4d(t: TensorType) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, func: Function, lanes: int):
+    def __init__(self, func: Function, target: Target, use_winograd: bool = True):
         self.func = func
-        self.lanes = lanes
-        self.min_block = min(8, lanes)
+        self.target = target
+        self.lanes = target.vector_lanes("float32")
+        self.use_winograd = use_winograd
+        self.min_block = min(8, self.lanes)
         self.body: list[Call] = []
         self.constants: list[Constant] = list(func.constants)
         self.blocked: dict[int, tuple[Value, int]] = {}  # id(NCHW value) -> (blocked, block)
@@ -242,10 +246,38 @@ class _Rewriter:
         if (ocp, icp) != (oc, ic if not depthwise else oc):
             pads = [(0, ocp - oc), (0, 0 if depthwise else icp - ic), (0, 0), (0, 0)]
             array = np.pad(array, pads)
+        if not depthwise and groups == 1 and self.winograd(call, x, array, ib, ob):
+            return True
         attrs = dict(call.attrs, groups=ocp) if depthwise and ocp != oc else call.attrs
         wb = self.constant(w.name, transform_array(array, "OIHW", f"OIHW{wib}i{ob}o"))
         yb = self.emit(
             "nn.conv2d_nchwc", [self.to_block(x, ib), wb], attrs, name=self._name(out, "nchwc")
+        )
+        self.set_blocked(out, yb, ob)
+        return True
+
+    def winograd(self, call: Call, x: Value, array: np.ndarray, ib: int, ob: int) -> bool:
+        """A 3x3 stride-1 conv as winograd F(m x m, 3 x 3) when the rule picks it (Note
+        [winograd rule] in topi/x86/winograd.py); `array`: the OIHW weights, padded."""
+        a = call.attrs
+        if not self.use_winograd or array.shape[2:] != (3, 3) or ib < self.min_block:
+            return False
+        if tuple(a["strides"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
+            return False
+        (out,) = call.outputs
+        _, _, oh, ow = out.type.shape
+        k, c = array.shape[:2]
+        plan = winograd.plan_winograd(self.target, oh, ow, c, k)
+        if plan is None:
+            return False
+        m, nr = plan
+        u = self.constant(call.inputs[1].name, winograd.transform_weight_np(array, m, nr))
+        attrs = {"padding": list(a["padding"]), "tile": m, "channels": k, "out_block": ob}
+        yb = self.emit(
+            "nn.conv2d_winograd_nchwc",
+            [self.to_block(x, ib), u],
+            attrs,
+            name=self._name(out, "wino"),
         )
         self.set_blocked(out, yb, ob)
         return True
@@ -341,7 +373,8 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
         return func
     if not any(c.op.name == "nn.conv2d" for c in func.body):
         return func
-    new = _Rewriter(func, target.vector_lanes("float32")).run()
+    use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
+    new = _Rewriter(func, target, use_winograd).run()
     changed = len(new.body) != len(func.body) or any(
         a is not b for a, b in zip(new.body, func.body, strict=True)
     )

@@ -21,6 +21,7 @@ from tessera.graph.ops.common import require_float, same_dtype, type_error
 from tessera.topi.x86 import conv2d as x86_conv2d
 from tessera.topi.x86 import layout as x86_layout
 from tessera.topi.x86 import pooling as x86_pooling
+from tessera.topi.x86 import winograd as x86_winograd
 
 layout_transform = register_op("layout_transform", kind=OpKind.INJECTIVE)
 
@@ -103,6 +104,44 @@ def _(x, w, *, strides, padding, dilation, groups=1):
 
 conv2d_nchwc.schedule("x86")(x86_conv2d.schedule_conv2d_nchwc)
 conv2d_nchwc.schedule("generic")(x86_conv2d.schedule_conv2d_nchwc)
+
+
+# -- winograd conv2d ---------------------------------------------------------------------------
+# A stride-1 3x3 conv whose weights alter_layout transformed at compile time
+# (topi/x86/winograd.py): %y = nn.conv2d_winograd_nchwc(%x, %u, padding=[1, 1, 1, 1], tile=4,
+# channels=64, out_block=16), %u (a, a, K/nr, C, nr) = G w Gt in panels.
+
+conv2d_winograd = register_op("nn.conv2d_winograd_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@conv2d_winograd.type_rule
+def _(x: TensorType, u: TensorType, padding, tile, channels, out_block) -> TensorType:
+    op = "nn.conv2d_winograd_nchwc"
+    require_float(op, x)
+    same_dtype(op, x, u)
+    if not (x.is_static and u.is_static) or len(padding) != 4 or min(padding) < 0:
+        raise type_error(op, f"expects static shapes and 4 pads >= 0, got {x}, {u}, {padding}")
+    try:
+        shape = x86_winograd.winograd_shape(x.shape, u.shape, padding, tile, channels, out_block)
+    except ValueError as err:
+        raise type_error(op, str(err)) from None
+    return x.with_shape(shape)
+
+
+@conv2d_winograd.reference
+def _(x, u, padding, tile, channels, out_block):
+    xn = x86_layout.transform_array(x, data_layout(x.shape), "NCHW")
+    y = x86_winograd.winograd_reference(xn, u, padding, tile, channels)
+    return x86_layout.transform_array(y, "NCHW", f"NCHW{out_block}c")
+
+
+@conv2d_winograd.compute
+def _(x, u, *, padding, tile, channels, out_block):
+    return x86_winograd.conv2d_winograd_nchwc(x, u, padding, tile, channels, out_block)
+
+
+conv2d_winograd.schedule("x86")(x86_winograd.schedule_conv2d_winograd_nchwc)
+conv2d_winograd.schedule("generic")(x86_winograd.schedule_conv2d_winograd_nchwc)
 
 
 # -- pools -------------------------------------------------------------------------------------

@@ -1,0 +1,406 @@
+"""Winograd convolution F(m x m, 3 x 3) in the blocked layout NCHW[x]c, and its x86 schedule.
+
+    at, g, bt = winograd_matrices(m)                  # Cook-Toom, float64
+    u = transform_weight_np(w, m, nr)                 # OIHW (K, C, 3, 3) -> (a, a, K/nr, C, nr)
+    y = conv2d_winograd_nchwc(x, u, padding, m, channels=K, out_block=16)
+    s = schedule_conv2d_winograd_nchwc([relu(add(y, bias))], target)
+
+A stride-1 3x3 convolution computes each m x m tile of outputs from an a x a tile of inputs
+(a = m + 2) with a*a multiplies per input/output channel pair where the direct method needs
+9*m*m: Y = At [ (G g Gt) * (Bt d B) ] A per channel pair, summed over input channels. The sum
+over input channels of the element-wise products is, for each of the a*a positions, a matrix
+product (tiles x C) @ (C x K): the kernel is three stages, each one parallel loop:
+
+1. input transform: V[e1, e2, t, c] = (Bt d_t,c B)[e1, e2], d the a x a input tile t (zero
+   padded), vectorized over the channels of a block;
+2. a*a matrix products M[e1, e2] = V[e1, e2] @ U[e1, e2], on the register-blocked micro-kernel
+   of `dense.py` (U: the weights transformed and packed in panels at compile time);
+3. output transform: Y tile = At M A, the group's epilogue (bias, relu, residual add) applied
+   as each output vector is written.
+
+See Note [winograd rule] for when a conv takes this path (`choose_winograd`). Numerics: the
+transforms are exact in binary for m = 2; for m = 4 (points 0, +-1, +-2) they add rounding of a
+few units in the 7th digit, well inside fp32 model tolerances.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from tessera import te
+from tessera.topi import generic
+from tessera.topi.generic import inline_injective
+from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
+from tessera.topi.x86.dense import (
+    blocking_for_panel,
+    choose_blocking,
+    find_tagged,
+    schedule_micro_kernel,
+    tile_output,
+)
+
+WINOGRAD_TAG = "conv2d_winograd_nchwc"
+_INPUT_TAG = "winograd_input"
+_GEMM_TAG = "winograd_gemm"
+_POINTS = [Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2)]
+TILES = (2, 4)  # output tile sizes m this module supports (a = m + 2 <= 6 points)
+
+
+# -- the transforms ------------------------------------------------------------------------------
+
+
+def winograd_matrices(m: int, r: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(At (m x a), G (a x r), Bt (a x a)) of F(m, r) by Cook-Toom on the points 0, 1, -1, 2,
+    -2, 1/2 (the first a - 1) and infinity; y = At [(G g) * (Bt d)] is the correlation of d
+    (a inputs) with g (r taps). Exact rationals, returned as float64."""
+    a = m + r - 1
+    if not 2 <= a <= len(_POINTS) + 1 or m < 1:
+        raise ValueError(
+            f"winograd: F({m}, {r}) needs {a} points; supported a <= {len(_POINTS) + 1}"
+        )
+    pts = _POINTS[: a - 1]
+    at = [[p**i for p in pts] + [Fraction(int(i == m - 1))] for i in range(m)]
+    g = []
+    for j, p in enumerate(pts):
+        f = Fraction(1)
+        for k, q in enumerate(pts):
+            if k != j:
+                f *= p - q
+        g.append([p**k / f for k in range(r)])
+    g.append([Fraction(int(k == r - 1)) for k in range(r)])
+    bt = _solve_bt(at, g, m, r, a)
+    return tuple(np.array([[float(v) for v in row] for row in mat]) for mat in (at, g, bt))
+
+
+def _solve_bt(at, g, m, r, a) -> list[list[Fraction]]:
+    """Bt such that sum_j At[i][j] G[j][k] Bt[j][l] = [l == i + k] for all i, k, l: for each
+    row j the polynomial identity gives a square system in exact rationals."""
+    # unknowns Bt[j][l] for all j, l; equations (i, k, l). Gaussian elimination over Fractions.
+    rows, rhs = [], []
+    for i in range(m):
+        for k in range(r):
+            for col in range(a):
+                coeff = [Fraction(0)] * (a * a)
+                for j in range(a):
+                    coeff[j * a + col] = at[i][j] * g[j][k]
+                rows.append(coeff)
+                rhs.append(Fraction(int(col == i + k)))
+    solution = _solve_exact(rows, rhs, a * a)
+    return [solution[j * a : (j + 1) * a] for j in range(a)]
+
+
+def _solve_exact(rows, rhs, n) -> list[Fraction]:
+    aug = [row[:] + [b] for row, b in zip(rows, rhs, strict=True)]
+    pivots, r = [], 0
+    for col in range(n):
+        pivot = next((i for i in range(r, len(aug)) if aug[i][col] != 0), None)
+        if pivot is None:
+            continue
+        aug[r], aug[pivot] = aug[pivot], aug[r]
+        inv = 1 / aug[r][col]
+        aug[r] = [v * inv for v in aug[r]]
+        for i in range(len(aug)):
+            if i != r and aug[i][col] != 0:
+                f = aug[i][col]
+                aug[i] = [x - f * y for x, y in zip(aug[i], aug[r], strict=True)]
+        pivots.append(col)
+        r += 1
+    if any(row[-1] != 0 for row in aug[r:]) or len(pivots) != n:
+        raise ArithmeticError("winograd: the Cook-Toom system has no unique solution")
+    return [aug[i][-1] for i in range(n)]
+
+
+def transform_weight_np(w: np.ndarray, m: int, nr: int) -> np.ndarray:
+    """OIHW 3x3 weights (K, C, 3, 3) -> U = G g Gt packed (a, a, ceil(K / nr), C, nr), the
+    output channels past K zero; computed in float64, returned in w's dtype."""
+    if w.ndim != 4 or w.shape[2:] != (3, 3):
+        raise ValueError(f"winograd: expects OIHW 3x3 weights, got {w.shape}")
+    _, gm, _ = winograd_matrices(m)
+    k, c = w.shape[:2]
+    u = np.einsum("ar,kcrs,bs->abck", gm, w.astype(np.float64), gm)  # (a, a, C, K)
+    panels = -(-k // nr)
+    u = np.pad(u, [(0, 0), (0, 0), (0, 0), (0, panels * nr - k)])
+    a = m + 2
+    u = u.reshape(a, a, c, panels, nr).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(u.astype(w.dtype))
+
+
+def winograd_shape(x_shape, u_shape, padding, m: int, channels: int, out_block: int):
+    """The output shape (N, K / ob, OH, OW, ob) of a blocked winograd conv; ValueError when the
+    shapes and attributes disagree."""
+    if len(x_shape) != 5 or len(u_shape) != 5:
+        raise ValueError(f"expects blocked data (rank 5) and packed weights (rank 5), got "
+                         f"{tuple(x_shape)} and {tuple(u_shape)}")  # fmt: skip
+    n, icb, h, w, ib = x_shape
+    a1, a2, panels, c, nr = u_shape
+    if m not in TILES or a1 != a2 or a1 != m + 2:
+        raise ValueError(f"tile {m} (supported {TILES}) and weights {tuple(u_shape)} disagree")
+    if c != icb * ib:
+        raise ValueError(f"weights for {c} input channels, data has {icb * ib}")
+    if out_block < 1 or channels % out_block or not (panels - 1) * nr < channels <= panels * nr:
+        raise ValueError(f"{channels} output channels in blocks of {out_block} do not fit "
+                         f"weight panels {panels} x {nr}")  # fmt: skip
+    oh, ow = h + padding[0] + padding[2] - 2, w + padding[1] + padding[3] - 2
+    if oh < 1 or ow < 1:
+        raise ValueError(f"3x3 kernel larger than the padded input {tuple(x_shape)}")
+    return (n, channels // out_block, oh, ow, out_block)
+
+
+# -- the rule -------------------------------------------------------------------------------------
+
+# Note [winograd rule]
+# A stride-1, undilated, ungrouped 3x3 conv of float32 takes F(m x m, 3 x 3) for the m (2 or 4)
+# of least estimated cost when that is below 0.8 of the direct conv's; the estimate counts vector
+# instructions per input x output channel pair (divided by C*K/lanes):
+#   direct:    OH*OW*9 FMAs, or 9 weight vectors streamed from memory, whichever is more;
+#   winograd:  a*a matrix products of T tiles (T rounded up to the micro-kernel's rows: a product
+#              with fewer rows still streams its weight panels whole), or a*a weight vectors
+#              from memory (the transformed weights are a*a/9 times larger), whichever is more;
+#              plus the two transforms, ~8 vector ops per element of V (a*a*T*C) and of
+#              M (a*a*T*K).
+# A weight vector from memory is counted as MEMORY_COST FMAs (64 bytes per 16 FMAs: ~8 bytes a
+# cycle per core, what DRAM gives one core): the weights of a large model do not stay in cache
+# between inferences. So small images with many channels (7x7, 512 channels: T = 4 tiles of 4x4)
+# stay direct or take m = 2, large images with few channels take m = 4 (a 2.5x faster kernel on
+# 56x56x64). `PassContext(config={"alter_layout.winograd": False})` turns the rewrite off.
+MEMORY_COST = 16
+TRANSFORM_COST = 8
+MARGIN = 0.8
+
+
+def winograd_cost(oh: int, ow: int, c: int, k: int, m: int, rows: int) -> float:
+    """The estimated cost of F(m x m, 3 x 3) per channel pair (Note [winograd rule]);
+    `rows`: the micro-kernel's row count."""
+    a = m + 2
+    tiles = -(-oh // m) * -(-ow // m)
+    padded = -(-tiles // rows) * rows
+    gemm = max(a * a * padded, a * a * MEMORY_COST)
+    return gemm + TRANSFORM_COST * a * a * tiles * (c + k) / (c * k)
+
+
+def direct_cost(oh: int, ow: int) -> float:
+    return max(oh * ow * 9, 9 * MEMORY_COST)
+
+
+def choose_winograd(oh: int, ow: int, c: int, k: int, rows: int) -> int | None:
+    """The output tile m of the cheapest winograd form of a 3x3 stride-1 conv with an OH x OW
+    output, C inputs and K outputs, or None when the direct conv is estimated as fast."""
+    costs = {m: winograd_cost(oh, ow, c, k, m, rows) for m in TILES}
+    m = min(costs, key=costs.get)
+    return m if costs[m] < MARGIN * direct_cost(oh, ow) else None
+
+
+def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int] | None:
+    """(m, nr): the tile (Note [winograd rule]) and weight panel width for this target, or None."""
+    blk = choose_blocking(target, 1 << 12, k, c)
+    m = choose_winograd(oh, ow, c, k, blk.mr)
+    return None if m is None else (m, blk.nr)
+
+
+# -- the compute ---------------------------------------------------------------------------------
+
+
+def _combine(coeffs, terms):
+    """sum(c * x) over the nonzero coefficients, with no multiply for +-1."""
+    acc = None
+    for c, x in zip(coeffs, terms, strict=True):
+        c = float(c)
+        if c == 0:
+            continue
+        if acc is None:
+            acc = x if c == 1 else x * c
+        elif c == 1:
+            acc = acc + x
+        elif c == -1:
+            acc = acc - x
+        else:
+            acc = acc + x * c
+    return acc
+
+
+def _pick(index, options):
+    """options[index] for a symbolic index: a chain of selects that folds to one option once
+    the index is a constant (the schedule unrolls it)."""
+    expr = options[-1]
+    for i in range(len(options) - 2, -1, -1):
+        expr = te.select(index == i, options[i], expr)
+    return expr
+
+
+def _transform(mat, index, load):
+    """(mat @ tile)[index] for a symbolic row index: load(p) gives the tile's rows."""
+    return _pick(index, [_combine(row, [load(p) for p in range(len(row))]) for row in mat])
+
+
+def conv2d_winograd_nchwc(
+    x: te.Tensor, u: te.Tensor, padding, m: int, channels: int, out_block: int
+) -> te.Tensor:
+    """A stride-1 3x3 convolution of blocked data x (N, C/ib, H, W, ib) with weights transformed
+    by `transform_weight_np`; (N, channels / out_block, OH, OW, out_block). Tag WINOGRAD_TAG."""
+    padding = _ints(padding, 4, "pads", WINOGRAD_TAG)
+    x_shape, u_shape = _static(x.shape, WINOGRAD_TAG), _static(u.shape, WINOGRAD_TAG)
+    out_shape = winograd_shape(x_shape, u_shape, padding, m, channels, out_block)
+    n, icb, h, w, ib = x_shape
+    a, _, _, cin, nr = u_shape
+    _, _, oh, ow, ob = out_shape
+    th, tw = -(-oh // m), -(-ow // m)
+    after = (th * m + 2 - h - padding[0], tw * m + 2 - w - padding[1])
+    xp = pad_nchwc(x, padding[:2], after)
+    at, _, bt = winograd_matrices(m)
+    per_image = th * tw
+
+    def tile_load(t, c, p, q):
+        ni, r = t // per_image, t % per_image
+        return xp[ni, c // ib, (r // tw) * m + p, (r % tw) * m + q, c % ib]
+
+    # Bt d B in two passes (rows, then columns), each a small stage: see the schedule
+    rows = te.compute(
+        (a, a, n * per_image, cin),
+        lambda e1, q, t, c: _transform(bt, e1, lambda p: tile_load(t, c, p, q)),
+        name="winograd_rows",
+        tag=_INPUT_TAG,
+    )
+
+    def v_body(e1, e2, t, c):
+        return _transform(bt, e2, lambda q: rows[e1, q, t, c])
+
+    v = te.compute((a, a, n * per_image, cin), v_body, name="winograd_v", tag=_INPUT_TAG)
+    rc = te.reduce_axis((0, cin), name="rc")
+    kp = u_shape[2] * nr
+    mm = te.compute(
+        (a, a, n * per_image, kp),
+        lambda e1, e2, t, k: te.sum(v[e1, e2, t, rc] * u[e1, e2, k // nr, rc, k % nr], axis=rc),
+        name="winograd_m",
+        tag=_GEMM_TAG,
+        attrs={"nr": nr},
+    )
+
+    out_rows = te.compute(
+        (m, a, n * per_image, kp),
+        lambda i, q, t, k: _transform(at, i, lambda p: mm[p, q, t, k]),
+        name="winograd_out_rows",
+        tag=_INPUT_TAG,
+    )
+
+    def y_body(ni, kb, y, xx, ki):
+        t = (ni * th + y // m) * tw + xx // m
+        return _transform(at, xx % m, lambda q: out_rows[y % m, q, t, kb * ob + ki])
+
+    return te.compute(
+        out_shape, y_body, name="conv2d_winograd", tag=WINOGRAD_TAG, attrs={"tile": m}
+    )
+
+
+# -- the schedule --------------------------------------------------------------------------------
+
+
+def schedule_conv2d_winograd_nchwc(outs, target=None) -> te.Schedule:
+    """The x86 schedule of a fused group anchored on conv2d_winograd_nchwc (module docstring)."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    y = find_tagged(outs, WINOGRAD_TAG)
+    m = int(y.op.attrs["tile"])
+    out_rows = y.op.input_tensors[0]
+    mm = out_rows.op.input_tensors[0]
+    v, u = mm.op.input_tensors
+    _schedule_input(s, v)
+    _schedule_gemm(s, mm, u, target)
+    out_ops = {id(t.op) for t in outs}
+    if id(y.op) in out_ops:
+        out = y
+    elif len(outs) == 1 and _static(outs[0].shape, "winograd") == _static(y.shape, "winograd"):
+        s[y].compute_inline()  # the epilogue reads the transform's expression
+        out = outs[0]
+    else:
+        out = y
+        for t in outs:
+            if t.op is not y.op:
+                generic.schedule_elementwise_stage(s, t, target)
+    _schedule_output(s, out, out_rows, m)
+    return s
+
+
+def _schedule_input(s, v: te.Tensor) -> None:
+    """Per (tile, channel block), in parallel: the padded a x a input tile copied into a
+    stack buffer, its rows transformed (unrolled, a x a vectors), then its columns."""
+    rows = v.op.input_tensors[0]
+    xp = rows.op.input_tensors[0]
+    st = s[v]
+    e1, e2, t, c = st.op.axis
+    block = _static(xp.shape, "winograd")[-1]
+    co, ci = st.split(c, factor=block)
+    st.reorder(t, co, e1, e2, ci)
+    tile = st.fuse(t, co)
+    st.parallel(tile)
+    st.unroll(e1)
+    st.unroll(e2)
+    st.vectorize(ci)
+    r = s[rows]
+    r.compute_at(st, tile)
+    r.set_scope("local")
+    re1, rq, rt, rc = r.op.axis
+    r.reorder(rt, re1, rq, rc)  # rt: one tile, the pad copy's loop
+    r.unroll(re1)
+    r.unroll(rq)
+    r.vectorize(rc)
+    if isinstance(xp.op, te.ComputeOp) and xp.op.tag == PAD_TAG:
+        p = s[xp]
+        p.compute_at(r, rt)
+        p.set_scope("local")
+        p.vectorize(p.op.axis[-1])
+
+
+def _schedule_gemm(s, mm: te.Tensor, u: te.Tensor, target) -> None:
+    _, _, rows, cols = _static(mm.shape, "winograd")
+    nr = int(mm.op.attrs["nr"])
+    depth = int(mm.op.reduce_axis[0].dom.extent.value)
+    blk = blocking_for_panel(target, rows, cols, depth, nr)
+    acc = s.cache_write(mm, "local")
+    tile = tile_output(s, mm, blk, row_axes=2)
+    s[acc].compute_at(s[mm], tile)
+    schedule_micro_kernel(s, acc, blk)
+
+
+def _schedule_output(s, out: te.Tensor, out_rows: te.Tensor, m: int) -> None:
+    """Per m x m output tile and output vector, in parallel over (n, block, tile row): the
+    rows of At M (unrolled, m x a vectors on the stack), then the columns, the epilogue."""
+    st = s[out]
+    n, kb, y, x, ki = st.op.axis
+    yo, yi = st.split(y, factor=m)
+    xo, xi = st.split(x, factor=m)
+    st.reorder(n, kb, yo, xo, yi, xi, ki)
+    st.parallel(st.fuse(n, kb, yo))
+    st.unroll(yi)
+    st.unroll(xi)
+    st.vectorize(ki)
+    r = s[out_rows]
+    r.compute_at(st, xo)
+    r.set_scope("local")
+    ri, rq, _, rk = r.op.axis
+    r.unroll(ri)
+    r.unroll(rq)
+    r.vectorize(rk)
+
+
+def winograd_reference(x: np.ndarray, u: np.ndarray, padding, m: int, channels: int):
+    """numpy: the NCHW output of the winograd conv of NCHW data x with packed weights u (the
+    same algorithm in float64: the op's reference, independent of the te kernel)."""
+    n, c, h, w = x.shape
+    a, _, panels, _, nr = u.shape
+    oh, ow = h + padding[0] + padding[2] - 2, w + padding[1] + padding[3] - 2
+    th, tw = -(-oh // m), -(-ow // m)
+    xp = np.zeros((n, c, th * m + 2, tw * m + 2))
+    xp[:, :, padding[0] : padding[0] + h, padding[1] : padding[1] + w] = x
+    at, _, bt = winograd_matrices(m)
+    idx_h = (np.arange(th) * m)[:, None] + np.arange(a)  # the tiles: (n, c, th, tw, a, a)
+    idx_w = (np.arange(tw) * m)[:, None] + np.arange(a)
+    d = xp[:, :, idx_h[:, None, :, None], idx_w[None, :, None, :]]
+    v = np.einsum("ip,ncyxpq,jq->ijnyxc", bt, d, bt)
+    uu = u.astype(np.float64).transpose(0, 1, 3, 2, 4).reshape(a, a, c, panels * nr)
+    mm = np.einsum("ijnyxc,ijck->ijnyxk", v, uu[..., :channels])
+    y = np.einsum("pi,ijnyxk,qj->nkypxq", at, mm, at).reshape(n, channels, th * m, tw * m)
+    return y[:, :, :oh, :ow].astype(x.dtype)
