@@ -4,6 +4,7 @@ GFLOP/s and as a share of the machine's measured FMA peak.
 
     .venv/bin/python bench/conv2d.py [--model resnet50] [--threads 1] [--repeat 7] [--target llvm]
     .venv/bin/python bench/conv2d.py --model /tmp/zoo/mobilenet_v2.onnx   # a saved model
+    .venv/bin/python bench/conv2d.py --only "[1, 512, 7, 7]" --cold   # some convs, weights cold
 
 Shapes come from the model (the ONNX frontend's graph), not from a table. Prints a markdown
 table: the conv's shape, the register tile the rules chose, ms (median of `repeat`), GFLOP/s,
@@ -32,6 +33,8 @@ from tessera.topi.x86.asm import describe_fma_loops  # noqa: E402
 from tessera.topi.x86.conv2d import choose_conv_tile  # noqa: E402
 from tessera.topi.x86.cpu import vector_registers  # noqa: E402
 from tessera.transform.alter_layout import channel_block, output_block  # noqa: E402
+
+FLUSH_BYTES = 128 << 20  # more than any L3 the cold runs meet
 
 
 def model_convs(name: str) -> list[tuple]:
@@ -73,15 +76,22 @@ def flops(x_shape, w_shape, attrs) -> float:
     return 2.0 * x_shape[0] * w_shape[0] * oh * ow * w_shape[1] * w_shape[2] * w_shape[3]
 
 
-def time_kernel(lib, x, repeat: int) -> float:
+def time_kernel(lib, x, repeat: int, cold: bool = False) -> float:
+    """Median seconds of the conv kernel; `cold`: each run after the caches are flushed, as the
+    weights of a model too large for the caches come from memory (its activations do not)."""
     m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
     m.set_input("x", x)
     rows = m.profile(repeat=3)
     conv = next(r for r in rows if "conv2d" in r.kernel)  # not the layout transforms
     samples = []
+    flush = np.zeros(FLUSH_BYTES // 8) if cold else None
     for _ in range(repeat):
-        rows = m.profile(repeat=5)
-        samples.append(rows[conv.index].seconds)
+        if cold:
+            for _ in range(5):
+                flush += 1.0
+                samples.append(m._ex.time_calls()[conv.index])
+        else:
+            samples.append(m.profile(repeat=5)[conv.index].seconds)
     return float(np.median(samples))
 
 
@@ -92,6 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--only", default="", help="only convs whose 'x w stride' row contains this")
+    ap.add_argument("--cold", action="store_true", help="flush the caches before each run")
     args = ap.parse_args(argv)
     tessera.runtime.set_num_threads(args.threads)
     target = tessera.Target(args.target)
@@ -111,7 +122,7 @@ def main(argv=None) -> int:
         mod, _ = conv_model(x_shape, w_shape, attrs)
         lib = tessera.build(mod, target=target)
         x = np.random.default_rng(1).standard_normal(x_shape).astype("f4")
-        seconds = time_kernel(lib, x, args.repeat)
+        seconds = time_kernel(lib, x, args.repeat, args.cold)
         f = flops(x_shape, w_shape, attrs)
         total_t, total_f = total_t + seconds * count, total_f + f * count
         a = dict(attrs)
