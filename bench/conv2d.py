@@ -139,6 +139,9 @@ def main(argv=None) -> int:
             f"| {f / seconds / 1e9 / peak:.0%} | {asm} |",
             flush=True,
         )
+    if not total_t:
+        print(f"\nno conv matches --only {args.only!r}")
+        return 1
     print(
         f"\nall convs: {total_t * 1e3:.1f} ms, {total_f / total_t / 1e9:.0f} GFLOP/s "
         f"({total_f / total_t / 1e9 / peak:.0%} of peak)"

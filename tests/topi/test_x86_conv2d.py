@@ -9,6 +9,7 @@ import tessera
 from tessera.topi.testing import build_cases, check_ops
 from tessera.topi.x86.asm import fma_loops, loop_summary
 from tessera.topi.x86.conv2d import choose_conv_tile
+from tessera.topi.x86.cpu import vector_registers
 from tessera.topi.x86.layout import Layout, transform_array, transform_shape
 
 RNG = np.random.default_rng(0)
@@ -45,6 +46,8 @@ def _cases(lanes):
         _conv_case(1, 2 * b, (9, 9), 2 * b, 3, pad=1, groups=2 * b, ib=b, ob=b),  # depthwise
         _conv_case(1, b, (11, 11), b, 3, stride=2, pad=1, groups=b, ib=b, ob=b),  # dw, strided
         _conv_case(1, 3 * h, (6, 5), 5 * h, 3, pad=1, ib=h, ob=h),  # channels not a multiple
+        _conv_case(2, 3 * h, (9, 7), 2 * b, 3, stride=2, pad=1, ib=h, ob=b),  # padded per block
+        _conv_case(1, 2 * b, (7, 6), b, 5, pad=(2, 1, 0, 2), ib=b, ob=b),  # 5x5, asym pads
     ]
 
 
@@ -205,6 +208,12 @@ def test_padding_is_done_per_tile_on_the_stack():
     depthwise = _lowered_conv((1, 2, 9, 9, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
     for text in (dense, depthwise):
         assert "allocate pad" in text and "scope global" not in text
+    # a dense conv pads one input channel block at a time, inside its reduction over the blocks
+    registers = vector_registers(tessera.Target("llvm"))
+    cols = choose_conv_tile(9, 2, registers, depthwise=False).ow_block + 2
+    assert f"allocate pad: float32[{3 * cols * 8}] scope local" in dense  # 3 rows, 1 block
+    assert dense.index("for (rco") < dense.index("allocate pad")
+    assert "for (rco" not in depthwise
 
 
 def test_inputs_of_block_1_pad_the_whole_input():
