@@ -270,9 +270,11 @@ class _Rewriter:
         plan = winograd.plan_winograd(self.target, oh, ow, c, k)
         if plan is None:
             return False
-        m, nr = plan
+        m, nr, rows = plan
         u = self.constant(call.inputs[1].name, winograd.transform_weight_np(array, m, nr))
-        attrs = {"padding": list(a["padding"]), "tile": m, "channels": k, "out_block": ob}
+        attrs = {
+            "padding": list(a["padding"]), "tile": m, "channels": k, "out_block": ob, "rows": rows
+        }  # fmt: skip
         yb = self.emit(
             "nn.conv2d_winograd_nchwc",
             [self.to_block(x, ib), u],

@@ -45,10 +45,10 @@ def test_unsupported_tile_is_a_clear_error():
         transform_weight_np(np.zeros((4, 4, 5, 5), np.float32), 4, 16)
 
 
-def _case(n, c, hw, k, pad, m, ib, ob, nr):
+def _case(n, c, hw, k, pad, m, ib, ob, nr, rows=1):
     x = RNG.standard_normal((n, c, *hw), dtype=np.float32)
     w = RNG.standard_normal((k, c, 3, 3), dtype=np.float32)
-    attrs = dict(padding=pad, tile=m, channels=k, out_block=ob)
+    attrs = dict(padding=pad, tile=m, channels=k, out_block=ob, rows=rows)
     xb = transform_array(x, "NCHW", f"NCHW{ib}c")
     return x, w, ("nn.conv2d_winograd_nchwc", [xb, transform_weight_np(w, m, nr)], attrs)
 
@@ -57,8 +57,9 @@ def _cases(lanes):
     b, h = lanes, lanes // 2
     return [
         _case(1, b, (7, 7), 2 * b, (1, 1, 1, 1), 4, b, b, 2 * b),  # 7 = 4 + 3: a partial tile
-        _case(2, 2 * b, (9, 6), 4 * b, (1, 0, 2, 1), 2, b, b, 4 * b),  # batch 2, asymmetric pads
-        _case(1, 3 * h, (12, 12), 3 * h, (1, 1, 1, 1), 4, h, h, 4 * b),  # K < nr: padded panel
+        # batch 2, asymmetric pads; 2 x 5 x 3 = 30 tiles as 36 product rows (rows=6)
+        _case(2, 2 * b, (9, 6), 4 * b, (1, 0, 2, 1), 2, b, b, 4 * b, rows=6),
+        _case(1, 3 * h, (12, 12), 3 * h, (1, 1, 1, 1), 4, h, h, 4 * b, rows=4),  # K < nr
         _case(1, b, (5, 13), b, (0, 0, 0, 0), 2, b, b, b),  # no padding, 3x11 output
     ]
 

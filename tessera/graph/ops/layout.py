@@ -109,13 +109,14 @@ conv2d_nchwc.schedule("generic")(x86_conv2d.schedule_conv2d_nchwc)
 # -- winograd conv2d ---------------------------------------------------------------------------
 # A stride-1 3x3 conv whose weights alter_layout transformed at compile time
 # (topi/x86/winograd.py): %y = nn.conv2d_winograd_nchwc(%x, %u, padding=[1, 1, 1, 1], tile=4,
-# channels=64, out_block=16), %u (a, a, K/nr, C, nr) = G w Gt in panels.
+# channels=64, out_block=16, rows=6), %u (a, a, K/nr, C, nr) = G w Gt in panels; `rows`: the
+# products' row count is rounded up to a multiple of it (the micro-kernel's rows).
 
 conv2d_winograd = register_op("nn.conv2d_winograd_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
 
 
 @conv2d_winograd.type_rule
-def _(x: TensorType, u: TensorType, padding, tile, channels, out_block) -> TensorType:
+def _(x: TensorType, u: TensorType, padding, tile, channels, out_block, rows=1) -> TensorType:
     op = "nn.conv2d_winograd_nchwc"
     require_float(op, x)
     same_dtype(op, x, u)
@@ -129,15 +130,15 @@ def _(x: TensorType, u: TensorType, padding, tile, channels, out_block) -> Tenso
 
 
 @conv2d_winograd.reference
-def _(x, u, padding, tile, channels, out_block):
+def _(x, u, padding, tile, channels, out_block, rows=1):
     xn = x86_layout.transform_array(x, data_layout(x.shape), "NCHW")
     y = x86_winograd.winograd_reference(xn, u, padding, tile, channels)
     return x86_layout.transform_array(y, "NCHW", f"NCHW{out_block}c")
 
 
 @conv2d_winograd.compute
-def _(x, u, *, padding, tile, channels, out_block):
-    return x86_winograd.conv2d_winograd_nchwc(x, u, padding, tile, channels, out_block)
+def _(x, u, *, padding, tile, channels, out_block, rows=1):
+    return x86_winograd.conv2d_winograd_nchwc(x, u, padding, tile, channels, out_block, rows)
 
 
 conv2d_winograd.schedule("x86")(x86_winograd.schedule_conv2d_winograd_nchwc)

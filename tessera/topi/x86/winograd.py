@@ -193,11 +193,12 @@ def choose_winograd(oh: int, ow: int, c: int, k: int, rows: int) -> int | None:
     return m if costs[m] < MARGIN * direct_cost(oh, ow) else None
 
 
-def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int] | None:
-    """(m, nr): the tile (Note [winograd rule]) and weight panel width for this target, or None."""
+def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int, int] | None:
+    """(m, nr, mr): the tile (Note [winograd rule]), the weight panel width and the rows of the
+    matrix products' micro-kernel for this target, or None (direct conv)."""
     blk = choose_blocking(target, 1 << 12, k, c)
     m = choose_winograd(oh, ow, c, k, blk.mr)
-    return None if m is None else (m, blk.nr)
+    return None if m is None else (m, blk.nr, blk.mr)
 
 
 # -- the compute ---------------------------------------------------------------------------------
@@ -236,10 +237,13 @@ def _transform(mat, index, load):
 
 
 def conv2d_winograd_nchwc(
-    x: te.Tensor, u: te.Tensor, padding, m: int, channels: int, out_block: int
+    x: te.Tensor, u: te.Tensor, padding, m: int, channels: int, out_block: int, rows: int = 1
 ) -> te.Tensor:
     """A stride-1 3x3 convolution of blocked data x (N, C/ib, H, W, ib) with weights transformed
-    by `transform_weight_np`; (N, channels / out_block, OH, OW, out_block). Tag WINOGRAD_TAG."""
+    by `transform_weight_np`; (N, channels / out_block, OH, OW, out_block). Tag WINOGRAD_TAG.
+    `rows`: the matrix products get a multiple of this many rows (the micro-kernel's), the
+    last tile repeated: products with a row tail would run guarded code in every tile (their
+    row tiles share one parallel loop with the a*a products, so no pass can peel the tail)."""
     padding = _ints(padding, 4, "pads", WINOGRAD_TAG)
     x_shape, u_shape = _static(x.shape, WINOGRAD_TAG), _static(u.shape, WINOGRAD_TAG)
     out_shape = winograd_shape(x_shape, u_shape, padding, m, channels, out_block)
@@ -251,14 +255,18 @@ def conv2d_winograd_nchwc(
     xp = pad_nchwc(x, padding[:2], after)
     at, _, bt = winograd_matrices(m)
     per_image = th * tw
+    tiles = n * per_image
+    padded = -(-tiles // max(rows, 1)) * max(rows, 1)
 
     def tile_load(t, c, p, q):
+        if padded > tiles:
+            t = te.min(t, tiles - 1)
         ni, r = t // per_image, t % per_image
         return xp[ni, c // ib, (r // tw) * m + p, (r % tw) * m + q, c % ib]
 
     # Bt d B in two passes (rows, then columns), each a small stage: see the schedule
     rows = te.compute(
-        (a, a, n * per_image, cin),
+        (a, a, padded, cin),
         lambda e1, q, t, c: _transform(bt, e1, lambda p: tile_load(t, c, p, q)),
         name="winograd_rows",
         tag=_INPUT_TAG,
@@ -267,11 +275,11 @@ def conv2d_winograd_nchwc(
     def v_body(e1, e2, t, c):
         return _transform(bt, e2, lambda q: rows[e1, q, t, c])
 
-    v = te.compute((a, a, n * per_image, cin), v_body, name="winograd_v", tag=_INPUT_TAG)
+    v = te.compute((a, a, padded, cin), v_body, name="winograd_v", tag=_INPUT_TAG)
     rc = te.reduce_axis((0, cin), name="rc")
     kp = u_shape[2] * nr
     mm = te.compute(
-        (a, a, n * per_image, kp),
+        (a, a, padded, kp),
         lambda e1, e2, t, k: te.sum(v[e1, e2, t, rc] * u[e1, e2, k // nr, rc, k % nr], axis=rc),
         name="winograd_m",
         tag=_GEMM_TAG,
@@ -279,7 +287,7 @@ def conv2d_winograd_nchwc(
     )
 
     out_rows = te.compute(
-        (m, a, n * per_image, kp),
+        (m, a, tiles, kp),
         lambda i, q, t, k: _transform(at, i, lambda p: mm[p, q, t, k]),
         name="winograd_out_rows",
         tag=_INPUT_TAG,
