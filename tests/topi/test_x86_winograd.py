@@ -111,3 +111,12 @@ def test_rule_follows_image_size_and_channels():
     assert choose_winograd(14, 14, 256, 256, rows=6) == 4
     assert choose_winograd(7, 7, 512, 512, rows=6) == 2
     assert choose_winograd(2, 2, 512, 512, rows=6) is None
+
+
+def test_product_rows_avoid_padding_waste():
+    from tessera.topi.x86.winograd import product_rows
+
+    assert product_rows(16, most=14, nv=2) == 8  # 2 x 8 rows, not 2 x 14 (12 wasted)
+    assert product_rows(196, most=14, nv=2) == 14  # 14 x 14 exactly
+    assert product_rows(4, most=6, nv=4) == 4
+    assert product_rows(49, most=6, nv=4) == 6  # 54 rows: fewer rows would cost more loads

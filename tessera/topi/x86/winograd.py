@@ -25,6 +25,7 @@ few units in the 7th digit, well inside fp32 model tolerances.
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -198,7 +199,21 @@ def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int, i
     matrix products' micro-kernel for this target, or None (direct conv)."""
     blk = choose_blocking(target, 1 << 12, k, c)
     m = choose_winograd(oh, ow, c, k, blk.mr)
-    return None if m is None else (m, blk.nr, blk.mr)
+    if m is None:
+        return None
+    return m, blk.nr, product_rows(-(-oh // m) * -(-ow // m), blk.mr, blk.nv)
+
+
+def product_rows(tiles: int, most: int, nv: int) -> int:
+    """The micro-kernel rows mr (at most `most`) for products of `tiles` rows: the fewest
+    padded rows per FMA-per-load, ceil(tiles / mr) * mr * (mr + nv) / (mr * nv) (16 tiles with
+    2 vectors: 2 x 8 rows, not 2 x 14 with 12 wasted)."""
+    best, best_cost = most, float("inf")
+    for mr in range(most, max(1, most // 2) - 1, -1):
+        cost = -(-tiles // mr) * mr * (mr + nv) / (mr * nv)
+        if cost < best_cost - 1e-9:
+            best, best_cost = mr, cost
+    return best
 
 
 # -- the compute ---------------------------------------------------------------------------------
@@ -256,7 +271,8 @@ def conv2d_winograd_nchwc(
     at, _, bt = winograd_matrices(m)
     per_image = th * tw
     tiles = n * per_image
-    padded = -(-tiles // max(rows, 1)) * max(rows, 1)
+    row_multiple = max(rows, 1)
+    padded = -(-tiles // row_multiple) * row_multiple
 
     def tile_load(t, c, p, q):
         if padded > tiles:
@@ -265,7 +281,7 @@ def conv2d_winograd_nchwc(
         return xp[ni, c // ib, (r // tw) * m + p, (r % tw) * m + q, c % ib]
 
     # Bt d B in two passes (rows, then columns), each a small stage: see the schedule
-    rows = te.compute(
+    row_pass = te.compute(
         (a, a, padded, cin),
         lambda e1, q, t, c: _transform(bt, e1, lambda p: tile_load(t, c, p, q)),
         name="winograd_rows",
@@ -273,7 +289,7 @@ def conv2d_winograd_nchwc(
     )
 
     def v_body(e1, e2, t, c):
-        return _transform(bt, e2, lambda q: rows[e1, q, t, c])
+        return _transform(bt, e2, lambda q: row_pass[e1, q, t, c])
 
     v = te.compute((a, a, padded, cin), v_body, name="winograd_v", tag=_INPUT_TAG)
     rc = te.reduce_axis((0, cin), name="rc")
@@ -283,7 +299,7 @@ def conv2d_winograd_nchwc(
         lambda e1, e2, t, k: te.sum(v[e1, e2, t, rc] * u[e1, e2, k // nr, rc, k % nr], axis=rc),
         name="winograd_m",
         tag=_GEMM_TAG,
-        attrs={"nr": nr},
+        attrs={"nr": nr, "rows": row_multiple},
     )
 
     out_rows = te.compute(
@@ -367,6 +383,9 @@ def _schedule_gemm(s, mm: te.Tensor, u: te.Tensor, target) -> None:
     nr = int(mm.op.attrs["nr"])
     depth = int(mm.op.reduce_axis[0].dom.extent.value)
     blk = blocking_for_panel(target, rows, cols, depth, nr)
+    mr = int(mm.op.attrs.get("rows", 1))
+    if 1 < mr <= blk.mr and rows % mr == 0:  # the rows the products were padded for
+        blk = dataclasses.replace(blk, mr=mr)
     acc = s.cache_write(mm, "local")
     tile = tile_output(s, mm, blk, row_axes=2)
     s[acc].compute_at(s[mm], tile)
