@@ -48,6 +48,7 @@ def _cases(lanes):
         _conv_case(1, 3 * h, (6, 5), 5 * h, 3, pad=1, ib=h, ob=h),  # channels not a multiple
         _conv_case(2, 3 * h, (9, 7), 2 * b, 3, stride=2, pad=1, ib=h, ob=b),  # padded per block
         _conv_case(1, 2 * b, (7, 6), b, 5, pad=(2, 1, 0, 2), ib=b, ob=b),  # 5x5, asym pads
+        _conv_case(1, 4 * h, (7, 7), 2 * b, 3, stride=2, pad=1, groups=2, ib=h, ob=b),  # grouped
     ]
 
 
