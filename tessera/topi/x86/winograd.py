@@ -197,11 +197,28 @@ def choose_winograd(oh: int, ow: int, c: int, k: int, rows: int) -> int | None:
 def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int, int] | None:
     """(m, nr, mr): the tile (Note [winograd rule]), the weight panel width and the rows of the
     matrix products' micro-kernel for this target, or None (direct conv)."""
-    blk = choose_blocking(target, 1 << 12, k, c)
+    blk = _panel_blocking(target, k, c)
     m = choose_winograd(oh, ow, c, k, blk.mr)
     if m is None:
         return None
     return m, blk.nr, product_rows(-(-oh // m) * -(-ow // m), blk.mr, blk.nv)
+
+
+def _panel_blocking(target, k: int, c: int):
+    """The products' blocking: of the widest panels (nv vectors) and narrower ones, the least
+    cost per useful FMA, (mr + nv) / (mr * nv) loads per FMA times the share of K padding
+    (96 outputs: 3 panels of 32, not 2 of 64 with 32 zero columns)."""
+    widest = choose_blocking(target, 1 << 12, k, c)
+    best, best_cost = widest, float("inf")
+    nv = widest.nv
+    while nv >= 1:
+        blk = choose_blocking(target, 1 << 12, k, c, nv=nv)
+        padded = -(-k // blk.nr) * blk.nr
+        cost = (blk.mr + nv) / (blk.mr * nv) * padded / k
+        if cost < best_cost - 1e-9:
+            best, best_cost = blk, cost
+        nv //= 2
+    return best
 
 
 def product_rows(tiles: int, most: int, nv: int) -> int:
