@@ -4,7 +4,10 @@
                                       # allocated buffer inside replaced by a new one
 
 A pass that duplicates code (unrolling, loop partitioning) copies with fresh variables so that no
-Var is bound twice in a function, which code generators and the analyzer rely on.
+Var is bound twice in a function, which code generators and the analyzer rely on. A `Select`
+whose condition becomes an integer comparison of constants is copied as its taken side only: an
+unrolled lookup (`select(i == 0, a, select(i == 1, b, ...))`, as the winograd transforms write
+them) then costs its one option per copy, not the whole chain until `simplify` folds it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import replace
 
 from tessera.ir.node import Mutator
 from tessera.tir.buffer import Buffer
-from tessera.tir.expr import Let, Var
+from tessera.tir.expr import EQ, GE, GT, LE, LT, NE, Broadcast, IntImm, Let, Select, Var
 from tessera.tir.stmt import Allocate, For, LetStmt
 
 
@@ -46,12 +49,44 @@ class _CopyFresh(Mutator):
         value = self.visit(node.value)
         return Let(self._fresh(node.var), value, self.visit(node.body))
 
+    def visit_Select(self, node: Select):
+        cond = self.visit(node.condition)
+        taken = _const_truth(cond)
+        if taken is not None:
+            return self.visit(node.true_value if taken else node.false_value)
+        true_value, false_value = self.visit(node.true_value), self.visit(node.false_value)
+        return Select(cond, true_value, false_value)
+
     def visit_Allocate(self, node: Allocate):
         old = node.buffer
         shape = tuple(self.visit(d) for d in old.shape)
         new = Buffer(old.name, shape, old.dtype, old.scope)
         self.buffers[id(old)] = new
         return Allocate(new, self.visit(node.body))
+
+
+_COMPARE = {
+    EQ: lambda a, b: a == b, NE: lambda a, b: a != b, LT: lambda a, b: a < b,
+    LE: lambda a, b: a <= b, GT: lambda a, b: a > b, GE: lambda a, b: a >= b,
+}  # fmt: skip
+
+
+def _const_truth(cond) -> bool | None:
+    """The value of a condition that is a constant or compares two integer constants (or a
+    vector of lanes that all hold such a condition)."""
+    if isinstance(cond, Broadcast):
+        cond = cond.value
+    if isinstance(cond, IntImm) and cond.dtype.lanes == 1:
+        return bool(cond.value)
+    cmp = _COMPARE.get(type(cond))
+    if (
+        cmp
+        and isinstance(cond.a, IntImm)
+        and isinstance(cond.b, IntImm)
+        and cond.a.dtype.lanes == 1
+    ):
+        return cmp(cond.a.value, cond.b.value)
+    return None
 
 
 def copy_fresh(node, vmap: dict | None = None):

@@ -74,3 +74,18 @@ def test_auto_unroll_pragma():
     assert isinstance(g.body, tir.For) and isinstance(g.body.body, tir.SeqStmt)
     assert len(g.body.body.seq) == 4
     assert_same_results(tir.PrimFunc("f", (A,), outer), g)
+
+
+def test_unrolled_select_lookup_keeps_only_the_taken_option():
+    # select(k == 0, a, select(k == 1, b, c)) per copy: one option each, no Select left
+    A = tir.decl_buffer((3,), "float32", "A")
+    C = tir.decl_buffer((3,), "float32", "C")
+    k = tir.Var("k")
+    options = [A[0] * 2.0, A[1] + A[2], A[2] - 1.0]
+    lookup = tir.Select(k == 0, options[0], tir.Select(k == 1, options[1], options[2]))
+    f = tir.PrimFunc("f", (A, C), tir.For(k, 0, 3, U, tir.BufferStore(C, lookup, (k,))))
+    g = unroll_loop(f)
+    assert not collect(g.body, lambda n: isinstance(n, tir.Select))
+    expected = tir.seq(*(tir.BufferStore(C, options[t], (t,)) for t in range(3)))
+    assert_structural_equal(g.body, expected)
+    assert_same_results(f, g)
