@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from tessera.ir.dtype import DType, int32
-from tessera.ir.node import Node
+from tessera.ir.node import Node, field_names
 from tessera.tir import expr as E
 
 
@@ -55,8 +55,8 @@ def match(pattern, e, binds: dict) -> bool:
         return False
     if isinstance(pattern, Node) and pattern.is_leaf:
         return pattern is e
-    for f in fields(pattern):
-        p, v = getattr(pattern, f.name), getattr(e, f.name)
+    for name in field_names(type(pattern)):
+        p, v = getattr(pattern, name), getattr(e, name)
         if isinstance(p, Node):
             if not match(p, v, binds):
                 return False
@@ -81,7 +81,7 @@ def instantiate(template, binds: dict) -> E.Expr:
         )
     if not isinstance(template, Node) or template.is_leaf or isinstance(template, E.IntImm):
         return template
-    changed = {f.name: instantiate(getattr(template, f.name), binds) for f in fields(template)}
+    changed = {n: instantiate(getattr(template, n), binds) for n in field_names(type(template))}
     return type(template)(**changed)
 
 

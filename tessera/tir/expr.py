@@ -22,10 +22,10 @@ The iteration and reduction nodes (`Range`, `IterVar`, `CommReducer`, `Reduce`) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from tessera.ir.dtype import DType, bool_, float32, int32, int64
-from tessera.ir.node import Node
+from tessera.ir.node import Node, field_names
 
 
 def _same(a, b) -> bool:
@@ -35,7 +35,7 @@ def _same(a, b) -> bool:
     if isinstance(a, Node):
         if type(a) is not type(b) or a.is_leaf:
             return False
-        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
+        return all(_same(getattr(a, n), getattr(b, n)) for n in field_names(type(a)))
     if isinstance(a, tuple):
         return (
             isinstance(b, tuple)
@@ -54,7 +54,7 @@ def _hash(node) -> int:
         cached = node.__dict__.get("_hash")
         if cached is None:
             cached = hash(
-                (type(node).__name__, *(_hash(getattr(node, f.name)) for f in fields(node)))
+                (type(node).__name__, *(_hash(getattr(node, n)) for n in field_names(type(node))))
             )
             object.__setattr__(node, "_hash", cached)
         return cached
