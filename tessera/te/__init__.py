@@ -34,6 +34,7 @@ from tessera.te.steps import (
     Fuse,
     Parallel,
     Pragma,
+    Prefetch,
     Reorder,
     SetScope,
     Split,

@@ -10,6 +10,7 @@ Each computed stage becomes a loop nest in its leaf order; stages computed at a 
 at the top of that loop's body, with an Allocate of their region; root intermediates are
 allocated around everything. Reductions become an init store before the outermost reduction
 loop and an update store inside. Non-divisible splits are guarded with `likely` conditions.
+A stage's prefetches come first in the body of their loop (te/prefetch.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from tessera.arith import Analyzer
 from tessera.ir.node import Mutator
 from tessera.te.bound import BoundInfo, infer_bound, leaf_values, root_values
+from tessera.te.prefetch import check_prefetches, prefetch_stmts
 from tessera.te.schedule import AttachType, Schedule, Stage
 from tessera.te.tensor import PlaceholderOp, Tensor
 from tessera.tir.buffer import Buffer
@@ -99,7 +101,10 @@ class _Lowerer:
 
     def _wrap(self, st: Stage, leaves, body: Stmt) -> Stmt:
         for iv in reversed(leaves):
-            body = self._loop(st, iv, self._with_attached(iv, body))
+            body = self._with_attached(iv, body)
+            if st.prefetches:  # first in each iteration: Note [prefetch] in te/prefetch.py
+                body = seq(*prefetch_stmts(self, st, iv), body)
+            body = self._loop(st, iv, body)
         return body
 
     def _with_attached(self, iv: IterVar, body: Stmt) -> Stmt:
@@ -260,6 +265,8 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
     _check_outputs(sch, storage)
     allocated = _intermediate_storage(sch, bounds, storage)
     _check_args(sch, bounds, storage)
+    for st in bounds.regions:
+        check_prefetches(st)
     lw = _Lowerer(sch, bounds, storage)
     lw.allocated = set(allocated)
     roots = [st for st in sch.stages if st in bounds.regions and st.attach_type == AttachType.ROOT]

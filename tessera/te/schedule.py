@@ -7,8 +7,10 @@
 
 A stage keeps its root axes (`op.axis + op.reduce_axis`), the relations that derive new iteration
 variables from them (`SplitRelation`, `FuseRelation`), the current loop order
-(`leaf_iter_vars`), per-loop annotations, and where it is computed (root, inline, or at a loop of
-a consumer). Every primitive appends a step record (tessera.te.steps) to `Schedule.steps`.
+(`leaf_iter_vars`), per-loop annotations, where it is computed (root, inline, or at a loop of
+a consumer), and the prefetches at its loops (`prefetch`: software prefetch of a tensor the next
+iterations read, Note [prefetch] in te/prefetch.py). Every primitive appends a step record
+(tessera.te.steps) to `Schedule.steps`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ class FuseRelation:
     fused: IterVar
 
 
+@dataclass(frozen=True, eq=False)
+class PrefetchSpec:
+    """At the start of each iteration of loop `iv`, prefetch the part of `tensor` that iteration
+    `iv + offset` reads (to cache level `locality`: 3 all levels ... 0 none, as C's)."""
+
+    tensor: Tensor
+    iv: IterVar
+    offset: int
+    locality: int = 3
+
+
 @dataclass
 class IterVarAttr:
     """What a loop becomes: its kind, its bound thread, its pragmas."""
@@ -79,6 +92,7 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
+        self.prefetches: list[PrefetchSpec] = []
         self._reset_axes()
 
     def _reset_axes(self):
@@ -268,6 +282,26 @@ class Stage:
         self.scope = scope
         self._record(S.SetScope(self.name, scope))
 
+    def prefetch(self, tensor: Tensor, iv: IterVar, offset: int, locality: int = 3) -> None:
+        """At the start of each iteration of loop `iv`, prefetch the region of `tensor` that
+        iteration `iv + offset` will read: one prefetch per 64-byte line of each contiguous run
+        of the region (Note [prefetch] in te/prefetch.py), clamped into the tensor, so the last
+        iterations prefetch their own region again. As TVM's `s[C].prefetch(A, ko, 1)`;
+        `locality` (3: keep in every cache level ... 0: none) picks the cache level."""
+        self._check_compute("prefetch")
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"prefetch on stage {self.name} needs a te.Tensor, got {tensor!r}")
+        self._leaf_index(iv, "prefetch")
+        if not _reads_tensor(self.op, tensor):
+            raise ValueError(f"prefetch: stage {self.name} does not read {tensor.name}")
+        for what, value, lo, hi in (("offset", offset, None, None), ("locality", locality, 0, 3)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"prefetch on stage {self.name}: {what} must be an int")
+            if lo is not None and not lo <= value <= hi:
+                raise ValueError(f"prefetch on stage {self.name}: locality must be 0 to 3")
+        self.prefetches.append(PrefetchSpec(tensor, iv, offset, locality))
+        self._record(S.Prefetch(self.name, tensor.name, iv.var.name, offset, locality))
+
     # ---- where the stage is computed ----------------------------------------------------
     def compute_at(self, parent: Stage, iv: IterVar) -> None:
         """Compute this stage inside loop `iv` of `parent`, one region per iteration."""
@@ -402,6 +436,20 @@ class Schedule:
         from tessera.te.cache import cache_write
 
         return cache_write(self, tensor, scope)
+
+
+def _reads_tensor(op: Operation, tensor: Tensor) -> bool:
+    """Does op read `tensor`, directly or through the computes it reads (which may be inlined)?"""
+    seen: set[int] = set()
+    work = list(op.input_tensors)
+    while work:
+        t = work.pop()
+        if t.op is tensor.op and t.value_index == tensor.value_index:
+            return True
+        if id(t.op) not in seen:
+            seen.add(id(t.op))
+            work.extend(t.op.input_tensors)
+    return False
 
 
 def _post_order(outputs) -> list[Operation]:

@@ -194,6 +194,22 @@ class Pragma(Step):
         st.pragma(st.find_iv(self.iv), self.key, self.value)
 
 
+@_step("prefetch")
+@dataclass(frozen=True)
+class Prefetch(Step):
+    stage: str
+    tensor: str
+    iv: str
+    offset: int
+    locality: int = 3
+    _positional = 3
+
+    def apply(self, sch):
+        st = _stage(sch, self.stage)
+        tensor = sch.tensor_by_name(self.tensor)
+        st.prefetch(tensor, st.find_iv(self.iv), self.offset, self.locality)
+
+
 @_step("compute_at")
 @dataclass(frozen=True)
 class ComputeAt(Step):
