@@ -225,6 +225,12 @@ class _FunctionEmitter:
 
     def _Evaluate(self, s: S.Evaluate) -> None:
         value = self.hoist(s.value)
+        if isinstance(value, E.Call) and value.op == "prefetch":
+            # a hint for compilers that have it, nothing for the others (C has no prefetch)
+            self.lines.append("#if defined(__GNUC__)")
+            self.line(f"{self.exprs.text(value)};")
+            self.lines.append("#endif")
+            return
         if not isinstance(value, (E.IntImm, E.FloatImm)) and value.dtype.lanes == 1:
             self.line(f"(void)({self.exprs.text(value)});")
 

@@ -451,6 +451,12 @@ class ExprPrinter:
             return count
         return f"({storage_type(e.dtype)}){count[0]}", UNARY
 
+    def _call_prefetch(self, e, lane):
+        # the statement printer puts it under `#if defined(__GNUC__)` (c.py, _Evaluate)
+        element, rw, locality = e.args
+        address = wrap(self.load(element, None, convert=False), UNARY)
+        return f"__builtin_prefetch(&{address}, {rw.value}, {locality.value})", PRIMARY
+
     def _call_likely(self, e, lane):
         return self.p(e.args[0], lane)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tessera.ir.dtype import DType, bool_, float32
 from tessera.tir.expr import (
     And,
+    BufferLoad,
     Call,
     Cast,
     Div,
@@ -75,6 +76,7 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "if_then_else": (3, "any"),
     "likely": (1, "any"),
     "reinterpret": (1, "any"),
+    "prefetch": (3, "any"),  # (element, rw, locality): a hint, evaluated for its effect only
 }
 
 
@@ -319,6 +321,19 @@ def select(cond, t, f) -> Expr:
 def likely(cond) -> Expr:
     cond = convert(cond)
     return Call(cond.dtype, "likely", (cond,))
+
+
+def prefetch(element, rw: int = 0, locality: int = 3) -> Expr:
+    """A hint to fetch the cache line holding `element` (a scalar BufferLoad: its address, it is
+    not read) for a read (rw=0) or a write (rw=1), to keep in all cache levels (locality=3) down
+    to none (0), as C's `__builtin_prefetch`. Never faults; use it as `Evaluate(prefetch(...))`.
+    """
+    if not isinstance(element, BufferLoad) or element.dtype.lanes != element.buffer.dtype.lanes:
+        raise TypeError(f"prefetch needs a scalar buffer element (A[i]), got {element!r}")
+    for name, value, top in (("rw", rw, 1), ("locality", locality, 3)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise ValueError(f"prefetch: {name} must be an integer in [0, {top}], got {value!r}")
+    return Call("int32", "prefetch", (element, IntImm(rw), IntImm(locality)))
 
 
 def logical_and(*conds) -> Expr:

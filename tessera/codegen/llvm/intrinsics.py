@@ -7,6 +7,7 @@ the loop over lanes would make ~10x slower. float16/bfloat16 operands are comput
 
 `if_then_else` on scalars branches (only the taken side is evaluated, so a guarded out-of-bounds
 load is safe); on vectors it is a select (the vectorizer leaves no loads in its branches).
+`prefetch(A[i], rw, locality)` is `llvm.prefetch` of &A[i] (a statement: its value is void).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from llvmlite import ir
 
 from tessera.codegen.llvm import types as T
 from tessera.ir.dtype import DType, float32
+from tessera.tir import expr as E
 
 # tir name -> LLVM intrinsic (float operands)
 _LLVM_FLOAT = {
@@ -165,9 +167,26 @@ def _reinterpret(em, e) -> ir.Value:
     return v if v.type == ty else em.b.bitcast(v, ty)
 
 
+def _prefetch(em, e) -> ir.Value:
+    """llvm.prefetch of the address of a buffer element (lane 0 of a vector index); the hint
+    never faults, and the element is not loaded."""
+    element, rw, locality = e.args
+    index = em._index(element.buffer, element.indices)
+    if isinstance(index, E.Ramp):
+        index = index.base
+    elif index.dtype.lanes > 1:
+        raise ValueError(f"{em.name}: prefetch needs a scalar or contiguous index, got {index}")
+    ptr = em._element_ptr(element.buffer, em.expr(index), index.dtype)
+    fn = em.ctx.declare("llvm.prefetch.p0", ir.VoidType(), [ptr.type, T.I32, T.I32, T.I32])
+    consts = [ir.Constant(T.I32, int(v.value)) for v in (rw, locality)]
+    return em.b.call(fn, [ptr, *consts, ir.Constant(T.I32, 1)])  # 1: the data cache
+
+
 def emit_call(em, e) -> ir.Value:
     """The LLVM value of tir Call e."""
     op = e.op
+    if op == "prefetch":
+        return _prefetch(em, e)
     if op == "if_then_else":
         return _if_then_else(em, e)
     if op == "likely":
