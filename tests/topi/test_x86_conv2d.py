@@ -2,6 +2,8 @@
 layout_transform against their numpy references (each the NCHW op between layout transforms),
 on odd shapes, on this CPU and on an AVX2 target; the register-tile rules; the FMA loops."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -206,15 +208,44 @@ def _lowered_conv(x_shape, w_shape, pad, groups=1):
 def test_padding_is_done_per_tile_on_the_stack():
     """Note [padding per tile]: no padded copy of the whole input (a heap buffer per call)."""
     dense = _lowered_conv((1, 2, 9, 9, 8), (2, 2, 3, 3, 8, 8), (1, 1, 1, 1))
-    depthwise = _lowered_conv((1, 2, 9, 9, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
-    for text in (dense, depthwise):
-        assert "allocate pad" in text and "scope global" not in text
+    assert "allocate pad" in dense and "scope global" not in dense
     # a dense conv pads one input channel block at a time, inside its reduction over the blocks
     registers = vector_registers(tessera.Target("llvm"))
     cols = choose_conv_tile(9, 2, registers, depthwise=False).ow_block + 2
     assert f"allocate pad: float32[{3 * cols * 8}] scope local" in dense  # 3 rows, 1 block
     assert dense.index("for (rco") < dense.index("allocate pad")
-    assert "for (rco" not in depthwise
+
+
+def test_depthwise_reads_its_input_with_guards_peeled_off_the_interior():
+    """Note [padding per tile]: no window copy; interior tiles accumulate without a guard."""
+    text = _lowered_conv((1, 2, 9, 64, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
+    assert "allocate pad" not in text
+    lines = text.splitlines()
+    update = re.compile(r"conv2d_nchwc\.local(_\d+)?\[.*\] = .*\+ x\[")
+    updates = [k for k, line in enumerate(lines) if update.search(line)]
+    guarded = [k for k in updates if "if (likely" in lines[k - 1]]
+    # a whole tile's updates (those of the interior tiles and kernel rows) carry no guard
+    tile = choose_conv_tile(64, 2, vector_registers(tessera.Target("llvm")), depthwise=True)
+    assert len(updates) - len(guarded) >= tile.ow_block
+
+
+@pytest.mark.parametrize("target", [tessera.Target("llvm"), HASWELL], ids=["host", "avx2"])
+def test_depthwise_conv_padding_matches_reference(target):
+    if not target.is_host:
+        pytest.skip("this CPU cannot run AVX2 code")
+    lanes = target.vector_lanes("float32")
+    b = min(lanes, 8)
+    dw = dict(groups=2 * b, ib=b, ob=b)
+    cases = [
+        _conv_case(2, 2 * b, (7, 7), 2 * b, 3, pad=1, **dw),  # batch 2, 7x7
+        _conv_case(1, 2 * b, (1, 1), 2 * b, 3, pad=1, **dw),  # every input position a border
+        _conv_case(1, 2 * b, (6, 37), 2 * b, 3, pad=(0, 1, 2, 1), **dw),  # asymmetric, 37 wide
+        _conv_case(1, 2 * b, (9, 40), 2 * b, 5, stride=2, pad=2, **dw),  # 5x5 stride 2
+        _conv_case(1, 2 * b, (8, 33), 2 * b, 3, pad=2, dilation=2, **dw),  # dilated
+        _conv_case(1, 2 * b, (4, 5), 2 * b, 3, pad=3, **dw),  # outputs reading only padding
+        _conv_case(1, 2 * b, (10, 30), 2 * b, 3, stride=2, pad=(1, 0, 0, 1), **dw),  # one-sided
+    ]
+    check_ops(cases, target=target, schedule_target="x86", rtol=1e-4, atol=1e-4)
 
 
 def test_inputs_of_block_1_pad_the_whole_input():

@@ -82,6 +82,20 @@ def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1):
     return (n, ocb, out[0], out[1], ob), depthwise
 
 
+def _inside(i, j, size, padding):
+    """`likely(0 <= i < h and 0 <= j < w)`, the bounds the padding can cross; None: none."""
+    conds = []
+    for v, lo, hi, extent in (
+        (i, padding[0], padding[2], size[0]),
+        (j, padding[1], padding[3], size[1]),
+    ):
+        if lo:
+            conds.append(v >= 0)
+        if hi:
+            conds.append(v < extent)
+    return te.likely(te.all(*conds)) if conds else None
+
+
 def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1):
     """A blocked 2-d convolution (cross-correlation, as ONNX); tag "conv2d_nchwc"."""
     strides = _ints(strides, 2, "strides", CONV_TAG)
@@ -90,7 +104,7 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
     x = as_nchw1c(x)
     x_shape, w_shape = _static(x.shape, CONV_TAG), _static(w.shape, CONV_TAG)
     out_shape, depthwise = conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups)
-    xp = pad_nchwc(x, padding[:2], padding[2:]) if any(padding) else x
+    xp = pad_nchwc(x, padding[:2], padding[2:]) if any(padding) and not depthwise else x
     ocb, icgb, kh, kw, wib, ob = w_shape
     rh = te.reduce_axis((0, kh), name="rh")
     rw = te.reduce_axis((0, kw), name="rw")
@@ -100,11 +114,13 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
     def pos(oh, ow):
         return oh * sh + rh.var * dh, ow * sw + rw.var * dw
 
-    if depthwise:
+    if depthwise:  # reads x itself, its reduction guarded (Note [padding per tile])
 
         def f(n, c, oh, ow, ci):
             i, j = pos(oh, ow)
-            return te.sum(xp[n, c, i, j, ci] * w[c, 0, rh, rw, 0, ci], axis=[rh, rw])
+            i, j = i - padding[0], j - padding[1]
+            inside = _inside(i, j, x_shape[2:4], padding)
+            return te.sum(x[n, c, i, j, ci] * w[c, 0, rh, rw, 0, ci], axis=[rh, rw], where=inside)
 
         attrs = {"depthwise": 1}
     else:
@@ -211,6 +227,13 @@ def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
 # long), about as many instructions as the tile's FMAs for a 7x7 window over 3 channels (-15%
 # speed); the whole input's rows copy as vectors, and a stride-2 7x7 window reads each padded
 # element ~5 times, so the copy is 1/5 of the per-tile one.
+# A depthwise conv copies no window: a third of its FMAs in copies made it store-bound (a tile
+# of 14 outputs stored 48 window vectors and 14 outputs for 126 FMAs). It reads its input
+# directly, each update of its reduction guarded by `likely(the input position is inside)`;
+# partition_loop proves the guards true for the interior tiles (and kernel rows) and peels
+# the border ones off, so interior tiles run unguarded FMAs on loads from the input itself:
+# 1.2-1.5x faster at 1 thread (32 channels on 112x112: 89 -> 61 us, 96 on 112x112 stride 2:
+# 100 -> 77 us, 576 on 14x14: 22 -> 16 us), for ~0.3 s more compile time per kernel.
 PAD_TILE_BYTES = 256 * 1024
 
 
@@ -229,9 +252,7 @@ def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
             continue
         block = _static(t.shape, CONV_TAG)[4]
         if block > 1 and _pad_tile_bytes(t, conv, tile) <= PAD_TILE_BYTES:
-            depthwise = conv.op.attrs["depthwise"]
-            at = s[acc].op.axis[0] if depthwise else s[acc].op.reduce_axis[0]  # the tile, or rco
-            s[t].compute_at(s[acc], at)
+            s[t].compute_at(s[acc], s[acc].op.reduce_axis[0])  # rco: one input block
             s[t].set_scope("local")
             s[t].vectorize(s[t].op.axis[-1])
         else:
