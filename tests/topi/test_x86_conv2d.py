@@ -102,6 +102,32 @@ def _pool_cases(x):
     ]
 
 
+@pytest.mark.parametrize("width", [1, 7, 9, 13, 27, 56])
+def test_pool_column_groups_cover_the_row_with_several_chains(width):
+    """Note [pool rows]: a prime width gets several columns in flight, not one."""
+    from tessera.topi.x86.pooling import COLUMN_GROUP, _column_group
+
+    u = _column_group(width)
+    assert 1 <= u <= min(width, COLUMN_GROUP)
+    assert u >= min(width, COLUMN_GROUP // 2)
+    if width % u:  # a shorter last group: only when no divisor keeps enough chains in flight
+        assert max(d for d in range(1, COLUMN_GROUP + 1) if width % d == 0) * 2 < COLUMN_GROUP
+
+
+def test_prime_width_pools_match_reference():
+    x = RNG.standard_normal((1, 2, 27, 27, 8), dtype=np.float32)
+    cases = [
+        ("nn.max_pool2d_nchwc", [x], dict(pool_size=(3, 3), strides=(2, 2), padding=(0,) * 4)),
+        ("nn.avg_pool2d_nchwc", [x], dict(pool_size=(3, 3), strides=(1, 1), padding=(1,) * 4)),
+        (
+            "nn.max_pool2d_nchwc",
+            [x[:, :, :13, :13]],
+            dict(pool_size=(3, 3), strides=(1, 1), padding=(1,) * 4),
+        ),
+    ]
+    check_ops(cases, schedule_target="x86")
+
+
 def test_padded_pools_match_reference():
     """Note [pool rows]: padded rows on the stack, windows unrolled or not, ceil_mode, dilation."""
     x = RNG.standard_normal((2, 2, 7, 9, 8), dtype=np.float32)
@@ -123,7 +149,9 @@ def test_pool_pads_each_row_on_the_stack(monkeypatch):
     from tessera.topi.x86 import pooling
 
     text = _lowered_pool((1, 2, 9, 9, 8), count_include_pad=1)
-    assert "allocate pad: float32[264] scope local" in text  # 3 rows of 11 x 8
+    u = pooling._column_group(9)
+    cols = -(-9 // u) * u + 2  # the column groups' reach (a shorter last group reads padding)
+    assert f"allocate pad: float32[{3 * cols * 8}] scope local" in text  # 3 rows of cols x 8
     assert "scope global" not in text and "if_then_else" not in text.split("allocate pad")[0]
     assert "allocate pad" not in _lowered_pool((1, 2, 9, 9, 8), "max")  # bounds tests instead
     monkeypatch.setattr(pooling, "ROW_BYTES", 0)  # too wide: bounds tests, no copy
