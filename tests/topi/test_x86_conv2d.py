@@ -257,6 +257,15 @@ def test_depthwise_reads_its_input_with_guards_peeled_off_the_interior():
     assert len(updates) - len(guarded) >= tile.ow_block
 
 
+def test_depthwise_rows_of_two_tiles_unroll_the_tile_loop():
+    """Both tiles of such a row are border tiles: unrolled, their guards become constants."""
+    registers = vector_registers(tessera.Target("llvm"))
+    width = 2 * choose_conv_tile(28, 2, registers, depthwise=True).ow_block
+    two = _lowered_conv((1, 2, 6, width, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
+    wide = _lowered_conv((1, 2, 6, 4 * width, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
+    assert "for (ow.outer" not in two and "for (ow.outer" in wide
+
+
 @pytest.mark.parametrize("target", [tessera.Target("llvm"), HASWELL], ids=["host", "avx2"])
 def test_depthwise_conv_padding_matches_reference(target):
     if not target.is_host:
@@ -271,6 +280,8 @@ def test_depthwise_conv_padding_matches_reference(target):
         _conv_case(1, 2 * b, (9, 40), 2 * b, 5, stride=2, pad=2, **dw),  # 5x5 stride 2
         _conv_case(1, 2 * b, (8, 33), 2 * b, 3, pad=2, dilation=2, **dw),  # dilated
         _conv_case(1, 2 * b, (4, 5), 2 * b, 3, pad=3, **dw),  # outputs reading only padding
+        _conv_case(1, 2 * b, (5, 28), 2 * b, 3, pad=1, **dw),  # two tiles per row (AVX-512)
+        _conv_case(1, 2 * b, (6, 14), 2 * b, 3, pad=1, **dw),  # two tiles per row (AVX2)
         _conv_case(1, 2 * b, (10, 30), 2 * b, 3, stride=2, pad=(1, 0, 0, 1), **dw),  # one-sided
     ]
     check_ops(cases, target=target, schedule_target="x86", rtol=1e-4, atol=1e-4)

@@ -285,7 +285,22 @@ def schedule_conv2d_nchwc(outs, target=None) -> te.Schedule:
                 _schedule_elementwise(s, t)
     _schedule_tile(s, out, acc, tile, target)
     _schedule_pad(s, conv, acc, tile)
+    if depthwise and -(-ow // tile.ow_block) == 2:
+        _unroll_tile_loop(s[out])
     return s
+
+
+def _unroll_tile_loop(st) -> None:
+    """Unroll the loop over a row's register tiles. A depthwise conv guards its input reads
+    (Note [padding per tile]); with two tiles per row both are border tiles and partition_loop
+    finds no interior to split off, leaving rw loops of symbolic extents (no unrolling, no load
+    reuse across rw). Unrolled, each tile's column is a constant and its guards resolve:
+    192 channels on 28x28 (two 14-wide tiles, AVX-512) 28.5 -> 22.5 us, 576 on 14x14 (two
+    7-wide tiles, AVX2) 41 -> 25 us at 1 thread."""
+    ow = st.op.axis[3]
+    outer = [iv for iv in st.leaf_iter_vars if iv.var.name == f"{ow.var.name}.outer"]
+    if len(outer) == 1:
+        st.unroll(outer[0])
 
 
 def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile, target=None) -> None:
