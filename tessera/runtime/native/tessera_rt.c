@@ -384,11 +384,74 @@ int32_t tessera_parallel_for(int64_t extent, tessera_parallel_body body, void* c
   return rc;
 }
 
-void* tessera_alloc(int64_t nbytes) {
-  void* ptr = NULL;
-  size_t size = nbytes > 0 ? (size_t)nbytes : 1; /* a zero-byte buffer still gets a pointer */
-  if (posix_memalign(&ptr, 64, size) != 0) return NULL;
-  return ptr;
+/* Note [block cache]
+ * A kernel built alone (not in a compiled model, whose scratch lives in the arena) allocates its
+ * intermediate buffers on every call. Blocks of a few MiB come from mmap and go back to the OS
+ * on free, so each call paid a page fault per 4 KiB (a winograd conv ran 5x slower alone than in
+ * a model). Freed blocks of at least CACHE_MIN_BYTES are kept in a few slots (at most
+ * CACHE_MAX_BYTES in all) and handed out again for requests they fit with at most 2x to spare.
+ * Each block has a 64-byte header holding its size, so the pointer stays 64-byte aligned. */
+#define CACHE_SLOTS 16
+#define CACHE_MIN_BYTES ((size_t)64 << 10)
+#define CACHE_MAX_BYTES ((size_t)256 << 20)
+#define HEADER 64
+
+static struct {
+  pthread_mutex_t lock;
+  void* block[CACHE_SLOTS]; /* the header's address, or NULL */
+  size_t size[CACHE_SLOTS];
+  size_t bytes;
+} cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0};
+
+static void* cache_take(size_t size) {
+  int best = -1;
+  pthread_mutex_lock(&cache.lock);
+  for (int i = 0; i < CACHE_SLOTS; i++) {
+    if (cache.block[i] && cache.size[i] >= size && cache.size[i] <= 2 * size &&
+        (best < 0 || cache.size[i] < cache.size[best]))
+      best = i;
+  }
+  void* block = NULL;
+  if (best >= 0) {
+    block = cache.block[best];
+    cache.block[best] = NULL;
+    cache.bytes -= cache.size[best];
+  }
+  pthread_mutex_unlock(&cache.lock);
+  return block;
 }
 
-void tessera_free(void* ptr) { free(ptr); }
+static int cache_keep(void* block, size_t size) {
+  int kept = 0;
+  pthread_mutex_lock(&cache.lock);
+  if (cache.bytes + size <= CACHE_MAX_BYTES) {
+    for (int i = 0; i < CACHE_SLOTS && !kept; i++) {
+      if (!cache.block[i]) {
+        cache.block[i] = block;
+        cache.size[i] = size;
+        cache.bytes += size;
+        kept = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&cache.lock);
+  return kept;
+}
+
+void* tessera_alloc(int64_t nbytes) {
+  size_t size = nbytes > 0 ? (size_t)nbytes : 1; /* a zero-byte buffer still gets a pointer */
+  void* block = size >= CACHE_MIN_BYTES ? cache_take(size) : NULL;
+  if (!block) {
+    if (posix_memalign(&block, 64, size + HEADER) != 0) return NULL;
+    *(size_t*)block = size;
+  }
+  return (char*)block + HEADER;
+}
+
+void tessera_free(void* ptr) {
+  if (!ptr) return;
+  void* block = (char*)ptr - HEADER;
+  size_t size = *(size_t*)block;
+  if (size >= CACHE_MIN_BYTES && cache_keep(block, size)) return;
+  free(block);
+}
