@@ -103,6 +103,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--only", default="", help="only convs whose 'x w stride' row contains this")
     ap.add_argument("--cold", action="store_true", help="flush the caches before each run")
+    ap.add_argument(
+        "--no-winograd", action="store_true", help="direct convs only (alter_layout.winograd)"
+    )
     args = ap.parse_args(argv)
     tessera.runtime.set_num_threads(args.threads)
     target = tessera.Target(args.target)
@@ -120,7 +123,9 @@ def main(argv=None) -> int:
         if args.only not in row:
             continue
         mod, _ = conv_model(x_shape, w_shape, attrs)
-        lib = tessera.build(mod, target=target)
+        config = {"alter_layout.winograd": not args.no_winograd}
+        with tessera.transform.PassContext(opt_level=3, config=config):
+            lib = tessera.build(mod, target=target)
         x = np.random.default_rng(1).standard_normal(x_shape).astype("f4")
         seconds = time_kernel(lib, x, args.repeat, args.cold)
         f = flops(x_shape, w_shape, attrs)
