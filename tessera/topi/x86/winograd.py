@@ -383,17 +383,10 @@ def _schedule_input(s, v: te.Tensor) -> None:
     st.unroll(e1)
     st.unroll(e2)
     st.vectorize(ci)
-    r = s[rows]
-    r.compute_at(st, tile)
-    r.set_scope("local")
-    re1, rq, rt, rc = r.op.axis
-    r.reorder(rt, re1, rq, rc)  # rt: one tile, the pad copy's loop
-    r.unroll(re1)
-    r.unroll(rq)
-    r.vectorize(rc)
+    rt = _stack_pass(s, rows, st, tile)
     if isinstance(xp.op, te.ComputeOp) and xp.op.tag == PAD_TAG:
         p = s[xp]
-        p.compute_at(r, rt)
+        p.compute_at(s[rows], rt)
         p.set_scope("local")
         p.vectorize(p.op.axis[-1])
 
@@ -424,13 +417,22 @@ def _schedule_output(s, out: te.Tensor, out_rows: te.Tensor, m: int) -> None:
     st.unroll(yi)
     st.unroll(xi)
     st.vectorize(ki)
-    r = s[out_rows]
-    r.compute_at(st, xo)
+    _stack_pass(s, out_rows, st, xo)
+
+
+def _stack_pass(s, t: te.Tensor, parent, loop):
+    """A first (row) transform pass computed per iteration of `loop` of `parent`, on the stack:
+    its a x a (or m x a) positions unrolled, its channels vectorized. Returns its tile axis
+    (extent 1, outermost: where the input pass's pad copy goes)."""
+    r = s[t]
+    r.compute_at(parent, loop)
     r.set_scope("local")
-    ri, rq, _, rk = r.op.axis
-    r.unroll(ri)
-    r.unroll(rq)
-    r.vectorize(rk)
+    i, q, tile, c = r.op.axis
+    r.reorder(tile, i, q, c)
+    r.unroll(i)
+    r.unroll(q)
+    r.vectorize(c)
+    return tile
 
 
 def winograd_reference(x: np.ndarray, u: np.ndarray, padding, m: int, channels: int):
