@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.graph.ir import Constant, Function, Value, source_nodes
-from tessera.runtime.graph_executor import PLAN_VERSION
+from tessera.runtime.graph_executor import PLAN_VERSION, nbytes_of
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE
 from tessera.transform.plan_memory import MemoryPlan
 
@@ -68,12 +68,8 @@ def _workspaces(kernels) -> dict[str, list[int]]:
     sizes = {}
     for k in kernels or ():
         params = [p for p in k.info.params if p.kind == "buffer" and p.workspace]
-        sizes[k.name] = [_nbytes(p.dtype, p.shape) for p in params]
+        sizes[k.name] = [nbytes_of(p.dtype, p.shape) for p in params]
     return sizes
-
-
-def _nbytes(dtype: str, shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(STORAGE[dtype]).itemsize
 
 
 def make_executor_plan(

@@ -67,7 +67,8 @@ ENTRY_TYPE = ctypes.CFUNCTYPE(
 )
 
 
-def _nbytes(dtype: str, shape) -> int:
+def nbytes_of(dtype: str, shape) -> int:
+    """The bytes of an array of this dtype (its storage type) and shape."""
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(STORAGE[dtype]).itemsize
 
 
@@ -241,7 +242,7 @@ class GraphExecutor:
         if kind == "output":
             return self.outputs[index]
         if kind == "arena":
-            if index % ALIGNMENT or index + _nbytes(dtype, shape) > self.arena.nbytes:
+            if index % ALIGNMENT or index + nbytes_of(dtype, shape) > self.arena.nbytes:
                 raise ValueError(f"executor plan: arena slot at {index} is out of the arena")
             storage = np.dtype(STORAGE[dtype])
             view = np.ndarray(tuple(shape), storage, buffer=self.arena._array, offset=index)

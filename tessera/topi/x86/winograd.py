@@ -169,7 +169,8 @@ def winograd_shape(x_shape, u_shape, padding, m: int, channels: int, out_block: 
 # between inferences. So small images with many channels (7x7, 512 channels: T = 4 tiles of 4x4)
 # stay direct or take m = 2, large images with few channels take m = 4 (a 2.5x faster kernel on
 # 56x56x64). In ResNet-50 (2 threads) this rule measured 1-2% faster than MEMORY_COST = 28
-# (F(2x2) on 14x14x256, direct on 7x7x512). `PassContext(config={"alter_layout.winograd": False})` turns the rewrite off.
+# (F(2x2) on 14x14x256, direct on 7x7x512).
+# `PassContext(config={"alter_layout.winograd": False})` turns the rewrite off.
 MEMORY_COST = 16
 TRANSFORM_COST = 8
 MARGIN = 0.8
