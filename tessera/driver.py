@@ -12,6 +12,8 @@ passes in `TIR_PASSES`.
 
 from __future__ import annotations
 
+import functools
+
 from tessera import te, tir
 from tessera.codegen import aot
 from tessera.graph.ir import Call, Function, Value
@@ -70,9 +72,11 @@ def _verified(func: tir.PrimFunc) -> tir.PrimFunc:
     return func
 
 
-def optimize(func: tir.PrimFunc) -> tir.PrimFunc:
-    """Run TIR_PASSES (under the current PassContext) and verify the result."""
-    func = run_passes(TIR_PASSES, func, PassContext.current())
+def optimize(func: tir.PrimFunc, target: Target | None = None) -> tir.PrimFunc:
+    """Run the tir passes of `target`'s kind (its target table row; TIR_PASSES when no target
+    is given) under the current PassContext, and verify the result."""
+    passes = TIR_PASSES if target is None else target.kind_info.resolve("tir_passes")
+    func = run_passes(passes, func, PassContext.current())
     return _verified(func)
 
 
@@ -95,15 +99,28 @@ def lower(sch, args=None, name: str = "main", simple_mode: bool = False) -> IRMo
 
 
 def _codegen(funcs: list[tir.PrimFunc], target: Target):
-    if target.kind == "llvm":
-        from tessera.codegen.llvm import build_llvm
+    """The target table's `build` entry for the target's kind: PrimFuncs -> runtime.Module."""
+    return target.kind_info.resolve("build")(funcs, target)
 
-        return build_llvm(funcs, target)
-    if target.kind == "c":
-        from tessera.codegen.c import build_c
 
-        return build_c(funcs, target)
-    raise ValueError(f"target {target} cannot be built yet (supported: llvm, c)")
+def resolve_target(target, target_host=None) -> Target:
+    """`target` as a Target with its host code target: `target_host` is honoured for targets
+    whose kernels run on a device (the host launches them) and refused for CPU targets, whose
+    host code is the target itself (a different CPU for it would be silently ignored)."""
+    target = Target(target) if not isinstance(target, Target) else target
+    if target_host is None:
+        return target
+    host = Target(target_host) if not isinstance(target_host, Target) else target_host
+    if target.kind_info.cpu:
+        if host != target and host != target.host:
+            raise ValueError(
+                f"target_host={str(host)!r}: a {target.kind!r} target's host code is the "
+                f"target itself ({str(target)!r}); name the CPU in the target instead"
+            )
+        return target
+    if not host.kind_info.cpu:
+        raise ValueError(f"target_host={str(host)!r} must be a CPU target (llvm or c)")
+    return Target(target, host=host)
 
 
 def optimize_graph(mod: IRModule) -> IRModule:
@@ -149,7 +166,9 @@ def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> Gr
     func = copy_outputs(group_each_call(mod["main"]))
     # per distinct group, unless the compile cache has it: compute rules, schedule, te.lower,
     # TIR_PASSES, codegen to an object
-    kernels, kernel_of_call = compile_groups(func, target, optimize)
+    kernels, kernel_of_call = compile_groups(
+        func, target, functools.partial(optimize, target=target)
+    )
     plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
@@ -166,18 +185,20 @@ def build(
 ):
     """Compile a graph IRModule (with its `params`) into a compiled model, or a te schedule, a
     PrimFunc or an IRModule of PrimFuncs into a runtime.Module."""
-    target = Target(target) if not isinstance(target, Target) else target
+    target = resolve_target(target, target_host)
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
         return build_graph(mod, target, params)
     if params is not None:
         raise TypeError("build: params are the weights of a graph module; this is a kernel")
     if isinstance(inputs, te.Schedule):
-        mod = lower(inputs, args, name=name)
-    elif isinstance(inputs, tir.PrimFunc):
-        mod = lower(inputs)
+        if args is None:
+            raise ValueError("build(schedule, args): the list of argument tensors is required")
+        inputs = te.lower(inputs, args, name=name)
+    if isinstance(inputs, tir.PrimFunc):
+        mod = IRModule({inputs.name: optimize(inputs, target)})
     elif isinstance(inputs, IRModule):
-        mod = IRModule({n: optimize(f) for n, f in inputs})
+        mod = IRModule({n: optimize(f, target) for n, f in inputs})
     else:
         raise TypeError(
             "build expects a graph IRModule, a te.Schedule, a tir.PrimFunc or an IRModule of "

@@ -11,21 +11,24 @@ the CPU offers (`features`, `vector_width_bits`, `vector_lanes(dtype)`, `num_cor
 code generator asks it for the triple, CPU name and feature string (`llvm_triple`, `llvm_cpu`,
 `llvm_features`). The host CPU is read from LLVM when asked, never assumed (no AVX-512 or AMX
 unless this machine has it).
+
+Everything the compiler does differently per target kind is one row of the target table
+(`TargetKind`, `TARGET_KINDS`): its options, runtime device, strategy keys, code generator,
+kernel compiler, linker, toolchain identity and cache fingerprint. The compiler asks the row
+(`target.kind_info.resolve("link")(...)`), never `if target.kind == ...`; a new target is a new
+row (`register_target_kind`, docs/architecture.md "Adding a target").
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from tessera.ir.dtype import DType
 
-# kind -> the options it accepts (as written after '-', '-' in names kept)
-_OPTIONS = {
-    "llvm": ("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math"),
-    "c": ("mtriple", "mcpu", "mattr", "num-cores"),
-    "cuda": ("arch", "max-num-threads"),
-}
 _INT_OPTIONS = ("num-cores", "max-num-threads")
 _BOOL_OPTIONS = ("fast-math",)
 
@@ -86,6 +89,128 @@ def _arch(triple: str) -> str:
     return triple.split("-", 1)[0]
 
 
+# -- the target table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """One row of the target table: what the compiler does for targets of this kind.
+
+    The entries that name code are "module:attribute" strings, imported when first asked for
+    (`resolve`), so this module stays at the bottom of the package layering:
+
+    - options: the `-key=value` options the kind accepts ('-' kept in names);
+    - device: the runtime device type its kernels run on ("cpu", "cuda");
+    - cpu: whether it describes a CPU (features, vector width and `is_host` mean something);
+    - strategy_keys: Target -> the strategy and schedule keys to try, most specific first
+      ("x86", "arm", "generic"): which `topi/<key>/` strategies and schedule rules apply;
+    - layout_strategies: whether graph passes may ask the strategies for blocked layouts and
+      packed weights (alter_layout, pack_weights): the kernels of those layouts compile for it;
+    - tir_passes: the tir pass list between te.lower and code generation;
+    - build: list of PrimFuncs, Target -> runtime.Module (kernels callable from Python);
+    - compile_kernel: PrimFunc, Target -> codegen.aot.CompiledKernel (object code);
+    - link: kernels, executor plan, Target -> (runtime.Module, entry address or None);
+    - toolchain: () -> a string naming the code generator's version (part of cache keys);
+    - fingerprint: Target -> list of plain data the generated code depends on (cache keys).
+
+    An entry left None is a step the kind cannot do yet; asking for it raises a clear error.
+    """
+
+    name: str
+    options: tuple[str, ...]
+    device: str = "cpu"
+    cpu: bool = True
+    strategy_keys: Callable[[Target], tuple[str, ...]] | None = None
+    layout_strategies: bool = False
+    tir_passes: str | None = "tessera.driver:TIR_PASSES"
+    build: str | None = None
+    compile_kernel: str | None = None
+    link: str | None = None
+    toolchain: str | None = None
+    fingerprint: str | None = None
+
+    def resolve(self, entry: str):
+        """The object an entry names (imported now); ValueError when the kind has none."""
+        ref = getattr(self, entry)
+        if ref is None:
+            built = [k for k, row in TARGET_KINDS.items() if getattr(row, entry) is not None]
+            raise ValueError(
+                f"target kind {self.name!r} has no {entry} step yet (kinds that have one: "
+                f"{', '.join(built)})"
+            )
+        module, _, attr = ref.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def keys(self, target: Target) -> tuple[str, ...]:
+        return self.strategy_keys(target) if self.strategy_keys is not None else ("generic",)
+
+
+def cpu_strategy_keys(target: Target) -> tuple[str, ...]:
+    """Strategy keys of a CPU target, from its architecture (the triple)."""
+    triple = target.llvm_triple
+    if triple.startswith(("x86_64", "i686", "i386")):
+        return ("x86", "generic")
+    if triple.startswith(("aarch64", "arm")):
+        return ("arm", "generic")
+    return ("generic",)
+
+
+TARGET_KINDS: dict[str, TargetKind] = {}
+
+
+def register_target_kind(kind: TargetKind) -> TargetKind:
+    """Add (or replace) a row of the target table."""
+    TARGET_KINDS[kind.name] = kind
+    return kind
+
+
+register_target_kind(
+    TargetKind(
+        "llvm",
+        options=("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math"),
+        strategy_keys=cpu_strategy_keys,
+        layout_strategies=True,
+        build="tessera.codegen.llvm.build:build_llvm",
+        compile_kernel="tessera.codegen.llvm.build:compile_kernel",
+        link="tessera.codegen.aot:link_llvm",
+        toolchain="tessera.codegen.llvm.build:toolchain_identity",
+        fingerprint="tessera.codegen.cache:cpu_fingerprint",
+    )
+)
+register_target_kind(
+    TargetKind(
+        "c",
+        options=("mtriple", "mcpu", "mattr", "num-cores"),
+        strategy_keys=cpu_strategy_keys,
+        # C kernels take the CPU schedules but not the blocked layouts or packed weights: the
+        # C target is for portable (and bare-metal) code, and is not measured on those kernels.
+        layout_strategies=False,
+        build="tessera.codegen.c:build_c",
+        compile_kernel="tessera.codegen.aot:compile_c_kernel",
+        link="tessera.codegen.aot:link_c",
+        toolchain="tessera.codegen.cache:c_compiler_identity",
+        fingerprint="tessera.codegen.cache:c_fingerprint",
+    )
+)
+register_target_kind(
+    TargetKind(
+        "cuda",
+        options=("arch", "max-num-threads"),
+        device="cuda",
+        cpu=False,
+        strategy_keys=lambda target: ("cuda", "generic"),
+    )
+)
+
+
+def target_kind(kind: str) -> TargetKind:
+    """The row of `kind`; ValueError naming the known kinds."""
+    if kind not in TARGET_KINDS:
+        known = ", ".join(TARGET_KINDS)
+        raise ValueError(f"unknown target kind {kind!r}; known kinds: {known}")
+    return TARGET_KINDS[kind]
+
+
 def _default_num_cores() -> int:
     """The runtime's thread count (which honours TESSERA_NUM_THREADS), else this process's cores."""
     try:
@@ -110,14 +235,12 @@ def _parse_text(text: str) -> tuple[str, dict]:
 
 
 def _normalize(kind: str, opts: dict) -> dict:
-    if kind not in _OPTIONS:
-        known = ", ".join(_OPTIONS)
-        raise ValueError(f"unknown target kind {kind!r}; known kinds: {known}")
+    options = target_kind(kind).options
     out = {}
     for key, value in opts.items():
         key = key.replace("_", "-")
-        if key not in _OPTIONS[kind]:
-            known = ", ".join(f"-{k}" for k in _OPTIONS[kind])
+        if key not in options:
+            known = ", ".join(f"-{k}" for k in options)
             raise ValueError(f"unknown option -{key} for target {kind!r}; known: {known}")
         if key in _INT_OPTIONS:
             try:
@@ -209,6 +332,11 @@ class Target:
     # -- options --------------------------------------------------------------------------------
 
     @property
+    def kind_info(self) -> TargetKind:
+        """This target's row of the target table."""
+        return TARGET_KINDS[self.kind]
+
+    @property
     def mcpu(self) -> str | None:
         return self._opts.get("mcpu")
 
@@ -248,7 +376,7 @@ class Target:
     @property
     def features(self) -> frozenset[str]:
         """CPU feature names as LLVM spells them: "avx2", "fma", "avx512f", "amx-int8", "neon"."""
-        if self.kind == "cuda":
+        if not self.kind_info.cpu:
             return frozenset()
         if self.mcpu is None or self._mcpu_is_host():
             if self._same_arch_as_host():
@@ -279,7 +407,7 @@ class Target:
     @property
     def is_host(self) -> bool:
         """True when code for this target can run on this machine."""
-        if self.kind == "cuda" or not self._same_arch_as_host():
+        if not self.kind_info.cpu or not self._same_arch_as_host():
             return False
         return self.features <= _host_cpu()[1]
 
@@ -322,7 +450,7 @@ class Target:
 
     def __str__(self) -> str:
         words = [self.kind]
-        for key in _OPTIONS[self.kind]:
+        for key in self.kind_info.options:
             if key not in self._opts:
                 continue
             value = self._opts[key]

@@ -52,23 +52,18 @@ class CompiledKernel:
 
 
 def compile_kernel(func: PrimFunc, target: Target) -> CompiledKernel:
-    """Compile one PrimFunc (after the tir passes) to an object file for `target`."""
+    """Compile one PrimFunc (after the tir passes) to an object file for `target` (the target
+    table's `compile_kernel` entry for its kind)."""
+    return target.kind_info.resolve("compile_kernel")(func, target)
+
+
+def compile_c_kernel(func: PrimFunc, target: Target) -> CompiledKernel:
+    """The "c" kind's compile_kernel: C99 source, compiled by the system C compiler."""
+    from tessera.codegen.c import emit_c
     from tessera.codegen.common import function_info
 
-    if target.kind == "llvm":
-        from tessera.codegen.llvm.build import _lock, compile_llvm
-
-        with _lock:  # LLVM's global context is not for two threads
-            _, text, obj, _ = compile_llvm([func], target)
-        return CompiledKernel(func.name, function_info(func), bytes(obj), text)
-    if target.kind == "c":
-        from tessera.codegen.c import emit_c
-
-        source = emit_c([func])
-        return CompiledKernel(
-            func.name, function_info(func), compile_c_object(source, target), source
-        )
-    raise ValueError(f"target {target} cannot be built yet (supported: llvm, c)")
+    source = emit_c([func])
+    return CompiledKernel(func.name, function_info(func), compile_c_object(source, target), source)
 
 
 def compile_c_object(source: str, target: Target, flags=()) -> bytes:
@@ -297,14 +292,10 @@ def link(kernels: list[CompiledKernel], plan: dict, target: Target):
     if not kernels:
         raise ValueError("link: no kernels")
     plan["entry"] = RUN_SYMBOL
-    if target.kind == "llvm":
-        return _link_llvm(kernels, plan, target)
-    if target.kind == "c":
-        return _link_c(kernels, plan, target)
-    raise ValueError(f"target {target} cannot be built yet (supported: llvm, c)")
+    return target.kind_info.resolve("link")(kernels, plan, target)
 
 
-def _link_llvm(kernels: list[CompiledKernel], plan: dict, target: Target):
+def link_llvm(kernels: list[CompiledKernel], plan: dict, target: Target):
     import llvmlite.binding as llvm
 
     from tessera.codegen.llvm import build as B
@@ -358,7 +349,7 @@ def _assembly(texts: list[str], target: Target) -> str:
         return "\n".join(tm.emit_assembly(llvm.parse_assembly(t)) for t in texts)
 
 
-def _link_c(kernels: list[CompiledKernel], plan: dict, target: Target):
+def link_c(kernels: list[CompiledKernel], plan: dict, target: Target):
     from tessera.codegen.c import compile_flags
     from tessera.runtime import cc, config, native
     from tessera.runtime.module import Module

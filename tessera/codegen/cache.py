@@ -124,7 +124,7 @@ def _source_digest() -> str:
 
 
 @functools.cache
-def _c_compiler_identity() -> str:
+def c_compiler_identity() -> str:
     import subprocess
 
     from tessera.runtime import cc
@@ -139,34 +139,44 @@ def _c_compiler_identity() -> str:
 
 def compiler_fingerprint(kind: str = "llvm") -> str:
     """What, besides a kernel's description and the target, decides its code: tessera's source,
-    Python's version, and llvmlite's version ("llvm") or the C compiler's identity ("c")."""
-    parts = [_source_digest(), sys.version]
-    if kind == "llvm":
-        import llvmlite
+    Python's version, and the kind's toolchain (the target table's `toolchain` entry: llvmlite's
+    version for "llvm", the C compiler's identity for "c")."""
+    from tessera.target import target_kind
 
-        parts.append(llvmlite.__version__)
-    elif kind == "c":
-        parts.append(_c_compiler_identity())
+    parts = [_source_digest(), sys.version]
+    row = target_kind(kind)
+    if row.toolchain is not None:
+        parts.append(row.resolve("toolchain")())
     return cache_key(*parts)
 
 
 def target_fingerprint(target) -> tuple:
-    """What of a Target the generated code may depend on (plain data for `cache_key`)."""
-    parts = [str(target), target.kind]
-    if target.kind in ("llvm", "c"):
-        parts += [target.llvm_triple, target.llvm_cpu, target.llvm_features]
-        parts += [sorted(target.features), target.vector_width_bits]
-    parts.append(int(target.num_cores))
-    if target.kind == "llvm":
-        from tessera.topi.x86.cpu import target_cache_sizes
-
-        # x86 schedules size their blocks from the caches (read from sysfs for the host)
-        parts.append(sorted(target_cache_sizes(target).items()))
-    if target.kind == "c":
-        from tessera.codegen.c import compile_flags
-
-        parts.append(compile_flags(target))
+    """What of a Target the generated code may depend on (plain data for `cache_key`): its
+    string, kind and cores, and the target table's `fingerprint` entry for its kind."""
+    parts = [str(target), target.kind, int(target.num_cores)]
+    if target.kind_info.fingerprint is not None:
+        parts += target.kind_info.resolve("fingerprint")(target)
     return tuple(parts)
+
+
+def _cpu_parts(target) -> list:
+    parts = [target.llvm_triple, target.llvm_cpu, target.llvm_features]
+    return parts + [sorted(target.features), target.vector_width_bits]
+
+
+def cpu_fingerprint(target) -> list:
+    """An llvm target: the CPU, and the cache sizes (CPU schedules size their blocks by them,
+    read from sysfs for the host)."""
+    from tessera.topi.x86.cpu import target_cache_sizes
+
+    return [*_cpu_parts(target), sorted(target_cache_sizes(target).items())]
+
+
+def c_fingerprint(target) -> list:
+    """A c target: the CPU and the C compiler's flags."""
+    from tessera.codegen.c import compile_flags
+
+    return [*_cpu_parts(target), compile_flags(target)]
 
 
 def enabled() -> bool:

@@ -58,15 +58,8 @@ def check_compute_rules(func: Function) -> None:
 
 
 def schedule_keys(target: Target) -> tuple[str, ...]:
-    """The schedule-rule keys to try for a target, most specific first."""
-    if target.kind == "cuda":
-        return ("cuda", "generic")
-    triple = target.llvm_triple if target.kind in ("llvm", "c") else ""
-    if triple.startswith(("x86_64", "i686", "i386")):
-        return ("x86", "generic")
-    if triple.startswith(("aarch64", "arm")):
-        return ("arm", "generic")
-    return ("generic",)
+    """The schedule-rule keys to try for a target, most specific first (its target table row)."""
+    return target.kind_info.keys(target)
 
 
 def group_key(group: Function):

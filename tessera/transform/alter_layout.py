@@ -371,7 +371,7 @@ class _Rewriter:
 def alter_layout(func: Function, target: Target | str | None = None) -> Function:
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
-    if target is None or target.kind != "llvm":
+    if target is None or not target.kind_info.layout_strategies:
         return func
     if not any(c.op.name == "nn.conv2d" for c in func.body):
         return func

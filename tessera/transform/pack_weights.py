@@ -43,7 +43,7 @@ def pack_weights(func: Function, target: Target | str | None = None) -> Function
 
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
-    if target is None or target.kind != "llvm":
+    if target is None or not target.kind_info.layout_strategies:
         return func
     dense_op = get_op("nn.dense_packed")
     packed: dict[tuple, Constant] = {}  # (id(weight), nr, transposed) -> packed weight

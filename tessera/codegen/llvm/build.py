@@ -186,12 +186,28 @@ class _NotRunnable:
         )
 
 
+def compile_kernel(func: PrimFunc, target: Target):
+    """The "llvm" kind's compile_kernel: one PrimFunc -> codegen.aot.CompiledKernel."""
+    from tessera.codegen.aot import CompiledKernel
+
+    with _lock:  # LLVM's global context is not for two threads
+        _, text, obj, _ = compile_llvm([func], target)
+    return CompiledKernel(func.name, function_info(func), bytes(obj), text)
+
+
+def toolchain_identity() -> str:
+    """What of the code generator decides the code, besides tessera: llvmlite's version."""
+    import llvmlite
+
+    return llvmlite.__version__
+
+
 def build_llvm(funcs: list[PrimFunc], target="llvm"):
     """Compile PrimFuncs (after the tir passes) for an llvm target into a runtime.Module."""
     from tessera.runtime.module import Module
 
     target = target if isinstance(target, Target) else Target(target)
-    if target.kind != "llvm":
+    if target.kind_info.build != "tessera.codegen.llvm.build:build_llvm":
         raise ValueError(f"build_llvm needs an llvm target, got '{target}'")
     funcs = list(funcs)
     if not funcs:
