@@ -32,7 +32,7 @@ from tessera.ir.module import IRModule  # noqa: E402
 from tessera.topi.x86.asm import describe_fma_loops  # noqa: E402
 from tessera.topi.x86.conv2d import choose_conv_tile  # noqa: E402
 from tessera.topi.x86.cpu import vector_registers  # noqa: E402
-from tessera.transform.alter_layout import channel_block, output_block  # noqa: E402
+from tessera.topi.x86.strategy import channel_block, output_block  # noqa: E402
 
 FLUSH_BYTES = 128 << 20  # more than any L3 the cold runs meet
 

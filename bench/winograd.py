@@ -27,7 +27,7 @@ import tessera  # noqa: E402
 from tessera.topi.testing import build_cases  # noqa: E402
 from tessera.topi.x86.layout import transform_array  # noqa: E402
 from tessera.topi.x86.winograd import plan_winograd, transform_weight_np  # noqa: E402
-from tessera.transform.alter_layout import channel_block, output_block  # noqa: E402
+from tessera.topi.x86.strategy import channel_block, output_block  # noqa: E402
 
 
 def cases(x_shape, w_shape, attrs, target):

@@ -203,6 +203,21 @@ register_target_kind(
 )
 
 
+# strategy key -> the modules that register its strategies, schedules and target-specific ops
+# (`topi/<key>/`), imported the first time a target with that key asks for a strategy
+STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
+    "x86": ("tessera.topi.x86.strategy",),
+    "generic": (),
+}
+
+
+def load_strategies(keys=None) -> None:
+    """Import the strategy modules of these strategy keys (all keys when None)."""
+    for key in STRATEGY_MODULES if keys is None else keys:
+        for module in STRATEGY_MODULES.get(key, ()):
+            importlib.import_module(module)
+
+
 def target_kind(kind: str) -> TargetKind:
     """The row of `kind`; ValueError naming the known kinds."""
     if kind not in TARGET_KINDS:

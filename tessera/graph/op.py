@@ -112,12 +112,20 @@ def get_op(name: str) -> Op:
     import tessera.graph.ops  # noqa: F401  (registers the ops)
 
     if name not in _REGISTRY:
+        # ops of a target's strategies (blocked convs, packed dense) register with them
+        from tessera.target import load_strategies
+
+        load_strategies()
+    if name not in _REGISTRY:
         raise ValueError(f"unknown graph op {name!r}")
     return _REGISTRY[name]
 
 
 def list_ops() -> list[str]:
     import tessera.graph.ops  # noqa: F401
+    from tessera.target import load_strategies
+
+    load_strategies()
 
     return sorted(_REGISTRY)
 

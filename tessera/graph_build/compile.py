@@ -20,7 +20,12 @@ from collections.abc import Callable
 from tessera.codegen import cache
 from tessera.codegen.aot import CompiledKernel, compile_kernel
 from tessera.graph.ir import Attrs, Function, TensorData, TensorType
-from tessera.graph_build.lower_group import distinct_groups, group_key, lower_group
+from tessera.graph_build.lower_group import (
+    distinct_groups,
+    group_config,
+    group_key,
+    lower_group,
+)
 from tessera.ir.dtype import DType
 from tessera.target import Target
 from tessera.tir.function import PrimFunc
@@ -86,6 +91,7 @@ def kernel_key(group: Function, name: str, target: Target) -> str | None:
             name,
             group_digest(group),
             cache.target_fingerprint(target),
+            repr(group_config(group, target)),  # a config given to the build, or the default
             _context(),
             cache.compiler_fingerprint(target.kind),
         )

@@ -7,21 +7,24 @@
 For a group: a te placeholder per parameter (scalar constants inside the group become te
 constants, inlined where they are used), each member's compute rule in order (its output types
 are checked against the graph types), the anchor op's schedule rule (the member of the highest
-OpKind, first of equals) for the target's schedule keys (`schedule_keys`), else the generic
-default for the group's kind, then `te.lower`. Identical groups (same ops, attrs, input types
+OpKind, first of equals) for the target's schedule keys (`schedule_keys`), given the anchor's
+strategy config when the rule takes one (`group_config`), else the generic default for the
+group's kind, then `te.lower`. Identical groups (same ops, attrs, input types
 and inner constants: `group_key`) share one kernel. `check_compute_rules` lists every op without
 a compute rule at once, before anything is lowered.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 from tessera import te, tir
 from tessera.graph.ir import Constant, Function, TensorType
 from tessera.graph.op import OpKind, get_op
-from tessera.target import Target
-from tessera.topi import generic
+from tessera.target import Target, load_strategies
+from tessera.topi import generic, strategy
+from tessera.topi.strategy import Config
 
 
 class MissingComputeError(ValueError):
@@ -154,11 +157,34 @@ def _anchor(group: Function):
     return best
 
 
+def group_config(group: Function, target: Target) -> Config | None:
+    """The strategy config the group's anchor is scheduled with: the one a graph pass wrote
+    into its attrs (`config`), else the one chosen for its task (given to the build, else the
+    default, for a call no graph pass rewrote), else None (no strategy covers the op)."""
+    anchor = _anchor(group)
+    attr = anchor.attrs.get("config")
+    if attr is not None:
+        return Config.from_attr(attr)
+    chosen = strategy.choose(anchor, target, {"rewrite": False})
+    return None if chosen is None else chosen[1]
+
+
+def _takes_config(rule) -> bool:
+    try:
+        return "config" in inspect.signature(rule).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te.Schedule:
     anchor = _anchor(group).op
-    for key in schedule_keys(target):
+    keys = schedule_keys(target)
+    load_strategies(keys)  # the targets' strategy modules register their schedules
+    for key in keys:
         rule = anchor.rules.get(f"schedule:{key}")
         if rule is not None:
+            if _takes_config(rule):
+                return rule(list(outs), target, config=group_config(group, target))
             return rule(list(outs), target)
     if max(c.op.kind for c in group.body) <= OpKind.INJECTIVE:
         return generic.schedule_injective(list(outs), target)

@@ -22,8 +22,8 @@ import numpy as np
 from tessera.graph.ir import Call, Constant, Function, TensorType, Value
 from tessera.graph.op import OpKind, get_op
 from tessera.target import Target
-from tessera.topi.x86 import winograd
-from tessera.topi.x86.layout import transform_array
+from tessera.topi import strategy
+from tessera.topi.layout import transform_array
 from tessera.transform.graph_pass import graph_pass
 from tessera.transform.pass_context import PassContext
 
@@ -31,11 +31,13 @@ from tessera.transform.pass_context import PassContext
 # A tensor of C channels is blocked by the largest power of two that divides C and is at most
 # the target's float32 vector lanes (16 with AVX-512, 8 with AVX2, 4 with SSE/NEON): no channel
 # padding, so 1000 channels take blocks of 8 and 3 channels blocks of 1 (NCHW1c is NCHW: a conv
-# reads such data as it is, with no transform). A conv is rewritten only when its output block
-# is at least min(8, lanes): narrower blocks would
-# leave the vector unit mostly idle, so such a conv stays in NCHW (generic schedule). A conv's
-# input block is that of its input when the input is already blocked (no re-blocking between
-# convs), else the rule's. Grouped convs need blocks that divide the channels of a group.
+# reads such data as it is, with no transform). The conv's strategy decides (its config's
+# out_block; by default: blocked only when the output block fills a 256-bit vector, 8 float32,
+# or the whole vector where narrower: narrower blocks leave the vector unit mostly idle, so
+# such a conv stays in NCHW, generic schedule). A conv's input block is that of its input when
+# the input is already blocked (no re-blocking between convs), else the rule's. Grouped convs
+# need blocks that divide the channels of a group. This pass only moves values between
+# layouts; which layout a conv wants, and its weights in that layout, the strategy answers.
 
 # Note [channel padding]
 # Output channels whose block would be narrower than the vector (1000 classes: blocks of 8 on
@@ -60,23 +62,6 @@ _POOLS = {
 }
 
 
-def channel_block(channels: int, lanes: int) -> int:
-    """The block of a tensor with `channels` channels (Note [block rule])."""
-    block = 1
-    while block * 2 <= lanes and channels % (block * 2) == 0:
-        block *= 2
-    return block
-
-
-def output_block(channels: int, lanes: int) -> tuple[int, int]:
-    """(block, padded channels) of a conv's output (Note [channel padding])."""
-    block = channel_block(channels, lanes)
-    padded = -(-channels // lanes) * lanes
-    if block < lanes and padded * 8 <= channels * 9:
-        return lanes, padded
-    return block, channels
-
-
 def _layout(block: int) -> str:
     return f"NCHW{block}c"
 
@@ -89,9 +74,7 @@ class _Rewriter:
     def __init__(self, func: Function, target: Target, use_winograd: bool = True):
         self.func = func
         self.target = target
-        self.lanes = target.vector_lanes("float32")
         self.use_winograd = use_winograd
-        self.min_block = min(8, self.lanes)
         self.body: list[Call] = []
         self.constants: list[Constant] = list(func.constants)
         self.blocked: dict[int, tuple[Value, int]] = {}  # id(NCHW value) -> (blocked, block)
@@ -218,70 +201,25 @@ class _Rewriter:
         return False
 
     def conv(self, call: Call) -> bool:
+        """Ask the conv's strategy which layout its config wants; emit that op."""
         x, w = call.inputs
         (out,) = call.outputs
-        groups = call.attrs.get("groups", 1)
-        ic, oc = x.type.shape[1], w.type.shape[0]
         if not (_is_plain_4d(x.type) and isinstance(w, Constant)):
             return False
-        depthwise = groups > 1 and groups == ic == oc and w.type.shape[1] == 1
-        icp = ocp = ic if depthwise else None  # padded channels (Note [channel padding])
-        if depthwise:
-            ob = ib = self.block_of(x) or channel_block(oc, self.lanes)
-            icp = ocp = self.blocked_channels(x)
-            wib = 1
-        elif groups > 1:
-            if self.is_padded(x):
-                return False
-            ob = channel_block(oc // groups, self.lanes)
-            ib = wib = channel_block(ic // groups, self.lanes)
-            icp, ocp = ic, oc
-        else:
-            ob, ocp = output_block(oc, self.lanes)
-            ib = wib = self.block_of(x) or channel_block(ic, self.lanes)
-            icp = self.blocked_channels(x)
-        if ob < self.min_block or (depthwise and ob % self.min_block):
-            return False
-        array = w.array
-        if (ocp, icp) != (oc, ic if not depthwise else oc):
-            pads = [(0, ocp - oc), (0, 0 if depthwise else icp - ic), (0, 0), (0, 0)]
-            array = np.pad(array, pads)
-        if not depthwise and groups == 1 and self.winograd(call, x, array, ib, ob):
-            return True
-        attrs = dict(call.attrs, groups=ocp) if depthwise and ocp != oc else call.attrs
-        wb = self.constant(w.name, transform_array(array, "OIHW", f"OIHW{wib}i{ob}o"))
-        yb = self.emit(
-            "nn.conv2d_nchwc", [self.to_block(x, ib), wb], attrs, name=self._name(out, "nchwc")
-        )
-        self.set_blocked(out, yb, ob)
-        return True
-
-    def winograd(self, call: Call, x: Value, array: np.ndarray, ib: int, ob: int) -> bool:
-        """A 3x3 stride-1 conv as winograd F(m x m, 3 x 3) when the rule picks it (Note
-        [winograd rule] in topi/x86/winograd.py); `array`: the OIHW weights, padded."""
-        a = call.attrs
-        if not self.use_winograd or array.shape[2:] != (3, 3) or ib < self.min_block:
-            return False
-        if tuple(a["strides"]) != (1, 1) or tuple(a["dilation"]) != (1, 1):
-            return False
-        (out,) = call.outputs
-        _, _, oh, ow = out.type.shape
-        k, c = array.shape[:2]
-        plan = winograd.plan_winograd(self.target, oh, ow, c, k)
+        context = {
+            "in_block": self.block_of(x),
+            "in_channels": self.blocked_channels(x),
+            "in_padded": self.is_padded(x),
+            "winograd": self.use_winograd,
+        }
+        plan = strategy.plan_layout(call, self.target, context)
         if plan is None:
             return False
-        m, nr, rows = plan
-        u = self.constant(call.inputs[1].name, winograd.transform_weight_np(array, m, nr))
-        attrs = {
-            "padding": list(a["padding"]), "tile": m, "channels": k, "out_block": ob, "rows": rows
-        }  # fmt: skip
-        yb = self.emit(
-            "nn.conv2d_winograd_nchwc",
-            [self.to_block(x, ib), u],
-            attrs,
-            name=self._name(out, "wino"),
-        )
-        self.set_blocked(out, yb, ob)
+        wb = self.constant(w.name, plan["weight"])
+        xb = self.to_block(x, plan["in_block"])
+        suffix = "wino" if "winograd" in plan["op"] else "nchwc"
+        yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
+        self.set_blocked(out, yb, plan["out_block"])
         return True
 
     def pool(self, call: Call) -> bool:
@@ -372,7 +310,7 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
-        return func
+        return func  # the target's kernels do not take blocked layouts (its table row)
     if not any(c.op.name == "nn.conv2d" for c in func.body):
         return func
     use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))

@@ -4,9 +4,10 @@
     after:   %y = nn.dense_packed(%x, %w_packed, units=3072) : f32[1, 128, 3072]
              (%w_packed: a new constant f32[48, 768, 64], %w in panels of 64 columns)
 
-The weight is packed here, once, at compile time (numpy: `topi.x86.dense.pack_weight_np`), so
-the compiled model holds the packed weight and the kernel never copies it (`topi/x86/dense.py`).
-The panel width nr comes from the target's vector width and registers (`panel_width`).
+The weight is packed here, once, at compile time, so the compiled model holds the packed weight
+and the kernel never copies it. Whether and how to pack is the op's strategy's answer (for x86,
+`topi/x86/strategy.py`: the "packed" implementation, whose config's nv sets the panel width
+nr = nv * lanes, by default from the target's vector width and registers); this pass asks it.
 Rewritten: float32 `nn.dense(x, w)` (w is units x in) and `matmul(a, b)` with a 2-D constant b
 and a of any rank (numpy.matmul broadcasts b over a's leading axes: they are rows). A weight
 used by several calls is packed once per panel width. The new call keeps the old call's span.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from tessera.graph.ir import Call, Constant, Function, Value
 from tessera.graph.op import get_op
 from tessera.target import Target
+from tessera.topi import strategy
 from tessera.transform.graph_pass import graph_pass, rebuild
 
 
@@ -38,29 +40,27 @@ def _packable(call: Call) -> tuple[Value, Constant, bool] | None:
 
 @graph_pass(opt_level=1)
 def pack_weights(func: Function, target: Target | str | None = None) -> Function:
-    """Rewrite dense/matmul with constant weights to nn.dense_packed (see the module docstring)."""
-    from tessera.topi.x86.dense import pack_weight_np, panel_width
-
+    """Rewrite dense/matmul with constant weights as their strategy's config wants (see the
+    module docstring)."""
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
-        return func
-    dense_op = get_op("nn.dense_packed")
-    packed: dict[tuple, Constant] = {}  # (id(weight), nr, transposed) -> packed weight
+        return func  # the target's kernels do not take packed weights (its table row)
+    packed: dict[tuple, Constant] = {}  # (id(weight), op, attrs) -> packed weight
     body, constants = [], list(func.constants)
     for call in func.body:
-        found = _packable(call)
-        if found is None:
+        plan = strategy.plan_layout(call, target) if _packable(call) is not None else None
+        if plan is None:
             body.append(call)
             continue
-        x, w, transposed = found
-        units = w.type.shape[0] if transposed else w.type.shape[1]
-        nr = panel_width(target, units)
-        key = (id(w), nr, transposed)
+        w = call.inputs[1]
+        attrs = dict(plan["attrs"])
+        key = (id(w), plan["op"], plan["weight"].shape, call.op.name)
         if key not in packed:
-            packed[key] = Constant.of(f"{w.name}_packed", pack_weight_np(w.array, nr, transposed))
+            packed[key] = Constant.of(f"{w.name}_packed", plan["weight"])
             constants.append(packed[key])
-        body.append(Call(dense_op, (x, packed[key]), {"units": units}, call.outputs, call.span))
+        op = get_op(plan["op"])
+        body.append(Call(op, (call.inputs[0], packed[key]), attrs, call.outputs, call.span))
     if not packed:
         return func
     used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}

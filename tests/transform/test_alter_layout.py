@@ -10,7 +10,7 @@ from tessera.ir.module import IRModule
 from tessera.ir.structural_equal import assert_structural_equal
 from tessera.topi.x86.layout import transform_array
 from tessera.transform import alter_layout
-from tessera.transform.alter_layout import channel_block
+from tessera.topi.x86.strategy import channel_block
 
 RNG = np.random.default_rng(0)
 AVX512 = tessera.Target("llvm -mcpu=skylake-avx512")

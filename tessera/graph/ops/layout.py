@@ -1,27 +1,19 @@
-"""Blocked-layout ops: `layout_transform` and the NCHW[x]c forms of conv2d and the 2-d pools.
+"""`layout_transform`: a tensor from one layout to another (NCHW <-> NCHW16c, ...).
 
     %1 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c") : f32[1, 4, 56, 56, 16]
-    %2 = nn.conv2d_nchwc(%1, %w, strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1])
-    %3 = nn.max_pool2d_nchwc(%2, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])
 
-The `alter_layout` pass (tessera/transform/alter_layout.py) writes them; users rarely do. A
-blocked tensor (N, C/b, H, W, b) holds channel c at [:, c // b, :, :, c % b]; the block b is
-its last dim, so these ops take no layout attribute: the shapes say it (conv data of block 1
-may be plain NCHW, rank 4: the same memory). Blocked weights are
-(O/ob, I/ib, KH, KW, ib, ob) (layout "OIHW{ib}i{ob}o"). Attributes are those of the NCHW ops
-(`nn.conv2d`, `nn.max_pool2d`, ...), and each reference is the NCHW op's between transforms.
+The `alter_layout` pass (tessera/transform/alter_layout.py) writes it around the blocked forms
+of convolutions and pools; those ops belong to the targets whose strategies choose them
+(`tessera/topi/x86/ops.py`: `nn.conv2d_nchwc`, `nn.conv2d_winograd_nchwc`, the NCHW[x]c pools).
+A blocked tensor (N, C/b, H, W, b) holds channel c at [:, c // b, :, :, c % b].
 """
 
 from __future__ import annotations
 
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
-from tessera.graph.ops import nn_ref
-from tessera.graph.ops.common import require_float, same_dtype, type_error
-from tessera.topi.x86 import conv2d as x86_conv2d
-from tessera.topi.x86 import layout as x86_layout
-from tessera.topi.x86 import pooling as x86_pooling
-from tessera.topi.x86 import winograd as x86_winograd
+from tessera.graph.ops.common import type_error
+from tessera.topi import layout as topi_layout
 
 layout_transform = register_op("layout_transform", kind=OpKind.INJECTIVE)
 
@@ -29,191 +21,16 @@ layout_transform = register_op("layout_transform", kind=OpKind.INJECTIVE)
 @layout_transform.type_rule
 def _(x: TensorType, src_layout, dst_layout) -> TensorType:
     try:
-        return x.with_shape(x86_layout.transform_shape(x.shape, src_layout, dst_layout))
+        return x.with_shape(topi_layout.transform_shape(x.shape, src_layout, dst_layout))
     except ValueError as err:
         raise type_error("layout_transform", f"{x}: {err}") from None
 
 
 @layout_transform.reference
 def _(x, src_layout, dst_layout):
-    return x86_layout.transform_array(x, src_layout, dst_layout)
+    return topi_layout.transform_array(x, src_layout, dst_layout)
 
 
 @layout_transform.compute
 def _(x, *, src_layout, dst_layout):
-    return x86_layout.layout_transform(x, src_layout, dst_layout)
-
-
-def data_layout(shape) -> str:
-    """The layout of a blocked data tensor of this (5-d) shape: 'NCHW16c'; 'NCHW' for 4-d."""
-    return "NCHW" if len(shape) == 4 else f"NCHW{shape[4]}c"
-
-
-def weight_layout(shape) -> str:
-    """The layout of a blocked weight of this (6-d) shape: 'OIHW16i16o'."""
-    return f"OIHW{shape[4]}i{shape[5]}o"
-
-
-# -- conv2d ------------------------------------------------------------------------------------
-
-conv2d_nchwc = register_op("nn.conv2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
-
-
-def _check_spatial(op, strides, padding, dilation):
-    if len(strides) != 2 or len(dilation) != 2 or len(padding) != 4:
-        raise type_error(
-            op, f"needs 2 strides and dilations and 4 pads, got {strides}, {padding}, {dilation}"
-        )
-    if min(strides) < 1 or min(dilation) < 1 or min(padding) < 0:
-        raise type_error(op, "strides and dilations must be >= 1 and pads >= 0")
-
-
-@conv2d_nchwc.type_rule
-def _(x: TensorType, w: TensorType, strides, padding, dilation, groups=1) -> TensorType:
-    op = "nn.conv2d_nchwc"
-    require_float(op, x)
-    same_dtype(op, x, w)
-    if x.ndim not in (4, 5) or w.ndim != 6 or not (x.is_static and w.is_static):
-        raise type_error(
-            op,
-            f"expects static blocked data (rank 5, or rank 4 for blocks of 1) and weight "
-            f"(rank 6), got {x} and {w}",
-        )
-    _check_spatial(op, strides, padding, dilation)
-    try:
-        shape, _ = x86_conv2d.conv2d_nchwc_shape(
-            x.shape, w.shape, strides, padding, dilation, groups
-        )
-    except ValueError as err:
-        raise type_error(op, str(err)) from None
-    return x.with_shape(shape)
-
-
-@conv2d_nchwc.reference
-def _(x, w, strides, padding, dilation, groups=1):
-    xn = x86_layout.transform_array(x, data_layout(x.shape), "NCHW")
-    wn = x86_layout.transform_array(w, weight_layout(w.shape), "OIHW")
-    y = nn_ref.conv(xn, wn, strides, padding, dilation, groups)
-    return x86_layout.transform_array(y, "NCHW", f"NCHW{w.shape[5]}c")
-
-
-@conv2d_nchwc.compute
-def _(x, w, *, strides, padding, dilation, groups=1):
-    return x86_conv2d.conv2d_nchwc(x, w, strides, padding, dilation, groups)
-
-
-conv2d_nchwc.schedule("x86")(x86_conv2d.schedule_conv2d_nchwc)
-conv2d_nchwc.schedule("generic")(x86_conv2d.schedule_conv2d_nchwc)
-
-
-# -- winograd conv2d ---------------------------------------------------------------------------
-# A stride-1 3x3 conv whose weights alter_layout transformed at compile time
-# (topi/x86/winograd.py): %y = nn.conv2d_winograd_nchwc(%x, %u, padding=[1, 1, 1, 1], tile=4,
-# channels=64, out_block=16, rows=6), %u (a, a, K/nr, C, nr) = G w Gt in panels; `rows`: the
-# products' row count is rounded up to a multiple of it (the micro-kernel's rows).
-
-conv2d_winograd = register_op("nn.conv2d_winograd_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
-
-
-@conv2d_winograd.type_rule
-def _(x: TensorType, u: TensorType, padding, tile, channels, out_block, rows=1) -> TensorType:
-    op = "nn.conv2d_winograd_nchwc"
-    require_float(op, x)
-    same_dtype(op, x, u)
-    if not (x.is_static and u.is_static) or len(padding) != 4 or min(padding) < 0:
-        raise type_error(op, f"expects static shapes and 4 pads >= 0, got {x}, {u}, {padding}")
-    try:
-        shape = x86_winograd.winograd_shape(x.shape, u.shape, padding, tile, channels, out_block)
-    except ValueError as err:
-        raise type_error(op, str(err)) from None
-    return x.with_shape(shape)
-
-
-@conv2d_winograd.reference
-def _(x, u, padding, tile, channels, out_block, rows=1):
-    xn = x86_layout.transform_array(x, data_layout(x.shape), "NCHW")
-    y = x86_winograd.winograd_reference(xn, u, padding, tile, channels)
-    return x86_layout.transform_array(y, "NCHW", f"NCHW{out_block}c")
-
-
-@conv2d_winograd.compute
-def _(x, u, *, padding, tile, channels, out_block, rows=1):
-    return x86_winograd.conv2d_winograd_nchwc(x, u, padding, tile, channels, out_block, rows)
-
-
-conv2d_winograd.schedule("x86")(x86_winograd.schedule_conv2d_winograd_nchwc)
-conv2d_winograd.schedule("generic")(x86_winograd.schedule_conv2d_winograd_nchwc)
-
-
-# -- pools -------------------------------------------------------------------------------------
-
-
-def _pool_type(op):
-    def rule(
-        x: TensorType, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0
-    ):
-        if x.ndim != 5 or not x.is_static:
-            raise type_error(op, f"expects static blocked data (rank 5), got {x}")
-        _check_spatial(op, strides, padding, dilation or (1, 1))
-        if len(pool_size) != 2:
-            raise type_error(op, f"needs 2 pool sizes, got {pool_size}")
-        try:
-            shape = x86_pooling.pool_nchwc_shape(
-                x.shape, pool_size, strides, padding, dilation, ceil_mode
-            )
-        except ValueError as err:
-            raise type_error(op, str(err)) from None
-        return x.with_shape(shape)
-
-    return rule
-
-
-def _blocked_reference(fn):
-    def reference(x, **attrs):
-        layout = data_layout(x.shape)
-        y = fn(x86_layout.transform_array(x, layout, "NCHW"), **attrs)
-        return x86_layout.transform_array(y, "NCHW", layout)
-
-    return reference
-
-
-def _pool_compute(kind):
-    def compute(x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
-        return x86_pooling.pool_nchwc(
-            x, kind, pool_size, strides, padding, dilation, ceil_mode, count_include_pad
-        )
-
-    return compute
-
-
-def _global_pool_type(op):
-    def rule(x: TensorType):
-        if x.ndim != 5:
-            raise type_error(op, f"expects blocked data (rank 5), got {x}")
-        return x.with_shape((x.shape[0], x.shape[1], 1, 1, x.shape[4]))
-
-    return rule
-
-
-_REFERENCES = {
-    "max": nn_ref.max_pool,
-    "avg": nn_ref.avg_pool,
-    "global_max": nn_ref.global_max_pool,
-    "global_avg": nn_ref.global_avg_pool,
-}
-
-for _kind in ("max", "avg"):
-    _op = register_op(f"nn.{_kind}_pool2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
-    _op.type_rule(_pool_type(_op.name))
-    _ref = _blocked_reference(_REFERENCES[_kind])
-    _op.reference(lambda x, _ref=_ref, **attrs: _ref(x, **attrs))
-    _op.compute(_pool_compute(_kind))
-    _op.schedule("x86")(x86_pooling.schedule_pool_nchwc)
-    _op.schedule("generic")(x86_pooling.schedule_pool_nchwc)
-    _op = register_op(f"nn.global_{_kind}_pool2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
-    _op.type_rule(_global_pool_type(_op.name))
-    _gref = _blocked_reference(_REFERENCES[f"global_{_kind}"])
-    _op.reference(lambda x, _gref=_gref: _gref(x))
-    _op.compute(lambda x, _kind=_kind: x86_pooling.global_pool_nchwc(x, _kind))
-    _op.schedule("x86")(x86_pooling.schedule_pool_nchwc)
-    _op.schedule("generic")(x86_pooling.schedule_pool_nchwc)
+    return topi_layout.layout_transform(x, src_layout, dst_layout)

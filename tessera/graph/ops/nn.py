@@ -23,10 +23,6 @@ from tessera.graph.ops.common import (
 )
 from tessera.topi import generic
 from tessera.topi import nn as topi_nn
-from tessera.topi.x86 import batch_matmul as topi_x86_bmm
-from tessera.topi.x86 import dense as topi_x86_dense
-from tessera.topi.x86 import norm as topi_x86_norm
-from tessera.topi.x86 import softmax as topi_x86_softmax
 
 
 def _spatial_attrs(op, nd, strides, padding, dilation):
@@ -147,9 +143,7 @@ def _conv_transpose_compute(x, w, *, strides, padding, dilation, groups=1, outpu
 
 
 def _pool_compute(kind):
-    def compute(
-        x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0
-    ):
+    def compute(x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
         return topi_nn.pool(
             x, kind, pool_size, strides, padding, dilation, ceil_mode, count_include_pad
         )
@@ -270,41 +264,6 @@ def _(a, b, *, transpose_a=False, transpose_b=False):
 
 
 batch_matmul.schedule("generic")(topi_nn.schedule_dense)
-batch_matmul.schedule("x86")(topi_x86_bmm.schedule_matmul)
-matmul.schedule("x86")(topi_x86_bmm.schedule_matmul)
-dense.schedule("x86")(topi_x86_bmm.schedule_matmul)
-
-# -- dense with a pre-packed weight (tessera/transform/pack_weights.py) ------------------------
-# A constant weight of dense/matmul is re-packed once, at compile time, into the panels the
-# register-blocked kernel streams: wp is (ceil(units / nr), K, nr), zero-padded past units.
-
-dense_packed = register_op("nn.dense_packed", kind=OpKind.OUT_ELEMWISE_FUSABLE)
-
-
-@dense_packed.type_rule
-def _(x: TensorType, wp: TensorType, units) -> TensorType:
-    same_dtype("nn.dense_packed", x, wp)
-    if x.ndim < 1 or wp.ndim != 3 or x.shape[-1] != wp.shape[1]:
-        raise type_error("nn.dense_packed", f"data {x} and packed weight {wp} disagree")
-    if not (wp.shape[0] - 1) * wp.shape[2] < units <= wp.shape[0] * wp.shape[2]:
-        raise type_error("nn.dense_packed", f"{units} units do not fill packed weight {wp}")
-    return x.with_shape((*x.shape[:-1], units))
-
-
-@dense_packed.reference
-def _(x, wp, units):
-    w = wp.transpose(1, 0, 2).reshape(wp.shape[1], -1)[:, :units]
-    return np.matmul(x, w).astype(x.dtype)
-
-
-@dense_packed.compute
-def _(x, wp, *, units):
-    return topi_x86_dense.dense_packed(x, wp, units)
-
-
-# the micro-kernel's rules are over the vector width and registers: right for any CPU
-dense_packed.schedule("generic")(topi_x86_dense.schedule_dense_packed)
-dense_packed.schedule("x86")(topi_x86_dense.schedule_dense_packed)
 
 
 # -- normalization, softmax -------------------------------------------------------------------
@@ -385,7 +344,7 @@ def _(x, gamma, beta, *, axis=-1, epsilon=1e-5):
 
 
 layer_norm.schedule("generic")(topi_nn.schedule_row_reduce)
-layer_norm.schedule("x86")(topi_x86_norm.schedule_layer_norm)
+# target-specific schedules are registered by the targets' strategy modules (topi/<key>/)
 
 for _name, _fn in (("nn.softmax", nn_ref.softmax), ("nn.log_softmax", nn_ref.log_softmax)):
     _op = register_op(_name, kind=OpKind.OPAQUE)
@@ -399,7 +358,6 @@ for _name, _fn in (("nn.softmax", nn_ref.softmax), ("nn.log_softmax", nn_ref.log
     _op.reference(_fn)
     _op.compute(topi_nn.softmax if _name == "nn.softmax" else topi_nn.log_softmax)
     _op.schedule("generic")(topi_nn.schedule_row_reduce)
-    _op.schedule("x86")(topi_x86_softmax.schedule_rows)
 
 lrn = register_op("nn.lrn", kind=OpKind.OPAQUE)
 
@@ -418,6 +376,7 @@ lrn.reference(nn_ref.lrn)
 @lrn.compute
 def _(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     return topi_nn.lrn(x, size, alpha, beta, bias)
+
 
 # -- activations ------------------------------------------------------------------------------
 

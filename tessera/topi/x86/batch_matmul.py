@@ -21,7 +21,8 @@ from tessera.topi import generic
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.nn.dense import PACK_TAG
 from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
-from tessera.topi.x86.dense import choose_blocking, schedule_gemm
+from tessera.topi.strategy import Config, record_config
+from tessera.topi.x86.dense import choose_blocking, schedule_gemm, with_config
 
 ANCHOR_TAGS = ("dense", "matmul", "batch_matmul")
 
@@ -47,12 +48,18 @@ def _is_matrix_product(anchor: te.Tensor) -> bool:
     return True
 
 
-def schedule_matmul(outs, target=None) -> te.Schedule:
-    """dense / matmul / batch_matmul groups (see the module docstring)."""
+def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
+    """dense / matmul / batch_matmul groups (see the module docstring). `config`: the x86
+    strategy's (topi/x86/strategy.py): "generic", or "blocked" with knobs mr, nv, kc."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     anchor = _anchor(outs)
+    use_generic = config is not None and config.impl == "generic"
     if anchor is None or not _is_matrix_product(anchor) or str(anchor.dtype) != "float32":
-        return generic_schedule_dense(outs, target)
+        use_generic = True
+    if use_generic:
+        s = generic_schedule_dense(outs, target)
+        record_config(s, Config("generic"))
+        return s
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     shape = _static(anchor.shape)
@@ -66,5 +73,9 @@ def schedule_matmul(outs, target=None) -> te.Schedule:
                 generic.schedule_elementwise_stage(s, t, target)
             else:
                 s[t].compute_inline()
-    blk = choose_blocking(target, M, N, K)
+    if config is None:
+        blk = choose_blocking(target, M, N, K)
+    else:
+        blk = with_config(choose_blocking(target, M, N, K, nv=config["nv"]), config)
+    record_config(s, Config("blocked", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))
     return schedule_gemm(s, outs, anchor, blk, target, row_axes=anchor.ndim - 2)

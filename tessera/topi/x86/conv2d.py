@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from tessera import te
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
 
 CONV_TAG = "conv2d_nchwc"
@@ -262,15 +263,20 @@ def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
             s[t].vectorize(k)
 
 
-def schedule_conv2d_nchwc(outs, target=None) -> te.Schedule:
-    """The x86 schedule of a fused group anchored on `conv2d_nchwc` (Note [conv micro-kernel])."""
+def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
+    """The x86 schedule of a fused group anchored on `conv2d_nchwc` (Note [conv micro-kernel]).
+    `config`: the knobs of the x86 conv2d strategy (topi/x86/strategy.py: ow_block, oc_vectors,
+    prefetch, unroll_tiles); None: the hand rules (the strategy's defaults)."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     conv = _find_conv(outs)
     depthwise = bool(conv.op.attrs.get("depthwise", 0))
     _, ocb, _, ow, _ = _static(conv.shape, CONV_TAG)
-    tile = choose_conv_tile(ow, ocb, vector_registers(target), depthwise)
+    if config is not None:
+        tile = ConvTile(config["ow_block"], config.get("oc_vectors", 1))
+    else:
+        tile = choose_conv_tile(ow, ocb, vector_registers(target), depthwise)
     out_ops = {id(t.op) for t in outs}
     acc = s.cache_write(conv, "local")
     if id(conv.op) in out_ops:
@@ -283,27 +289,36 @@ def schedule_conv2d_nchwc(outs, target=None) -> te.Schedule:
         for t in outs:
             if t.op is not conv.op:
                 _schedule_elementwise(s, t)
-    _schedule_tile(s, out, acc, tile, target)
+    if config is not None:
+        prefetch = bool(config.get("prefetch", False))
+    else:
+        prefetch = _prefetch_pays(out, acc, tile, target_cache_sizes(target)[2])
+    tiles = _schedule_tile(s, out, acc, tile, prefetch)
     _schedule_pad(s, conv, acc, tile)
-    if depthwise and -(-ow // tile.ow_block) == 2:
-        _unroll_tile_loop(s[out])
+    if config is not None:
+        unroll = bool(config.get("unroll_tiles", False))
+    else:
+        unroll = depthwise and -(-ow // tile.ow_block) == 2
+    if unroll:
+        # Unroll the loop over a row's register tiles. A depthwise conv guards its input reads
+        # (Note [padding per tile]); with two tiles per row both are border tiles and
+        # partition_loop finds no interior to split off, leaving rw loops of symbolic extents
+        # (no unrolling, no load reuse across rw). Unrolled, each tile's column is a constant
+        # and its guards resolve: 192 channels on 28x28 (two 14-wide tiles, AVX-512) 28.5 ->
+        # 22.5 us, 576 on 14x14 (two 7-wide tiles, AVX2) 41 -> 25 us at 1 thread.
+        s[out].unroll(tiles)
+    if depthwise:
+        knobs = {"ow_block": tile.ow_block, "unroll_tiles": unroll}
+    else:
+        ob = _static(conv.shape, CONV_TAG)[4]
+        knobs = {"out_block": ob, "ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors}
+        knobs["prefetch"] = prefetch
+    record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
 
 
-def _unroll_tile_loop(st) -> None:
-    """Unroll the loop over a row's register tiles. A depthwise conv guards its input reads
-    (Note [padding per tile]); with two tiles per row both are border tiles and partition_loop
-    finds no interior to split off, leaving rw loops of symbolic extents (no unrolling, no load
-    reuse across rw). Unrolled, each tile's column is a constant and its guards resolve:
-    192 channels on 28x28 (two 14-wide tiles, AVX-512) 28.5 -> 22.5 us, 576 on 14x14 (two
-    7-wide tiles, AVX2) 41 -> 25 us at 1 thread."""
-    ow = st.op.axis[3]
-    outer = [iv for iv in st.leaf_iter_vars if iv.var.name == f"{ow.var.name}.outer"]
-    if len(outer) == 1:
-        st.unroll(outer[0])
-
-
-def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile, target=None) -> None:
+def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile, prefetch: bool):
+    """The register tile's loops; returns the loop over a row's tiles."""
     st = s[out]
     n, oc, oh, ow, oi = st.op.axis
     oco, oci = st.split(oc, factor=tile.oc_vectors)
@@ -320,9 +335,13 @@ def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile, target=Non
     a.unroll(aoc)
     a.unroll(aow)
     a.vectorize(aoi)
-    if _prefetch_pays(out, acc, tile, target_cache_sizes(target)[2]):
+    if prefetch:
         w = next(t for t in a.op.input_tensors if len(t.shape) == 6)
         a.prefetch(w, aoc, tile.oc_vectors)  # Note [weight prefetch]
+    return owo
+
+
+# Note [weight prefetch]
 
 
 # Note [weight prefetch]

@@ -20,6 +20,7 @@ so fusing the output's leading loops gives the row loop that is tiled by mr.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ import numpy as np
 from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
+from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
 PACKED_TAG = "dense_packed"
@@ -240,8 +242,9 @@ def _view_of(out: te.Tensor, anchor: te.Tensor, row_axes: int) -> bool:
     return len(o) >= 1 and o[-1] == a[-1] and math.prod(o[:-1]) == a[0]
 
 
-def schedule_dense_packed(outs, target=None) -> te.Schedule:
-    """A group anchored by dense_packed (see the module docstring)."""
+def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
+    """A group anchored by dense_packed (see the module docstring); `config`: the x86
+    strategy's knobs (mr, kc; nv is the packed panel's), None: the rules."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
@@ -249,7 +252,16 @@ def schedule_dense_packed(outs, target=None) -> te.Schedule:
     M, N = _static(anchor.shape)
     nr = int(anchor.op.attrs["nr"])
     K = int(anchor.op.reduce_axis[0].dom.extent.value)
-    return schedule_gemm(s, outs, anchor, blocking_for_panel(target, M, N, K, nr), target)
+    blk = with_config(blocking_for_panel(target, M, N, K, nr), config)
+    record_config(s, Config("packed", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))
+    return schedule_gemm(s, outs, anchor, blk, target)
+
+
+def with_config(blk: Blocking, config) -> Blocking:
+    """The blocking with the config's rows (mr) and k block (kc), when a config is given."""
+    if config is None:
+        return blk
+    return dataclasses.replace(blk, mr=config["mr"], kc=config["kc"])
 
 
 def blocking_for_panel(target, M: int, N: int, K: int, nr: int) -> Blocking:

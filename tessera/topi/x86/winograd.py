@@ -36,6 +36,7 @@ from tessera import te
 from tessera.topi import generic
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
 from tessera.topi.x86.dense import (
     blocking_for_panel,
@@ -342,8 +343,9 @@ def conv2d_winograd_nchwc(
 # -- the schedule --------------------------------------------------------------------------------
 
 
-def schedule_conv2d_winograd_nchwc(outs, target=None) -> te.Schedule:
-    """The x86 schedule of a fused group anchored on conv2d_winograd_nchwc (module docstring)."""
+def schedule_conv2d_winograd_nchwc(outs, target=None, config=None) -> te.Schedule:
+    """The x86 schedule of a fused group anchored on conv2d_winograd_nchwc (module docstring);
+    `config` (the strategy's out_block and tile, already in the op's shape) is recorded."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
@@ -366,6 +368,8 @@ def schedule_conv2d_winograd_nchwc(outs, target=None) -> te.Schedule:
             if t.op is not y.op:
                 generic.schedule_elementwise_stage(s, t, target)
     _schedule_output(s, out, out_rows, m)
+    ob = _static(y.shape, "winograd")[4]
+    record_config(s, Config("winograd", {"out_block": ob, "tile": m}))
     return s
 
 

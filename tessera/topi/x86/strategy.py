@@ -1,0 +1,421 @@
+"""The x86 strategies: for conv2d and dense/matmul/batch_matmul, the implementations, their
+knobs with today's hand rules as defaults, and the layout and packing each config wants.
+
+    nn.conv2d        nchw (generic schedule) | direct_nchwc | depthwise_nchwc | winograd
+    nn.dense, matmul generic | blocked (B read as it is) | packed (constant B in panels)
+    nn.batch_matmul  generic | blocked
+
+Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
+    direct_nchwc     out_block (channel block, Note [block rule] in transform/alter_layout.py),
+                     ow_block x oc_vectors (the register tile, Note [conv micro-kernel]),
+                     prefetch (Note [weight prefetch])
+    depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
+    winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
+    blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc
+
+A layout hook (`layout=`) answers graph passes: given the task's workload, a config and what
+the pass knows of the input (`context`: "in_block", "in_channels", "in_padded", "winograd"), it
+returns the op to emit, the blocks of input and output, the weight in the layout the kernel
+reads, and the attributes (with the config); None when the config cannot apply in this context.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tessera.topi.layout import transform_array
+from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
+from tessera.topi.x86 import ops  # noqa: F401  (registers the x86 ops and schedules)
+from tessera.topi.x86.conv2d import PREFETCH_MAX_REUSE, _accumulator_budget, choose_conv_tile
+from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
+from tessera.topi.x86.dense import (
+    blocking_for_panel,
+    choose_blocking,
+    pack_weight_np,
+    panel_width,
+)
+from tessera.topi.x86.winograd import plan_winograd
+
+# Note [block rule] (transform/alter_layout.py): a conv is blocked only when its output block
+# fills at least a 256-bit vector (8 float32; the whole vector where it is narrower, SSE/NEON).
+MIN_BLOCK_BITS = 256
+
+
+def min_block(target) -> int:
+    lanes = target.vector_lanes("float32")
+    return min(lanes, MIN_BLOCK_BITS // 32)
+
+
+def channel_block(channels: int, lanes: int) -> int:
+    """The largest power of two dividing `channels`, at most `lanes` (Note [block rule])."""
+    block = 1
+    while block * 2 <= lanes and channels % (block * 2) == 0:
+        block *= 2
+    return block
+
+
+def output_block(channels: int, lanes: int) -> tuple[int, int]:
+    """(block, padded channels) of a conv's output (Note [channel padding] in alter_layout)."""
+    block = channel_block(channels, lanes)
+    padded = -(-channels // lanes) * lanes
+    if block < lanes and padded * 8 <= channels * 9:
+        return lanes, padded
+    return block, channels
+
+
+def _powers(lo: int, hi: int) -> list[int]:
+    out, b = [], 1
+    while b <= hi:
+        if b >= lo:
+            out.append(b)
+        b *= 2
+    return out
+
+
+# -- conv2d ----------------------------------------------------------------------------------------
+
+
+class _Conv:
+    """What the rules need of an NCHW conv workload (None from `of` when not a float32 2-d
+    conv with a constant weight)."""
+
+    @staticmethod
+    def of(wl: Workload, target) -> _Conv | None:
+        if len(wl.inputs) != 2 or not wl.constant or not wl.constant[1]:
+            return None
+        (xs, xd), (ws, wd) = wl.inputs
+        if len(xs) != 4 or len(ws) != 4 or (xd, wd) != ("float32", "float32"):
+            return None
+        c = _Conv()
+        c.ic, c.oc, c.kh, c.kw = xs[1], ws[0], ws[2], ws[3]
+        c.n, _, c.oh, c.ow = wl.output
+        c.groups = wl.attr("groups", 1)
+        c.strides, c.dilation = tuple(wl.attr("strides")), tuple(wl.attr("dilation"))
+        c.depthwise = c.groups > 1 and c.groups == c.ic == c.oc and ws[1] == 1
+        c.lanes = target.vector_lanes("float32")
+        c.min_block = min_block(target)
+        c.budget = _accumulator_budget(vector_registers(target))
+        c.registers = vector_registers(target)
+        return c
+
+    def out_blocks(self) -> list[int]:
+        """Candidate output blocks: powers of two from min_block to the lanes dividing the
+        (per-group) output channels, and the lanes with padded channels where the rule pads."""
+        if self.groups > 1:
+            return [
+                b for b in _powers(self.min_block, self.lanes) if (self.oc // self.groups) % b == 0
+            ]
+        blocks = [b for b in _powers(self.min_block, self.lanes) if self.oc % b == 0]
+        block, padded = output_block(self.oc, self.lanes)
+        if padded != self.oc:
+            blocks.append(block)
+        return blocks
+
+    def default_out_block(self) -> int:
+        if self.groups > 1:
+            return channel_block(self.oc // self.groups, self.lanes)
+        return output_block(self.oc, self.lanes)[0]
+
+    def padded_out(self, block: int) -> int:
+        return -(-self.oc // block) * block
+
+    def is_winograd_shape(self) -> bool:
+        return (
+            self.groups == 1
+            and (self.kh, self.kw) == (3, 3)
+            and self.strides == (1, 1)
+            and self.dilation == (1, 1)
+        )
+
+
+conv2d = register_strategy("nn.conv2d", "x86")
+
+
+@conv2d.implementation("nchw")
+def _nchw_space(wl: Workload, target) -> ConfigSpace | None:
+    return ConfigSpace()
+
+
+def _tile_knobs(c: _Conv) -> list[Knob]:
+    return [Knob("ow_block", tuple(range(1, min(c.ow, c.budget) + 1)), default=_default_tile(0))]
+
+
+def _default_tile(field: int):
+    def rule(wl, target, context):
+        c = _Conv.of(wl, target)
+        ocb = c.padded_out(c.default_out_block()) // c.default_out_block()
+        tile = choose_conv_tile(c.ow, ocb, c.registers, c.depthwise)
+        return (tile.ow_block, tile.oc_vectors)[field]
+
+    return rule
+
+
+def _default_prefetch(wl, target, context) -> bool:
+    """Note [weight prefetch] in conv2d.py: weights larger than L2, two chunks within half of
+    it, few outputs reusing each weight (of the default tile)."""
+    c = _Conv.of(wl, target)
+    ob = c.default_out_block()
+    ocp = c.padded_out(ob)
+    icp = context.get("in_channels", c.ic)
+    total = ocp * (icp // c.groups) * c.kh * c.kw * 4
+    chunk = total // (ocp // ob) * _default_tile(1)(wl, target, context)
+    l2 = target_cache_sizes(target)[2]
+    return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= PREFETCH_MAX_REUSE
+
+
+def _direct_space(wl: Workload, target) -> ConfigSpace | None:
+    c = _Conv.of(wl, target)
+    if c is None or c.depthwise or not c.out_blocks():
+        return None
+    knobs = [
+        Knob("out_block", tuple(c.out_blocks()), default=lambda *a: c.default_out_block()),
+        *_tile_knobs(c),
+        Knob("oc_vectors", (1, 2, 3, 4), default=_default_tile(1)),
+        Knob("prefetch", (False, True), default=_default_prefetch),
+    ]
+    constraints = [
+        lambda v: (c.padded_out(v["out_block"]) // v["out_block"]) % v["oc_vectors"] == 0,
+        lambda v: v["ow_block"] * v["oc_vectors"] <= c.budget,
+    ]
+    return ConfigSpace(knobs, constraints)
+
+
+def _depthwise_space(wl: Workload, target) -> ConfigSpace | None:
+    c = _Conv.of(wl, target)
+    if c is None or not c.depthwise or channel_block(c.oc, c.lanes) < c.min_block:
+        return None
+
+    def unroll_default(wl, target, context):
+        return -(-c.ow // _default_tile(0)(wl, target, context)) == 2
+
+    return ConfigSpace(
+        [*_tile_knobs(c), Knob("unroll_tiles", (False, True), default=unroll_default)]
+    )
+
+
+def _winograd_space(wl: Workload, target) -> ConfigSpace | None:
+    c = _Conv.of(wl, target)
+    if c is None or not c.is_winograd_shape() or not c.out_blocks():
+        return None
+    if channel_block(c.ic, c.lanes) < c.min_block:
+        return None
+
+    def tile_default(wl, target, context):
+        plan = _winograd_plan(c, c.default_out_block(), context, target)
+        return plan[0] if plan is not None else 4
+
+    knobs = [
+        Knob("out_block", tuple(c.out_blocks()), default=lambda *a: c.default_out_block()),
+        Knob("tile", (2, 4), default=tile_default),
+    ]
+    return ConfigSpace(knobs)
+
+
+def _winograd_plan(c: _Conv, ob: int, context, target):
+    return plan_winograd(target, c.oh, c.ow, context.get("in_channels", c.ic), c.padded_out(ob))
+
+
+@conv2d.choose_default
+def _conv_default(wl: Workload, target, context) -> str:
+    """Today's rule (transform/alter_layout.py before strategies): blocked when the output
+    block fills a vector; Winograd where Note [winograd rule] estimates it faster."""
+    c = _Conv.of(wl, target)
+    if c is None or not context.get("rewrite", True):
+        return "nchw"
+    if c.depthwise:
+        ob = context.get("in_block") or channel_block(c.oc, c.lanes)
+        return "nchw" if ob < c.min_block or ob % c.min_block else "depthwise_nchwc"
+    if c.groups > 1 and context.get("in_padded"):
+        return "nchw"
+    ob = c.default_out_block()
+    if ob < c.min_block:
+        return "nchw"
+    ib = context.get("in_block") or channel_block(c.ic, c.lanes)
+    use = context.get("winograd", True) and c.is_winograd_shape() and ib >= c.min_block
+    if use and _winograd_plan(c, ob, context, target) is not None:
+        return "winograd"
+    return "direct_nchwc"
+
+
+def _padded_weight(c: _Conv, w: np.ndarray, ocp: int, icp: int) -> np.ndarray:
+    if (ocp, icp) == (c.oc, c.ic if not c.depthwise else c.oc):
+        return w
+    pads = [(0, ocp - c.oc), (0, 0 if c.depthwise else icp - c.ic), (0, 0), (0, 0)]
+    return np.pad(w, pads)
+
+
+def _direct_layout(wl: Workload, config: Config, context, target, w: np.ndarray):
+    c = _Conv.of(wl, target)
+    ob = config["out_block"]
+    if c.groups > 1:
+        if context.get("in_padded"):
+            return None  # channel offsets of groups need the true channels
+        ib = channel_block(c.ic // c.groups, c.lanes)
+        icp, ocp = c.ic, c.oc
+    else:
+        ib = context.get("in_block") or channel_block(c.ic, c.lanes)
+        icp, ocp = context.get("in_channels", c.ic), c.padded_out(ob)
+    array = _padded_weight(c, w, ocp, icp)
+    weight = transform_array(array, "OIHW", f"OIHW{ib}i{ob}o")
+    attrs = dict(wl.attrs, config=config.as_attr())
+    return {
+        "op": "nn.conv2d_nchwc",
+        "in_block": ib,
+        "out_block": ob,
+        "weight": weight,
+        "attrs": attrs,
+    }
+
+
+def _depthwise_layout(wl: Workload, config: Config, context, target, w: np.ndarray):
+    c = _Conv.of(wl, target)
+    ob = context.get("in_block") or channel_block(c.oc, c.lanes)
+    ocp = context.get("in_channels", c.oc)
+    array = _padded_weight(c, w, ocp, ocp)
+    weight = transform_array(array, "OIHW", f"OIHW1i{ob}o")
+    attrs = dict(wl.attrs, config=config.as_attr())
+    if ocp != c.oc:
+        attrs["groups"] = ocp
+    return {
+        "op": "nn.conv2d_nchwc",
+        "in_block": ob,
+        "out_block": ob,
+        "weight": weight,
+        "attrs": attrs,
+    }
+
+
+def _winograd_layout(wl: Workload, config: Config, context, target, w: np.ndarray):
+    from tessera.topi.x86.winograd import (
+        _panel_blocking,
+        product_rows,
+        transform_weight_np,
+    )
+
+    c = _Conv.of(wl, target)
+    ob, m = config["out_block"], config["tile"]
+    ib = context.get("in_block") or channel_block(c.ic, c.lanes)
+    icp, ocp = context.get("in_channels", c.ic), c.padded_out(ob)
+    blk = _panel_blocking(target, ocp, icp)  # the products' panels (Note [winograd rule])
+    rows = product_rows(-(-c.oh // m) * -(-c.ow // m), blk.mr, blk.nv)
+    u = transform_weight_np(_padded_weight(c, w, ocp, icp), m, blk.nr)
+    attrs = {
+        "padding": list(wl.attr("padding")), "tile": m, "channels": ocp, "out_block": ob,
+        "rows": rows, "config": config.as_attr(),
+    }  # fmt: skip
+    return {
+        "op": "nn.conv2d_winograd_nchwc",
+        "in_block": ib,
+        "out_block": ob,
+        "weight": u,
+        "attrs": attrs,
+    }
+
+
+conv2d.implementation("direct_nchwc", priority=1, layout=_direct_layout)(_direct_space)
+conv2d.implementation("depthwise_nchwc", priority=1, layout=_depthwise_layout)(_depthwise_space)
+conv2d.implementation("winograd", priority=2, layout=_winograd_layout)(_winograd_space)
+
+
+# -- dense, matmul, batch_matmul ---------------------------------------------------------------
+
+
+class _Gemm:
+    """M x N x K of a matrix-product workload as its x86 schedule sees it (None: not a float32
+    product of matrices with static shapes)."""
+
+    @staticmethod
+    def of(wl: Workload) -> _Gemm | None:
+        out = wl.output
+        if len(wl.inputs) != 2 or len(out) < 2 or any(d != "float32" for _, d in wl.inputs):
+            return None
+        (a, _), (b, _) = wl.inputs
+        if not all(isinstance(d, int) for d in (*a, *b, *out)):
+            return None
+        if wl.op == "matmul" and (len(a) < 2 or len(b) < 2):
+            return None  # numpy.matmul drops the axis of a 1-D operand: matrix-vector
+        g = _Gemm()
+        g.M, g.N = out[-2], out[-1]
+        if wl.op == "nn.batch_matmul":
+            g.K = a[1] if wl.attr("transpose_a", False) else a[2]
+        else:
+            g.K = a[-1]
+        return g
+
+
+def _packed_gemm(wl: Workload) -> _Gemm | None:
+    """A dense/matmul whose weight is a constant 2-D float32 matrix (transform/pack_weights)."""
+    if wl.op not in ("nn.dense", "matmul") or len(wl.inputs) != 2 or not wl.constant[1]:
+        return None
+    (xs, xd), (ws, wd) = wl.inputs
+    if len(ws) != 2 or len(xs) < 1 or (xd, wd) != ("float32", "float32"):
+        return None
+    if not all(isinstance(d, int) for d in xs):
+        return None
+    g = _Gemm()
+    g.M, g.K = math.prod(xs[:-1]), xs[-1]
+    g.N = ws[0] if wl.op == "nn.dense" else ws[1]
+    return g
+
+
+def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
+    regs, lanes = vector_registers(target), target.vector_lanes("float32")
+    nvs = sorted({1, 2, 4} | ({-(-g.N // lanes)} if -(-g.N // lanes) < 4 else set()))
+    kcs = sorted({min(1 << i, g.K) for i in range(3, 12)} | {default_blocking(target).kc})
+    knobs = [
+        Knob(
+            "mr",
+            tuple(range(1, min(regs - 2, g.M) + 1)),
+            default=lambda *a: default_blocking(a[1]).mr,
+        ),
+        Knob("nv", tuple(nvs), default=lambda *a: default_blocking(a[1]).nv),
+        Knob("kc", tuple(kcs), default=lambda *a: default_blocking(a[1]).kc),
+    ]
+    return ConfigSpace(knobs, [lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs])
+
+
+def _generic_gemm_space(wl, target) -> ConfigSpace:
+    return ConfigSpace()
+
+
+def _blocked_space(wl: Workload, target) -> ConfigSpace | None:
+    g = _Gemm.of(wl)
+    if g is None:
+        return None
+    return _gemm_space(g, target, lambda t: choose_blocking(t, g.M, g.N, g.K))
+
+
+def _packed_space(wl: Workload, target) -> ConfigSpace | None:
+    g = _packed_gemm(wl)
+    if g is None:
+        return None
+
+    def blocking(t):
+        return blocking_for_panel(t, g.M, g.N, g.K, panel_width(t, g.N))
+
+    return _gemm_space(g, target, blocking)
+
+
+def _packed_layout(wl: Workload, config: Config, context, target, w: np.ndarray):
+    g = _packed_gemm(wl)
+    nr = config["nv"] * target.vector_lanes("float32")
+    weight = pack_weight_np(w, nr, transposed=wl.op == "nn.dense")
+    attrs = {"units": g.N, "config": config.as_attr()}
+    return {"op": "nn.dense_packed", "weight": weight, "attrs": attrs}
+
+
+def _gemm_default(wl: Workload, target, context) -> str:
+    if context.get("rewrite", True) and _packed_gemm(wl) is not None:
+        return "packed"
+    return "blocked" if _Gemm.of(wl) is not None else "generic"
+
+
+for _op in ("nn.dense", "matmul", "nn.batch_matmul"):
+    _s = register_strategy(_op, "x86")
+    _s.implementation("generic")(_generic_gemm_space)
+    _s.implementation("blocked", priority=1)(_blocked_space)
+    if _op != "nn.batch_matmul":
+        _s.implementation("packed", priority=2, layout=_packed_layout)(_packed_space)
+    _s.choose_default(_gemm_default)
