@@ -27,6 +27,7 @@ _SUBMODULES = {
     "driver",
     "logging",
     "models",
+    "autotune",
 }
 # public name -> (module, attribute)
 _ATTRS = {

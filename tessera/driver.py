@@ -25,6 +25,7 @@ from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
 from tessera.tir import transform as tt
 from tessera.tir.verify import verify
+from tessera.topi.strategy import use_configs
 from tessera.transform import (
     Sequential,
     alter_layout,
@@ -152,8 +153,9 @@ def copy_outputs(func: Function) -> Function:
     return build_groups(func, list(range(len(body))))
 
 
-def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> GraphExecutorFactory:
-    """Compile a graph IRModule's "main" (weights in `params`) into a compiled model."""
+def fused_function(mod: IRModule, target: Target, params: dict | None = None) -> Function:
+    """The graph passes for `target` (under the current PassContext and configs): "main" with
+    its weights bound, optimized, every call in a fused group (what `build_graph` lowers)."""
     mod = bind_params(mod, params or {})  # weights become constants that passes can fold
     for p in mod["main"].params:  # the executor allocates every input once, at a fixed size
         if not p.type.is_static:
@@ -161,14 +163,23 @@ def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> Gr
                 f"build: input %{p.name} has a symbolic shape {p.type}: bind its dims first "
                 "(from_onnx(model, shape_dict={name: shape}))"
             )
-    with target:  # alter_layout reads Target.current()
+    with target:  # alter_layout and pack_weights read Target.current()
         mod = optimize_graph(mod)
-    func = copy_outputs(group_each_call(mod["main"]))
-    # per distinct group, unless the compile cache has it: compute rules, schedule, te.lower,
-    # TIR_PASSES, codegen to an object
-    kernels, kernel_of_call = compile_groups(
-        func, target, functools.partial(optimize, target=target)
-    )
+    return copy_outputs(group_each_call(mod["main"]))
+
+
+def build_graph(
+    mod: IRModule, target: Target, params: dict | None = None, configs: dict | None = None
+) -> GraphExecutorFactory:
+    """Compile a graph IRModule's "main" (weights in `params`) into a compiled model;
+    `configs`: {autotune Task: Config} for the tasks whose default config is not wanted."""
+    with use_configs(configs, target):  # graph passes and lowering ask the strategies
+        func = fused_function(mod, target, params)
+        # per distinct group, unless the compile cache has it: compute rules, schedule,
+        # te.lower, the target's tir passes, codegen to an object
+        kernels, kernel_of_call = compile_groups(
+            func, target, functools.partial(optimize, target=target)
+        )
     plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
@@ -181,16 +192,23 @@ def _is_graph_module(inputs) -> bool:
 
 
 def build(
-    inputs, args=None, target="llvm", name: str = "default_function", target_host=None, params=None
+    inputs,
+    args=None,
+    target="llvm",
+    name: str = "default_function",
+    target_host=None,
+    params=None,
+    configs=None,
 ):
     """Compile a graph IRModule (with its `params`) into a compiled model, or a te schedule, a
-    PrimFunc or an IRModule of PrimFuncs into a runtime.Module."""
+    PrimFunc or an IRModule of PrimFuncs into a runtime.Module. `configs`: for a graph module,
+    {task: config} from `tessera.autotune.extract_tasks` (other tasks take their defaults)."""
     target = resolve_target(target, target_host)
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
-        return build_graph(mod, target, params)
-    if params is not None:
-        raise TypeError("build: params are the weights of a graph module; this is a kernel")
+        return build_graph(mod, target, params, configs)
+    if params is not None or configs is not None:
+        raise TypeError("build: params and configs belong to a graph module; this is a kernel")
     if isinstance(inputs, te.Schedule):
         if args is None:
             raise ValueError("build(schedule, args): the list of argument tensors is required")

@@ -366,12 +366,28 @@ def given_config(task: Task) -> Config | None:
     return None
 
 
+_RECORDERS: list[list] = []
+
+
+class record_tasks:
+    """`with record_tasks() as tasks:` lists every task `choose` is asked for (extract_tasks)."""
+
+    def __enter__(self) -> list:
+        _RECORDERS.append([])
+        return _RECORDERS[-1]
+
+    def __exit__(self, *exc):
+        _RECORDERS.pop()
+
+
 def choose(call, target, context: Mapping | None = None) -> tuple[Task, Config] | None:
     """(task, config) for a graph call: the given config, else the default; None when no
     strategy covers the op for this target."""
     task = Task.of(call, target)
     if task is None:
         return None
+    for seen in _RECORDERS:
+        seen.append(task)
     config = given_config(task)
     return task, config if config is not None else task.default(target, context)
 

@@ -1,0 +1,33 @@
+"""The tasks of a model: the distinct workloads whose strategies have knobs.
+
+    tasks = extract_tasks(mod, params, "llvm")   # [Task, ...] in the order the build asks
+
+Runs the graph passes as `build` does (same PassContext) and lists every task a strategy is
+asked for on the way: by graph passes (alter_layout's convs, pack_weights' dense/matmul) and by
+lowering (the anchors of fused groups that no pass rewrote: matmul, batch_matmul, ...). Nothing
+is lowered or compiled, so this takes the time of the graph passes.
+"""
+
+from __future__ import annotations
+
+from tessera.target import Target
+from tessera.topi import strategy
+from tessera.topi.strategy import Task
+
+
+def extract_tasks(mod, params: dict | None = None, target="llvm", target_host=None) -> list[Task]:
+    """The unique tasks of a graph module for `target`, in the order the build meets them."""
+    from tessera.driver import fused_function, resolve_target
+    from tessera.graph.ir import Function
+    from tessera.graph_build.lower_group import distinct_groups, group_config
+    from tessera.ir.module import IRModule
+
+    target = resolve_target(target if isinstance(target, Target) else Target(target), target_host)
+    if isinstance(mod, Function):
+        mod = IRModule({"main": mod})
+    with strategy.record_tasks() as seen:
+        func = fused_function(mod, target, params)
+        groups, _ = distinct_groups(func)
+        for group in groups:
+            group_config(group, target)
+    return list(dict.fromkeys(seen))

@@ -1,0 +1,178 @@
+"""extract_tasks and build(configs=): random valid configs for every task build models that
+match ONNX Runtime (the knobs are real and every value is correct, not only the defaults)."""
+
+import importlib.util
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tessera
+from tessera import autotune
+from tessera.frontend import from_onnx
+from tessera.frontend.testing import make_model, run_ort
+from tessera.runtime import GraphModule, cpu
+from tessera.topi.strategy import Config, Task
+from tessera.transform import PassContext
+
+HOST = tessera.Target("llvm")
+R = np.random.default_rng(0)
+
+
+def f32(*shape):
+    return (R.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) or 1)).astype(np.float32)
+
+
+def small_model():
+    """Every conv kind (3x3 that Winograd may take, depthwise, grouped, 1x1, strided), a pool,
+    a dense with a constant weight and a matmul of two inputs."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=32),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], group=2),
+        helper.make_node("Conv", ["c3", "w4"], ["c4"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("MaxPool", ["c4"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "w5"], ["y"], transB=1),
+        helper.make_node("MatMul", ["a", "b"], ["z"]),
+    ]
+    inits = {
+        "w1": f32(32, 16, 3, 3),
+        "w2": f32(32, 1, 3, 3),
+        "w3": f32(32, 16, 1, 1),
+        "w4": f32(24, 32, 3, 3),
+        "w5": f32(10, 24),
+    }
+    inputs = {"x": ((1, 16, 14, 14), "float32"), "a": ((2, 9, 16), "float32")}
+    inputs["b"] = ((2, 16, 12), "float32")
+    return make_model(nodes, inputs, ["y", "z"], inits)
+
+
+def feeds_of(model, seed=0):
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if vi.type.tensor_type.elem_type == 1:
+            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(np.int64)
+    return feeds
+
+
+def run(lib, feeds):
+    m = GraphModule(lib["default"](cpu(0)))
+    for name, value in feeds.items():
+        m.set_input(name, value)
+    m.run()
+    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+
+
+def check_random_configs(model, seeds, rtol=1e-3, atol=1e-4, feeds=None):
+    """Build `model` with a random valid config for every task, per seed; compare with ORT."""
+    feeds = feeds or feeds_of(model)
+    expected = run_ort(model, feeds)
+    mod, params = from_onnx(model)
+    with PassContext(opt_level=3):
+        tasks = autotune.extract_tasks(mod, params, HOST)
+        assert tasks
+        for seed in seeds:
+            rng = random.Random(seed)
+            configs = {t: t.sample(HOST, rng) for t in tasks}
+            lib = tessera.build(mod, target=HOST, params=params, configs=configs)
+            for got, want in zip(run(lib, feeds), expected, strict=True):
+                np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"seed {seed}")
+    return tasks
+
+
+def test_extract_tasks_lists_each_workload_once_with_a_space():
+    mod, params = from_onnx(small_model())
+    tasks = autotune.extract_tasks(mod, params, HOST)
+    ops = [t.workload.op for t in tasks]
+    assert ops.count("nn.conv2d") == 4 and "nn.dense" in ops and "matmul" in ops
+    assert len(set(tasks)) == len(tasks)
+    for task in tasks:
+        default = task.default(HOST)
+        assert task.valid(default, HOST), (task, default)
+        assert default in set(task.configs(HOST))
+    # the 3x3 conv and the dense have real choices: several implementations, many configs
+    conv = next(t for t in tasks if t.workload.shape(1) == (32, 16, 3, 3))
+    assert {"nchw", "direct_nchwc"} <= set(conv.implementations(HOST))
+    assert sum(1 for _ in conv.configs(HOST)) > 20
+
+
+def test_random_configs_match_onnxruntime_small_model():
+    tasks = check_random_configs(small_model(), seeds=range(4))
+    assert len(tasks) >= 6
+
+
+def test_configs_change_the_kernels():
+    """A config other than the default gives other code (the knobs reach the schedules)."""
+    model = small_model()
+    mod, params = from_onnx(model)
+    tasks = autotune.extract_tasks(mod, params, HOST)
+    conv = next(t for t in tasks if t.workload.shape(1) == (24, 32, 3, 3))
+    default = conv.default(HOST)
+    other = next(c for c in conv.configs(HOST) if c.impl == "direct_nchwc" and c != default)
+    libs = [
+        tessera.build(mod, target=HOST, params=params, configs=configs)
+        for configs in (None, {conv: other})
+    ]
+    assert libs[0].get_source() != libs[1].get_source()
+    feeds = feeds_of(model)
+    for a, b in zip(run(libs[0], feeds), run(libs[1], feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_invalid_config_is_refused():
+    mod, params = from_onnx(small_model())
+    task = autotune.extract_tasks(mod, params, HOST)[0]
+    bad = Config("direct_nchwc", ow_block=10**6, oc_vectors=1, out_block=8, prefetch=False)
+    with pytest.raises(ValueError, match="not a valid config"):
+        tessera.build(mod, target=HOST, params=params, configs={task: bad})
+    with pytest.raises(TypeError, match="Task: Config"):
+        tessera.build(mod, target=HOST, params=params, configs={"conv": bad})
+
+
+def test_config_round_trips_and_is_a_graph_attribute():
+    c = Config("blocked", mr=6, nv=2, kc=256)
+    assert Config.from_json(c.to_json()) == c
+    assert Config.from_attr(c.as_attr()) == c
+    assert hash(Config.from_attr(c.as_attr())) == hash(c)
+    assert isinstance(autotune.Task, type) and Task is autotune.Task
+
+
+# -- the models of the issue ---------------------------------------------------------------------
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _zoo():
+    spec = importlib.util.spec_from_file_location("bench_model_zoo_tasks", BENCH / "model_zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model(name):
+    if name in ("resnet50", "shufflenet"):
+        return tessera.models.light_model(name)
+    zoo = _zoo()
+    if name == "mobilenet_v2":
+        return zoo.mobilenet_v2()
+    return zoo.bert_encoder(layers=1, seq=32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "shufflenet", "bert"])
+def test_random_configs_match_onnxruntime_models(name):
+    model = _model(name)
+    feeds = _zoo().bert_inputs(model, seed=1) if name == "bert" else feeds_of(model)
+    check_random_configs(model, seeds=range(3), rtol=2e-3, atol=2e-4, feeds=feeds)
