@@ -95,3 +95,59 @@ def test_a_cpu_this_machine_lacks_is_not_host():
     t = Target("llvm -mcpu=sapphirerapids")
     assert t.is_host == (t.features <= host)
     assert Target("llvm -mcpu=x86-64").is_host == (llvm.get_process_triple().startswith("x86_64"))
+
+
+# -- the target table ------------------------------------------------------------------------------
+
+
+def test_every_kind_has_a_row_and_the_rows_name_importable_code():
+    from tessera.target import TARGET_KINDS
+
+    for kind, row in TARGET_KINDS.items():
+        assert row.name == kind
+        for entry in ("build", "compile_kernel", "link", "toolchain", "fingerprint", "tir_passes"):
+            if getattr(row, entry) is not None:
+                assert row.resolve(entry) is not None, (kind, entry)
+
+
+def test_strategy_keys_come_from_the_row():
+    assert Target("llvm -mtriple=x86_64-linux-gnu").kind_info.keys(
+        Target("llvm -mtriple=x86_64-linux-gnu")
+    ) == ("x86", "generic")
+    arm = Target("llvm -mtriple=aarch64-linux-gnu")
+    assert arm.kind_info.keys(arm) == ("arm", "generic")
+    cuda = Target("cuda")
+    assert cuda.kind_info.keys(cuda) == ("cuda", "generic")
+    assert not cuda.kind_info.cpu and cuda.features == frozenset()
+
+
+def test_a_missing_step_is_a_clear_error():
+    with pytest.raises(ValueError, match="'cuda' has no build step yet"):
+        Target("cuda").kind_info.resolve("build")
+
+
+def test_a_new_kind_is_a_new_row():
+    from tessera.target import TARGET_KINDS, TargetKind, register_target_kind
+
+    try:
+        register_target_kind(TargetKind("mycpu", options=("mcpu",), layout_strategies=False))
+        t = Target("mycpu -mcpu=haswell")
+        assert str(t) == "mycpu -mcpu=haswell" and t.kind_info.keys(t) == ("generic",)
+        with pytest.raises(ValueError, match="unknown option -arch"):
+            Target("mycpu -arch=sm_80")
+    finally:
+        TARGET_KINDS.pop("mycpu", None)
+    with pytest.raises(ValueError, match="unknown target kind 'mycpu'"):
+        Target("mycpu")
+
+
+def test_target_host_is_honoured_for_device_kinds_and_refused_for_cpus():
+    from tessera.driver import resolve_target
+
+    assert resolve_target("llvm", "llvm") == Target("llvm")
+    with pytest.raises(ValueError, match="name the CPU in the target"):
+        resolve_target("llvm", "llvm -mcpu=haswell")
+    cuda = resolve_target("cuda", "llvm -mcpu=haswell")
+    assert cuda.host == Target("llvm -mcpu=haswell")
+    with pytest.raises(ValueError, match="must be a CPU target"):
+        resolve_target("cuda", "cuda")
