@@ -146,13 +146,14 @@ class TargetKind:
 
 
 def cpu_strategy_keys(target: Target) -> tuple[str, ...]:
-    """Strategy keys of a CPU target, from its architecture (the triple)."""
+    """Strategy keys of a CPU target: its architecture's (from the triple), then "cpu" (rules
+    over the vector width, registers and caches: right for any CPU), then "generic"."""
     triple = target.llvm_triple
     if triple.startswith(("x86_64", "i686", "i386")):
-        return ("x86", "generic")
+        return ("x86", "cpu", "generic")
     if triple.startswith(("aarch64", "arm")):
-        return ("arm", "generic")
-    return ("generic",)
+        return ("arm", "cpu", "generic")
+    return ("cpu", "generic")
 
 
 TARGET_KINDS: dict[str, TargetKind] = {}
@@ -207,6 +208,7 @@ register_target_kind(
 # (`topi/<key>/`), imported the first time a target with that key asks for a strategy
 STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
     "x86": ("tessera.topi.x86.strategy",),
+    "cpu": ("tessera.topi.x86.strategy",),  # the x86 kernels' rules hold for any CPU
     "generic": (),
 }
 

@@ -113,9 +113,9 @@ def test_every_kind_has_a_row_and_the_rows_name_importable_code():
 def test_strategy_keys_come_from_the_row():
     assert Target("llvm -mtriple=x86_64-linux-gnu").kind_info.keys(
         Target("llvm -mtriple=x86_64-linux-gnu")
-    ) == ("x86", "generic")
+    ) == ("x86", "cpu", "generic")
     arm = Target("llvm -mtriple=aarch64-linux-gnu")
-    assert arm.kind_info.keys(arm) == ("arm", "generic")
+    assert arm.kind_info.keys(arm) == ("arm", "cpu", "generic")
     cuda = Target("cuda")
     assert cuda.kind_info.keys(cuda) == ("cuda", "generic")
     assert not cuda.kind_info.cpu and cuda.features == frozenset()

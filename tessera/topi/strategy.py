@@ -405,7 +405,10 @@ def plan_layout(call, target, context: Mapping | None = None) -> dict | None:
     impl = task.strategy.get(config.impl)
     if impl.layout is None:
         return None
-    plan = impl.layout(task.workload, config, context, target, call.inputs[1].array)
+    from tessera.graph.ir import Constant
+
+    weights = [v.array for v in call.inputs[1:2] if isinstance(v, Constant)]
+    plan = impl.layout(task.workload, config, context, target, weights[0] if weights else None)
     if plan is not None and config == task.default(target, context):
         plan["attrs"] = {k: v for k, v in plan["attrs"].items() if k != "config"}
     return plan

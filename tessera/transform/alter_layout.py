@@ -227,12 +227,14 @@ class _Rewriter:
         block = self.block_of(x)
         if block is None:
             return False  # a pool alone is no reason to change layouts
-        yb = self.emit(
-            _POOLS[call.op.name],
-            [self.to_block(x, block)],
-            call.attrs,
-            name=self._name(out, "nchwc"),
-        )
+        if call.op.name in ("nn.max_pool2d", "nn.avg_pool2d"):  # those with a strategy
+            plan = strategy.plan_layout(call, self.target, {"in_block": block})
+            if plan is None:
+                return False
+            op, attrs = plan["op"], plan["attrs"]
+        else:
+            op, attrs = _POOLS[call.op.name], call.attrs
+        yb = self.emit(op, [self.to_block(x, block)], attrs, name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, block)
         return True
 

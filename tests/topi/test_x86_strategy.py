@@ -25,7 +25,7 @@ def conv_task(x, w, strides=(1, 1), padding=(1, 1, 1, 1), groups=1):
     ow = (x[3] + padding[1] + padding[3] - kw) // strides[1] + 1
     attrs = (("dilation", (1, 1)), ("groups", groups), ("padding", padding), ("strides", strides))
     inputs = ((x, "float32"), (w, "float32"))
-    return Task(Workload("nn.conv2d", inputs, attrs, (False, True), (x[0], w[0], oh, ow)), "x86")
+    return Task(Workload("nn.conv2d", inputs, attrs, (False, True), (x[0], w[0], oh, ow)), "cpu")
 
 
 CONVS = [
@@ -109,7 +109,7 @@ def test_packed_dense_default_is_the_schedules_rule(shape, target):
     target = tessera.Target(target)
     m, k, n = shape
     wl = Workload("nn.dense", (((m, k), "float32"), ((n, k), "float32")), (), (False, True), (m, n))
-    task = Task(wl, "x86")
+    task = Task(wl, "cpu")
     default = task.default(target)
     assert default.impl == "packed"
     assert default["nv"] * target.vector_lanes("float32") == x86_dense.panel_width(target, n)
@@ -153,3 +153,35 @@ def test_config_record_is_a_schedule_step_that_replays():
     steps = steps_from_json(s.steps_json())
     assert any(isinstance(st, ConfigRecord) for st in steps)
     assert "config(impl=packed" in "\n".join(str(st) for st in s.steps)
+
+
+POOLS = [
+    ("nn.avg_pool2d", (1, 64, 56, 56), (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("nn.max_pool2d", (1, 64, 112, 112), (3, 3), (2, 2), (1, 1, 1, 1)),
+    ("nn.avg_pool2d", (1, 256, 27, 27), (3, 3), (1, 1), (1, 1, 1, 1)),
+    ("nn.max_pool2d", (1, 32, 13, 13), (2, 2), (2, 2), (0, 0, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("op, x, size, strides, padding", POOLS)
+def test_pool_default_is_the_schedules_rule(op, x, size, strides, padding):
+    from tessera.topi.x86 import pooling
+
+    target = tessera.Target("llvm -mcpu=skylake-avx512")
+    oh = (x[2] + padding[0] + padding[2] - size[0]) // strides[0] + 1
+    ow = (x[3] + padding[1] + padding[3] - size[1]) // strides[1] + 1
+    attrs = (("padding", padding), ("pool_size", size), ("strides", strides))
+    wl = Workload(op, ((x, "float32"),), attrs, (False,), (x[0], x[1], oh, ow))
+    task = Task(wl, "cpu")
+    context = {"in_block": 16}
+    default = task.default(target, context)
+    assert default.impl == "nchwc" and task.default(target).impl == "nchw"
+    xb = te.placeholder((x[0], x[1] // 16, x[2], x[3], 16), name="x")
+    kind = "max" if "max" in op else "avg"
+    for config in (None, default):
+        y = pooling.pool_nchwc(xb, kind, size, strides, padding)
+        s = pooling.schedule_pool_nchwc([y], target, config)
+        text = str(tessera.lower(s, [xb, y]))
+        if config is None:
+            by_rule = text
+    assert text == by_rule  # the default config schedules exactly as the rules do

@@ -19,6 +19,7 @@ from tessera import te
 from tessera.topi.x86.softmax import schedule_rows
 
 
-def schedule_layer_norm(outs, target=None) -> te.Schedule:
-    """A group anchored by layer_norm: its rows in parallel, each row's stages inside."""
-    return schedule_rows(outs, target)
+def schedule_layer_norm(outs, target=None, config=None) -> te.Schedule:
+    """A group anchored by layer_norm: its rows in parallel, each row's stages inside
+    (`config`: the x86 row strategy's, as for softmax)."""
+    return schedule_rows(outs, target, config)

@@ -147,7 +147,14 @@ conv2d_winograd.schedule("generic")(x86_winograd.schedule_conv2d_winograd_nchwc)
 
 def _pool_type(op):
     def rule(
-        x: TensorType, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0
+        x: TensorType,
+        pool_size,
+        strides,
+        padding,
+        dilation=None,
+        ceil_mode=0,
+        count_include_pad=0,
+        config=None,
     ):
         if x.ndim != 5 or not x.is_static:
             raise type_error(op, f"expects static blocked data (rank 5), got {x}")
@@ -175,7 +182,17 @@ def _blocked_reference(fn):
 
 
 def _pool_compute(kind):
-    def compute(x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
+    def compute(
+        x,
+        *,
+        pool_size,
+        strides,
+        padding,
+        dilation=None,
+        ceil_mode=0,
+        count_include_pad=0,
+        config=None,
+    ):
         return x86_pooling.pool_nchwc(
             x, kind, pool_size, strides, padding, dilation, ceil_mode, count_include_pad
         )
@@ -203,7 +220,7 @@ for _kind in ("max", "avg"):
     _op = register_op(f"nn.{_kind}_pool2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
     _op.type_rule(_pool_type(_op.name))
     _ref = _blocked_reference(_REFERENCES[_kind])
-    _op.reference(lambda x, _ref=_ref, **attrs: _ref(x, **attrs))
+    _op.reference(lambda x, _ref=_ref, config=None, **attrs: _ref(x, **attrs))
     _op.compute(_pool_compute(_kind))
     _op.schedule("x86")(x86_pooling.schedule_pool_nchwc)
     _op.schedule("generic")(x86_pooling.schedule_pool_nchwc)

@@ -114,10 +114,11 @@ def global_pool_nchwc(x: te.Tensor, kind: str) -> te.Tensor:
     )
 
 
-def schedule_pool_nchwc(outs, target=None) -> te.Schedule:
+def schedule_pool_nchwc(outs, target=None, config=None) -> te.Schedule:
     """Parallel over (n, channel blocks, output rows); the window loops outside the vector of the
     channel block; an element-wise epilogue (the average's division, a relu) computed per row
-    right after the pool."""
+    right after the pool. `config`: the x86 pool strategy's knobs (column_group, pad_rows);
+    None: the rules of Note [pool rows]."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
@@ -139,13 +140,13 @@ def schedule_pool_nchwc(outs, target=None) -> te.Schedule:
         s[pools[0]].compute_at(s[outs[0]], row)
         if _row_bytes(pools[0]) <= ROW_BYTES:
             s[pools[0]].set_scope("local")
-        _window_loops(s, pools[0])
-        _schedule_pad(s, pools[0], s[pools[0]].op.axis[2])  # inside the output's row
+        _window_loops(s, pools[0], config=config)
+        _schedule_pad(s, pools[0], s[pools[0]].op.axis[2], config)  # inside the output's row
         return s
     for pool in pools:
         row = _parallel_rows(s, pool)
-        _window_loops(s, pool, row=row)
-        _schedule_pad(s, pool, row)
+        _window_loops(s, pool, row=row, config=config)
+        _schedule_pad(s, pool, row, config)
     for t in outs:
         if id(t.op) not in {id(p.op) for p in pools}:
             _parallel_rows(s, t)
@@ -176,12 +177,23 @@ def _row_bytes(t: te.Tensor, rows: int = 1) -> int:
     return rows * shape[3] * shape[4] * t.dtype.bits // 8
 
 
-def _schedule_pad(s, pool: te.Tensor, row) -> None:
+def pad_rows_rule(kind: str, row_bytes: int) -> bool:
+    """Note [pool rows]: an average pool pads its rows on the stack when they fit."""
+    return kind == "avg" and row_bytes <= ROW_BYTES
+
+
+def _schedule_pad(s, pool: te.Tensor, row, config=None) -> None:
     """See Note [pool rows]: the pad of `pool`'s input at its loop `row` (one output row)."""
     for t in pool.op.input_tensors:
         if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
             continue
-        if pool.op.attrs["kind"] == "avg" and _row_bytes(t, pool.op.attrs["window_h"]) <= ROW_BYTES:
+        if config is not None:
+            pad_rows = bool(config["pad_rows"])
+        else:
+            pad_rows = pad_rows_rule(
+                pool.op.attrs["kind"], _row_bytes(t, pool.op.attrs["window_h"])
+            )
+        if pad_rows:
             s[t].compute_at(s[pool], row)
             s[t].set_scope("local")
             s[t].vectorize(s[t].op.axis[-1])
@@ -211,7 +223,7 @@ def _column_group(width: int) -> int:
     return -(-width // groups)
 
 
-def _window_loops(s, pool: te.Tensor, row=None) -> None:
+def _window_loops(s, pool: te.Tensor, row=None, config=None) -> None:
     """Window loops inside a group of `u` output columns whose sums stay in registers and run
     interleaved: one column's max/sum is a chain of dependent operations, latency-bound alone."""
     st = s[pool]
@@ -222,7 +234,7 @@ def _window_loops(s, pool: te.Tensor, row=None) -> None:
         st.reorder(*outer, w, rh, rw, k)
         st.vectorize(k)
         return
-    u = _column_group(_extent(w))
+    u = config["column_group"] if config is not None else _column_group(_extent(w))
     wo, wi = st.split(w, factor=u)
     st.reorder(*outer, wo, rh, rw, wi, k)
     st.unroll(rh)

@@ -68,7 +68,7 @@ def _schedule_partial(stage, target) -> None:
         stage.reorder(*rows, k, lane)
 
 
-def _place(s, t: te.Tensor, parent, at, n_outer: int, target) -> None:
+def _place(s, t: te.Tensor, parent, at, n_outer: int, target, stack_bytes: int) -> None:
     stage = s[t]
     stage.compute_at(parent, at)
     if t.op.tag == "row_partial":
@@ -76,13 +76,20 @@ def _place(s, t: te.Tensor, parent, at, n_outer: int, target) -> None:
     elif not t.op.is_reduction and t.ndim > n_outer:
         _vectorize_last(stage, stage.op.axis[-1], vector_lanes(target, t.dtype))
     # computed at the row loop: a row (or one value) per row
-    row = int(getattr(t.shape[-1], "value", STACK_BYTES)) if t.ndim > n_outer else 1
-    if row * DType.parse(t.dtype).itemsize <= STACK_BYTES:
+    row = int(getattr(t.shape[-1], "value", stack_bytes + 1)) if t.ndim > n_outer else 1
+    if row * DType.parse(t.dtype).itemsize <= stack_bytes:
         stage.set_scope("local")
 
 
-def schedule_rows(outs, target=None) -> te.Schedule:
-    """Schedule a group anchored by row reductions over the last axis (see the docstring)."""
+def schedule_rows(outs, target=None, config=None) -> te.Schedule:
+    """Schedule a group anchored by row reductions over the last axis (see the docstring).
+    `config`: the x86 row strategy's ("generic", or "rows" with knob stack_bytes: row buffers
+    up to this size live on the stack); None: the rule (STACK_BYTES)."""
+    if config is not None and config.impl == "generic":
+        return schedule_row_reduce(
+            list(outs) if isinstance(outs, (list, tuple)) else [outs], target
+        )
+    stack_bytes = config["stack_bytes"] if config is not None else STACK_BYTES
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     combines = find_stages(outs, lambda op: op.tag == "row_combine")
     out = outs[0]
@@ -104,6 +111,6 @@ def schedule_rows(outs, target=None) -> te.Schedule:
         # loop do: te's Note [readers in scope]), else its consumer's row
         parent = stage if s._consumes(stage, st) else next(p for p in placed if s._consumes(p, st))
         at = row if parent is stage else parent.op.axis[n_outer - 1]
-        _place(s, st.op.output(0), parent, at, n_outer, target)
+        _place(s, st.op.output(0), parent, at, n_outer, target, stack_bytes)
         placed.append(st)
     return s

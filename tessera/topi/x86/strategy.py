@@ -1,9 +1,16 @@
 """The x86 strategies: for conv2d and dense/matmul/batch_matmul, the implementations, their
 knobs with today's hand rules as defaults, and the layout and packing each config wants.
 
+Those of convs, pools and dense/matmul are registered under the strategy key "cpu" (their rules
+are over the vector width, registers and caches, so they serve every CPU target that has no
+strategy of its own: arm, riscv), the row reductions' under "x86" (their schedule is x86's).
+
     nn.conv2d        nchw (generic schedule) | direct_nchwc | depthwise_nchwc | winograd
     nn.dense, matmul generic | blocked (B read as it is) | packed (constant B in panels)
     nn.batch_matmul  generic | blocked
+    nn.max_pool2d,   nchw | nchwc (when the input is blocked)
+    nn.avg_pool2d
+    nn.softmax, nn.log_softmax, nn.layer_norm   generic | rows
 
 Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     direct_nchwc     out_block (channel block, Note [block rule] in transform/alter_layout.py),
@@ -12,6 +19,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc
+    nchwc (pools)    column_group (output columns in flight), pad_rows (Note [pool rows])
+    rows             stack_bytes (row buffers up to this size on the stack)
 
 A layout hook (`layout=`) answers graph passes: given the task's workload, a config and what
 the pass knows of the input (`context`: "in_block", "in_channels", "in_padded", "winograd"), it
@@ -36,6 +45,8 @@ from tessera.topi.x86.dense import (
     pack_weight_np,
     panel_width,
 )
+from tessera.topi.x86.pooling import COLUMN_GROUP
+from tessera.topi.x86.softmax import STACK_BYTES
 from tessera.topi.x86.winograd import plan_winograd
 
 # Note [block rule] (transform/alter_layout.py): a conv is blocked only when its output block
@@ -130,7 +141,7 @@ class _Conv:
         )
 
 
-conv2d = register_strategy("nn.conv2d", "x86")
+conv2d = register_strategy("nn.conv2d", "cpu")
 
 
 @conv2d.implementation("nchw")
@@ -413,9 +424,81 @@ def _gemm_default(wl: Workload, target, context) -> str:
 
 
 for _op in ("nn.dense", "matmul", "nn.batch_matmul"):
-    _s = register_strategy(_op, "x86")
+    _s = register_strategy(_op, "cpu")
     _s.implementation("generic")(_generic_gemm_space)
     _s.implementation("blocked", priority=1)(_blocked_space)
     if _op != "nn.batch_matmul":
         _s.implementation("packed", priority=2, layout=_packed_layout)(_packed_space)
     _s.choose_default(_gemm_default)
+
+
+# -- pools -----------------------------------------------------------------------------------------
+# A pool is blocked when its input is (alter_layout: a pool alone is no reason to change
+# layouts); its knobs are those of Note [pool rows] in pooling.py.
+
+
+def _pool_space(wl: Workload, target) -> ConfigSpace | None:
+    (xs, xd), *_ = wl.inputs
+    if len(xs) != 4 or xd != "float32" or not all(isinstance(d, int) for d in xs):
+        return None
+    kind = "max" if "max" in wl.op else "avg"
+    ow = wl.output[3]
+
+    def pad_rows_default(wl, target, context):
+        from tessera.topi.x86.pooling import pad_rows_rule
+
+        block = context.get("in_block") or 1
+        pad = tuple(wl.attr("padding"))
+        dilation = tuple(wl.attr("dilation") or (1, 1))
+        window_h = (wl.attr("pool_size")[0] - 1) * dilation[0] + 1
+        return pad_rows_rule(kind, window_h * (xs[3] + pad[1] + pad[3]) * block * 4)
+
+    knobs = [
+        Knob("column_group", tuple(range(1, min(ow, COLUMN_GROUP) + 1)), default=_column_default),
+        Knob("pad_rows", (False, True), default=pad_rows_default),
+    ]
+    return ConfigSpace(knobs)
+
+
+def _column_default(wl, target, context) -> int:
+    from tessera.topi.x86.pooling import _column_group
+
+    return _column_group(wl.output[3])
+
+
+def _pool_layout(wl: Workload, config: Config, context, target, weight):
+    block = context.get("in_block")
+    if block is None:
+        return None
+    op = wl.op + "_nchwc"
+    attrs = dict(wl.attrs, config=config.as_attr())
+    return {"op": op, "in_block": block, "out_block": block, "attrs": attrs}
+
+
+def _pool_default(wl: Workload, target, context) -> str:
+    return "nchwc" if context.get("in_block") is not None else "nchw"
+
+
+for _op in ("nn.max_pool2d", "nn.avg_pool2d"):
+    _s = register_strategy(_op, "cpu")
+    _s.implementation("nchw")(_nchw_space)
+    _s.implementation("nchwc", priority=1, layout=_pool_layout)(_pool_space)
+    _s.choose_default(_pool_default)
+
+
+# -- row reductions: softmax, log_softmax, layer_norm --------------------------------------------
+
+
+def _rows_space(wl: Workload, target) -> ConfigSpace | None:
+    (xs, xd), *_ = wl.inputs
+    axis = wl.attr("axis", -1)
+    if not xs or not all(isinstance(d, int) for d in xs) or axis not in (-1, len(xs) - 1):
+        return None
+    sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
+    return ConfigSpace([Knob("stack_bytes", sizes, default=STACK_BYTES)])
+
+
+for _op in ("nn.softmax", "nn.log_softmax", "nn.layer_norm"):
+    _s = register_strategy(_op, "x86")
+    _s.implementation("generic")(_generic_gemm_space)
+    _s.implementation("rows", priority=1)(_rows_space)
