@@ -247,13 +247,29 @@ def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile) -> int:
     return a["window_h"] * cols * ib * pad.dtype.bits // 8
 
 
-def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
-    """See Note [padding per tile]."""
+def pad_per_tile_rule(block: int, tile_bytes: int) -> bool:
+    """Note [padding per tile]: blocked inputs whose tile window fits the stack."""
+    return block > 1 and tile_bytes <= PAD_TILE_BYTES
+
+
+def pad_tile_bytes(window_h, window_w, stride_w, ow_block, block) -> int:
+    """Bytes of one channel block's window of a register tile (float32)."""
+    return window_h * ((ow_block - 1) * stride_w + window_w) * block * 4
+
+
+def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=None) -> bool:
+    """See Note [padding per tile]; `per_tile`: the config's choice (None: the rule). Returns
+    the choice made (False when there is no padding)."""
+    made = False
     for t in conv.op.input_tensors:
         if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
             continue
         block = _static(t.shape, CONV_TAG)[4]
-        if block > 1 and _pad_tile_bytes(t, conv, tile) <= PAD_TILE_BYTES:
+        if per_tile is None:
+            made = pad_per_tile_rule(block, _pad_tile_bytes(t, conv, tile))
+        else:
+            made = bool(per_tile)
+        if made:
             s[t].compute_at(s[acc], s[acc].op.reduce_axis[0])  # rco: one input block
             s[t].set_scope("local")
             s[t].vectorize(s[t].op.axis[-1])
@@ -261,6 +277,7 @@ def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile) -> None:
             n, c, h, _, k = s[t].op.axis
             s[t].parallel(s[t].fuse(n, c, h))
             s[t].vectorize(k)
+    return made
 
 
 def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
@@ -294,7 +311,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     else:
         prefetch = _prefetch_pays(out, acc, tile, target_cache_sizes(target)[2])
     tiles = _schedule_tile(s, out, acc, tile, prefetch)
-    _schedule_pad(s, conv, acc, tile)
+    pad_knob = config.get("pad_per_tile") if config is not None else None
+    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob)
     if config is not None:
         unroll = bool(config.get("unroll_tiles", False))
     else:
@@ -313,6 +331,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         ob = _static(conv.shape, CONV_TAG)[4]
         knobs = {"out_block": ob, "ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors}
         knobs["prefetch"] = prefetch
+        if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
+            knobs["pad_per_tile"] = per_tile
     record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
 

@@ -15,7 +15,8 @@ strategy of its own: arm, riscv), the row reductions' under "x86" (their schedul
 Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     direct_nchwc     out_block (channel block, Note [block rule] in transform/alter_layout.py),
                      ow_block x oc_vectors (the register tile, Note [conv micro-kernel]),
-                     prefetch (Note [weight prefetch])
+                     prefetch (Note [weight prefetch]), pad_per_tile (padded convs: Note
+                     [padding per tile])
     depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc
@@ -37,7 +38,13 @@ import numpy as np
 from tessera.topi.layout import transform_array
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.x86 import ops  # noqa: F401  (registers the x86 ops and schedules)
-from tessera.topi.x86.conv2d import PREFETCH_MAX_REUSE, _accumulator_budget, choose_conv_tile
+from tessera.topi.x86.conv2d import (
+    PREFETCH_MAX_REUSE,
+    _accumulator_budget,
+    choose_conv_tile,
+    pad_per_tile_rule,
+    pad_tile_bytes,
+)
 from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
 from tessera.topi.x86.dense import (
     blocking_for_panel,
@@ -176,6 +183,19 @@ def _default_prefetch(wl, target, context) -> bool:
     return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= PREFETCH_MAX_REUSE
 
 
+def _default_pad_per_tile(wl, target, context) -> bool:
+    """Note [padding per tile] in conv2d.py: a blocked input's window per register tile, when
+    it fits the stack (of the default tile)."""
+    c = _Conv.of(wl, target)
+    ib = context.get("in_block") or channel_block(c.ic, c.lanes)
+    if c.groups > 1:
+        ib = channel_block(c.ic // c.groups, c.lanes)
+    window_h = (c.kh - 1) * c.dilation[0] + 1
+    window_w = (c.kw - 1) * c.dilation[1] + 1
+    owb = _default_tile(0)(wl, target, context)
+    return pad_per_tile_rule(ib, pad_tile_bytes(window_h, window_w, c.strides[1], owb, ib))
+
+
 def _direct_space(wl: Workload, target) -> ConfigSpace | None:
     c = _Conv.of(wl, target)
     if c is None or c.depthwise or not c.out_blocks():
@@ -186,6 +206,8 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
         Knob("oc_vectors", (1, 2, 3, 4), default=_default_tile(1)),
         Knob("prefetch", (False, True), default=_default_prefetch),
     ]
+    if any(wl.attr("padding")):
+        knobs.append(Knob("pad_per_tile", (False, True), default=_default_pad_per_tile))
     constraints = [
         lambda v: (c.padded_out(v["out_block"]) // v["out_block"]) % v["oc_vectors"] == 0,
         lambda v: v["ow_block"] * v["oc_vectors"] <= c.budget,
