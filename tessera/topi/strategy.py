@@ -189,6 +189,10 @@ class Workload:
         return self.inputs[i][1]
 
 
+def _short(v) -> str:
+    return "[" + ", ".join(_short(x) for x in v) + "]" if isinstance(v, tuple) else str(v)
+
+
 @dataclass(frozen=True)
 class Task:
     """A workload for a strategy key: what a tuner searches a config for."""
@@ -239,8 +243,9 @@ class Task:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __str__(self) -> str:
-        shapes = ", ".join(f"{d}{list(s)}" for s, d in self.workload.inputs)
-        return f"{self.key}:{self.workload.op}({shapes})"
+        shapes = [f"{d}{list(s)}" for s, d in self.workload.inputs]
+        attrs = [f"{k}={_short(v)}" for k, v in self.workload.attrs]
+        return f"{self.key}:{self.workload.op}({', '.join(shapes + attrs)})"
 
 
 # -- strategies ------------------------------------------------------------------------------------
