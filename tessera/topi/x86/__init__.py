@@ -1,6 +1,12 @@
-"""x86 schedules and computes: blocked-layout convolutions (conv2d.py, pooling.py, layout.py),
-dense/matmul (dense.py, batch_matmul.py), and what the rules ask of the CPU (cpu.py).
+"""x86 (and, under the strategy key "cpu", any CPU's) kernels and strategies.
 
-Each op registers its x86 schedule next to its other rules (`@op.schedule("x86")` in
-`tessera/graph/ops`); the functions here are the computes and schedules those rules call.
+- strategy.py: the strategies (implementations, knobs, default rules, layout/packing hooks) of
+  conv2d, dense/matmul/batch_matmul, pools and row reductions;
+- ops.py: the graph ops only these kernels take (blocked convs and pools, packed dense), and the
+  x86 schedules of the core ops;
+- conv2d.py, winograd.py, pooling.py, dense.py, batch_matmul.py, softmax.py, norm.py: computes
+  and schedules (each schedule takes the strategy's config, None: the hand rules);
+- cpu.py: what the rules ask of the CPU (vector registers, cache sizes).
+
+`tessera.target.load_strategies` imports strategy.py when a target with the key asks.
 """
