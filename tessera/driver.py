@@ -207,8 +207,10 @@ def build(
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
         return build_graph(mod, target, params, configs)
-    if params is not None or configs is not None:
-        raise TypeError("build: params and configs belong to a graph module; this is a kernel")
+    if params is not None:
+        raise TypeError("build: params are the weights of a graph module; this is a kernel")
+    if configs is not None:
+        raise TypeError("build: configs are for the tasks of a graph module; this is a kernel")
     if isinstance(inputs, te.Schedule):
         if args is None:
             raise ValueError("build(schedule, args): the list of argument tensors is required")
