@@ -10,9 +10,12 @@
 sizes. What stays blocked: element-wise ops, broadcasts with per-channel or scalar operands
 (bias, batch-norm leftovers), residual adds of two blocked tensors, max/avg/global pools,
 concatenation along channels. Any other op gets its input back in NCHW (one transform per
-value, inserted before its first such use), and so do the function's outputs. The pass needs
-the target (`with target:` around the graph passes, as `build` does, or `target=`); it leaves
-functions unchanged for targets other than llvm, and for float types other than float32.
+value, inserted before its first such use), and so do the function's outputs. Which layout a
+conv or a pool takes, and its weight in that layout, is its strategy's answer
+(`topi.strategy.plan_layout`: the chosen config's layout hook); this pass only moves values
+between layouts. It needs the target (`with target:` around the graph passes, as `build` does,
+or `target=`); it leaves functions unchanged for targets whose table row has no
+`layout_strategies`, and for float types other than float32.
 """
 
 from __future__ import annotations

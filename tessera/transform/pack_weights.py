@@ -11,8 +11,8 @@ nr = nv * lanes, by default from the target's vector width and registers); this 
 Rewritten: float32 `nn.dense(x, w)` (w is units x in) and `matmul(a, b)` with a 2-D constant b
 and a of any rank (numpy.matmul broadcasts b over a's leading axes: they are rows). A weight
 used by several calls is packed once per panel width. The new call keeps the old call's span.
-The pass needs an llvm target (`with target:` around the graph passes, as `build` does, or
-`target=`); for other targets, or none, it changes nothing.
+The pass needs the target (`with target:` around the graph passes, as `build` does, or
+`target=`); for targets whose table row has no `layout_strategies`, or none, it changes nothing.
 """
 
 from __future__ import annotations
