@@ -102,6 +102,7 @@ class GraphExecutorFactory:
     def from_library(kernels: Module) -> GraphExecutorFactory:
         """The factory of a library loaded by `load_module` (its metadata holds the plan)."""
         plan = kernels.metadata[PLAN_KEY]
+        check_plan(plan, kernels.library_path)
         nbytes = int(plan["params_nbytes"])
         lib = ctypes.CDLL(kernels.library_path)  # the same handle load_module opened
         entry = None
@@ -174,18 +175,64 @@ class GraphExecutorFactory:
 
     # -- export ----------------------------------------------------------------------------
 
-    def export_library(self, path, options=()) -> Path:
-        """Write one shared library holding the kernels, the plan and the weights."""
+    def export_library(self, path, options=(), *, key=None) -> Path:
+        """Write one shared library holding the kernels, the plan and the weights, sealed (a
+        checksum, tessera's version and the target; signed when `key` is given)."""
         if not self._kernels.has_code_to_link():
-            return self._kernels.export_library(path, options)  # a loaded model: copy it
+            return self._kernels.export_library(path, options, key=key)  # a loaded model
         with tempfile.TemporaryDirectory(prefix="tessera-params-") as tmp:
             files = []
             if self._blob.nbytes:
                 files.append(write_blob_assembly(Path(tmp), self._blob))
             metadata = {PLAN_KEY: self.plan}
             return self._kernels.export_library(
-                path, options, extra_files=files, extra_metadata=metadata
+                path, options, extra_files=files, extra_metadata=metadata, key=key
             )
+
+
+def check_plan(plan, where) -> None:
+    """A ValueError naming what is missing or mistyped in an executor plan (Note [executor
+    plan]), so that a malformed plan never surfaces as a bare KeyError or TypeError."""
+
+    def need(ok: bool, what: str):
+        if not ok:
+            raise ValueError(f"{where!r}: the executor plan is malformed ({what})")
+
+    need(isinstance(plan, dict), "not an object")
+    need(plan.get("version") == PLAN_VERSION, f"version {plan.get('version')!r}")
+    for key in ("params_nbytes", "arena_nbytes"):
+        need(isinstance(plan.get(key), int) and plan[key] >= 0, f"{key} is not a size")
+    for key in ("inputs", "outputs", "params", "calls"):
+        need(isinstance(plan.get(key), list), f"{key} is not a list")
+    for spec in plan["inputs"] + plan["outputs"] + plan["params"]:
+        need(isinstance(spec, dict), "a tensor description is not an object")
+        need(isinstance(spec.get("name"), str), "a tensor has no name")
+        need(spec.get("dtype") in STORAGE, f"tensor {spec.get('name')!r} has no known dtype")
+        shape = spec.get("shape")
+        need(isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape), "")
+    for spec in plan["params"]:
+        need(isinstance(spec.get("offset"), int) and spec["offset"] >= 0, "a weight's offset")
+        end = spec["offset"] + nbytes_of(spec["dtype"], spec["shape"])
+        need(end <= plan["params_nbytes"], f"weight {spec['name']!r} lies past the weights")
+    for out in plan["outputs"]:
+        storage = out.get("storage")
+        need(isinstance(storage, list) and len(storage) == 2, "an output has no storage")
+    for call in plan["calls"]:
+        need(isinstance(call, dict) and isinstance(call.get("kernel"), str), "a call's kernel")
+        args = call.get("args")
+        need(isinstance(args, list) and all(_is_arg(a) for a in args), "a call's arguments")
+        need(all(isinstance(v, int) for v in call.get("vars", ())), "a call's vars")
+
+
+def _is_arg(arg) -> bool:
+    return (
+        isinstance(arg, list)
+        and len(arg) == 2
+        and arg[0] in ARG_KINDS
+        and isinstance(arg[1], int)
+        and not isinstance(arg[1], bool)
+        and arg[1] >= 0
+    )
 
 
 def write_blob_assembly(folder: Path, blob: np.ndarray) -> Path:

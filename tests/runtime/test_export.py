@@ -120,7 +120,7 @@ def test_load_errors(module_lib_path, tmp_path):
         load_module(tmp_path / "missing.so")
     not_a_library = tmp_path / "text.so"
     not_a_library.write_text("hello")
-    with pytest.raises(ValueError, match="cannot load .* as a shared library"):
+    with pytest.raises(ValueError, match="is not a tessera artifact"):
         load_module(not_a_library)
     with pytest.raises(ValueError, match="is not a tessera library: it has no tessera_metadata"):
         load_module(module_lib_path)
@@ -164,5 +164,5 @@ def test_a_library_rewritten_at_the_same_path_loads_anew(
         np.testing.assert_array_equal(y.numpy(), 3 * x)
     copy = load_module(second.export_library(tmp_path / "copy.so"))  # the code it runs
     assert copy.metadata == {"model": "second"}
-    with pytest.raises(RuntimeError, match="has changed since this module was loaded"):
-        first.export_library(tmp_path / "stale.so")  # its file holds another library now
+    # a module runs (and re-exports) its private verified copy, whatever happens to the file
+    assert load_module(first.export_library(tmp_path / "first.so")).metadata == {"model": "test"}
