@@ -35,6 +35,7 @@ __all__ = [
     "ParamInfo",
     "ProfileResult",
     "VarInfo",
+    "artifact",
     "cpu",
     "cuda",
     "device",

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tessera.runtime import (
-    artifact,
     GraphExecutorFactory,
     GraphModule,
     Module,
+    artifact,
     cc,
     cpu,
     load_module,
