@@ -35,6 +35,7 @@ from tessera.transform import (
     plan_memory,
     simplify_inference,
 )
+from tessera.transform.check_limits import check_arena, check_limits
 from tessera.transform.fuse_group import build_groups
 from tessera.transform.pack_weights import pack_weights
 from tessera.transform.pass_context import PassContext, run_passes
@@ -144,13 +145,15 @@ def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> Gr
                 f"build: input %{p.name} has a symbolic shape {p.type}: bind its dims first "
                 "(from_onnx(model, shape_dict={name: shape}))"
             )
+    check_limits(mod)  # before any pass folds a constant of terabytes
     with target:  # alter_layout reads Target.current()
         mod = optimize_graph(mod)
-    func = copy_outputs(group_each_call(mod["main"]))
+    func = copy_outputs(group_each_call(check_limits(mod)["main"]))
     # per distinct group, unless the compile cache has it: compute rules, schedule, te.lower,
     # TIR_PASSES, codegen to an object
     kernels, kernel_of_call = compile_groups(func, target, optimize)
     plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
+    check_arena(plan["arena_nbytes"])
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
 

@@ -127,7 +127,11 @@ def test_load_errors(module_lib_path, tmp_path):
 
 
 def test_export_errors(c_module, module_lib_path, module_infos, tmp_path):
-    bare = Module.from_library(module_lib_path, module_infos, {})
+    loaded = Module.from_library(module_lib_path, module_infos, {})
+    copy = loaded.export_library(tmp_path / "copy.so")  # a library without sources: copied
+    assert copy.read_bytes() == module_lib_path.read_bytes()
+    copy.unlink()
+    bare = Module({f: loaded[f] for f in loaded.function_names})  # no file, no code to link
     with pytest.raises(RuntimeError, match="holds no objects or C sources"):
         bare.export_library(tmp_path / "bare.so")
     broken = Module.from_library(module_lib_path, module_infos, {}, ["this is not C"])
