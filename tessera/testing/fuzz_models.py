@@ -202,8 +202,10 @@ _DTYPES = [
     TensorProto.INT32, TensorProto.INT8, TensorProto.UINT8, TensorProto.BOOL, TensorProto.STRING,
     TensorProto.BFLOAT16, TensorProto.COMPLEX64,
 ]  # fmt: skip
-_OPS = ["Relu", "Conv", "MaxPool", "Add", "MatMul", "Softmax", "Reshape", "Concat", "Gemm",
-        "Transpose", "Slice", "Pad", "Gather", "Cast", "Identity", "NoSuchOp", "Resize"]  # fmt: skip
+_OPS = [
+    "Relu", "Conv", "MaxPool", "Add", "MatMul", "Softmax", "Reshape", "Concat", "Gemm",
+    "Transpose", "Slice", "Pad", "Gather", "Cast", "Identity", "NoSuchOp", "Resize",
+]  # fmt: skip
 _INTS = [-(2**40), -3, -2, -1, 0, 1, 2, 3, 5, 17, 2**31, 2**40]
 
 
