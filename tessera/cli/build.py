@@ -25,7 +25,14 @@ from tessera.cli.common import (
     stderr_console,
     stdout_console,
 )
-from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
+from tessera.cli.options import (
+    input_shape_option,
+    opt_level_option,
+    quiet,
+    run_threads_option,
+    target_option,
+    verbosity_options,
+)
 from tessera.logging import get_logger
 
 log = get_logger(__name__)
@@ -143,11 +150,9 @@ def print_summary(rows, title="compiled") -> None:
 @click.command()
 @click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Artifact to write (.so).")
-@click.option("--target", type=click.Choice(["llvm", "c"]), default="llvm", show_default=True)
+@target_option
 @input_shape_option
-@click.option(
-    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
-)
+@opt_level_option(DEFAULT_OPT_LEVEL)
 @click.option(
     "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
 )
@@ -231,12 +236,28 @@ def set_inputs(module, feeds) -> None:
 
 @click.command()
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
-@click.option("--inputs", "inputs_path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False))
+@click.option(
+    "--inputs",
+    "inputs_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="An .npz of the inputs by name (numpy.savez). Default: random inputs.",
+)
+@click.option(
+    "--outputs",
+    "outputs_path",
+    type=click.Path(dir_okay=False),
+    help="Write the outputs by name to this .npz.",
+)
 @click.option("--profile", is_flag=True, help="Time every kernel call (table by node names).")
 @click.option("--profile-json", type=click.Path(dir_okay=False), help="Write the profile as JSON.")
-@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True)
-@threads_option
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Runs of the model that --profile averages over.",
+)
+@run_threads_option
 @verbosity_options
 def run(artifact, inputs_path, outputs_path, profile, profile_json, repeat, threads):
     """Run a compiled ARTIFACT on --inputs (an .npz by input name) or on random inputs."""

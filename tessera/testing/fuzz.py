@@ -158,7 +158,10 @@ def _in_child(target, args: tuple, timeout: float) -> tuple[str, dict]:
         os.close(read)
         code = 0
         try:
+            import faulthandler
             import resource
+
+            faulthandler.disable()  # a crash is what the parent reports, not a dump here
 
             resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_LIMIT, _MEMORY_LIMIT))
             _quiet_onnxruntime()
