@@ -78,7 +78,6 @@ def _run_tessera_model(model, rng) -> tuple[dict, list]:
     import tessera
     from tessera.frontend import from_onnx
     from tessera.runtime import GraphModule
-
     from tessera.transform import PassContext
 
     mod, params = from_onnx(model)
@@ -305,10 +304,18 @@ def _quiet_onnxruntime() -> None:
 def _preload() -> None:
     """Import the compiler (and ONNX Runtime, when there) once in the parent, so that a forked
     case starts at once; none of them starts a thread or loads tessera's native code here."""
-    import tessera.codegen.llvm  # noqa: F401
-    import tessera.driver  # noqa: F401
-    import tessera.frontend  # noqa: F401
+    import importlib
+    import pkgutil
 
+    import tessera
+
+    skip = ("tessera.cli", "tessera.testing", "tessera.models")
+    for info in pkgutil.walk_packages(tessera.__path__, "tessera."):
+        if not info.name.startswith(skip):
+            try:
+                importlib.import_module(info.name)
+            except ImportError:  # an optional part (a GPU backend) without its package
+                pass
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
