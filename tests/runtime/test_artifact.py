@@ -175,3 +175,9 @@ print("ok", float(m.get_output(0).numpy().sum()) >= 0)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and "ok True" in proc.stdout, proc.stderr
+
+
+def test_the_runtime_knows_the_tessera_version():
+    import tessera
+
+    assert artifact.TESSERA_VERSION == tessera.__version__
