@@ -210,7 +210,8 @@ def check_plan(plan, where) -> None:
         need(isinstance(spec.get("name"), str), "a tensor has no name")
         need(spec.get("dtype") in STORAGE, f"tensor {spec.get('name')!r} has no known dtype")
         shape = spec.get("shape")
-        need(isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape), "")
+        ok = isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+        need(ok, f"tensor {spec['name']!r} has no shape")
     for spec in plan["params"]:
         need(isinstance(spec.get("offset"), int) and spec["offset"] >= 0, "a weight's offset")
         end = spec["offset"] + nbytes_of(spec["dtype"], spec["shape"])

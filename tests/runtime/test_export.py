@@ -170,3 +170,26 @@ def test_a_library_rewritten_at_the_same_path_loads_anew(
     assert copy.metadata == {"model": "second"}
     # a module runs (and re-exports) its private verified copy, whatever happens to the file
     assert load_module(first.export_library(tmp_path / "first.so")).metadata == {"model": "test"}
+
+
+@pytest.mark.parametrize(
+    "plan, what",
+    [
+        ({"version": 1}, "params_nbytes is not a size"),
+        ({"version": 1, "params_nbytes": "weights", "arena_nbytes": 0}, "params_nbytes"),
+        (
+            {"version": 1, "params_nbytes": 0, "arena_nbytes": 0, "inputs": [], "outputs": [],
+             "params": [], "calls": [{"kernel": "myadd", "args": [["input", -1]]}]},
+            "a call's arguments",
+        ),
+    ],
+)  # fmt: skip
+def test_a_malformed_plan_is_one_clear_error(module_lib_path, module_infos, tmp_path, plan, what):
+    # a plan that does not say what the runtime needs (an older or foreign writer): a
+    # ValueError naming it, never a bare KeyError or "invalid literal for int()"
+    mod = Module.from_library(
+        module_lib_path, module_infos, {}, [KERNEL_SOURCE], metadata={"graph_executor": plan}
+    )
+    path = mod.export_library(tmp_path / "plan.so")
+    with pytest.raises(ValueError, match=f"executor plan is malformed \\({what}"):
+        load_module(path)
