@@ -284,6 +284,9 @@ class GraphExecutor:
 
     def _storage(self, kind: str, index: int, dtype: str, shape) -> NDArray:
         """The array behind an argument [kind, index] (a view into the arena for "arena")."""
+        tables = {"input": self.inputs, "param": self.params, "output": self.outputs}
+        if kind in tables and not 0 <= index < len(tables[kind]):
+            raise ValueError(f"executor plan: there is no {kind} {index}")
         if kind == "input":
             return self.inputs[index]
         if kind == "param":
