@@ -12,7 +12,9 @@ loads and runs it in the child. Each case is classified:
     internal   a bare Python exception (KeyError, IndexError, ZeroDivisionError, ...): a bug
     correct    ran, and agrees with ONNX Runtime (or, for an artifact, with the intact one)
     accepted   ran; ONNX Runtime refused (or crashed on) the model, so there is no reference
-    wrong      ran, and disagrees with ONNX Runtime
+    disputed   ran; disagrees with ONNX Runtime but agrees with onnx.reference, which ORT
+               does not (an edge of the spec where ORT's answer is its own)
+    wrong      ran, and disagrees with ONNX Runtime (and with onnx.reference)
     crash      the child died of a signal (or exited) before tessera's verdict
     hang       no verdict within the timeout
 
@@ -130,7 +132,23 @@ def _model_case(fd: int, model_bytes: bytes, seed: int) -> None:
     # numpy's NaN): with an empty input, only the outputs' shapes and dtypes must agree
     empty = any(a.size == 0 for a in feeds.values())
     diff = _compare(outputs, expected, values=not empty)
+    if diff and _agrees_with_the_onnx_reference(model, feeds, outputs):
+        diff = f"{diff}; tessera agrees with onnx.reference, ONNX Runtime does not"
+        _send(fd, {"ort": "disputed", "message": diff})
+        return
     _send(fd, {"ort": "wrong" if diff else "agrees", "message": diff})
+
+
+def _agrees_with_the_onnx_reference(model, feeds, outputs) -> bool:
+    """Whether onnx's reference evaluator (the spec in Python) gives tessera's outputs: where
+    ONNX Runtime and the reference differ (a negative SAME_UPPER pad, ...), ORT is no judge."""
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        expected = ReferenceEvaluator(model).run(None, feeds)
+    except Exception:  # noqa: BLE001 -- the reference cannot run it: no second opinion
+        return False
+    return not _compare(outputs, list(expected))
 
 
 def _artifact_case(fd: int, path: str, reference: str) -> None:
@@ -210,6 +228,8 @@ def _classify(messages: list[dict], status: int, timed_out: bool) -> tuple[str, 
         return "correct", info
     if reference == "wrong":
         return "wrong", info
+    if reference == "disputed":
+        return "disputed", info  # ORT differs from the ONNX reference, tessera does not
     return "accepted", info  # no reference: refused by ORT, or ORT crashed or hung
 
 
@@ -326,6 +346,19 @@ def _jsonable(info: dict) -> dict:
     return {k: v if isinstance(v, str | int | float) else repr(v) for k, v in info.items()}
 
 
+def recheck(folder: Path, log=None) -> Counter:
+    """Run every model finding in `folder` (model-K.onnx) again, with today's classification
+    (e.g. after a fix, or to ask onnx.reference about a wrong answer); the new verdict counts."""
+    _preload()
+    counts: Counter = Counter()
+    for path in sorted(folder.glob("model-*.onnx")):
+        verdict, info = _in_child(_model_case, (path.read_bytes(), 0), 120)
+        counts[f"model:{verdict}"] += 1
+        if log is not None:
+            print(f"{path.name}: {verdict}: {info.get('message', '')}", file=log, flush=True)
+    return counts
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tessera.testing.fuzz", description=__doc__)
     parser.add_argument("--models", type=int, default=200, help="model mutations to run")
@@ -334,7 +367,12 @@ def main(argv=None) -> int:
     parser.add_argument("--edits", type=int, default=2, help="at most this many edits a model")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     parser.add_argument("--out", type=Path, default=None, help="folder for the findings")
+    parser.add_argument("--recheck", type=Path, default=None, help="rerun the findings in DIR")
     args = parser.parse_args(argv)
+    if args.recheck is not None:
+        counts = recheck(args.recheck, sys.stderr)
+        print(json.dumps(dict(sorted(counts.items())), indent=1))
+        return 1 if any(k.split(":")[1] in FINDINGS for k in counts) else 0
     # a cache of its own: mutants compile many kernels nobody needs afterwards
     with tempfile.TemporaryDirectory(prefix="tessera-fuzz-cache-") as cache:
         os.environ["TESSERA_CACHE_DIR"] = cache

@@ -63,3 +63,20 @@ def test_mutations_are_reproducible_and_change_something():
     data = bytes(range(256)) * 8
     damaged, what = mutate_bytes(data, np.random.default_rng(1))
     assert what and (damaged != data)
+
+
+def test_where_onnx_runtime_differs_from_the_onnx_reference_the_case_is_disputed():
+    # SAME_UPPER with a stride past both the kernel and the input asks for a negative pad:
+    # ONNX Runtime applies it (a crop), onnx.reference and tessera do not
+    import onnx
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((2, 3, 3, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 8])
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 5, 7])
+    y = helper.make_empty_tensor_value_info("y")
+    graph = helper.make_graph([node], "g", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    verdict, info = fuzz._in_child(fuzz._model_case, (model.SerializeToString(), 0), 120)
+    assert verdict == "disputed", info
