@@ -185,7 +185,7 @@ def check_signature(header: dict, name: str, key) -> None:
 # the same bytes again reuses the copy (and dlopen's handle); new bytes at the same path get a
 # copy of their own, so a model exported again to one path and loaded again runs the new code.
 _lock = threading.Lock()
-_copies: dict[str, str] = {}
+_copies: dict[tuple[str, str], str] = {}  # (sha256, header) -> the private copy
 _copy_dir: str | None = None
 
 
@@ -215,26 +215,27 @@ def open_verified(path, key=None, check_host: bool = True) -> tuple[str, dict]:
         f.seek(0)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=_private_dir())
         try:
-            digest = _copy_prefix(f, fd, header["payload_nbytes"], with_rest=f)
+            digest = _copy_and_hash(f, fd, header["payload_nbytes"])
             if not hmac.compare_digest(digest, header["sha256"]):
                 raise ArtifactError(
                     f"{name!r} is damaged: the checksum of its code, plan and weights does not "
                     "match its header (a partial copy, a disk error or an edit)"
                 )
-            if digest in _copies:
-                return _copies[digest], header
-            final = os.path.join(_private_dir(), f"{digest[:24]}-{Path(name).name}")
+            known = (digest, json.dumps(header, sort_keys=True))  # the same bytes and trailer
+            if known in _copies:
+                return _copies[known], header
+            final = os.path.join(_private_dir(), f"{len(_copies)}-{Path(name).name}")
             os.replace(tmp, final)
             tmp = None
-            _copies[digest] = final
+            _copies[known] = final
             return final, header
         finally:
             if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
 
 
-def _copy_prefix(f, fd: int, nbytes: int, with_rest) -> str:
-    """Copy the first `nbytes` of `f` (and the rest: the trailer) to `fd`; their sha256."""
+def _copy_and_hash(f, fd: int, nbytes: int) -> str:
+    """Copy `f` to `fd`; the sha256 of its first `nbytes` (the library, before the trailer)."""
     digest, left = hashlib.sha256(), nbytes
     with open(fd, "wb") as out:
         while left > 0:
@@ -244,7 +245,7 @@ def _copy_prefix(f, fd: int, nbytes: int, with_rest) -> str:
             digest.update(chunk)
             out.write(chunk)
             left -= len(chunk)
-        shutil.copyfileobj(with_rest, out)  # the trailer: a copy re-exports sealed
+        shutil.copyfileobj(f, out)  # the trailer too: the copy re-exports sealed
     return digest.hexdigest()
 
 
