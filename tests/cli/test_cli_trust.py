@@ -51,3 +51,14 @@ def test_a_damaged_artifact_is_one_clear_error(cli, cnn_path, tmp_path):
     assert result.returncode == 1
     assert "cannot load" in result.stderr and "truncated" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_compile_sign_and_run_key(cli, cnn_path, tmp_path):
+    key, other = tmp_path / "key", tmp_path / "other"
+    key.write_text("s3cret\n")
+    other.write_text("guess\n")
+    so = tmp_path / "signed.so"
+    assert cli("compile", cnn_path, "-o", so, "--sign", key, "-q").returncode == 0
+    assert cli("run", so, "--key", key, "-q").returncode == 0
+    result = cli("run", so, "--key", other)
+    assert result.returncode == 1 and "signature does not match the key" in result.stderr
