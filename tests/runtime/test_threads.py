@@ -84,7 +84,7 @@ def _shared_module_runs(lib, reference, threads: int, runs: int) -> int:
 
 
 def test_a_shared_graph_module_is_correct_in_8_threads(bigger_model):
-    assert _shared_module_runs(*bigger_model, threads=8, runs=60) == 0
+    assert _shared_module_runs(*bigger_model, threads=8, runs=40) == 0
 
 
 @pytest.mark.slow
