@@ -38,6 +38,7 @@ from tessera.transform import (
     plan_memory,
     simplify_inference,
 )
+from tessera.transform.check_limits import check_arena, check_limits
 from tessera.transform.fuse_group import build_groups
 from tessera.transform.pack_weights import pack_weights
 from tessera.transform.pass_context import PassContext, run_passes
@@ -163,9 +164,10 @@ def fused_function(mod: IRModule, target: Target, params: dict | None = None) ->
                 f"build: input %{p.name} has a symbolic shape {p.type}: bind its dims first "
                 "(from_onnx(model, shape_dict={name: shape}))"
             )
+    check_limits(mod)  # before any pass folds a constant of terabytes
     with target:  # alter_layout and pack_weights read Target.current()
         mod = optimize_graph(mod)
-    return copy_outputs(group_each_call(mod["main"]))
+    return copy_outputs(group_each_call(check_limits(mod)["main"]))
 
 
 def build_graph(
@@ -181,6 +183,7 @@ def build_graph(
             func, target, functools.partial(optimize, target=target)
         )
     plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
+    check_arena(plan["arena_nbytes"])
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
 

@@ -4,6 +4,7 @@ and the kernel calls of its executor plan with the ONNX nodes each came from).""
 from __future__ import annotations
 
 from tessera.cli.common import format_shape, human_bytes, stdout_console
+from tessera.cli.options import quiet
 
 
 def show_artifact(path: str) -> None:
@@ -18,6 +19,8 @@ def show_artifact(path: str) -> None:
         f"[bold]{path}[/bold]: {len(plan['calls'])} calls of {factory.num_kernels} kernels, "
         f"weights {human_bytes(plan['params_nbytes'])}, arena {human_bytes(plan['arena_nbytes'])}"
     )
+    if quiet():  # -q: the line above only
+        return
     for title, specs in (("inputs", plan["inputs"]), ("outputs", plan["outputs"])):
         table = Table(title=title, title_justify="left")
         for col in ("name", "shape", "dtype"):

@@ -31,7 +31,14 @@ import numpy as np
 
 from tessera.cli.build import compile_model, print_summary, set_inputs
 from tessera.cli.common import DEFAULT_OPT_LEVEL, ModelError, stdout_console
-from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
+from tessera.cli.options import (
+    input_shape_option,
+    opt_level_option,
+    quiet,
+    target_option,
+    threads_option,
+    verbosity_options,
+)
 
 PERCENTILES = (50, 90, 99)
 # Note [fair turns]: a turn starts once every other thread of the process has been idle for
@@ -177,7 +184,8 @@ def _print_table(results: dict[str, dict], title: str) -> None:
     from rich.table import Table
 
     names = list(results)
-    table = Table(title=title, title_justify="left")
+    stdout_console().print(title, highlight=False, soft_wrap=True)  # one line, not wrapped
+    table = Table()
     table.add_column("")
     for name in names:
         table.add_column(name, justify="right")
@@ -205,7 +213,13 @@ def _print_table(results: dict[str, dict], title: str) -> None:
 )
 @threads_option
 @click.option("--repeat", type=click.IntRange(min=1), help="Measured runs (default: ~10 s).")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Untimed runs of each engine first.",
+)
 @click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds to measure.")
 @click.option(
     "--block",
@@ -214,11 +228,9 @@ def _print_table(results: dict[str, dict], title: str) -> None:
     show_default=True,
     help="Timed runs per turn (each turn waits for the other engine's threads to go idle).",
 )
-@click.option("--target", type=click.Choice(["llvm", "c"]), default="llvm", show_default=True)
+@target_option
 @input_shape_option
-@click.option(
-    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
-)
+@opt_level_option(DEFAULT_OPT_LEVEL)
 @verbosity_options
 def bench(model, compare, threads, repeat, warmup, duration, block, target, input_shape, opt_level):
     """Compile MODEL (default: the built-in ResNet-50) and measure its latency, side by side

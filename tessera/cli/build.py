@@ -25,7 +25,14 @@ from tessera.cli.common import (
     stderr_console,
     stdout_console,
 )
-from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
+from tessera.cli.options import (
+    input_shape_option,
+    opt_level_option,
+    quiet,
+    run_threads_option,
+    target_option,
+    verbosity_options,
+)
 from tessera.logging import get_logger
 
 log = get_logger(__name__)
@@ -84,8 +91,9 @@ def _build(mod, params, target, opt_level, instrument):
         raise ModelError(f"compiling the model failed: {e}") from e
 
 
-def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
-    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`."""
+def compile_model(model_path, output, target, input_shape, opt_level, dump_ir, key=None):
+    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `key`: sign the
+    artifact written to `output` with it."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
@@ -116,7 +124,7 @@ def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
         ("cache hits", _cache_hits()),
     ]
     if output:
-        lib.export_library(output)
+        lib.export_library(output, key=key)
         summary.append(("artifact", f"{output} ({human_bytes(os.path.getsize(output))})"))
     log.info("compiled %s in %.2f s", label, seconds)
     return lib, onnx_model, summary
@@ -143,16 +151,20 @@ def print_summary(rows, title="compiled") -> None:
 @click.command()
 @click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Artifact to write (.so).")
-@click.option("--target", type=click.Choice(["llvm", "c"]), default="llvm", show_default=True)
+@target_option
 @input_shape_option
-@click.option(
-    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
-)
+@opt_level_option(DEFAULT_OPT_LEVEL)
 @click.option(
     "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
 )
+@click.option(
+    "--sign",
+    "key_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Sign the artifact with the key in this file (HMAC-SHA256); `run --key` checks it.",
+)
 @verbosity_options
-def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
+def compile_cmd(model, output, target, input_shape, opt_level, dump_ir, key_file):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
@@ -161,7 +173,8 @@ def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
     if output is None:
         stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
         output = f"{stem}.so"
-    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir)
+    key = _read_key(key_file)
+    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir, key)
     if not quiet():
         print_summary(summary)
     else:
@@ -171,12 +184,24 @@ def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
 # ---------------------------------------------------------------- run
 
 
-def load_artifact(path):
-    """(factory, GraphModule) of a compiled artifact, with clear errors."""
+def _read_key(path) -> bytes | None:
+    """The signing key in the file at `path` (its bytes, a final newline dropped), or None."""
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        key = f.read().rstrip(b"\r\n")
+    if not key:
+        raise ModelError(f"the key file {path} is empty")
+    return key
+
+
+def load_artifact(path, key=None):
+    """(factory, GraphModule) of a compiled artifact, with clear errors; with `key`, it must be
+    signed with it."""
     from tessera.runtime import GraphModule, cpu, load_module
 
     try:
-        lib = load_module(path)
+        lib = load_module(path, key=key)
         factory = _factory_of(lib)
         return factory, GraphModule(factory["default"](cpu(0)))
     except (ValueError, TypeError, OSError, KeyError) as e:
@@ -231,19 +256,41 @@ def set_inputs(module, feeds) -> None:
 
 @click.command()
 @click.argument("artifact", type=click.Path(exists=True, dir_okay=False))
-@click.option("--inputs", "inputs_path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False))
+@click.option(
+    "--inputs",
+    "inputs_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="An .npz of the inputs by name (numpy.savez). Default: random inputs.",
+)
+@click.option(
+    "--outputs",
+    "outputs_path",
+    type=click.Path(dir_okay=False),
+    help="Write the outputs by name to this .npz.",
+)
 @click.option("--profile", is_flag=True, help="Time every kernel call (table by node names).")
 @click.option("--profile-json", type=click.Path(dir_okay=False), help="Write the profile as JSON.")
-@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True)
-@threads_option
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Runs of the model that --profile averages over.",
+)
+@run_threads_option
+@click.option(
+    "--key",
+    "key_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Refuse ARTIFACT unless it is signed with the key in this file (compile --sign).",
+)
 @verbosity_options
-def run(artifact, inputs_path, outputs_path, profile, profile_json, repeat, threads):
+def run(artifact, inputs_path, outputs_path, profile, profile_json, repeat, threads, key_file):
     """Run a compiled ARTIFACT on --inputs (an .npz by input name) or on random inputs."""
     from tessera.cli.profile import print_profile, profile_kernels, write_profile
 
     _set_threads(threads)
-    factory, module = load_artifact(artifact)
+    factory, module = load_artifact(artifact, _read_key(key_file))
     set_inputs(module, read_inputs(inputs_path, module))
     start = time.perf_counter()
     module.run()

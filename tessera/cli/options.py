@@ -1,4 +1,5 @@
-"""Options that several commands take: `-v/--verbose`, `-q/--quiet`, `--input-shape`, `--threads`.
+"""Options that several commands take: `-v/--verbose`, `-q/--quiet`, `--input-shape`, `--threads`,
+`--target`, `--opt-level`.
 
 `-v`/`-q` are accepted before and after the command name (`tessera -v compile m.onnx` and
 `tessera compile m.onnx -v`); they set the level of tessera's loggers and whether an error shows
@@ -64,6 +65,31 @@ threads_option = click.option(
     default=None,
     help="Threads for tessera (and ONNX Runtime when compared). Default: all cores.",
 )
+
+run_threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads of tessera's runtime. Default: TESSERA_NUM_THREADS, else all cores.",
+)
+
+target_option = click.option(
+    "--target",
+    type=click.Choice(["llvm", "c"]),
+    default="llvm",
+    show_default=True,
+    help="Code generator: llvm (in process) or c (C99 through the system compiler).",
+)
+
+
+def opt_level_option(default: int):
+    return click.option(
+        "--opt-level",
+        type=click.IntRange(0, 3),
+        default=default,
+        show_default=True,
+        help="0: every op alone; 1: simplify and fold; 2: fuse ops; 3: also merge duplicates.",
+    )
 
 
 def quiet() -> bool:

@@ -25,7 +25,7 @@ from tessera.cli.common import (
     read_model,
     stdout_console,
 )
-from tessera.cli.options import input_shape_option, verbosity_options
+from tessera.cli.options import input_shape_option, opt_level_option, quiet, verbosity_options
 
 
 def _unsupported(model) -> list[tuple[str, str, str]]:
@@ -116,9 +116,7 @@ def _kernel_table(func):
 @click.command()
 @click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
 @input_shape_option
-@click.option(
-    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
-)
+@opt_level_option(DEFAULT_OPT_LEVEL)
 @click.option(
     "--ir",
     "ir_stage",
@@ -139,6 +137,7 @@ def show(model, input_shape, opt_level, ir_stage, kernels, html_path, profile_pa
 
     For an ONNX file: inputs, outputs, the op histogram, unsupported ops, and the graph after
     each stage of the pipeline. For a compiled artifact (.so): its inputs, outputs and kernels.
+    With -q: one line of summary instead of the tables, and what --ir / --kernels ask for.
     """
     if model is not None and is_artifact(model):
         from tessera.cli.artifact import show_artifact
@@ -146,19 +145,26 @@ def show(model, input_shape, opt_level, ir_stage, kernels, html_path, profile_pa
         return show_artifact(model)
     onnx_model, label = read_model(model)
     console = stdout_console()
-    console.print(f"[bold]{label}[/bold]  (opset {_opset(onnx_model)})")
     inputs, outputs = _onnx_io(onnx_model)
-    console.print(_io_table("inputs", inputs))
-    console.print(_io_table("outputs", outputs))
     unsupported = _unsupported(onnx_model)
-    console.print(_histogram_table(onnx_model, unsupported))
+    if not quiet():
+        console.print(f"[bold]{label}[/bold]  (opset {_opset(onnx_model)})")
+        console.print(_io_table("inputs", inputs))
+        console.print(_io_table("outputs", outputs))
+        console.print(_histogram_table(onnx_model, unsupported))
     if unsupported:
         from tessera.frontend import UnsupportedOpError
 
         raise ModelError(str(UnsupportedOpError(unsupported)))
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
     stages = graph_stages(mod, params, opt_level)
-    console.print(_stage_table(stages))
+    if quiet():
+        click.echo(
+            f"{label}: {len(inputs)} input(s), {len(outputs)} output(s), "
+            f"{len(onnx_model.graph.node)} ONNX nodes -> {len(stages[-1].func.body)} kernel calls"
+        )
+    else:
+        console.print(_stage_table(stages))
     _print_ir(console, stages, ir_stage)
     fused = stages[-1].func
     if kernels:
@@ -173,7 +179,8 @@ def show(model, input_shape, opt_level, ir_stage, kernels, html_path, profile_pa
                 f"{len(fused.body)}: was it made from this model at this --opt-level?"
             )
         write_graph_page(html_path, fused, title=label, profile=profile)
-        console.print(f"wrote {html_path}")
+        if not quiet():
+            console.print(f"wrote {html_path}")
 
 
 def _opset(model) -> str:

@@ -312,7 +312,8 @@ def link_llvm(kernels: list[CompiledKernel], plan: dict, target: Target):
     sources = {"ll": "\n".join(texts), "asm": lambda: _assembly(texts, target)}
     if not target.is_host:
         functions = {i.name: B._NotRunnable(i, target) for i in infos}
-        return Module(functions, sources, objects=objects), None
+        metadata = {"target": target_description(target)}
+        return Module(functions, sources, objects=objects, metadata=metadata), None
     native.load()  # kernels and the entry's clock resolve against the process
     with B._lock:
         engine = _engine(objects, target)
@@ -321,7 +322,14 @@ def link_llvm(kernels: list[CompiledKernel], plan: dict, target: Target):
     missing = [n for n, a in addresses.items() if not a] + ([] if entry else [RUN_SYMBOL])
     if missing:
         raise RuntimeError(f"the JIT found no code for {', '.join(missing)}")
-    module = Module.from_addresses(addresses, infos, sources, objects=objects, keepalive=engine)
+    module = Module.from_addresses(
+        addresses,
+        infos,
+        sources,
+        objects=objects,
+        keepalive=engine,
+        metadata={"target": target_description(target)},
+    )
     return module, entry
 
 
@@ -351,7 +359,7 @@ def _assembly(texts: list[str], target: Target) -> str:
 
 def link_c(kernels: list[CompiledKernel], plan: dict, target: Target):
     from tessera.codegen.c import compile_flags
-    from tessera.runtime import cc, config, native
+    from tessera.runtime import artifact, cc, config, native
     from tessera.runtime.module import Module
 
     entry_c = emit_entry_c(plan)
@@ -363,7 +371,8 @@ def link_c(kernels: list[CompiledKernel], plan: dict, target: Target):
         digest.update(hashlib.sha256(k.object).digest())
     folder = config.cache_dir() / "c"
     library = folder / f"model-{digest.hexdigest()[:20]}.so"
-    if not library.exists():
+
+    def build(output):
         with tempfile.TemporaryDirectory(prefix="tessera-link-") as tmp:
             objs = []
             for i, k in enumerate(kernels):
@@ -371,18 +380,36 @@ def link_c(kernels: list[CompiledKernel], plan: dict, target: Target):
                 objs[-1].write_bytes(k.object)
             entry_src = Path(tmp) / "entry.c"
             entry_src.write_text(entry_c)
-            cc.compile_shared(library, sources=[entry_src], objects=objs, flags=flags)
+            cc.compile_shared(output, sources=[entry_src], objects=objs, flags=flags)
+
+    library = artifact.cached_library(library, build, target_description(target))
     native.load()
     sources = {"c": "\n".join([k.source for k in kernels] + [entry_c])}
     objects = [k.object for k in kernels]
     module = Module.from_library(
-        str(library), [k.info for k in kernels], sources, c_sources=[entry_c], objects=objects
+        str(library),
+        [k.info for k in kernels],
+        sources,
+        c_sources=[entry_c],
+        objects=objects,
+        metadata={"target": target_description(target)},
+        key=config.cache_secret(),
     )
-    return module, _symbol_address(library, RUN_SYMBOL)
+    return module, _symbol_address(module.library_path, RUN_SYMBOL)
 
 
-def _symbol_address(library: Path, name: str) -> int:
+def target_description(target: Target) -> dict:
+    """What an artifact's header says of its target: what a loader checks the host against."""
+    return {
+        "target": str(target),
+        "triple": target.llvm_triple,
+        "cpu": target.llvm_cpu,
+        "features": sorted(target.features),
+    }
+
+
+def _symbol_address(library: str, name: str) -> int:
     import ctypes
 
-    lib = ctypes.CDLL(str(library))  # the handle load_module's dlopen already holds
+    lib = ctypes.CDLL(library)  # the handle from_library's dlopen already holds
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value

@@ -511,7 +511,7 @@ def compile_flags(target=None) -> list[str]:
 def compile_c(source: str, target=None, name: str = "kernels") -> Path:
     """Compile `source` into a shared library in the cache directory; the same source and flags
     give the same file, so a repeated build does not run the compiler again."""
-    from tessera.runtime import cc, config
+    from tessera.runtime import artifact, cc, config
 
     flags = compile_flags(target)
     key = "\n".join([*cc.compiler_command(), *flags, source])
@@ -523,20 +523,21 @@ def compile_c(source: str, target=None, name: str = "kernels") -> Path:
     folder = config.cache_dir() / "c"
     folder.mkdir(parents=True, exist_ok=True)
     library = folder / f"{name}-{digest}.so"
-    if library.exists():
-        return library
     src = folder / f"{name}-{digest}.c"
-    src.write_text(source)
-    try:
-        cc.compile_shared(library, sources=[src], flags=flags)
-    except RuntimeError as err:
-        raise CCompileError(f"compiling the generated C source {src} failed:\n{err}") from None
-    return library
+
+    def build(output):  # sealed with the cache's secret, verified before it is loaded
+        src.write_text(source)
+        try:
+            cc.compile_shared(output, sources=[src], flags=flags)
+        except RuntimeError as err:
+            raise CCompileError(f"compiling the generated C source {src} failed:\n{err}") from None
+
+    return artifact.cached_library(library, build)
 
 
 def build_c(funcs: list[PrimFunc], target=None):
     """Compile `funcs` to C, then to a shared library, and load it as a runtime.Module."""
-    from tessera.runtime import native
+    from tessera.runtime import config, native
     from tessera.runtime.module import Module
 
     funcs = [funcs] if isinstance(funcs, PrimFunc) else list(funcs)
@@ -544,4 +545,6 @@ def build_c(funcs: list[PrimFunc], target=None):
     library = compile_c(source, target, name=funcs[0].name if funcs else "kernels")
     native.load()  # the kernels resolve tessera_parallel_for & co. against it
     infos = [function_info(f) for f in funcs]
-    return Module.from_library(str(library), infos, {"c": source}, c_sources=[source])
+    return Module.from_library(
+        str(library), infos, {"c": source}, c_sources=[source], key=config.cache_secret()
+    )

@@ -12,9 +12,11 @@ a hash of the tessera source files that decide code (not the CLI, frontends, gra
 passes or Python runtime), llvmlite's version and the C compiler's identity, so
 that any change of the compiler makes new keys. An entry (`<cache_dir>/kernels/ab/<key>.tk`)
 holds the kernel's name, FunctionInfo, object code and source, behind a header with their
-sizes and sha256: it is written to a temporary file and renamed (atomic), and an entry that does
-not read back whole and verified is ignored, recompiled and overwritten. A cache directory that
-cannot be written is not an error: the kernel is compiled, just not kept.
+sizes and an HMAC-SHA256 under the cache's secret (`runtime.config.cache_secret`, Note [a private
+cache]): it is written to a temporary file and renamed (atomic), and an entry that does not read
+back whole and verified (damaged, copied from another cache, or edited with its checksum
+recomputed) is ignored, recompiled and overwritten, before any of its code is loaded. A cache
+directory that cannot be written is not an error: the kernel is compiled, just not kept.
 
 The cache is on by default; `PassContext(config={"codegen.cache": False})` turns it off.
 `lookup` / `keep` split `cached` for callers that compile the misses together (in parallel).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -37,7 +40,7 @@ from tessera.logging import get_logger
 
 log = get_logger(__name__)
 
-MAGIC = b"TESSERA-KERNEL 1\n"
+MAGIC = b"TESSERA-KERNEL 2\n"
 CONFIG_KEY = "codegen.cache"
 
 _lock = threading.Lock()
@@ -195,6 +198,16 @@ def entry_path(key: str) -> Path:
     return config.cache_dir() / "kernels" / key[:2] / f"{key}.tk"
 
 
+def _mac(header: dict, payload: bytes) -> str:
+    """HMAC-SHA256 of an entry (its header without the MAC, and its payload)."""
+    from tessera.runtime import config
+
+    rest = {k: v for k, v in header.items() if k != "hmac"}
+    digest = hmac.new(config.cache_secret(), digestmod=hashlib.sha256)
+    digest.update(json.dumps(rest, sort_keys=True).encode() + b"\0" + payload)
+    return digest.hexdigest()
+
+
 def _encode(kernel) -> bytes:
     source = kernel.source.encode("utf-8")
     payload = kernel.object + source
@@ -203,8 +216,8 @@ def _encode(kernel) -> bytes:
         "info": kernel.info.to_json(),
         "object_nbytes": len(kernel.object),
         "source_nbytes": len(source),
-        "sha256": hashlib.sha256(payload).hexdigest(),
     }
+    header["hmac"] = _mac(header, payload)
     return MAGIC + json.dumps(header).encode() + b"\n" + payload
 
 
@@ -224,7 +237,7 @@ def _decode(data: bytes):
         n_obj, n_src = int(header["object_nbytes"]), int(header["source_nbytes"])
         if len(payload) != n_obj + n_src:
             return None
-        if hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        if not hmac.compare_digest(str(header["hmac"]), _mac(header, payload)):
             return None
         info = FunctionInfo.from_json(header["info"])
         source = payload[n_obj:].decode("utf-8")

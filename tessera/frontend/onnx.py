@@ -34,6 +34,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_shape,
     onnx_signal,
 )
+from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.graph.builder import rename_values
 from tessera.graph.ir import Function, Value
@@ -103,16 +104,22 @@ def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
             f"input {vi.name!r} is not a tensor (sequences and maps are not supported)"
         )
     if t.elem_type:
-        elem = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        elem = _elem_type(vi.name, t.elem_type)
     else:
         elem = np.dtype(dtype.get(vi.name, "float32") if isinstance(dtype, dict) else dtype)
     if vi.name in shape_dict:
-        return tuple(int(d) for d in shape_dict[vi.name]), elem
+        shape = _given_shape(vi.name, shape_dict[vi.name])
+        return shape, elem
     if not t.HasField("shape"):
         raise ValueError(f"input {vi.name!r} has no shape: give it in shape_dict")
     shape = []
     for i, d in enumerate(t.shape.dim):
-        if d.HasField("dim_value") and d.dim_value >= 0:
+        if d.HasField("dim_value") and d.dim_value < 0:
+            raise ValueError(
+                f"input {vi.name!r} has dim {i} = {d.dim_value}: a dim is >= 0 (or a name for "
+                "a dynamic dim)"
+            )
+        if d.HasField("dim_value"):
             shape.append(d.dim_value)
         else:
             label = f" ({d.dim_param!r})" if d.dim_param else ""
@@ -120,6 +127,36 @@ def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
                 f"input {vi.name!r} has a dynamic dim {i}{label}: give its shape in shape_dict"
             )
     return tuple(shape), elem
+
+
+def _elem_type(name: str, elem_type: int) -> np.dtype:
+    type_name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in _ONNX_TYPES else None
+    try:
+        elem = helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, ValueError):
+        elem = None
+    if elem is None or elem.kind in "OUSc":
+        what = type_name.lower() if type_name else f"elem_type {elem_type}"
+        raise ValueError(
+            f"input {name!r} is a tensor of {what}: tessera compiles tensors of numbers and "
+            "booleans only"
+        )
+    return elem
+
+
+_ONNX_TYPES = set(onnx.TensorProto.DataType.values())
+
+
+def _given_shape(name: str, shape) -> tuple[int, ...]:
+    """A shape from shape_dict: ints >= 0, or a clear error naming the input."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ValueError(f"shape_dict[{name!r}] is not a shape: {shape!r}") from None
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+            raise ValueError(f"shape_dict[{name!r}] = {shape!r}: every dim must be an int >= 0")
+    return tuple(int(d) for d in dims)
 
 
 def _attributes(node: onnx.NodeProto) -> dict:
@@ -177,9 +214,18 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     b.span = (node.name or next((o for o in node.output if o), node.op_type),)
     try:
         inputs = [env[i] if i else None for i in node.input]
-        out = fn(b, *inputs, **_attributes(node))
+        attrs = _attributes(node)
+        check_int_attrs(attrs, node.op_type)
+        out = fn(b, *inputs, **attrs)
     except (NodeError, TypeError, ValueError, NotImplementedError) as e:
         raise ValueError(f"{label}: {e}") from None
+    except (LookupError, ArithmeticError, AttributeError, AssertionError) as e:
+        # a converter that trips on inputs it did not foresee: still one clear error, with
+        # the node; "internal error" asks for a report (the fuzzer counts these as bugs)
+        raise ValueError(
+            f"{label}: tessera cannot convert this node (internal error: "
+            f"{type(e).__name__}: {e}); please report it with the model"
+        ) from e
     outs = out if isinstance(out, tuple) else (out,)
     for name, v in zip(node.output, outs, strict=False):
         if name:
@@ -227,17 +273,19 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
     if not model.HasField("graph"):
         raise ValueError("the ONNX model has no graph")
     graph, opsets, shape_dict = model.graph, _opsets(model), dict(shape_dict or {})
+    check_opsets(opsets)
     _check_supported(graph, opsets)
+    check_nodes(graph, opsets, model.ir_version)
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     values = {k: np.asarray(v) for k, v in (input_values or {}).items()}
     inputs = [vi for vi in graph.input if vi.name not in inits]
-    unknown = sorted((set(shape_dict) | set(values)) - {vi.name for vi in inputs})
-    if unknown:
-        names = ", ".join(vi.name for vi in inputs)
-        raise ValueError(
-            f"shape_dict or input_values names {unknown[0]!r}, which is not an input "
-            f"(inputs: {names})"
-        )
+    names = ", ".join(vi.name for vi in inputs) or "none"
+    for given, what in ((shape_dict, "shape_dict"), (values, "input_values")):
+        unknown = sorted(set(given) - {vi.name for vi in inputs})
+        if unknown:
+            raise ValueError(
+                f"{what} names {unknown[0]!r}, which is not an input (inputs: {names})"
+            )
     b = ConvertContext()
     b.convert_subgraph = lambda g, bindings: _convert_subgraph(b, g, bindings, opsets)
     env: dict[str, object] = {}

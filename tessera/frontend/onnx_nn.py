@@ -12,6 +12,8 @@ def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=Fa
     in_shape = b.shape_of(X)[2:]
     kernel = tuple(W_or_kernel)
     nd = len(kernel)
+    if len(in_shape) != nd:
+        raise NodeError(f"input X is {X.type}: a {nd}-D window takes a {nd + 2}-D input")
     strides = tuple(strides or (1,) * nd)
     dilations = tuple(dilations or (1,) * nd)
     pads = list(pads or (0,) * (2 * nd))

@@ -16,6 +16,8 @@ import numpy as np
 
 from tessera.graph.builder import GraphBuilder
 from tessera.graph.ir import Constant, Value
+from tessera.graph.op import get_op
+from tessera.transform.check_limits import check_tensor
 
 # (domain, op_type) -> [(since, converter)], sorted by since
 _CONVERTERS: dict[tuple[str, str], list[tuple[int, object]]] = {}
@@ -64,6 +66,20 @@ class ConvertContext(GraphBuilder):
         self.node_name = ""
         self.env: dict = {}  # ONNX name -> value in the scope of the node being converted
         self.convert_subgraph = None  # (GraphProto, {input name: Value}) -> [Value], by from_onnx
+
+    def param(self, name: str, shape, dtype) -> Value:
+        v = super().param(name, shape, dtype)
+        check_tensor(v.type, f"input {name!r}")
+        return v
+
+    def call(self, op, *inputs, **attrs):
+        """GraphBuilder.call, after checking the size of what it makes: a constant would be
+        folded at once with numpy (Note: check_limits)."""
+        op = get_op(op) if isinstance(op, str) else op
+        if all(isinstance(v, Value) for v in inputs):
+            for t in op.infer_type([v.type for v in inputs], attrs):
+                check_tensor(t, f"the output of {op.name}")
+        return super().call(op, *inputs, **attrs)
 
     def known(self, v: Value | None, what: str) -> np.ndarray:
         """The value of an input that must be known when converting (a shape, axes, pads)."""

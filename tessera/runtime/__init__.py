@@ -8,7 +8,7 @@ native thread pool (native.py, native/tessera_rt.c), the function registry (regi
 timing (profiling.py), configuration from the environment (config.py).
 """
 
-from tessera.runtime import nd
+from tessera.runtime import artifact, nd
 from tessera.runtime.config import num_threads
 from tessera.runtime.function_info import FunctionInfo, ParamInfo, VarInfo
 from tessera.runtime.graph_executor import GraphExecutorFactory, GraphModule
@@ -35,6 +35,7 @@ __all__ = [
     "ParamInfo",
     "ProfileResult",
     "VarInfo",
+    "artifact",
     "cpu",
     "cuda",
     "device",

@@ -39,6 +39,7 @@ import ctypes
 import json
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,12 +48,11 @@ import numpy as np
 
 from tessera.runtime.module import Module
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device, empty
+from tessera.runtime.plan_check import ARG_KINDS, PLAN_VERSION, check_plan
 from tessera.runtime.profiling import ProfileResult
 
 PLAN_KEY = "graph_executor"  # where the plan lives in an exported library's metadata
 PARAMS_SYMBOL = "tessera_params"
-PLAN_VERSION = 1
-ARG_KINDS = ("input", "param", "output", "arena")
 ENTRY_ARGS = ARG_KINDS
 # int32_t tessera_model_run(void** inputs, void** outputs, const void* params, void* arena,
 #                           int64_t* call_ns);   returns 0, or k + 1 when call k failed
@@ -102,6 +102,7 @@ class GraphExecutorFactory:
     def from_library(kernels: Module) -> GraphExecutorFactory:
         """The factory of a library loaded by `load_module` (its metadata holds the plan)."""
         plan = kernels.metadata[PLAN_KEY]
+        check_plan(plan, kernels.library_path)
         nbytes = int(plan["params_nbytes"])
         lib = ctypes.CDLL(kernels.library_path)  # the same handle load_module opened
         entry = None
@@ -174,17 +175,18 @@ class GraphExecutorFactory:
 
     # -- export ----------------------------------------------------------------------------
 
-    def export_library(self, path, options=()) -> Path:
-        """Write one shared library holding the kernels, the plan and the weights."""
+    def export_library(self, path, options=(), *, key=None) -> Path:
+        """Write one shared library holding the kernels, the plan and the weights, sealed (a
+        checksum, tessera's version and the target; signed when `key` is given)."""
         if not self._kernels.has_code_to_link():
-            return self._kernels.export_library(path, options)  # a loaded model: copy it
+            return self._kernels.export_library(path, options, key=key)  # a loaded model
         with tempfile.TemporaryDirectory(prefix="tessera-params-") as tmp:
             files = []
             if self._blob.nbytes:
                 files.append(write_blob_assembly(Path(tmp), self._blob))
             metadata = {PLAN_KEY: self.plan}
             return self._kernels.export_library(
-                path, options, extra_files=files, extra_metadata=metadata
+                path, options, extra_files=files, extra_metadata=metadata, key=key
             )
 
 
@@ -235,6 +237,9 @@ class GraphExecutor:
 
     def _storage(self, kind: str, index: int, dtype: str, shape) -> NDArray:
         """The array behind an argument [kind, index] (a view into the arena for "arena")."""
+        tables = {"input": self.inputs, "param": self.params, "output": self.outputs}
+        if kind in tables and not 0 <= index < len(tables[kind]):
+            raise ValueError(f"executor plan: there is no {kind} {index}")
         if kind == "input":
             return self.inputs[index]
         if kind == "param":
@@ -334,7 +339,16 @@ def _empty(shape, dtype: str, dev: Device) -> NDArray:
 
 
 class GraphModule:
-    """The user's handle on a GraphExecutor (TVM's graph_executor.GraphModule)."""
+    """The user's handle on a compiled model (TVM's graph_executor.GraphModule).
+
+    Note [threads]
+    A GraphModule may be shared by threads: each thread that uses it gets an executor of its own
+    (inputs, outputs and arena; the kernels and weights are shared), made on its first call, so
+    `set_input`; `run`; `get_output` in one thread never sees another thread's values. The
+    first thread to use it takes the executor it was made with. `run_with(inputs)` (or
+    `m(x=...)`) sets, runs and returns copies of the outputs in one call. What a thread cannot
+    do is set an input in one thread and run in another: each thread sets its own inputs.
+    """
 
     def __init__(self, executor: GraphExecutor):
         if not isinstance(executor, GraphExecutor):
@@ -342,19 +356,37 @@ class GraphModule:
                 "GraphModule expects lib['default'](dev) of a compiled model, "
                 f"got {type(executor).__name__}"
             )
-        self._ex = executor
-        self._unset = {name for name, _, _ in executor.input_specs}  # run() needs them all
+        self._factory, self._device = executor.factory, executor.device
+        self._specs = executor.input_specs
+        self._lock = threading.Lock()
+        self._spare: GraphExecutor | None = executor  # for the first thread that uses it
+        self._local = threading.local()
+
+    def _state(self) -> _ThreadState:
+        state = getattr(self._local, "state", None)
+        if state is None:
+            with self._lock:
+                executor, self._spare = self._spare, None
+            if executor is None:
+                executor = GraphExecutor(self._factory, self._device)
+            state = self._local.state = _ThreadState(executor, {n for n, _, _ in self._specs})
+        return state
+
+    @property
+    def _ex(self) -> GraphExecutor:
+        """This thread's executor."""
+        return self._state().executor
 
     # -- inputs ----------------------------------------------------------------------------
 
     def _input_slot(self, key) -> int:
-        names = ", ".join(name for name, _, _ in self._ex.input_specs) or "none"
+        names = ", ".join(name for name, _, _ in self._specs) or "none"
         if isinstance(key, str):
             if key not in self._ex.input_index:
                 raise ValueError(f"the model has no input {key!r} (inputs: {names})")
             return self._ex.input_index[key]
         if isinstance(key, int | np.integer) and not isinstance(key, bool):
-            if not 0 <= key < len(self._ex.inputs):
+            if not 0 <= key < len(self._specs):
                 raise ValueError(f"input index {key} out of range (inputs: {names})")
             return int(key)
         raise TypeError(f"an input is named by a str or an int, got {type(key).__name__}")
@@ -364,54 +396,76 @@ class GraphModule:
         inputs as keywords. Shape and dtype must match exactly."""
         if key is not None:
             inputs = {key: value, **inputs}
+        state = self._state()
         for k, v in inputs.items():
             slot = self._input_slot(k)
-            name, dtype, shape = self._ex.input_specs[slot]
-            got_dtype, got_shape = _dtype_and_shape(v)
+            name, dtype, shape = self._specs[slot]
+            got_dtype, got_shape = _dtype_and_shape(v, name)
             if got_dtype != dtype or got_shape != shape:
                 raise ValueError(
                     f"input {name!r}: expected {dtype} of shape {shape}, "
                     f"got {got_dtype} of shape {got_shape}"
                 )
-            self._ex.inputs[slot].copyfrom(v)
-            self._unset.discard(name)
+            state.executor.inputs[slot].copyfrom(v)
+            state.unset.discard(name)
 
     def get_input(self, key) -> NDArray:
-        """The input's own array (writing into it sets the input)."""
+        """The input's own array in this thread (writing into it sets the input)."""
         slot = self._input_slot(key)
-        self._unset.discard(self._ex.input_specs[slot][0])
-        return self._ex.inputs[slot]
+        state = self._state()
+        state.unset.discard(self._specs[slot][0])
+        return state.executor.inputs[slot]
 
     def get_num_inputs(self) -> int:
-        return len(self._ex.inputs)
+        return len(self._specs)
 
     def get_input_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
         """(shapes by input name, dtypes by input name), as TVM returns them."""
-        shapes = {name: shape for name, _, shape in self._ex.input_specs}
-        dtypes = {name: dtype for name, dtype, _ in self._ex.input_specs}
+        shapes = {name: shape for name, _, shape in self._specs}
+        dtypes = {name: dtype for name, dtype, _ in self._specs}
         return shapes, dtypes
 
     # -- running and outputs ---------------------------------------------------------------
 
     def run(self, **inputs) -> None:
+        """Run the model on this thread's inputs (set them first, or give them as keywords).
+        From the main thread, Ctrl-C interrupts a long run (Note [interrupting a run])."""
         if inputs:
             self.set_input(**inputs)
-        if self._unset:
-            missing = ", ".join(repr(n) for n in sorted(self._unset))
+        state = self._state()
+        if state.unset:
+            missing = ", ".join(repr(n) for n in sorted(state.unset))
             raise ValueError(f"run: input {missing} not set (use set_input)")
-        self._ex.run()
+        _run_interruptibly(self, state)
+
+    def run_with(self, inputs: dict | None = None, **more) -> list[np.ndarray]:
+        """Set `inputs` ({name: array}), run, and return copies of the outputs: one call that
+        is safe from many threads at once (Note [threads])."""
+        self.run(**{**(inputs or {}), **more})
+        return [out.numpy().copy() for out in self._state().executor.outputs]
+
+    def __call__(self, *args, **inputs) -> list[np.ndarray]:
+        """`m(x)` or `m(x=x, mask=m)`: run_with the inputs, positional ones in model order."""
+        if len(args) > len(self._specs):
+            raise TypeError(f"the model takes {len(self._specs)} inputs, got {len(args)}")
+        for (name, _, _), value in zip(self._specs, args, strict=False):
+            if name in inputs:
+                raise TypeError(f"input {name!r} given both by position and by name")
+            inputs[name] = value
+        return self.run_with(inputs)
 
     def get_num_outputs(self) -> int:
-        return len(self._ex.outputs)
+        return len(self._factory.plan["outputs"])
 
     def get_output(self, index: int, out: NDArray | None = None) -> NDArray:
-        """Output `index`: the executor's own array (the next run overwrites it), or a copy
-        into `out` when given."""
-        count = len(self._ex.outputs)
+        """Output `index` of this thread's last run: the executor's own array (the next run
+        overwrites it), or a copy into `out` when given."""
+        outputs = self._ex.outputs
+        count = len(outputs)
         if not isinstance(index, int | np.integer) or not 0 <= index < count:
-            outputs = f"{count} output" + ("" if count == 1 else "s")
-            raise ValueError(f"output index {index!r} out of range (the model has {outputs})")
-        array = self._ex.outputs[int(index)]
+            what = f"{count} output" + ("" if count == 1 else "s")
+            raise ValueError(f"output index {index!r} out of range (the model has {what})")
+        array = outputs[int(index)]
         return out.copyfrom(array) if out is not None else array
 
     def benchmark(self, dev=None, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0):
@@ -419,13 +473,14 @@ class GraphModule:
         if number < 1 or repeat < 1:
             raise ValueError(f"benchmark: number and repeat must be >= 1, got {number}, {repeat}")
         self.run()  # warm-up, and the check that every input is set
+        executor = self._ex
         results = []
         for _ in range(repeat):
             runs = number
             while True:
                 start = time.perf_counter()
                 for _ in range(runs):
-                    self._ex.run()
+                    executor.run()
                 elapsed = time.perf_counter() - start
                 if elapsed * 1e3 >= min_repeat_ms or runs >= 1 << 24:
                     break
@@ -436,7 +491,7 @@ class GraphModule:
     @property
     def num_calls(self) -> int:
         """How many kernel calls one run makes."""
-        return len(self._ex.calls)
+        return len(self._factory.plan["calls"])
 
     def profile(self, repeat: int = 10) -> list[CallProfile]:
         """Time every kernel call natively over `repeat` runs (after a warm-up run): one row per
@@ -445,15 +500,69 @@ class GraphModule:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"profile: repeat must be an int >= 1, got {repeat!r}")
         self.run()  # warm-up (caches, thread pool, weight pages) and the inputs check
-        total = np.zeros(len(self._ex.calls))
+        executor = self._ex
+        total = np.zeros(len(executor.calls))
         for _ in range(repeat):
-            total += self._ex.time_calls()
+            total += executor.time_calls()
         means = total / repeat
         whole = float(means.sum()) or 1.0
         return [
-            CallProfile(k, call[3], list(self._ex.nodes[k]), float(t), float(t) / whole)
-            for k, (call, t) in enumerate(zip(self._ex.calls, means, strict=True))
+            CallProfile(k, call[3], list(executor.nodes[k]), float(t), float(t) / whole)
+            for k, (call, t) in enumerate(zip(executor.calls, means, strict=True))
         ]
+
+
+@dataclass
+class _ThreadState:
+    """One thread's executor, the inputs it has not set yet, and how long its last run took."""
+
+    executor: GraphExecutor
+    unset: set
+    last_seconds: float = float("inf")  # the first run is watched (Note [interrupting a run])
+
+
+# Note [interrupting a run]
+# A run is one native call; Python delivers Ctrl-C (SIGINT) only between bytecodes of the main
+# thread, so a run of minutes would hold Ctrl-C for minutes. So when the main thread starts a
+# run that may be long (its first, or one after a run of at least WATCH_SECONDS), the native
+# call runs in a helper thread while the main thread waits on it in steps, where Ctrl-C lands:
+# run() then raises KeyboardInterrupt at once. The interrupted call runs on to its end in the
+# helper thread (native code cannot be stopped safely), writing into this thread's executor,
+# which is dropped: the next run makes a fresh one. Short runs are called directly (a thread
+# handoff would cost more than they take), and Ctrl-C waits for them, briefly.
+WATCH_SECONDS = 0.05
+
+
+def _run_interruptibly(module: GraphModule, state: _ThreadState) -> None:
+    executor = state.executor
+    if threading.current_thread() is not threading.main_thread() or (
+        state.last_seconds < WATCH_SECONDS
+    ):
+        start = time.perf_counter()
+        executor.run()
+        state.last_seconds = time.perf_counter() - start
+        return
+    done, failure = threading.Event(), []
+
+    def work():
+        try:
+            executor.run()
+        except BaseException as err:  # noqa: BLE001 -- handed to the waiting thread
+            failure.append(err)
+        finally:
+            done.set()
+
+    start = time.perf_counter()
+    threading.Thread(target=work, name="tessera-run", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        module._local.state = None  # its executor is still being written: a fresh one next
+        raise
+    state.last_seconds = time.perf_counter() - start
+    if failure:
+        raise failure[0]
 
 
 @dataclass(frozen=True)
@@ -467,9 +576,11 @@ class CallProfile:
     share: float  # of the time of all calls
 
 
-def _dtype_and_shape(value) -> tuple[str, tuple]:
+def _dtype_and_shape(value, name: str) -> tuple[str, tuple]:
     if isinstance(value, NDArray):
         return value.dtype, tuple(value.shape)
     if isinstance(value, np.ndarray):
         return value.dtype.name, tuple(value.shape)
-    raise TypeError(f"an input value is a numpy array or an NDArray, got {type(value).__name__}")
+    raise TypeError(
+        f"input {name!r}: a value is a numpy array or an NDArray, got {type(value).__name__}"
+    )

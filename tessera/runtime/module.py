@@ -7,21 +7,22 @@
 
 An exported library holds the kernels and `const char tessera_metadata[]`: the JSON of
 `function_info.dumps` (every FunctionInfo, plus {"format": "tessera", "version": 1} and any
-extra metadata), from which `load_module` rebuilds the Module. The runtime library is loaded
-(RTLD_GLOBAL) before any kernel, so kernels resolve `tessera_parallel_for` & co. against it.
+extra metadata), from which `load_module` rebuilds the Module. It ends with a trailer (Note
+[artifact trailer] in artifact.py: version, target, checksum, optional signature) that
+`load_module` checks before anything is opened. The runtime library is loaded (RTLD_GLOBAL)
+before any kernel, so kernels resolve `tessera_parallel_for` & co. against it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tessera.runtime import cc, function_info, native
+from tessera.runtime import artifact, cc, function_info, native
 from tessera.runtime.function_info import FunctionInfo
 from tessera.runtime.ndarray import Device
 from tessera.runtime.packed_func import KERNEL_TYPE, PackedFunc
@@ -88,12 +89,14 @@ class Module:
         *,
         metadata: dict | None = None,
         objects: list[bytes] = (),
+        key=None,
     ) -> Module:
-        """Wrap the functions of a shared library built from `c_sources` and `objects` (the C
-        codegen); export_library links those again."""
-        lib, _ = _open_library(path)
+        """Wrap the functions of a sealed shared library (artifact.seal) built from `c_sources`
+        and `objects` (the C codegen); export_library links those again. `key`: the key it was
+        signed with (the compile cache's), checked before it is opened."""
+        lib, opened = _open_library(path, key)
         functions = {info.name: _bind(lib, info, path) for info in infos}
-        return Module(functions, sources, objects, c_sources, metadata)
+        return Module(functions, sources, objects, c_sources, metadata, library_path=opened)
 
     # -- functions -------------------------------------------------------------------------
 
@@ -147,20 +150,24 @@ class Module:
         return bool(self._objects or self._c_sources)
 
     def export_library(
-        self, path, options=(), *, extra_files=(), extra_metadata: dict | None = None
+        self, path, options=(), *, extra_files=(), extra_metadata: dict | None = None, key=None
     ) -> Path:
-        """Write one shared library holding every function and the metadata load_module reads.
+        """Write one shared library holding every function and the metadata load_module reads,
+        sealed with a trailer (tessera's version, the target, a checksum: artifact.py).
 
         `options`: extra flags for the C compiler. Needs the system C compiler.
         `extra_files`: more files for the compiler to build in (C or assembly sources, objects:
         e.g. a model's weights); `extra_metadata`: more JSON-able entries for the metadata.
+        `key` (bytes or str): sign the artifact (HMAC-SHA256), for `load_module(path, key=)`.
         """
         path = Path(path)
         if not self.has_code_to_link():
             if self.library_path is None:
                 raise RuntimeError("export_library: this module holds no objects or C sources")
-            _check_unchanged(self.library_path)
-            _copy_atomically(self.library_path, path)  # a loaded library is already complete
+            if key is None:  # a loaded library is already complete and sealed: copy it
+                _copy_atomically(self.library_path, path)
+            else:
+                _reseal(self.library_path, path, key)
             return path
         infos = [f.info for f in self._functions.values()]
         extra = {"format": "tessera", "version": FORMAT_VERSION, **self.metadata}
@@ -174,7 +181,9 @@ class Module:
             objects = [f for f in files if f.suffix == ".o"]
             objects += [Path(f) for f in extra_files if Path(f).suffix == ".o"]
             flags = ["-I", str(native.include_dir()), *options]
-            cc.compile_shared(path, sources=sources, objects=objects, flags=flags)
+            built = Path(tmp) / "library.so"
+            cc.compile_shared(built, sources=sources, objects=objects, flags=flags)
+            artifact.seal(built, path, target=self.metadata.get("target"), key=key)
         return path
 
     # -- timing ----------------------------------------------------------------------------
@@ -222,58 +231,26 @@ def _copy_atomically(source, target: Path) -> None:
     Path(tmp).replace(target)
 
 
-def _open_library(path) -> tuple[ctypes.CDLL, str]:
-    """dlopen `path` after the runtime library: (the handle, the file name it was opened by).
-    A clear error if it is missing or not a library. See Note [reloading a library]."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such library file: {str(path)!r}")
+def _reseal(source: str, target: Path, key) -> None:
+    """Copy a sealed library to `target`, sealed again (signed with `key`)."""
+    header = artifact.read_header(source)
+    with tempfile.TemporaryDirectory(prefix="tessera-export-") as tmp:
+        bare = Path(tmp) / "library.so"
+        with open(source, "rb") as src, open(bare, "wb") as out:
+            out.write(src.read(header["payload_nbytes"]))
+        artifact.seal(bare, target, target=header.get("target"), key=key)
+
+
+def _open_library(path, key=None) -> tuple[ctypes.CDLL, str]:
+    """dlopen a verified private copy of the sealed library at `path`, after the runtime
+    library: (the handle, the copy's file name). Damage, another format, a wrong signature or a
+    host that cannot run it raise a clear error before dlopen (Note [artifact trailer])."""
+    verified, _ = artifact.open_verified(path, key=key)
     native.load()
-    name = str(path.resolve())
-    identity = _identity(name)
-    if _opened.setdefault(name, identity) != identity:
-        name = _private_copy(name, identity)
     try:
-        return ctypes.CDLL(name), name
+        return ctypes.CDLL(verified), verified
     except OSError as err:
         raise ValueError(f"cannot load {str(path)!r} as a shared library: {err}") from None
-
-
-# Note [reloading a library]
-# dlopen returns the library it already holds under the same file name, whatever the file now
-# contains: a model exported again to the same path (a notebook, a test) and loaded again in the
-# same process would silently run the old code. So the first load of a path opens it by its
-# name; a later load of a file that changed since (device, inode, size, mtime) opens a private
-# copy of it instead (one per version, kept in a temporary folder removed at exit). The Module
-# then names that copy as its `library_path`, which is what it re-exports: the code it runs. A
-# module loaded from a file that has changed since cannot be re-exported (its bytes are gone).
-_opened: dict[str, tuple] = {}  # resolved path -> identity of the file first opened under it
-_copies: dict[tuple, str] = {}  # identity of a changed file -> its private copy
-_copy_dir: tempfile.TemporaryDirectory | None = None
-
-
-def _identity(name: str) -> tuple:
-    stat = os.stat(name)
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
-
-
-def _check_unchanged(name: str) -> None:
-    if name in _opened and _identity(name) != _opened[name]:
-        raise RuntimeError(
-            f"export_library: {name!r} has changed since this module was loaded from it; "
-            "load it again to export what it holds now"
-        )
-
-
-def _private_copy(name: str, identity: tuple) -> str:
-    global _copy_dir
-    if identity not in _copies:
-        if _copy_dir is None:
-            _copy_dir = tempfile.TemporaryDirectory(prefix="tessera-reload-")
-        copy = Path(_copy_dir.name) / f"{len(_copies)}-{Path(name).name}"
-        shutil.copyfile(name, copy)
-        _copies[identity] = str(copy)
-    return _copies[identity]
 
 
 def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
@@ -284,10 +261,15 @@ def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
     return PackedFunc(cfunc, info, keepalive=lib)
 
 
-def load_module(path):
+def load_module(path, key=None):
     """Load a library written by `Module.export_library` (needs numpy and ctypes only): a
-    Module, or for a compiled model a `graph_executor.GraphExecutorFactory`."""
-    lib, opened = _open_library(path)
+    Module, or for a compiled model a `graph_executor.GraphExecutorFactory`.
+
+    Its trailer is checked before the library is opened: a damaged or foreign file, or one
+    built for CPU features this machine lacks, raises `artifact.ArtifactError` (a ValueError).
+    With `key`, the artifact must be signed with that key (export_library(path, key=...)).
+    Opening a library runs its code: load only artifacts you trust (docs/trust.md)."""
+    lib, opened = _open_library(path, key)
     try:
         symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)
     except ValueError:

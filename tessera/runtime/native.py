@@ -4,7 +4,8 @@
     native.set_num_threads(4)
 
 The library file name holds a hash of the C source and the compiler command, so editing the
-source rebuilds it; it is written to a temporary file and renamed, so processes may race.
+source rebuilds it; it is written to a temporary file and renamed, so processes may race. It is
+sealed with the cache's secret and verified before it is opened (Note [a private cache]).
 It is loaded with RTLD_GLOBAL before any kernel, so that JIT code and exported libraries
 resolve `tessera_parallel_for` and friends against this one copy (one thread pool).
 """
@@ -16,7 +17,7 @@ import hashlib
 import threading
 from pathlib import Path
 
-from tessera.runtime import cc, config
+from tessera.runtime import artifact, cc, config
 
 _SOURCE_DIR = Path(__file__).parent / "native"
 _SOURCES = ("tessera_rt.c", "tessera_rt.h")
@@ -38,9 +39,11 @@ def library_path() -> Path:
         digest.update((_SOURCE_DIR / name).read_bytes())
     digest.update(" ".join([*cc.compiler_command(), *cc.SHARED_FLAGS, *_FLAGS]).encode())
     path = config.cache_dir() / f"tessera_rt-{digest.hexdigest()[:16]}.so"
-    if not path.exists():
-        cc.compile_shared(path, sources=[_SOURCE_DIR / "tessera_rt.c"], flags=_FLAGS)
-    return path
+
+    def build(output):
+        cc.compile_shared(output, sources=[_SOURCE_DIR / "tessera_rt.c"], flags=_FLAGS)
+
+    return artifact.cached_library(path, build)  # sealed with the cache's secret
 
 
 def load() -> ctypes.CDLL:
@@ -48,7 +51,10 @@ def load() -> ctypes.CDLL:
     global _lib
     with _lock:
         if _lib is None:
-            lib = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_GLOBAL)
+            verified, _ = artifact.open_verified(
+                library_path(), key=config.cache_secret(), check_host=False
+            )
+            lib = ctypes.CDLL(verified, mode=ctypes.RTLD_GLOBAL)
             _declare(lib)
             lib.tessera_set_num_threads(config.num_threads())
             _lib = lib

@@ -72,3 +72,28 @@ def test_doc_command_runs(cli, workdir, args):
         args = [*args, "--duration", "0.3", "--warmup", "1"]
     result = cli(*args, cwd=workdir)
     assert result.returncode == 0, f"{' '.join(args)}\n{result.stdout}\n{result.stderr}"
+
+
+def _shape_of_output(text: str) -> list[str]:
+    """What a `tessera bench` output looks like, values aside: each table row's label, and the
+    first words of every other line (the tables' borders dropped)."""
+    shape = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃]", line)]
+        if len(cells) > 2:
+            shape.append(f"row {cells[1]!r}")
+        elif line.strip() and not set(line.strip()) <= set("┌┐└┘├┤┬┴┼─━┏┓┗┛┡┩╇┳┻ "):
+            shape.append(" ".join(line.split()[:2]))
+    return shape
+
+
+def test_the_sample_output_is_what_bench_prints(cli, workdir):
+    """docs/cli.md shows `tessera bench` on ResNet-50; the same command on the small model must
+    print the same lines and table rows (the values differ)."""
+    text = open(DOC).read()
+    sample = re.search(r"```bash\ntessera bench\n```\n\n```text\n(.*?)```", text, re.S)
+    assert sample, "docs/cli.md: no sample output after `tessera bench`"
+    args = ["bench", "model.onnx", "--threads", "2", "--duration", "0.3", "--warmup", "2"]
+    result = cli(*args, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert _shape_of_output(sample.group(1)) == _shape_of_output(result.stdout)

@@ -90,6 +90,20 @@ def test_page_coloured_by_profile(cli, tmp_path, cnn_path):
     assert result.returncode == 1 and "kernel calls" in result.stderr
 
 
+# Headless, without a sandbox (CI runs as root), and with nothing that would reach the network
+# or update itself: the page is a local file.
+BROWSER_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 def _browser():
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if shutil.which(name):
@@ -101,8 +115,10 @@ def _browser():
 def test_page_renders_in_a_browser(cli, tmp_path, cnn_path):
     _page(cli, tmp_path, cnn_path)
     url = (tmp_path / "graph.html").as_uri()
-    args = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url]
-    dom = subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
+    profile = tmp_path / "browser-profile"  # a new, empty profile: no state from elsewhere
+    profile.mkdir()
+    args = [_browser(), *BROWSER_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url]
+    dom = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
     page = _parse(dom)
     assert len(page.with_class("kernel")) == 5
     assert any(t == "svg" for t, _ in page.tags)

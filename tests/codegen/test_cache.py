@@ -235,3 +235,44 @@ def test_kernels_compiled_in_parallel_equal_those_compiled_here(cache_dir):
     assert len(entries(cache_dir)) == serial.num_kernels
     with pytest.raises(ValueError, match="codegen.jobs"):
         build(m, **{"codegen.cache": False, "codegen.jobs": 0})
+
+
+def test_an_entry_edited_with_its_checksum_recomputed_is_rebuilt(cache_dir):
+    # someone who can write the cache changes an entry's code and fixes up a sha256: without
+    # the cache's secret the entry is refused before its code reaches the JIT
+    import hashlib
+    import json
+
+    m = model()
+    build(m)
+    victim = entries(cache_dir)[0]
+    good = victim.read_bytes()
+    end = good.index(b"\n", len(cache.MAGIC))
+    header = json.loads(good[len(cache.MAGIC) : end])
+    payload = bytearray(good[end + 1 :])
+    payload[: header["object_nbytes"] // 2] = bytes(header["object_nbytes"] // 2)  # zeroed code
+    header["sha256"] = hashlib.sha256(payload).hexdigest()
+    victim.write_bytes(cache.MAGIC + json.dumps(header).encode() + b"\n" + bytes(payload))
+    reset_cache_stats()
+    lib = build(m)
+    assert cache_stats()["misses"] == 1
+    np.testing.assert_allclose(run(lib), run_ort(m, FEEDS)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_cache_is_created_private(cache_dir):
+    build(model())
+    assert cache_dir.stat().st_mode & 0o777 == 0o700
+    assert (cache_dir / "secret").stat().st_mode & 0o077 == 0
+
+
+def test_a_cache_others_can_write_is_refused_with_a_warning(cache_dir, caplog):
+    cache_dir.mkdir(parents=True)
+    cache_dir.chmod(0o777)
+    planted = cache_dir / "kernels"
+    planted.mkdir()
+    m = model()
+    with caplog.at_level("WARNING"):
+        lib = build(m)
+    assert "is writable by others" in caplog.text and str(cache_dir) in caplog.text
+    assert entries(cache_dir) == []  # nothing read from it, nothing written to it
+    np.testing.assert_allclose(run(lib), run_ort(m, FEEDS)[0], rtol=1e-4, atol=1e-5)

@@ -5,15 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from tessera.runtime import cc, native
+from tessera.runtime import artifact, cc, native
 from tessera.runtime.function_info import FunctionInfo, ParamInfo, VarInfo
 
 KERNELS = Path(__file__).parent / "kernels"
 
 
 def _build(tmp: Path, name: str) -> Path:
+    """The kernels of `name`.c as a sealed library (artifact.seal), as Module.from_library and
+    load_module take them."""
     flags = ["-I", str(native.include_dir()), "-std=gnu11"]
-    return cc.compile_shared(tmp / f"{name}.so", sources=[KERNELS / f"{name}.c"], flags=flags)
+    raw = cc.compile_shared(tmp / f"{name}.raw.so", sources=[KERNELS / f"{name}.c"], flags=flags)
+    return artifact.seal(raw, tmp / f"{name}.so")
 
 
 @pytest.fixture(scope="session")

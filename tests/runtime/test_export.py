@@ -120,14 +120,18 @@ def test_load_errors(module_lib_path, tmp_path):
         load_module(tmp_path / "missing.so")
     not_a_library = tmp_path / "text.so"
     not_a_library.write_text("hello")
-    with pytest.raises(ValueError, match="cannot load .* as a shared library"):
+    with pytest.raises(ValueError, match="is not a tessera artifact"):
         load_module(not_a_library)
     with pytest.raises(ValueError, match="is not a tessera library: it has no tessera_metadata"):
         load_module(module_lib_path)
 
 
 def test_export_errors(c_module, module_lib_path, module_infos, tmp_path):
-    bare = Module.from_library(module_lib_path, module_infos, {})
+    loaded = Module.from_library(module_lib_path, module_infos, {})
+    copy = loaded.export_library(tmp_path / "copy.so")  # a library without sources: copied
+    assert copy.read_bytes() == module_lib_path.read_bytes()
+    copy.unlink()
+    bare = Module({f: loaded[f] for f in loaded.function_names})  # no file, no code to link
     with pytest.raises(RuntimeError, match="holds no objects or C sources"):
         bare.export_library(tmp_path / "bare.so")
     broken = Module.from_library(module_lib_path, module_infos, {}, ["this is not C"])
@@ -164,5 +168,28 @@ def test_a_library_rewritten_at_the_same_path_loads_anew(
         np.testing.assert_array_equal(y.numpy(), 3 * x)
     copy = load_module(second.export_library(tmp_path / "copy.so"))  # the code it runs
     assert copy.metadata == {"model": "second"}
-    with pytest.raises(RuntimeError, match="has changed since this module was loaded"):
-        first.export_library(tmp_path / "stale.so")  # its file holds another library now
+    # a module runs (and re-exports) its private verified copy, whatever happens to the file
+    assert load_module(first.export_library(tmp_path / "first.so")).metadata == {"model": "test"}
+
+
+@pytest.mark.parametrize(
+    "plan, what",
+    [
+        ({"version": 1}, "params_nbytes is not a size"),
+        ({"version": 1, "params_nbytes": "weights", "arena_nbytes": 0}, "params_nbytes"),
+        (
+            {"version": 1, "params_nbytes": 0, "arena_nbytes": 0, "inputs": [], "outputs": [],
+             "params": [], "calls": [{"kernel": "myadd", "args": [["input", -1]]}]},
+            "a call's arguments",
+        ),
+    ],
+)  # fmt: skip
+def test_a_malformed_plan_is_one_clear_error(module_lib_path, module_infos, tmp_path, plan, what):
+    # a plan that does not say what the runtime needs (an older or foreign writer): a
+    # ValueError naming it, never a bare KeyError or "invalid literal for int()"
+    mod = Module.from_library(
+        module_lib_path, module_infos, {}, [KERNEL_SOURCE], metadata={"graph_executor": plan}
+    )
+    path = mod.export_library(tmp_path / "plan.so")
+    with pytest.raises(ValueError, match=f"executor plan is malformed \\({what}"):
+        load_module(path)

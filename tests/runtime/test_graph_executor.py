@@ -15,6 +15,7 @@ from tessera.runtime import (
     GraphExecutorFactory,
     GraphModule,
     Module,
+    artifact,
     cc,
     cpu,
     load_module,
@@ -290,7 +291,9 @@ def test_an_exported_entry_runs_the_model_and_reports_call_times(tmp_path, modul
     source = KERNEL_SOURCE + ENTRY_SOURCE
     lib_path = tmp_path / "kernels_entry.so"
     (tmp_path / "k.c").write_text(source)
-    cc.compile_shared(lib_path, sources=[tmp_path / "k.c"], flags=["-I", str(native.include_dir())])
+    raw = tmp_path / "kernels_entry.raw.so"
+    cc.compile_shared(raw, sources=[tmp_path / "k.c"], flags=["-I", str(native.include_dir())])
+    artifact.seal(raw, lib_path)
     kernels = Module.from_library(lib_path, module_infos, {"c": source}, c_sources=[source])
     blob, _ = _aligned_blob(W)
     plan = {**_with_nodes(_plan()), "entry": "my_entry"}

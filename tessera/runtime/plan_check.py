@@ -1,0 +1,65 @@
+"""Checks of an executor plan read from an artifact (Note [executor plan] in graph_executor.py):
+every key the runtime reads is there with the right type, so that a plan from another writer is
+one ValueError naming what is wrong, never a bare KeyError or TypeError.
+
+    check_plan(plan, "model.so")
+"""
+
+from __future__ import annotations
+
+from tessera.runtime.ndarray import STORAGE
+
+PLAN_VERSION = 1
+ARG_KINDS = ("input", "param", "output", "arena")
+
+
+def _nbytes(dtype: str, shape) -> int:
+    import numpy as np
+
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(STORAGE[dtype]).itemsize
+
+
+def check_plan(plan, where) -> None:
+    """A ValueError naming what is missing or mistyped in an executor plan (Note [executor
+    plan]), so that a malformed plan never surfaces as a bare KeyError or TypeError."""
+
+    def need(ok: bool, what: str):
+        if not ok:
+            raise ValueError(f"{where!r}: the executor plan is malformed ({what})")
+
+    need(isinstance(plan, dict), "not an object")
+    need(plan.get("version") == PLAN_VERSION, f"version {plan.get('version')!r}")
+    for key in ("params_nbytes", "arena_nbytes"):
+        need(isinstance(plan.get(key), int) and plan[key] >= 0, f"{key} is not a size")
+    for key in ("inputs", "outputs", "params", "calls"):
+        need(isinstance(plan.get(key), list), f"{key} is not a list")
+    for spec in plan["inputs"] + plan["outputs"] + plan["params"]:
+        need(isinstance(spec, dict), "a tensor description is not an object")
+        need(isinstance(spec.get("name"), str), "a tensor has no name")
+        need(spec.get("dtype") in STORAGE, f"tensor {spec.get('name')!r} has no known dtype")
+        shape = spec.get("shape")
+        ok = isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+        need(ok, f"tensor {spec['name']!r} has no shape")
+    for spec in plan["params"]:
+        need(isinstance(spec.get("offset"), int) and spec["offset"] >= 0, "a weight's offset")
+        end = spec["offset"] + _nbytes(spec["dtype"], spec["shape"])
+        need(end <= plan["params_nbytes"], f"weight {spec['name']!r} lies past the weights")
+    for out in plan["outputs"]:
+        storage = out.get("storage")
+        need(isinstance(storage, list) and len(storage) == 2, "an output has no storage")
+    for call in plan["calls"]:
+        need(isinstance(call, dict) and isinstance(call.get("kernel"), str), "a call's kernel")
+        args = call.get("args")
+        need(isinstance(args, list) and all(_is_arg(a) for a in args), "a call's arguments")
+        need(all(isinstance(v, int) for v in call.get("vars", ())), "a call's vars")
+
+
+def _is_arg(arg) -> bool:
+    return (
+        isinstance(arg, list)
+        and len(arg) == 2
+        and arg[0] in ARG_KINDS
+        and isinstance(arg[1], int)
+        and not isinstance(arg[1], bool)
+        and arg[1] >= 0
+    )

@@ -1,0 +1,1 @@
+"""Testing tools that ship with tessera: the fuzzer (`python -m tessera.testing.fuzz`)."""
