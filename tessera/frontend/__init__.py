@@ -4,5 +4,6 @@ mod, params = tessera.frontend.from_onnx(onnx.load("model.onnx"), {"data": (1, 3
 """
 
 from tessera.frontend.onnx import UnsupportedOpError, from_onnx
+from tessera.frontend.pytorch import from_pytorch
 
-__all__ = ["UnsupportedOpError", "from_onnx"]
+__all__ = ["UnsupportedOpError", "from_onnx", "from_pytorch"]
