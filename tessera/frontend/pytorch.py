@@ -86,13 +86,17 @@ def _export(model, example_inputs):
     symbolic = _symbolic_dims(ep)
     if symbolic:
         if not example_inputs:
+            dims = ", ".join(f"{name}[{i}] ({sym})" for name, i, sym, _ in symbolic)
             raise ValueError(
-                f"the exported program has dynamic dims ({', '.join(symbolic)}): give "
-                "example_inputs to fix them"
+                f"the exported program has dynamic dims {dims}: give example_inputs to fix them"
             )
+        tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+        dims = ", ".join(
+            f"{name}[{i}] ({sym}) to {tensors[k].shape[i]}" for name, i, sym, k in symbolic
+        )
         warnings.warn(
-            f"dynamic dims {', '.join(symbolic)} of the exported program are fixed to the sizes "
-            "of example_inputs (tessera compiles static shapes)",
+            f"tessera compiles static shapes (dynamic shapes are a later issue): the dynamic dims "
+            f"of the exported program are fixed to the sizes of example_inputs: {dims}",
             stacklevel=3,
         )
         try:
@@ -102,16 +106,18 @@ def _export(model, example_inputs):
     return ep, example_inputs
 
 
-def _symbolic_dims(ep) -> list[str]:
-    user = set(ep.graph_signature.user_inputs)
-    out = []
+def _symbolic_dims(ep) -> list[tuple[str, int, str, int]]:
+    """(input name, dim, symbol, index among the tensor inputs) of every symbolic input dim."""
+    user = list(ep.graph_signature.user_inputs)
+    out, k = [], -1
     for node in ep.graph.nodes:
         val = node.meta.get("val")
         if node.op != "placeholder" or node.name not in user or not hasattr(val, "shape"):
             continue
+        k += 1
         for i, d in enumerate(val.shape):
             if not isinstance(d, int):
-                out.append(f"{node.name}[{i}]={d}")
+                out.append((node.name, i, str(d), k))
     return out
 
 
@@ -179,9 +185,7 @@ def _value(env, a):
         return env[a.name]
     if isinstance(a, (list, tuple)):
         return tuple(_value(env, x) for x in a)
-    if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return a
-    return a
+    return a  # a Python scalar, a dtype, a device, None
 
 
 def _check_result(node, out) -> None:
@@ -207,9 +211,12 @@ def _convert_node(b: TorchContext, node, env) -> None:
         if node.target is operator.getitem:
             source, index = env[node.args[0].name], node.args[1]
             out = source[index]
-            if out is None:
-                raise NodeError(f"output {index} of {node.args[0].name!r} is not supported")
+            if out is None:  # fails only where it is used: a buffer update is dropped
+                out = _Unavailable(f"output {index} of {node.args[0].name!r} is not supported")
         else:
+            for a in node.all_input_nodes:
+                if isinstance(env.get(a.name), _Unavailable):
+                    raise NodeError(env[a.name].reason)
             args = _value(env, node.args)
             kwargs = {k: _value(env, v) for k, v in node.kwargs.items()}
             out = find_converter(name)(b, **_bind(node, args, kwargs))
@@ -217,6 +224,13 @@ def _convert_node(b: TorchContext, node, env) -> None:
     except (NodeError, TypeError, ValueError, NotImplementedError) as e:
         raise ValueError(f"{label}: {e}") from None
     env[node.name] = out
+
+
+class _Unavailable:
+    """An op output tessera does not compute (batch norm's saved statistics)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
 
 
 def _tensor_constants(ep) -> dict[str, np.ndarray]:
@@ -292,6 +306,8 @@ def _outputs(ep, node, env) -> list[Value]:
         if getattr(a, "name", None) not in user:
             continue  # buffer and input mutations: inference needs only the user outputs
         v = env.get(a.name)
+        if isinstance(v, _Unavailable):
+            raise ValueError(f"output {i} ({a.name!r}): {v.reason}")
         if not isinstance(v, Value):
             raise ValueError(f"output {i} ({a.name!r}) is not a tensor computed by the model")
         outs.append(v)

@@ -51,9 +51,38 @@ def batch_norm(b, input, weight, bias, running_mean, running_var, momentum, eps)
     return y, None, None
 
 
-@aten_op("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit.default")
-def batch_norm_training(b, input, weight, bias, *args, training=False, **_):
-    raise NodeError("batch norm in training mode (call model.eval() before converting)")
+def _batch_statistics(b, input, weight, bias, eps):
+    """Normalize with the statistics of this batch (what torch does in training mode, and for
+    InstanceNorm, which it runs as a batch norm over a reshaped input)."""
+    axes = tuple(i for i in range(input.type.ndim) if i != 1)
+    mean = b.call("mean", input, axis=axes, keepdims=True)
+    centered = b.call("subtract", input, mean)
+    var = b.call("mean", b.call("multiply", centered, centered), axis=axes, keepdims=True)
+    dtype = input.type.dtype.numpy_name
+    y = b.call("multiply", centered, b.call("rsqrt", b.call("add", var, b.scalar(eps, dtype))))
+    channel = (input.type.shape[1],) + (1,) * (input.type.ndim - 2)
+    if weight is not None:
+        y = b.call("multiply", y, b.reshape(weight, channel))
+    if bias is not None:
+        y = b.call("add", y, b.reshape(bias, channel))
+    return y
+
+
+@aten_op("aten._native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(b, input, weight, bias, training, momentum, eps):
+    return _batch_statistics(b, input, weight, bias, float(eps)), None, None
+
+
+@aten_op(
+    "aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit_functional.default"
+)
+def batch_norm_batch_stats(b, input, weight, bias, running_mean, running_var, training, momentum,
+                           eps):  # fmt: skip
+    if not training:
+        y = batch_norm(b, input, weight, bias, running_mean, running_var, momentum, eps)[0]
+    else:  # the running statistics' update is a buffer mutation, which inference drops
+        y = _batch_statistics(b, input, weight, bias, float(eps))
+    return y, None, None, None, None
 
 
 @aten_op("aten.native_layer_norm.default")

@@ -55,6 +55,18 @@ for _name, _op in _UNARY.items():
     aten_op(f"aten.{_name}.default")(_unary(_op))
 
 
+@aten_op("aten.log1p.default")
+def log1p(b, self):
+    x = b.cast(self, b.out_dtype)
+    return b.call("log", b.call("add", x, b.scalar(1, b.out_dtype)))
+
+
+@aten_op("aten.expm1.default")
+def expm1(b, self):
+    x = b.cast(self, b.out_dtype)
+    return b.call("subtract", b.call("exp", x), b.scalar(1, b.out_dtype))
+
+
 @aten_op("aten.logical_not.default", "aten.bitwise_not.default")
 def logical_not(b, self):
     if self.type.dtype.numpy_name == "bool":

@@ -162,10 +162,7 @@ def index(b, self, indices):
 
 @aten_op("aten.flip.default")
 def flip(b, self, dims):
-    x = self
-    for d in dims:
-        x = b.call("reverse", x, axis=d % self.type.ndim)
-    return x
+    return b.call("reverse", self, axis=tuple(d % self.type.ndim for d in dims))
 
 
 @aten_op("aten.roll.default")
