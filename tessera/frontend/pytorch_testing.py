@@ -37,9 +37,10 @@ def randomize_bn(model: nn.Module, seed: int = 0) -> nn.Module:
     return model
 
 
-def check_module(model, example_inputs, rtol=1e-4, atol=1e-5):
+def check_module(model, example_inputs, rtol=1e-4, atol=1e-5, output_names=None):
     """Convert `model`, run it with tessera's interpreter and compare with torch eager: every
-    output within `rtol` of the largest magnitude of that output (plus `atol`)."""
+    output within `rtol` of the largest magnitude of that output (plus `atol`). Returns
+    (IRModule, params); `output_names` names the outputs in failure messages."""
     model = model.eval()
     with torch.no_grad():
         expected = model(*example_inputs)
@@ -49,12 +50,13 @@ def check_module(model, example_inputs, rtol=1e-4, atol=1e-5):
     feeds = {p.name: x.numpy() for p, x in zip(func.params, example_inputs, strict=False)}
     got = run_function(func, feeds, params)
     assert len(got) == len(expected), (len(got), len(expected))
-    for g, e in zip(got, expected, strict=True):
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
         e = e.numpy()
-        assert g.shape == e.shape, (g.shape, e.shape)
-        assert g.dtype == e.dtype, (g.dtype, e.dtype)
+        name = f"output {i}" + (f" ({output_names[i]})" if output_names else "")
+        assert g.shape == e.shape, (name, g.shape, e.shape)
+        assert g.dtype == e.dtype, (name, g.dtype, e.dtype)
         scale = float(np.max(np.abs(e))) if e.size and e.dtype.kind == "f" else 1.0
-        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol + rtol * scale)
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol + rtol * scale, err_msg=name)
     return mod, params
 
 

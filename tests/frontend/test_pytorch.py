@@ -32,6 +32,36 @@ class Fn(nn.Module):
         return self.fn(*xs)
 
 
+class Cases(nn.Module):
+    """Many cases in one module (one export instead of one per case, which is what takes the
+    time): case k reads its own inputs; the outputs of all cases are returned in order."""
+
+    def __init__(self, cases):
+        super().__init__()
+        self.fns, self.counts = [c[0] for c in cases], [len(c) - 1 for c in cases]
+        self.layers = nn.ModuleList(f for f in self.fns if isinstance(f, nn.Module))
+
+    def forward(self, *xs):
+        outs, k = [], 0
+        for fn, n in zip(self.fns, self.counts, strict=True):
+            out = fn(*xs[k : k + n])
+            outs.extend(out if isinstance(out, tuple) else (out,))
+            k += n
+        return tuple(outs)
+
+
+def check_cases(cases: dict):
+    """Check every case at once; a failure names its case."""
+    names, inputs = [], []
+    model = Cases(list(cases.values()))
+    with torch.no_grad():
+        for name, (fn, *xs) in cases.items():
+            out = fn(*xs)
+            names += [name] * (len(out) if isinstance(out, tuple) else 1)
+            inputs += xs
+    check_module(model, tuple(inputs), output_names=names)
+
+
 X = randn(2, 3, 6, 7)
 CASES = {
     "unary": (lambda x: torch.exp(x.tanh()) + x.abs().sqrt() - x.sigmoid() * x.erf(), X),
@@ -84,10 +114,23 @@ CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_op_matches_torch(name):
-    fn, *inputs = CASES[name]
-    check_module(Fn(fn), tuple(inputs))
+GROUPS = {
+    "math": ["unary", "rsqrt_log", "activations", "more_activations", "gelu_tanh", "scalars",
+             "pow_tensor", "int_float", "compare", "clamp"],
+    "reduce": ["reductions", "max_dim", "any_all", "softmax", "cumsum"],
+    "shape": ["views", "permute", "slice_select", "split", "chunk_unbind", "cat_stack",
+              "expand_repeat", "index", "flip_roll", "pad", "creation", "to_dtype"],
+    "nn": ["matmuls", "batched_matmul", "max_pool", "avg_pool", "adaptive", "pool1d", "upsample"],
+}  # fmt: skip
+
+
+def test_every_case_is_in_a_group():
+    assert sorted(sum(GROUPS.values(), [])) == sorted(CASES)
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_ops_match_torch(group):
+    check_cases({name: CASES[name] for name in GROUPS[group]})
 
 
 LAYERS = {
@@ -109,15 +152,23 @@ LAYERS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
-def test_layer_matches_torch(name):
-    layer, x = LAYERS[name]
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(randn(*p.shape))
-    if name == "mha":
-        layer = Fn(lambda q, m=layer: m(q, q, q)[0])
-    check_module(layer, (x,))
+class SelfAttention(nn.Module):
+    def __init__(self, attention):
+        super().__init__()
+        self.attention = attention
+
+    def forward(self, x):
+        return self.attention(x, x, x)[0]
+
+
+def test_layers_match_torch():
+    cases = {}
+    for name, (layer, x) in LAYERS.items():
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.copy_(randn(*p.shape))
+        cases[name] = (SelfAttention(layer) if name == "mha" else layer, x)
+    check_cases(cases)
 
 
 def test_params_are_named_by_module_path_and_inputs_by_forward():
