@@ -255,7 +255,7 @@ def _axes(x: Value, dim) -> tuple[int, ...] | None:
     if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
         return None
     dims = dim if isinstance(dim, (tuple, list)) else (dim,)
-    return tuple(int(d) % max(x.type.ndim, 1) for d in dims)
+    return tuple(sorted(int(d) % max(x.type.ndim, 1) for d in dims))
 
 
 def _reduce(op):
