@@ -2,7 +2,7 @@
 the same process, batch 1, float32, random weights.
 
     .venv/bin/python bench/pytorch.py [--models resnet50,vit_b_16] [--threads 2] [--repeat 20]
-                                      [--small]
+                                      [--torch-threads N] [--small]
 
 Models: the torch.nn versions of torchvision's ResNet-50, MobileNetV3-Large, EfficientNet-B0,
 ViT-B/16, DeepLabV3 (ResNet-50 backbone), the ResNet-50 + FPN detection backbone, and a
@@ -13,8 +13,11 @@ latency of each engine (medians and min-max of timed runs taken in turns,
 tessera / torch (below 1: tessera is faster) and the agreement max |tessera - torch| / max
 |torch| over the outputs.
 
-Threads: `tessera.runtime.set_num_threads(n)` and `torch.set_num_threads(n)`. torch runs in
-eval mode under `torch.inference_mode()`. A benchmark, not a test: the machine is shared and
+Threads: `tessera.runtime.set_num_threads(n)` and `torch.set_num_threads(n)` (or
+`--torch-threads`: on a loaded machine torch's OpenMP team stalls when one of its threads is
+descheduled — a 3x3 conv measured 3 ms on 1 thread and 250 ms on 2 at a load of 18 on 2 cores —
+so its 1-thread time is the fairer reference there). torch runs in eval mode under
+`torch.inference_mode()`. A benchmark, not a test: the machine is shared and
 noisy, nothing here asserts a time.
 """
 
@@ -105,13 +108,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(FULL))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--torch-threads", type=int, default=None, help="default: --threads")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="the tiny test-size models")
     args = parser.parse_args(argv)
     set_num_threads(args.threads)
-    torch.set_num_threads(args.threads)
+    torch_threads = args.torch_threads or args.threads
+    torch.set_num_threads(torch_threads)
     suite = SMALL if args.small else FULL
-    print(f"threads {args.threads}, repeat {args.repeat}, torch {torch.__version__}")
+    print(f"threads: tessera {args.threads}, torch {torch_threads}; repeat {args.repeat}; "
+          f"torch {torch.__version__}")  # fmt: skip
     header = (
         "| model | compile s | tessera ms (min-max) | torch ms (min-max) | ratio | max rel err |"
     )
