@@ -87,6 +87,8 @@ def relu(b, config, x, **_):
             y = b.call("where", below, shifted, v)
         elif slope:
             y = b.call("nn.leaky_relu", v, alpha=slope)
+        elif max_value is not None:  # ReLU6 and friends: one clip
+            return b.call("clip", v, a_min=0.0, a_max=float(max_value))
         else:
             y = b.call("nn.relu", v)
         return y if max_value is None else b.call("minimum", y, b.scalar(max_value, v))

@@ -26,8 +26,9 @@ def randomize_batch_norm(model):
     for layer in model.layers:
         if isinstance(layer, L.BatchNormalization):
             gamma, beta, mean, var = layer.get_weights()
-            layer.set_weights([R.uniform(0.5, 1.5, gamma.shape), R.normal(0, 0.2, beta.shape),
-                               R.normal(0, 0.2, mean.shape), R.uniform(0.5, 1.5, var.shape)])  # fmt: skip
+            new = [R.uniform(0.5, 1.5, gamma.shape), R.normal(0, 0.2, beta.shape),
+                   R.normal(0, 0.2, mean.shape), R.uniform(0.5, 1.5, var.shape)]  # fmt: skip
+            layer.set_weights([w.astype("float32") for w in new])
     return model
 
 
@@ -42,7 +43,8 @@ def check(model, inputs, tmp_path, formats=("keras", "h5"), rtol=1e-4):
         model.save(path)
         mod, params = from_keras(str(path), batch_size=inputs[0].shape[0])
         func = mod["main"]
-        got = run_function(func, dict(zip([p.name for p in func.params], inputs)), params)
+        feeds = {p.name: x for p, x in zip(func.params, inputs, strict=False)}
+        got = run_function(func, feeds, params)
         assert len(got) == len(expected)
         for g, e in zip(got, expected, strict=True):
             e = np.asarray(e)

@@ -1,6 +1,7 @@
 """The PyTorch frontend op by op (small modules through tessera's interpreter against torch
 eager), its errors (every unsupported op at once, with its source line), dynamic dims, tuple
 and dict outputs, and params."""
+# ruff: noqa: E501
 
 import warnings
 
