@@ -91,7 +91,7 @@ def bench_model(name, build, repeat):
         with torch.inference_mode():
             return model(*inputs)
 
-    expected = [e.numpy() for e in T._flatten(run_torch())]
+    expected = [e.numpy() for e in T.flatten_outputs(run_torch())]
     m.run()
     got = [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
     error = max(

@@ -59,7 +59,7 @@ def _numpy_dtype(dtype) -> str:
 
 
 def _export(model, example_inputs):
-    """An ExportedProgram with static shapes, and the example inputs that fixed them."""
+    """An ExportedProgram with static shapes (dynamic dims fixed to `example_inputs`)."""
     torch = _torch()
     if example_inputs is not None:
         example_inputs = (
@@ -103,7 +103,7 @@ def _export(model, example_inputs):
             ep = torch.export.export(ep.module(), example_inputs)
         except Exception as e:
             raise ValueError(f"cannot fix the dynamic dims to example_inputs: {e}") from None
-    return ep, example_inputs
+    return ep
 
 
 def _symbolic_dims(ep) -> list[tuple[str, int, str, int]]:
@@ -233,8 +233,8 @@ class _Unavailable:
         self.reason = reason
 
 
-def _tensor_constants(ep) -> dict[str, np.ndarray]:
-    """Parameters, buffers and lifted tensor constants by placeholder name -> (name, array)."""
+def _tensor_constants(ep) -> dict[str, tuple[str, np.ndarray]]:
+    """Parameters, buffers and lifted tensor constants: placeholder name -> (name, array)."""
     sig = ep.graph_signature
     state = {**ep.state_dict, **ep.constants}
     out = {}
@@ -252,12 +252,12 @@ def _tensor_constants(ep) -> dict[str, np.ndarray]:
 def from_pytorch(model, example_inputs=None):
     """Convert a PyTorch model to (IRModule with function "main", params: dict[str, ndarray]).
 
-    `model` is an `nn.Module` (exported here with `torch.export` in eval mode) or an
+    `model` is an `nn.Module` (switched to eval mode and exported with `torch.export`) or an
     ExportedProgram; `example_inputs` is a tuple of tensors giving the input shapes and dtypes.
     The function's parameters are the model's tensor inputs, named as in `forward`, then the
     params; its outputs are the model's tensor outputs, flattened in order (tuples, lists and
     dict values)."""
-    ep, _ = _export(model, example_inputs)
+    ep = _export(model, example_inputs)
     try:
         ep = ep.run_decompositions()
     except Exception as e:

@@ -44,7 +44,7 @@ def check_module(model, example_inputs, rtol=1e-4, atol=1e-5, output_names=None)
     model = model.eval()
     with torch.no_grad():
         expected = model(*example_inputs)
-    expected = [expected] if isinstance(expected, torch.Tensor) else list(_flatten(expected))
+    expected = [expected] if isinstance(expected, torch.Tensor) else list(flatten_outputs(expected))
     mod, params = from_pytorch(model, example_inputs)
     func = mod["main"]
     feeds = {p.name: x.numpy() for p, x in zip(func.params, example_inputs, strict=False)}
@@ -60,15 +60,15 @@ def check_module(model, example_inputs, rtol=1e-4, atol=1e-5, output_names=None)
     return mod, params
 
 
-def _flatten(out):
+def flatten_outputs(out):
     if isinstance(out, torch.Tensor):
         yield out
     elif isinstance(out, dict):
         for v in out.values():
-            yield from _flatten(v)
+            yield from flatten_outputs(v)
     else:
         for v in out:
-            yield from _flatten(v)
+            yield from flatten_outputs(v)
 
 
 def _conv_bn(cin, cout, k=3, stride=1, groups=1, dilation=1, act=nn.ReLU):

@@ -9,11 +9,11 @@ torch = pytest.importorskip("torch")
 
 import tessera  # noqa: E402
 from tessera.frontend.pytorch_testing import (  # noqa: E402
-    _flatten,
     bert_encoder,
     check_module,
     deeplabv3,
     efficientnet_b0,
+    flatten_outputs,
     mobilenet_v3_large,
     resnet50,
     resnet_fpn,
@@ -69,7 +69,7 @@ def compiled_outputs(model, inputs):
 def check_compiled(model, inputs, rtol=1e-4):
     model = model.eval()
     with torch.no_grad():
-        expected = [e.numpy() for e in _flatten(model(*inputs))]
+        expected = [e.numpy() for e in flatten_outputs(model(*inputs))]
     got = compiled_outputs(model, inputs)
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
