@@ -31,17 +31,23 @@ def image(n=1, size=32):
 def tokens(batch=2, length=7, vocab=100):
     ids = torch.randint(0, vocab, (batch, length), generator=G)
     mask = torch.ones(batch, length, dtype=torch.int64)
-    mask[1, length // 2 :] = 0  # a padded sequence: the mask must reach the softmax
+    mask[-1, length // 2 :] = 0  # a padded sequence: the mask must reach the softmax
     return ids, mask
 
+
+# One block of each kind of MobileNetV3-Large's table: (kernel, expanded, out, SE, activation,
+# stride) with and without SE and residual, ReLU and hard-swish, kernels 3 and 5, strides 1 and 2.
+MOBILENET_BLOCKS = [(3, 16, 16, False, "RE", 1), (3, 64, 24, False, "RE", 2),
+                    (5, 72, 40, True, "RE", 2), (5, 120, 40, True, "RE", 1),
+                    (3, 240, 80, False, "HS", 2), (3, 480, 80, True, "HS", 1)]  # fmt: skip
 
 SMALL = {
     "resnet50": lambda: (resnet50(8, (1, 2, 1, 1), 10), (image(2),)),
     "mobilenet_v3_large": lambda: (
-        mobilenet_v3_large(0.25, num_classes=10, last_channel=32),
+        mobilenet_v3_large(0.25, MOBILENET_BLOCKS, num_classes=10, last_channel=32),
         (image(),),
     ),
-    "efficientnet_b0": lambda: (efficientnet_b0(0.25, 0.34, num_classes=10), (image(),)),
+    "efficientnet_b0": lambda: (efficientnet_b0(0.25, 0.2, num_classes=10), (image(),)),
     "vit_b_16": lambda: (vit_b_16(32, 8, 2, 2, 16, 32, 10), (image(2),)),
     "deeplabv3": lambda: (deeplabv3(8, (1, 1, 1, 1), 5, (2, 4, 6), 16), (image(),)),
     "resnet_fpn": lambda: (resnet_fpn(8, (1, 1, 1, 1), 16), (image(size=64),)),
