@@ -79,29 +79,23 @@ def _load_keras_v3(path: Path):
             data = z.read("model.weights.h5") if "model.weights.h5" in z.namelist() else None
     except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as e:
         raise ValueError(f"{str(path)!r} is not a valid .keras archive: {e}") from None
+    classes = {
+        layer.get("config", {}).get("name"): layer.get("class_name")
+        for layer in config.get("config", {}).get("layers") or []
+        if isinstance(layer, dict)
+    }
     weights = {}
     if data is not None:
         try:
             with h5py.File(io.BytesIO(data), "r") as f:
-                if "layers" in f:
-                    for group in f["layers"].values():
-                        _collect_v3(group, weights)
+                for group in f["layers"].values() if "layers" in f else []:
+                    # the group's key is made from the class; its vars name the layer
+                    name = group["vars"].attrs.get("name") if "vars" in group else None
+                    if name is not None:
+                        weights[str(name)] = _group_arrays(group, classes.get(str(name), ""))
         except OSError as e:
             raise ValueError(f"{str(path)!r}: cannot read model.weights.h5: {e}") from None
     return config, weights
-
-
-def _collect_v3(group, weights: dict) -> None:
-    """A layer's group: its `vars` (named by the layer) then its sub-layers' vars."""
-    name = group["vars"].attrs.get("name") if "vars" in group else None
-    arrays = _group_arrays(group, _class_hint(group))
-    if name is not None:
-        weights[str(name)] = arrays
-
-
-def _class_hint(group) -> str:
-    children = set(group.keys())
-    return "MultiHeadAttention" if {"query_dense", "key_dense"} <= children else ""
 
 
 def _group_arrays(group, cls: str) -> list[np.ndarray]:

@@ -20,6 +20,8 @@ from tessera.graph import run_function  # noqa: E402
 from tessera.runtime import GraphModule, cpu  # noqa: E402
 
 R = np.random.default_rng(0)
+# keras's torch backend warns on every variable read under numpy 2 (its own deprecation)
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
 
 
 def randomize_batch_norm(model):
