@@ -359,3 +359,29 @@ def arange(b, start=0, end=None, step=1, **_):
     if end is None:
         start, end = 0, start
     return b.const(np.arange(start, end, step).astype(b.out_dtype))
+
+
+@aten_op("aten.linalg_vector_norm.default")
+def vector_norm(b, self, ord=2, dim=None, keepdim=False, dtype=None):
+    x = b.cast(self, b.out_dtype)
+    axes = _axes(x, dim)
+    if ord == 2:
+        total = b.call("sum", b.call("multiply", x, x), axis=axes, keepdims=bool(keepdim))
+        return b.call("sqrt", total)
+    if ord == 1:
+        return b.call("sum", b.call("abs", x), axis=axes, keepdims=bool(keepdim))
+    if ord == float("inf"):
+        return b.call("max", b.call("abs", x), axis=axes, keepdims=bool(keepdim))
+    raise NodeError(f"the {ord}-norm is not supported (1, 2 and inf are)")
+
+
+@aten_op("aten.topk.default")
+def topk(b, self, k, dim=-1, largest=True, sorted=True):
+    return b.call("topk", self, k=int(k), axis=dim, largest=bool(largest), sorted=bool(sorted))
+
+
+@aten_op("aten.sort.default", "aten.sort.stable")
+def sort(b, self, dim=-1, descending=False, stable=None):
+    """A full sort is a top-k of the whole axis (stable: ties keep their order)."""
+    n = self.type.shape[dim]
+    return b.call("topk", self, k=n, axis=dim, largest=bool(descending), sorted=True)
