@@ -104,6 +104,9 @@ CASES = {
     "matmuls": (lambda a, b: (a @ b, torch.bmm(a, b), a[0] @ b[0], torch.einsum("bij,bjk->bik", a, b)),
                 randn(2, 3, 4), randn(2, 4, 5)),
     "batched_matmul": (lambda a, b: a @ b, randn(2, 3, 4, 5), randn(2, 3, 5, 2)),
+    "sdpa": (lambda q, m: (F.scaled_dot_product_attention(q, q * 2, q + 1, attn_mask=m),
+                           F.scaled_dot_product_attention(q, q, q, is_causal=True)),
+             randn(2, 2, 5, 4), randn(2, 1, 5, 5)),
     "max_pool": (lambda x: (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True),
                             F.max_pool2d(x, 3, 1, 1, dilation=2)), X),
     "avg_pool": (lambda x: (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
@@ -125,7 +128,7 @@ GROUPS = {
     "reduce": ["reductions", "max_dim", "any_all", "softmax", "cumsum", "sort_topk", "norms"],
     "shape": ["views", "permute", "slice_select", "split", "chunk_unbind", "cat_stack",
               "expand_repeat", "index", "flip_roll", "pad", "creation", "to_dtype"],
-    "nn": ["matmuls", "batched_matmul", "max_pool", "avg_pool", "adaptive", "pool1d", "upsample"],
+    "nn": ["matmuls", "batched_matmul", "sdpa", "max_pool", "avg_pool", "adaptive", "pool1d", "upsample"],
 }  # fmt: skip
 
 
@@ -153,6 +156,10 @@ LAYERS = {
     "linear_3d": (nn.Linear(5, 3), randn(2, 4, 5)),
     "prelu": (nn.PReLU(3), randn(2, 3, 4)),
     "mha": (nn.MultiheadAttention(8, 2, batch_first=True), randn(2, 5, 8)),
+    "transformer_layer": (nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True),
+                          randn(2, 5, 8)),
+    "conv_transpose1d": (nn.ConvTranspose1d(3, 2, 4, stride=2), randn(1, 3, 6)),
+    "pixel_unshuffle": (nn.PixelUnshuffle(2), randn(1, 2, 4, 4)),
     "pixel_shuffle": (nn.PixelShuffle(2), randn(1, 8, 3, 3)),
 }  # fmt: skip
 
