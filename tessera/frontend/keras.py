@@ -250,10 +250,14 @@ def from_keras(model, shape_dict: dict | None = None, batch_size: int = 1):
     shape_dict = dict(shape_dict or {})
     b = KerasContext(weights)
     env: dict[tuple, Value] = {}
+    by_name = {layer.get("name") or layer["config"]["name"]: layer for layer in layers}
+    for name, _, _ in inputs:  # the function's inputs in the model's order of inputs
+        if by_name.get(name, {}).get("class_name") != "InputLayer":
+            raise ValueError(f"the model's input {name!r} is not an InputLayer")
+        env[(name, 0, 0)] = _input(b, by_name[name], shape_dict, batch_size)
     for layer in layers:
         name = layer.get("name") or layer["config"]["name"]
         if layer["class_name"] == "InputLayer":
-            env[(name, 0, 0)] = _input(b, layer, shape_dict, batch_size)
             continue
         for k, (args, kwargs) in enumerate(_calls(layer)):
             _convert_call(b, layer, name, k, args, kwargs, env)

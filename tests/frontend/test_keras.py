@@ -25,11 +25,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:Depreca
 
 
 def randomize_batch_norm(model):
+    """Non-trivial statistics: the variance (last) and the scale (first, if any) positive."""
     for layer in model.layers:
         if isinstance(layer, L.BatchNormalization):
-            gamma, beta, mean, var = layer.get_weights()
-            new = [R.uniform(0.5, 1.5, gamma.shape), R.normal(0, 0.2, beta.shape),
-                   R.normal(0, 0.2, mean.shape), R.uniform(0.5, 1.5, var.shape)]  # fmt: skip
+            weights = layer.get_weights()
+            new = [R.normal(0, 0.2, w.shape) for w in weights]
+            new[0], new[-1] = (R.uniform(0.5, 1.5, w.shape) for w in (weights[0], weights[-1]))
             layer.set_weights([w.astype("float32") for w in new])
     return model
 
@@ -129,6 +130,37 @@ def test_sequential_matches_keras(tmp_path):
         L.Reshape((-1,)), L.PReLU(), L.Dense(2, activation="elu"),
     ])  # fmt: skip
     check(model, R.standard_normal((3, 10)).astype("float32"), tmp_path)
+
+
+def test_assorted_layers_and_three_inputs(tmp_path):
+    vol = keras.Input((6, 6, 6, 2), name="vol")
+    v = L.Conv3D(3, 3, padding="same", activation="hard_sigmoid")(vol)
+    v = L.Flatten()(L.GlobalMaxPooling3D(keepdims=True)(L.MaxPooling3D(2)(v)))
+    img = keras.Input((8, 8, 3), name="img")
+    x = L.Rescaling(1 / 127.5, offset=-1)(img)
+    x = L.Cropping2D(((1, 0), (2, 1)))(x)
+    x = L.UpSampling2D(2, interpolation="bilinear")(x)
+    x = L.SeparableConv2D(4, 3, strides=2, depth_multiplier=2, use_bias=False,
+                          activation="hard_silu")(x)  # fmt: skip
+    x = L.BatchNormalization(center=False)(x)
+    x = L.LayerNormalization(axis=[1, 2, 3])(x)
+    x = L.Conv2D(4, 3, dilation_rate=2, padding="same", activation="selu")(x)
+    x = L.Reshape((4,))(L.GlobalMaxPooling2D(keepdims=True)(x))
+    seq = keras.Input((10, 4), name="seq")
+    s = L.Conv1D(4, 3, padding="same", groups=2, activation="softplus")(seq)
+    s = L.AveragePooling1D(3, strides=2, padding="same")(L.UpSampling1D(2)(s))
+    s = L.Cropping1D((0, 1))(L.ZeroPadding1D((1, 2))(s))
+    s = L.BatchNormalization()(L.DepthwiseConv1D(3)(s))
+    s = L.GlobalAveragePooling1D()(L.Softmax(axis=1)(s))
+    out = L.Dense(3, activation="log_softmax")(L.ELU(alpha=0.5)(L.Concatenate()([v, x, s])))
+    model = randomize_batch_norm(
+        keras.Model([vol, img, seq], [out, L.Maximum()([x, s]), L.Minimum()([x, s])])
+    )
+    inputs = [R.standard_normal((2, 6, 6, 6, 2)).astype("float32"),
+              R.uniform(0, 255, (2, 8, 8, 3)).astype("float32"),
+              R.standard_normal((2, 10, 4)).astype("float32")]  # fmt: skip
+    funcs = check(model, inputs, tmp_path)
+    assert [p.name for p in funcs[0].params[:3]] == ["vol", "img", "seq"]
 
 
 def test_two_inputs_and_shared_layer(tmp_path):
