@@ -3,6 +3,8 @@
 mod, params = tessera.frontend.from_onnx(onnx.load("model.onnx"), {"data": (1, 3, 224, 224)})
 """
 
+from tessera.frontend.keras import from_keras
 from tessera.frontend.onnx import UnsupportedOpError, from_onnx
+from tessera.frontend.pytorch import from_pytorch
 
-__all__ = ["UnsupportedOpError", "from_onnx"]
+__all__ = ["UnsupportedOpError", "from_keras", "from_onnx", "from_pytorch"]
