@@ -122,7 +122,9 @@ def _pool_type(op, nd):
             )
             for i in range(nd)
         ]
-        if min(out) < 1:
+        # A window one stride (or less) larger than the padded input leaves no window: an
+        # empty output, as ONNX's VALID rule and ONNX Runtime give; more is an error there too.
+        if min(out) < 0:
             raise type_error(op, f"pool window {pool_size} is larger than padded input {x}")
         return x.with_shape((*x.shape[:2], *out))
 
@@ -147,9 +149,7 @@ def _conv_transpose_compute(x, w, *, strides, padding, dilation, groups=1, outpu
 
 
 def _pool_compute(kind):
-    def compute(
-        x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0
-    ):
+    def compute(x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
         return topi_nn.pool(
             x, kind, pool_size, strides, padding, dilation, ceil_mode, count_include_pad
         )
@@ -418,6 +418,7 @@ lrn.reference(nn_ref.lrn)
 @lrn.compute
 def _(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     return topi_nn.lrn(x, size, alpha, beta, bias)
+
 
 # -- activations ------------------------------------------------------------------------------
 
