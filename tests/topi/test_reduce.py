@@ -1,12 +1,14 @@
 """Reductions, argmax/argmin, cumsum and topk (graph/ops/reduce.py) against numpy references."""
 
+import math
+
 import numpy as np
 import pytest
 
 from tessera import te
 from tessera.graph.op import get_op
 from tessera.topi import reduce
-from tessera.topi.testing import check_ops
+from tessera.topi.testing import check_ops, loop_work
 
 RNG = np.random.default_rng(2)
 
@@ -110,6 +112,28 @@ def test_cumprod():
         for rev in (False, True)
     ]
     cases.append(("cumprod", [xi], {"axis": 1, "exclusive": True, "reverse": True}))
+    check_ops(cases, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_running_sums_are_log_step_scans(name):
+    # O(n log n) along the axis: 1000 elements take ceil(log2 1000) + 1 = 11 passes, where the
+    # masked reduction they replaced read the whole axis for every element (n^2 = 10^6)
+    n, rows = 1000, 2
+    work = loop_work(name, [data((rows, n))], {"axis": 1, "exclusive": True})
+    assert work <= rows * n * (math.ceil(math.log2(n)) + 1)
+
+
+def test_running_sums_over_long_axes_match_numpy():
+    xi = RNG.integers(-3, 4, size=(2, 300)).astype("int64")
+    signs = RNG.choice([-1, 1], size=(300, 2)).astype("int32")  # products stay exact
+    x = RNG.uniform(0.5, 1.5, size=(2, 37, 3)).astype("float32")
+    cases = [
+        ("cumsum", [xi], {"axis": 1, "reverse": True, "exclusive": True}),
+        ("cumsum", [xi], {"axis": 1}),
+        ("cumprod", [signs], {"axis": 0, "exclusive": True}),
+        ("cumprod", [x], {"axis": 1, "reverse": True}),
+    ]
     check_ops(cases, rtol=1e-5, atol=1e-5)
 
 
