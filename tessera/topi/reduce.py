@@ -175,7 +175,6 @@ def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = Fal
     name = "cumprod" if product else "cumsum"
     combine = (lambda a, b: a * b) if product else (lambda a, b: a + b)
     identity = te.const(1 if product else 0, x.dtype)
-    step = 1 if reverse else -1  # where an element's predecessors lie along the axis
 
     def inside(pos, d):
         return pos + d < n if reverse else pos >= d
