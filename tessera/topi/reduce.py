@@ -231,10 +231,17 @@ def schedule_stages(outs, target=None) -> te.Schedule:
 
 def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
     """(values, int64 indices) of the k largest (or smallest) along axis, best first; ties keep
-    the lower index first. Each element's rank is counted (O(n^2) along axis), then output
-    position p picks the element of rank p."""
+    the lower index first. Short axes count each element's rank (O(n^2) along axis), then
+    output position p picks the element of rank p; longer ones run a bitonic network
+    (topi/sort.py, O(n log^2 k)), whichever does less work."""
+    from tessera.topi import sort
+
     (axis,) = normalize_axes((axis,), x.ndim)
     n = x.shape[axis]
+    # A network's compare-exchange costs about four rank steps (two gathers of positions, two
+    # of values, and a stage stored per step).
+    if 4 * sort.bitonic_work(int(n.value), int(k)) < int(n.value) ** 2:
+        return sort.bitonic_topk(x, int(k), axis, largest)
     j = te.reduce_axis((0, n), name="j")
 
     def at(i, pos):
@@ -242,8 +249,7 @@ def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: boo
 
     def rank_body(*i):
         me, other = at(i, i[axis]), at(i, j.var)
-        beats = other > me if largest else other < me
-        before = te.logical_or(beats, te.logical_and(other == me, j.var < i[axis]))
+        before = sort.beats(other, me, j.var, i[axis], largest, x.dtype.is_float)
         return te.sum(te.cast(before, "int32"), axis=j)
 
     rank = te.compute(x.shape, rank_body, name="topk_rank", tag="topk")

@@ -152,6 +152,24 @@ def test_topk():
     check_ops(cases[:1], target="c")
 
 
+def test_topk_on_long_axes_is_a_network_not_a_rank_count():
+    # 1000 elements: O(n log^2 k) compare-exchanges; counting ranks read the axis per element
+    n, rows = 1000, 2
+    assert loop_work("topk", [data((rows, n))], {"k": 5}) <= rows * n * 12
+
+
+def test_topk_on_long_axes_matches_numpy():
+    x = RNG.standard_normal((2, 300)).astype("float32")
+    x[0, 7], x[0, 100], x[1, 3] = np.nan, np.nan, np.inf  # NaN after every number
+    ties = RNG.integers(0, 4, size=(130, 3)).astype("int32")  # stable: lower index first
+    cases = [
+        ("topk", [x], {"k": 5}),  # a network
+        ("topk", [x], {"k": 300, "largest": False}),  # k near n: counting ranks is less work
+        ("topk", [ties], {"k": 9, "axis": 0, "largest": False}),
+    ]
+    check_ops(cases)
+
+
 def test_tags():
     x = te.placeholder((4, 8), name="x")
     assert get_op("sum").rules["compute"](x, axis=(1,)).op.tag == "reduce"

@@ -182,6 +182,9 @@ def _(x, k, axis=-1, largest=True, sorted=True):
     return topi_reduce.topk(x, k, axis, bool(largest), bool(sorted))
 
 
+topk.schedule("generic")(topi_reduce.schedule_stages)
+
+
 einsum = register_op("einsum", kind=OpKind.OPAQUE)
 
 
