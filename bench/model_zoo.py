@@ -36,10 +36,15 @@ MOBILENET_V2_BLOCKS = (
 
 
 class GraphWriter:
-    """Collects nodes and initializers; every node gets a unique name and output."""
+    """Collects nodes and initializers; every node gets a unique name and output.
 
-    def __init__(self, seed: int):
+    With `weights` (name -> array, e.g. a pretrained checkpoint), every weight that `normal`
+    would draw is taken from it instead, and a missing or misshapen one is an error: a
+    pretrained model never gets a random weight by accident."""
+
+    def __init__(self, seed: int, weights: dict[str, np.ndarray] | None = None):
         self.rng = np.random.default_rng(seed)
+        self.weights = weights
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
 
@@ -51,6 +56,13 @@ class GraphWriter:
         return self.const(name, np.array(value, np.float32))
 
     def normal(self, name: str, shape, std: float, mean: float = 0.0) -> str:
+        if self.weights is not None:
+            if name not in self.weights:
+                raise KeyError(f"GraphWriter: no weight {name!r} among the given weights")
+            w = np.asarray(self.weights[name], np.float32)
+            if w.shape != tuple(shape):
+                raise ValueError(f"GraphWriter: weight {name!r} is {w.shape}, expected {shape}")
+            return self.const(name, w)
         w = mean + std * self.rng.standard_normal(shape)
         return self.const(name, w.astype(np.float32))
 
@@ -264,11 +276,13 @@ def _extended_mask(g: GraphWriter) -> str:
 def bert_encoder(
     layers: int = 12, hidden: int = 768, heads: int = 12, intermediate: int | None = None,
     seq: int = 128, batch: int = 1, vocab: int = 30522, max_position: int = 512,
-    type_vocab: int = 2, seed: int = 0,
+    type_vocab: int = 2, seed: int = 0, weights: dict[str, np.ndarray] | None = None,
 ) -> onnx.ModelProto:  # fmt: skip
     """A BERT encoder (Hugging Face's BertModel without the pooler): int64 inputs "input_ids",
     "token_type_ids", "attention_mask" (batch, seq); output "last_hidden_state"
-    (batch, seq, hidden). `intermediate` defaults to 4 * hidden."""
+    (batch, seq, hidden). `intermediate` defaults to 4 * hidden. `weights`: a Hugging Face
+    checkpoint's tensors by name (linear weights transposed, named `<module>.weight.T`) to use
+    instead of random ones (`fetch_zoo.py` loads all-MiniLM-L6-v2 this way)."""
     intermediate = 4 * hidden if intermediate is None else intermediate
     sizes = dict(
         layers=layers, hidden=hidden, heads=heads, intermediate=intermediate, seq=seq,
@@ -281,7 +295,7 @@ def bert_encoder(
         raise ValueError(f"bert_encoder: hidden ({hidden}) must be a multiple of heads ({heads})")
     if seq > max_position:
         raise ValueError(f"bert_encoder: seq ({seq}) exceeds max_position ({max_position})")
-    g = GraphWriter(seed)
+    g = GraphWriter(seed, weights)
     x = _embeddings(g, seq, hidden, vocab, max_position, type_vocab)
     mask = _extended_mask(g)
     for i in range(layers):

@@ -428,7 +428,9 @@ def load_line(loads: tuple[float, float]) -> str:
     )
 
 
-def report(results: list[Result], args, peaks: dict[int, float], command: str, loads=None) -> str:
+def report(
+    results: list[Result], args, peaks: dict[int, float], command: str, loads=None, bars=None
+) -> str:
     ratios = [r.ratio for r in results if r.ratio is not None]
     gm = geometric_mean(ratios)
     machine = machine_lines(args, peaks, results) + ([load_line(loads)] if loads else [])
@@ -438,16 +440,17 @@ def report(results: list[Result], args, peaks: dict[int, float], command: str, l
         if ratios
         else "No model ran on both runtimes."
     )
-    return "\n".join([*lines, "", *criteria(results), ""])
+    return "\n".join([*lines, "", *(bars or criteria)(results), ""])
 
 
 # -- command line ------------------------------------------------------------------------------
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv, suite=None, description=None):
+    suite = SUITE if suite is None else suite
+    p = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     p.add_argument(
-        "--models", default=",".join(SUITE), help="comma-separated, from: " + ", ".join(SUITE)
+        "--models", default=",".join(suite), help="comma-separated, from: " + ", ".join(suite)
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--target", default="llvm", help='e.g. "llvm -mcpu=haswell" (AVX2 code)')
@@ -460,9 +463,9 @@ def parse_args(argv):
     p.add_argument("--save-models", type=Path, help="keep each model as DIR/<model>.onnx")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in args.models if m not in SUITE]
+    unknown = [m for m in args.models if m not in suite]
     if unknown:
-        p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(SUITE)}")
+        p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(suite)}")
     if args.threads < 1 or args.repeat < 1 or args.warmup < 0 or args.block < 1:
         p.error("--threads, --repeat and --block must be >= 1, --warmup >= 0")
     try:
@@ -476,12 +479,14 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None) -> int:
+def main(argv=None, suite=None, bars=None, script=None, description=None) -> int:
+    """The suite's command line; `bench/zoo.py` calls it with its own suite, bars and name."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [WORKER_FLAG]:
         compile_worker(argv[1], argv[2])
         return 0
-    args = parse_args(argv)
+    suite = SUITE if suite is None else suite
+    args = parse_args(argv, suite, description)
     from tessera.runtime import set_num_threads
 
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -492,13 +497,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as tmp:
         for name in args.models:
             print(f"{name} ...", file=sys.stderr, flush=True)
-            results.append(run_case(SUITE[name], args, Path(tmp)))
+            results.append(run_case(suite[name], args, Path(tmp)))
             r = results[-1]
             print(f"  {_ms(r.tessera_s)} ms vs ORT {_ms(r.ort_s)} ms {'; '.join(r.notes)}",
                   file=sys.stderr, flush=True)  # fmt: skip
-    command = ".venv/bin/python bench/models.py " + shlex.join(argv)
+    command = f".venv/bin/python bench/{script or 'models.py'} " + shlex.join(argv)
     loads = None if load_start is None else (load_start, os.getloadavg()[0])
-    text = report(results, args, peaks, command, loads)
+    text = report(results, args, peaks, command, loads, bars)
     print(text)
     if args.markdown:
         args.markdown.write_text(text)

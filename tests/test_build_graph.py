@@ -486,3 +486,12 @@ def test_light_model_matches_onnxruntime(name, target, tmp_path, capsys):
     loaded = load_module(lib.export_library(tmp_path / "model.so"))
     for g, e in zip(run_lib(loaded, feeds), expected, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
+
+
+def test_matmul_with_constant_weights_and_batch_axes_matches_ort():
+    # rows fused across the batch axes: each register tile computes its own rows (the tile's
+    # bound used to cover whole batch slices, a kernel unrolled in proportion to the batch)
+    a = f32(3, 5, 33, 16)
+    node = N("MatMul", ["a", "w"], ["y"])
+    model = make_model([node], {"a": a}, ["y"], {"w": f32(16, 7)}, 17)
+    check_against_ort(model, {"a": a}, "llvm")

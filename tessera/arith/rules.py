@@ -34,6 +34,23 @@ ADD_RULES = [
     Rule(y + (x - y), x),
     Rule(x * c1 + x * c2, lambda x, c1, c2: x * (c1.value + c2.value)),
     Rule(floordiv(x, c1) * c1 + floormod(x, c1), x, when=lambda c1: c1.value != 0),
+    # x = q*c1 + r: (q mod c2)*c1 + r = x mod (c1*c2); a flattened index split into digits
+    # and put back together (rows fused across batch axes) becomes linear in x again
+    Rule(
+        floormod(floordiv(x, c1), c2) * c1 + floormod(x, c1),
+        lambda x, c1, c2: floormod(x, c1.value * c2.value),
+        when=lambda c1, c2: _pos(c1, c2),
+    ),
+    Rule(
+        floormod(x, c1) + floormod(floordiv(x, c1), c2) * c1,
+        lambda x, c1, c2: floormod(x, c1.value * c2.value),
+        when=lambda c1, c2: _pos(c1, c2),
+    ),
+    Rule(
+        (y + floormod(floordiv(x, c1), c2) * c1) + floormod(x, c1),
+        lambda x, y, c1, c2: y + floormod(x, c1.value * c2.value),
+        when=lambda c1, c2: _pos(c1, c2),
+    ),
     Rule(min(x, y) + max(x, y), x + y),
     Rule(max(x, y) + min(x, y), x + y),
 ]

@@ -162,30 +162,86 @@ def argmin(x, axis=0, keepdims=False, select_last_index=False):
 # -- cumsum, topk -----------------------------------------------------------------------------
 
 
+def _along(axis: int, i, pos):
+    """The index i with its `axis` entry replaced by pos."""
+    return [pos if a == axis else v for a, v in enumerate(i)]
+
+
 def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False, product=False):
-    """Running sum (or product) along axis, as a masked reduction (O(n^2) along that axis)."""
+    """Running sum (or product) along axis as a log-step scan (Note [log-step scan]):
+    ceil(log2 n) stages of O(n) each, not a masked reduction of O(n^2)."""
     (axis,) = normalize_axes((axis,), x.ndim)
-    k = te.reduce_axis((0, x.shape[axis]), name="k")
-
-    def body(*i):
-        pos = i[axis]
-        if reverse:
-            cond = k.var > pos if exclusive else k.var >= pos
-        else:
-            cond = k.var < pos if exclusive else k.var <= pos
-        src = x(*[k.var if a == axis else v for a, v in enumerate(i)])
-        return (_prod if product else te.sum)(src, axis=k, where=cond)
-
+    n = int(x.shape[axis].value)
     name = "cumprod" if product else "cumsum"
-    return te.compute(x.shape, body, name=name, tag=name)
+    combine = (lambda a, b: a * b) if product else (lambda a, b: a + b)
+    identity = te.const(1 if product else 0, x.dtype)
+
+    def inside(pos, d):
+        return pos + d < n if reverse else pos >= d
+
+    def first(*i):  # exclusive: each element starts from its predecessor (identity at the end)
+        pos = i[axis]
+        if not exclusive:
+            return x(*i)
+        src = te.min(pos + 1, n - 1) if reverse else te.max(pos - 1, 0)
+        return te.select(inside(pos, 1), x(*_along(axis, i, src)), identity)
+
+    y = te.compute(x.shape, first, name=f"{name}_0", tag=name)
+    d = 1
+    while d < n:
+
+        def body(*i, y=y, d=d):
+            pos = i[axis]
+            src = te.min(pos + d, n - 1) if reverse else te.max(pos - d, 0)
+            return te.select(inside(pos, d), combine(y(*i), y(*_along(axis, i, src))), y(*i))
+
+        d *= 2
+        y = te.compute(x.shape, body, name=name if d >= n else f"{name}_{d}", tag=name)
+    return y
+
+
+# Note [log-step scan]: stage s adds to each element the partial of the element 2^s before it
+# (Hillis-Steele): after ceil(log2 n) stages element i holds x[0] + ... + x[i]. Each stage is a
+# gather, the only form a te.compute has, and a stage is stored, never inlined (its tag is not
+# an injective one): inlined, stage s would read 2^s copies of the input. Sums are added in a
+# tree order, not left to right: float results differ from a sequential sum in the last bits.
+# The stages' outer axes run in parallel (schedule_stages).
+
+
+def schedule_stages(outs, target=None) -> te.Schedule:
+    """Each stage of a multi-stage op (scan, sorting network) at root, its axes fused and run
+    in parallel when large enough; the innermost axis of a stage is left to LLVM."""
+    from tessera.topi import generic
+
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+
+    def visit(op):
+        axes = list(s[op].op.axis)
+        total = 1
+        for iv in axes:
+            total *= generic.const_extent(iv) or 1 << 20
+        if axes and total >= 1024:
+            fused = s[op].fuse(*axes) if len(axes) > 1 else axes[0]
+            s[op].parallel(fused)
+
+    generic.traverse(outs, visit)
+    return s
 
 
 def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
     """(values, int64 indices) of the k largest (or smallest) along axis, best first; ties keep
-    the lower index first. Each element's rank is counted (O(n^2) along axis), then output
-    position p picks the element of rank p."""
+    the lower index first. Short axes count each element's rank (O(n^2) along axis), then
+    output position p picks the element of rank p; longer ones run a bitonic network
+    (topi/sort.py, O(n log^2 k)), whichever does less work."""
+    from tessera.topi import sort
+
     (axis,) = normalize_axes((axis,), x.ndim)
     n = x.shape[axis]
+    # A network's compare-exchange costs about four rank steps (two gathers of positions, two
+    # of values, and a stage stored per step).
+    if 4 * sort.bitonic_work(int(n.value), int(k)) < int(n.value) ** 2:
+        return sort.bitonic_topk(x, int(k), axis, largest)
     j = te.reduce_axis((0, n), name="j")
 
     def at(i, pos):
@@ -193,8 +249,7 @@ def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True, sorted: boo
 
     def rank_body(*i):
         me, other = at(i, i[axis]), at(i, j.var)
-        beats = other > me if largest else other < me
-        before = te.logical_or(beats, te.logical_and(other == me, j.var < i[axis]))
+        before = sort.beats(other, me, j.var, i[axis], largest, x.dtype.is_float)
         return te.sum(te.cast(before, "int32"), axis=j)
 
     rank = te.compute(x.shape, rank_body, name="topk_rank", tag="topk")

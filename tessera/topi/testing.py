@@ -90,3 +90,29 @@ def check_ops(cases, target="llvm", rtol=None, atol=None, schedule_target="gener
 def check_op(name: str, inputs, attrs=None, target="llvm", rtol=None, atol=None) -> None:
     """Build, run and compare one op call (see check_ops)."""
     check_ops([(name, inputs, attrs or {})], target, rtol, atol)
+
+
+def loop_work(name: str, inputs, attrs=None, schedule_target: str = "generic") -> int:
+    """How many times the innermost statements of op `name`'s lowered kernel run, counted from
+    its loops' constant extents (both sides of a branch count): the work of the algorithm,
+    which a test can bound (O(n log n), not O(n^2)) without timing anything."""
+    from tessera import tir
+
+    args, outs = compute_op(name, inputs, attrs)
+    s = op_schedule(get_op(name), outs, None, schedule_target)
+    func = te.lower(s, [*args, *outs], name="work")
+
+    def work(stmt) -> int:
+        if isinstance(stmt, tir.For):
+            extent = getattr(stmt.extent, "value", None)
+            if extent is None:
+                raise ValueError(f"loop_work: loop {stmt.loop_var.name} has no constant extent")
+            return int(extent) * work(stmt.body)
+        if isinstance(stmt, tir.SeqStmt):
+            return sum(work(c) for c in stmt.seq)
+        if isinstance(stmt, tir.IfThenElse):
+            return work(stmt.then_case) + (work(stmt.else_case) if stmt.else_case else 0)
+        body = getattr(stmt, "body", None)
+        return work(body) if body is not None else 1
+
+    return work(func.body)

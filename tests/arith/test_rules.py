@@ -83,3 +83,15 @@ def test_rule_is_sound(table, index, evaluate_fn):
                     continue
                 assert evaluate_fn(after, env) == want, f"{before} -> {after} at {env}"
     assert fired, f"{table}[{index}] never applied: {rule.pattern}"
+
+
+def test_an_index_split_into_digits_and_joined_again_is_the_index():
+    # rows fused across batch axes (b0, b1, m) = (t // 66, t // 33 % 2, t % 33) and flattened
+    # back: bound inference must see t itself, or a tile of 30 rows needs all 198 (issue: a
+    # MatMul with a constant B compiled for minutes, in time proportional to its batch)
+    t = Var("t")
+    joined = floordiv(t, 66) * 66 + floormod(floordiv(t, 33), 2) * 33 + floormod(t, 33)
+    assert Analyzer().simplify(joined) == t
+    assert Analyzer().simplify(floormod(t, 33) + floormod(floordiv(t, 33), 2) * 33) == floormod(
+        t, 66
+    )

@@ -69,3 +69,32 @@ def test_last_axis_is_refused():
     node = helper.make_node("DFT", ["x"], ["y"], axis=2)
     with pytest.raises(ValueError, match="must not be the last axis"):
         from_onnx(make_model([node], {"x": np.zeros((1, 4, 2), np.float32)}, ["y"], opset=17))
+
+
+def _dft_model(x, axis, inverse=0, onesided=0):
+    node = helper.make_node("DFT", ["x", "", "axis"], ["y"], inverse=inverse, onesided=onesided)
+    return make_model([node], {"x": x}, ["y"], {"axis": np.array(axis, np.int64)}, opset=20)
+
+
+def _matrix_elements(model) -> int:
+    """Elements of the constant matrices the converted graph multiplies by."""
+    _, params = from_onnx(model)
+    return sum(int(np.prod(v.shape)) for v in params.values() if v.ndim == 2)
+
+
+@pytest.mark.parametrize(
+    "n,comps,inverse,onesided",
+    [(1024, 2, 0, 0), (1024, 1, 0, 1), (360, 2, 1, 0), (97 * 2, 1, 0, 0), (4096, 1, 0, 1)],
+)
+def test_long_dfts_take_the_fft_and_match_numpy(n, comps, inverse, onesided):
+    # O(n log n): matrices of at most (2 * RADIX)^2 per stage, where one dense matrix of
+    # (comps * n) x (2 * n) held 2-8 million elements for these lengths
+    x = R.standard_normal((2, n, comps)).astype(np.float32)
+    model = _dft_model(x, 1, inverse, onesided)
+    assert _matrix_elements(model) <= 4 * 64 * 64 + 2 * 97 * 2 * 97
+    z = x[..., 0] + (1j * x[..., 1] if comps == 2 else 0)
+    out = np.fft.ifft(z, axis=1) if inverse else np.fft.fft(z, axis=1)
+    expected = _as_pairs(out[:, : n // 2 + 1] if onesided else out)
+    got = _run(model, {"x": x})
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(got, expected, atol=2e-6 * scale * np.log2(n), rtol=0)

@@ -84,3 +84,13 @@ def test_layer_norm_schedule_computes_moments_per_row():
     # the moments of one row live inside the parallel loop: a buffer of 1 element, not 8
     moments = s.stage_by_name("layer_norm_moments")
     assert moments.attach_stage is s[y]
+
+
+@pytest.mark.parametrize("name", ["nn.softmax", "nn.log_softmax"])
+def test_softmax_of_a_slice_holding_inf_is_nan_on_every_axis(name):
+    # exp(x - max) is exp(inf - inf) = NaN where max is +inf: numpy and ONNX Runtime give NaN
+    # for the whole slice, on the last axis and on any other
+    x = randn(2, 4, 5)
+    x[0, 1, 2] = np.inf  # slice (0, :, 2) along axis 1, slice (0, 1, :) along axis 2
+    x[1, 3, 0] = -np.inf  # -inf alone is an ordinary masked entry
+    check_ops([(name, [x], {"axis": 1}), (name, [x], {"axis": 0}), (name, [x], {"axis": -1})])

@@ -101,3 +101,28 @@ def test_avg_pool_with_fused_epilogue():
     f(xs, got)
     expected = xs.reshape(2, 3, 4, 2, 8, 2).mean(axis=(3, 5)) * 2
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_window_one_stride_past_the_input_gives_an_empty_output(kind):
+    # (4 - 5) // 1 + 1 = 0 windows: an empty output, as ONNX's VALID rule and ONNX Runtime give
+    # (was a type error); a window that misses by more than a stride stays an error
+    check_ops([pool_case(kind, data(1, 2, 4, 4), (5, 5), (1, 1), (0, 0, 0, 0)),
+               pool_case(kind, data(1, 2, 4, 9), (5, 2), (2, 2), (0, 0, 0, 0))])  # fmt: skip
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_onnx_valid_pool_wider_than_its_input_matches_ort(op):
+    from tessera.frontend.testing import check_node
+
+    check_node(op, {"x": data(1, 2, 4, 4)}, {"kernel_shape": [5, 5], "auto_pad": "VALID"})
+
+
+def test_pool_window_more_than_a_stride_past_the_input_is_an_error():
+    from tessera.frontend import from_onnx
+    from tessera.frontend.testing import make_model, onnx
+
+    node = onnx.helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], name="pool")
+    model = make_model([node], {"x": data(1, 2, 3, 3)}, ["y"], {}, 17)
+    with pytest.raises(Exception, match="pool window .* is larger than padded input"):
+        from_onnx(model)

@@ -1,12 +1,14 @@
 """Reductions, argmax/argmin, cumsum and topk (graph/ops/reduce.py) against numpy references."""
 
+import math
+
 import numpy as np
 import pytest
 
 from tessera import te
 from tessera.graph.op import get_op
 from tessera.topi import reduce
-from tessera.topi.testing import check_ops
+from tessera.topi.testing import check_ops, loop_work
 
 RNG = np.random.default_rng(2)
 
@@ -113,6 +115,28 @@ def test_cumprod():
     check_ops(cases, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_running_sums_are_log_step_scans(name):
+    # O(n log n) along the axis: 1000 elements take ceil(log2 1000) + 1 = 11 passes, where the
+    # masked reduction they replaced read the whole axis for every element (n^2 = 10^6)
+    n, rows = 1000, 2
+    work = loop_work(name, [data((rows, n))], {"axis": 1, "exclusive": True})
+    assert work <= rows * n * (math.ceil(math.log2(n)) + 1)
+
+
+def test_running_sums_over_long_axes_match_numpy():
+    xi = RNG.integers(-3, 4, size=(2, 300)).astype("int64")
+    signs = RNG.choice([-1, 1], size=(300, 2)).astype("int32")  # products stay exact
+    x = RNG.uniform(0.5, 1.5, size=(2, 37, 3)).astype("float32")
+    cases = [
+        ("cumsum", [xi], {"axis": 1, "reverse": True, "exclusive": True}),
+        ("cumsum", [xi], {"axis": 1}),
+        ("cumprod", [signs], {"axis": 0, "exclusive": True}),
+        ("cumprod", [x], {"axis": 1, "reverse": True}),
+    ]
+    check_ops(cases, rtol=1e-5, atol=1e-5)
+
+
 def test_topk():
     x = RNG.permutation(40).reshape(5, 8).astype("float32")
     ties = RNG.integers(0, 3, size=(3, 9)).astype("int32")
@@ -126,6 +150,24 @@ def test_topk():
     ]
     check_ops(cases)
     check_ops(cases[:1], target="c")
+
+
+def test_topk_on_long_axes_is_a_network_not_a_rank_count():
+    # 1000 elements: O(n log^2 k) compare-exchanges; counting ranks read the axis per element
+    n, rows = 1000, 2
+    assert loop_work("topk", [data((rows, n))], {"k": 5}) <= rows * n * 12
+
+
+def test_topk_on_long_axes_matches_numpy():
+    x = RNG.standard_normal((2, 300)).astype("float32")
+    x[0, 7], x[0, 100], x[1, 3] = np.nan, np.nan, np.inf  # NaN after every number
+    ties = RNG.integers(0, 4, size=(130, 3)).astype("int32")  # stable: lower index first
+    cases = [
+        ("topk", [x], {"k": 5}),  # a network
+        ("topk", [x], {"k": 300, "largest": False}),  # k near n: counting ranks is less work
+        ("topk", [ties], {"k": 9, "axis": 0, "largest": False}),
+    ]
+    check_ops(cases)
 
 
 def test_tags():

@@ -102,6 +102,8 @@ def _pool_setup(x, pool_size, strides, padding, dilation, ceil_mode):
 
 def max_pool(x, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
     nd, dilation, out, extra = _pool_setup(x, pool_size, strides, padding, dilation, ceil_mode)
+    if min(out) == 0:  # no window fits: an empty output
+        return np.empty((*x.shape[:2], *out), x.dtype)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     pads = list(padding[:nd]) + [padding[nd + i] + extra[i] for i in range(nd)]
     xp = _pad_spatial(x, pads, low)
@@ -114,6 +116,8 @@ def max_pool(x, pool_size, strides, padding, dilation=None, ceil_mode=0, count_i
 
 def avg_pool(x, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
     nd, dilation, out, extra = _pool_setup(x, pool_size, strides, padding, dilation, ceil_mode)
+    if min(out) == 0:  # no window fits: an empty output
+        return np.empty((*x.shape[:2], *out), x.dtype)
     pads = list(padding[:nd]) + [padding[nd + i] + extra[i] for i in range(nd)]
     xp = _pad_spatial(x.astype(np.float64), pads)
     # Count what each window covers: the data, or with count_include_pad the explicit pads too

@@ -124,6 +124,9 @@ def _(x, axis, exclusive=False, reverse=False):
     return topi_reduce.cumsum(x, axis, bool(exclusive), bool(reverse))
 
 
+cumsum.schedule("generic")(topi_reduce.schedule_stages)
+
+
 cumprod = register_op("cumprod", kind=OpKind.OPAQUE)
 
 
@@ -146,6 +149,9 @@ def _(x, axis, exclusive=False, reverse=False):
 @cumprod.compute
 def _(x, axis, exclusive=False, reverse=False):
     return topi_reduce.cumsum(x, axis, bool(exclusive), bool(reverse), product=True)
+
+
+cumprod.schedule("generic")(topi_reduce.schedule_stages)
 
 
 topk = register_op("topk", kind=OpKind.OPAQUE)
@@ -174,6 +180,9 @@ def _(x, k, axis=-1, largest=True, sorted=True):
 @topk.compute
 def _(x, k, axis=-1, largest=True, sorted=True):
     return topi_reduce.topk(x, k, axis, bool(largest), bool(sorted))
+
+
+topk.schedule("generic")(topi_reduce.schedule_stages)
 
 
 einsum = register_op("einsum", kind=OpKind.OPAQUE)

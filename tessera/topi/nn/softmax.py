@@ -57,7 +57,12 @@ def row_max_sum(x: te.Tensor, axis: int, tag: str):
 
     def f(*i):
         v = x(*i[:axis], k, *i[axis:])
-        return _max_sum((v, te.const(1, x.dtype)), axis=k)
+        # An element's own term is exp(v - v): 1, except NaN for +inf, where the two-pass
+        # formula's exp(inf - inf) makes the whole slice NaN (numpy, ONNX Runtime). Taking 1
+        # there gave -inf and 0 instead.
+        own = te.select(v == te.const(float("inf"), x.dtype), te.const(float("nan"), x.dtype),
+                        te.const(1, x.dtype))  # fmt: skip
+        return _max_sum((v, own), axis=k)
 
     return te.compute(shape, f, name=f"{tag}_max_sum", tag=tag, attrs={"n_outer": axis})
 

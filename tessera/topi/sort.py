@@ -1,0 +1,124 @@
+"""Sorting networks in te: top-k along an axis as a bitonic network over element positions.
+
+    values, indices = topi.sort.bitonic_topk(x, k=5, axis=-1, largest=True)
+
+Note [bitonic top-k]: a te.compute gathers, it cannot move data, so each stage of the network
+is a gather over int32 positions along the axis: stage t holds, for every slot, the position
+of the element that sits there after t compare-exchange steps; comparing two slots loads the
+two elements of x they name. The axis is padded to P = 2^p slots (padding slots name positions
+>= n, worse than any element). With K = 2^ceil(log2 k):
+
+1. sort every block of K slots best first: the bitonic sort's log2(K)(log2(K) + 1)/2 stages;
+2. while more than one block is left, merge block pairs keeping the best K: slot t of the
+   merged block takes the better of A[t] and B[K - 1 - t] (a bitonic sequence holding the K
+   best of A and B), then log2(K) bitonic merge stages sort it. Each round halves the slots.
+
+Work: P log2(K)^2 / 2 compares for step 1 and under 2 P (1 + log2 K) for step 2, O(n log^2 k);
+a full sort (k near n) is O(n log^2 n). "Better" is a total order, so the result is exact and
+stable: the larger value (the smaller for largest=False), NaN after every number, ties by the
+lower position, as numpy's stable argsort and ONNX's TopK order them.
+"""
+
+from __future__ import annotations
+
+from tessera import te
+
+TAG = "sort"
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def beats(vp, vq, p, q, largest: bool, is_float: bool):
+    """Element p (value vp) comes before element q in top-k order: the larger value (smaller
+    for largest=False), NaN after every number, ties by the lower position. A total order."""
+    strict = vp > vq if largest else vp < vq
+    earlier = te.logical_or(strict, te.logical_and(vp == vq, p < q))
+    if not is_float:
+        return earlier
+    nan_p, nan_q = te.isnan(vp), te.isnan(vq)
+    return te.select(nan_p, te.logical_and(nan_q, p < q), te.logical_or(nan_q, earlier))
+
+
+def bitonic_topk(x: te.Tensor, k: int, axis: int, largest: bool = True):
+    """(values, int64 indices) of the k best elements along `axis`, best first (Note
+    [bitonic top-k]); `axis` must be non-negative and static."""
+    n = int(x.shape[axis].value)
+
+    def along(i, pos):
+        return [pos if a == axis else v for a, v in enumerate(i)]
+
+    def value(i, pos):
+        return x(*along(i, te.min(pos, n - 1)))
+
+    def better(i, p, q):
+        """Slot position p beats position q (both int32 expressions); padding loses."""
+        earlier = beats(value(i, p), value(i, q), p, q, largest, x.dtype.is_float)
+        return te.logical_and(p < n, te.logical_or(q >= n, earlier))
+
+    def shape(slots: int):
+        return tuple(te.const(slots, "int32") if a == axis else d for a, d in enumerate(x.shape))
+
+    def compare_exchange(prev, slots: int, stride: int, block: int | None, name: str):
+        """Slots i and i ^ stride exchanged into order: the better first in blocks where
+        (i & block) == 0 (every block when `block` is None), else the worse first."""
+
+        def body(*i):
+            slot = i[axis]
+            partner = te.bitwise_xor(slot, te.const(stride, "int32"))
+            lo, hi = te.min(slot, partner), te.max(slot, partner)
+            p, q = prev(*along(i, lo)), prev(*along(i, hi))
+            keep = better(i, p, q)
+            if block is not None:
+                up = te.bitwise_and(slot, te.const(block, "int32")) == te.const(0, "int32")
+                keep = keep == up
+            first, second = te.select(keep, p, q), te.select(keep, q, p)
+            return te.select(slot == lo, first, second)
+
+        return te.compute(shape(slots), body, name=name, tag=TAG)
+
+    slots = _pow2_at_least(max(n, 1))
+    kk = min(_pow2_at_least(max(k, 1)), slots)
+    pos = te.compute(shape(slots), lambda *i: i[axis], name="sort_slots", tag=TAG)
+    size = 2
+    while size <= kk:  # 1. sort blocks of kk slots, best first
+        stride = size // 2
+        while stride >= 1:
+            block = None if size == kk else size
+            pos = compare_exchange(pos, slots, stride, block, f"sort_{size}_{stride}")
+            stride //= 2
+        size *= 2
+    while slots > kk:  # 2. merge block pairs, keeping the best kk of each pair
+
+        def halve(*i, prev=pos):
+            t = i[axis]
+            blk, off = te.floordiv(t, kk), te.floormod(t, kk)
+            p = prev(*along(i, blk * (2 * kk) + off))
+            q = prev(*along(i, blk * (2 * kk) + kk + (kk - 1 - off)))
+            return te.select(better(i, p, q), p, q)
+
+        slots //= 2
+        pos = te.compute(shape(slots), halve, name=f"sort_merge_{slots}", tag=TAG)
+        stride = kk // 2
+        while stride >= 1:
+            pos = compare_exchange(pos, slots, stride, None, f"sort_merge_{slots}_{stride}")
+            stride //= 2
+    out_shape = tuple(te.const(k, "int32") if a == axis else d for a, d in enumerate(x.shape))
+    values = te.compute(out_shape, lambda *i: value(i, pos(*i)), name="topk_values", tag=TAG)
+    indices = te.compute(
+        out_shape, lambda *i: te.cast(pos(*i), "int64"), name="topk_indices", tag=TAG
+    )
+    return values, indices
+
+
+def bitonic_work(n: int, k: int) -> int:
+    """Compare-exchanges of bitonic_topk along an axis of n for k (Note [bitonic top-k])."""
+    slots = _pow2_at_least(max(n, 1))
+    kk = min(_pow2_at_least(max(k, 1)), slots)
+    steps = kk.bit_length() - 1
+    work = slots * steps * (steps + 1) // 2
+    while slots > kk:
+        slots //= 2
+        work += slots * (1 + steps)
+    return work
