@@ -147,8 +147,8 @@ class _Converter:
             if groups > 1:
                 n, c, h, w = x.type.shape
                 part = c // groups
-                x = self.b.call("slice", x, begin=(0, group_id * part, 0, 0),
-                                end=(n, (group_id + 1) * part, h, w), strides=(1, 1, 1, 1))  # fmt: skip
+                begin, end = (0, group_id * part, 0, 0), (n, (group_id + 1) * part, h, w)
+                x = self.b.call("slice", x, begin=begin, end=end, strides=(1, 1, 1, 1))
             parts.append(x)
         return parts[0] if len(parts) == 1 else self.b.call("concatenate", *parts, axis=1)
 
@@ -174,7 +174,7 @@ class _Converter:
         return b.call("reshape", y, newshape=(n, *p.out_shape))
 
     def yolo(self, p: LayerPlan, x: Value) -> Value:
-        layer, (c, h, w) = p.layer, p.in_shape
+        layer, c = p.layer, p.in_shape[0]
         classes = layer.int("classes", 20)
         per = 5 + classes
         scale = layer.float("scale_x_y", 1.0)

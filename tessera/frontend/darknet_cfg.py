@@ -1,8 +1,8 @@
 """Darknet model files in pure Python: the `.cfg` text, the layer plan, the `.weights` binary.
 
-    net = read_cfg("yolov3-tiny.cfg")            # DarknetNet: [net] options + one Layer per section
-    plan = plan_layers(net, (3, 416, 416))       # each layer's output (c, h, w) and weight count
-    arrays = read_weights("yolov3-tiny.weights", plan)   # per layer: {"biases": ..., "weights": ...}
+    net = read_cfg("yolov3-tiny.cfg")        # DarknetNet: [net] options + one Layer per section
+    plan = plan_layers(net, (3, 416, 416))   # each layer's output (c, h, w) and weight counts
+    arrays = read_weights("yolov3-tiny.weights", plan)  # per layer: {"biases": ..., ...}
 
 A `.cfg` is a list of `[section]`s of `key=value` lines (`#` and `;` start comments). The first
 section is `[net]` (or `[network]`): the input size. A `.weights` file is a header (int32 major,
