@@ -5,5 +5,6 @@ mod, params = tessera.frontend.from_onnx(onnx.load("model.onnx"), {"data": (1, 3
 
 from tessera.frontend.darknet import from_darknet
 from tessera.frontend.onnx import UnsupportedOpError, from_onnx
+from tessera.frontend.tflite import from_tflite
 
-__all__ = ["UnsupportedOpError", "from_darknet", "from_onnx"]
+__all__ = ["UnsupportedOpError", "from_darknet", "from_onnx", "from_tflite"]
