@@ -81,7 +81,7 @@ class Context(GraphBuilder):
         return self.tensor(i).shape
 
     def is_const(self, i: int) -> bool:
-        return isinstance(self.get(i, real=False), Constant)
+        return any(isinstance(v, Constant) for v in self.env.get(i, {}).values())
 
     def const_value(self, i: int, what: str) -> np.ndarray:
         v = self.get(i, real=False)
@@ -118,6 +118,14 @@ class Context(GraphBuilder):
         if key[1]:
             return self.dequantize(self.get(i, layout, real=False), self.quant(i), layout)
         raise ValueError(f"tensor {i} has no value in layout {layout}")
+
+    def weight(self, i: int, axes) -> Value:
+        """Input i (a weight) transposed by `axes`, named after the tensor."""
+        hint, self.name_hint = self.name_hint, _clean(self.tensor(i).name)
+        try:
+            return self.call("transpose", self.get(i), axes=axes)
+        finally:
+            self.name_hint = hint
 
     def layout_of(self, *ins: int) -> str:
         """nchw when every rank-4 input among `ins` that is not a constant has an NCHW value."""

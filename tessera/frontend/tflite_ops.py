@@ -36,9 +36,10 @@ def activation(ctx: Context, y, code: int):
         return ctx.call("clip", y, a_min=-1.0, a_max=1.0)
     if code == 3:
         return ctx.call("clip", y, a_min=0.0, a_max=6.0)
-    if code == 4:
-        return ctx.call("tanh", y)
-    raise ValueError(f"fused activation {code} (SIGN_BIT) is not supported")
+    # TFLite's kernels clamp to the range of RELU, RELU_N1_TO_1 and RELU6 only, and ignore a
+    # fused TANH or SIGN_BIT (converters never emit them); guessing either way could be wrong
+    name = {4: "TANH", 5: "SIGN_BIT"}.get(code, str(code))
+    raise ValueError(f"a fused {name} activation is not supported")
 
 
 def same_padding(size: int, kernel: int, stride: int, dilation: int, padding: int):
@@ -68,13 +69,12 @@ def _bias(ctx: Context, y, i: int):
 def conv_2d(ctx: Context, op: Operator):
     opts = op.options
     x = ctx.get(op.inputs[0], "nchw")
-    w = ctx.get(op.inputs[1])  # OHWI, or [1, H, W, C*M] for depthwise
     cin = x.type.shape[1]
-    if op.name == "DEPTHWISE_CONV_2D":
-        w = ctx.call("transpose", w, axes=(3, 0, 1, 2))  # (C*M, 1, H, W)
+    if op.name == "DEPTHWISE_CONV_2D":  # [1, H, W, C*M] -> (C*M, 1, H, W)
+        w = ctx.weight(op.inputs[1], (3, 0, 1, 2))
         groups = cin
-    else:
-        w = ctx.call("transpose", w, axes=(0, 3, 1, 2))
+    else:  # OHWI -> OIHW
+        w = ctx.weight(op.inputs[1], (0, 3, 1, 2))
         groups = cin // w.type.shape[1]
     dil = (opts.get("DilationHFactor", 1), opts.get("DilationWFactor", 1))
     strides, pads = _spatial(x.type.shape, *w.type.shape[2:], opts, dil)
@@ -87,7 +87,7 @@ def conv_2d(ctx: Context, op: Operator):
 def transpose_conv(ctx: Context, op: Operator):
     opts = op.options
     out_shape = tuple(int(d) for d in ctx.const_value(op.inputs[0], "output_shape"))
-    w = ctx.call("transpose", ctx.get(op.inputs[1]), axes=(3, 0, 1, 2))  # OHWI -> IOHW
+    w = ctx.weight(op.inputs[1], (3, 0, 1, 2))  # OHWI -> IOHW
     x = ctx.get(op.inputs[2], "nchw")
     (sh, sw), (kh, kw) = (opts.get("StrideH", 1), opts.get("StrideW", 1)), w.type.shape[2:]
     pads, extra = [], []

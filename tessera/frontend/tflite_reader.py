@@ -13,6 +13,7 @@ Only subgraph 0 is read (the main graph); ops that call other subgraphs are unsu
 from __future__ import annotations
 
 import inspect
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,7 +168,14 @@ def read_model(buffer) -> Model:
         )
     try:
         return _read(tflite, buf)
-    except (IndexError, ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
+    except (
+        IndexError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        UnicodeDecodeError,
+        struct.error,
+    ) as e:
         if isinstance(e, ValueError) and str(e).startswith(("tensor", "operator")):
             raise
         raise ValueError(f"malformed TFLite flatbuffer: {type(e).__name__}: {e}") from None
