@@ -197,7 +197,7 @@ def tflite_op(*names: str):
 
 
 def _check_supported(model: Model) -> None:
-    from tessera.frontend import tflite_ops  # noqa: F401  (registers the converters)
+    from tessera.frontend import tflite_ops, tflite_state  # noqa: F401  (register converters)
 
     missing = []
     for op in model.operators:
@@ -221,12 +221,14 @@ def _load(buffer) -> bytes:
     raise TypeError(f"from_tflite expects the model's bytes or a path, got {type(buffer).__name__}")
 
 
-def from_tflite(buffer, shape_dict: dict | None = None):
+def from_tflite(buffer, shape_dict: dict | None = None, outputs=None):
     """Convert a TFLite model (its bytes, or a path) to (IRModule with function "main",
     params: dict[str, ndarray]). `shape_dict` ({input name: shape}) fixes inputs whose stored
-    shape has unknown (-1) dims."""
+    shape has unknown (-1) dims. `outputs` (tensor names) returns those tensors instead of the
+    model's outputs (to look inside a model)."""
     model = read_model(_load(buffer))
     _check_supported(model)
+    wanted = _output_indices(model, outputs)
     ctx = Context(model)
     shape_dict = dict(shape_dict or {})
     names: dict[int, str] = {}
@@ -245,14 +247,30 @@ def from_tflite(buffer, shape_dict: dict | None = None):
     for op in model.operators:
         _convert(ctx, op)
     outputs = []
-    for i in model.outputs:
+    for i in wanted:
         v = ctx.get(i, "nhwc", real=False)
         outputs.append(v)
         names.setdefault(id(v), _clean(model.tensors[i].name))
+    from tessera.frontend.tflite_state import state_outputs
+
+    state, state_names, initial = state_outputs(ctx)
+    outputs += state
+    for v, name in zip(state, state_names, strict=True):
+        names.setdefault(id(v), name)
     func = ctx.finish(outputs, names=names)
     func, params = _constants_to_params(func)
     func.verify()
-    return IRModule({"main": func}), params
+    return IRModule({"main": func}), {**initial, **params}
+
+
+def _output_indices(model: Model, names) -> list[int]:
+    if names is None:
+        return list(model.outputs)
+    index = {t.name: t.index for t in model.tensors}
+    unknown = [n for n in names if n not in index]
+    if unknown:
+        raise ValueError(f"the model has no tensor named {unknown[0]!r}")
+    return [index[n] for n in names]
 
 
 def _convert(ctx: Context, op: Operator) -> None:

@@ -345,6 +345,26 @@ def strided_slice(ctx: Context, op: Operator):
     ctx.set(op.outputs[0], ctx.call("reshape", y, newshape=tuple(ctx.shape(op.outputs[0]))))
 
 
+@tflite_op("SPLIT", "SPLIT_V")
+def split(ctx: Context, op: Operator):
+    if op.name == "SPLIT":
+        axis_i, x_i = op.inputs[0], op.inputs[1]
+        sizes = None
+    else:
+        x_i, axis_i = op.inputs[0], op.inputs[2]
+        sizes = [int(v) for v in ctx.const_value(op.inputs[1], "size_splits").reshape(-1)]
+    x = ctx.get(x_i)
+    axis = int(ctx.const_value(axis_i, "axis").reshape(-1)[0]) % x.type.ndim
+    dim = x.type.shape[axis]
+    if sizes is None:
+        sizes = [dim // len(op.outputs)] * len(op.outputs)
+    if sizes.count(-1) == 1:
+        sizes[sizes.index(-1)] = dim - (sum(sizes) + 1)
+    parts = ctx.call("split", x, axis=axis, sections=tuple(sizes))
+    for i, part in zip(op.outputs, parts if isinstance(parts, tuple) else (parts,), strict=True):
+        ctx.set(i, part)
+
+
 @tflite_op("BATCH_MATMUL")
 def batch_matmul(ctx: Context, op: Operator):
     a, b = ctx.get(op.inputs[0]), ctx.get(op.inputs[1])

@@ -7,7 +7,8 @@ quantization, sparsity) and operators (op name, inputs, outputs, builtin options
 
 It uses the `tflite` package (the generated flatbuffer classes of the TFLite schema), an
 optional dependency installed by scripts/setup.d/22-tflite.sh (`pip install tessera[tflite]`).
-Only subgraph 0 is read (the main graph); ops that call other subgraphs are unsupported.
+Every subgraph is read; subgraph 0 is the main graph (the others are what CALL_ONCE, WHILE or
+IF call).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _tflite():
 
 # TensorType enum value -> numpy dtype (the schema's numbering)
 _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16",
-           9: "int8", 10: "float64", 12: "uint64", 15: "uint32", 16: "uint16"}  # fmt: skip
+           9: "int8", 10: "float64", 12: "uint64", 13: "resource", 15: "uint32",
+           16: "uint16"}  # fmt: skip
 
 
 @dataclass
@@ -68,13 +70,20 @@ class Operator:
 
 
 @dataclass
-class Model:
+class Subgraph:
     tensors: list[Tensor]
     operators: list[Operator]
     inputs: list[int]
     outputs: list[int]
-    version: int
+
+
+@dataclass
+class Model(Subgraph):
+    """Subgraph 0 (the main graph), with every subgraph in `subgraphs` (0 included)."""
+
+    version: int = 3
     description: str = ""
+    subgraphs: list[Subgraph] = field(default_factory=list)
 
 
 def _op_names(tflite) -> dict[int, str]:
@@ -140,6 +149,8 @@ def _tensor(model, buf: bytes, i: int, t) -> Tensor:
         raise ValueError(f"tensor {i} ({t.Name().decode()!r}) has an unsupported type {code}")
     dtype = _DTYPES[code]
     shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+    if dtype == "resource":  # a handle of a variable (VAR_HANDLE), no data
+        return Tensor(i, t.Name().decode(errors="replace"), shape, dtype)
     raw = _buffer_data(model, buf, t.Buffer())
     data = None
     sparsity = t.Sparsity()
@@ -185,8 +196,17 @@ def _read(tflite, buf: bytes) -> Model:
     m = tflite.Model.GetRootAsModel(buf, 0)
     if m.SubgraphsLength() < 1:
         raise ValueError("malformed TFLite flatbuffer: the model has no subgraph")
-    g = m.Subgraphs(0)
     names, option_classes = _op_names(tflite), _options_classes(tflite)
+    subgraphs = [
+        _subgraph(m, buf, m.Subgraphs(k), names, option_classes) for k in range(m.SubgraphsLength())
+    ]
+    main = subgraphs[0]
+    description = (m.Description() or b"").decode(errors="replace")
+    return Model(main.tensors, main.operators, main.inputs, main.outputs, m.Version(),
+                 description, subgraphs)  # fmt: skip
+
+
+def _subgraph(m, buf: bytes, g, names, option_classes) -> Subgraph:
     tensors = [_tensor(m, buf, i, g.Tensors(i)) for i in range(g.TensorsLength())]
     operators = []
     for k in range(g.OperatorsLength()):
@@ -210,8 +230,7 @@ def _read(tflite, buf: bytes) -> Model:
         operators.append(Operator(k, name, ins, outs, options))
     inputs = [int(i) for i in g.InputsAsNumpy()] if g.InputsLength() else []
     outputs = [int(i) for i in g.OutputsAsNumpy()] if g.OutputsLength() else []
-    description = (m.Description() or b"").decode(errors="replace")
-    return Model(tensors, operators, inputs, outputs, m.Version(), description)
+    return Subgraph(tensors, operators, inputs, outputs)
 
 
-__all__ = ["Model", "Operator", "Quantization", "Tensor", "read_model"]
+__all__ = ["Model", "Operator", "Quantization", "Subgraph", "Tensor", "read_model"]
