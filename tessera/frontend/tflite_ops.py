@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.frontend import tflite_quant as tq
 from tessera.frontend.tflite import Context, tflite_op
 from tessera.frontend.tflite_reader import Operator
 from tessera.graph.ir import Constant
@@ -68,19 +69,30 @@ def _bias(ctx: Context, y, i: int):
 @tflite_op("CONV_2D", "DEPTHWISE_CONV_2D")
 def conv_2d(ctx: Context, op: Operator):
     opts = op.options
-    x = ctx.get(op.inputs[0], "nchw")
+    bias = op.inputs[2] if len(op.inputs) > 2 else -1
+    exact = tq.eligible(ctx, *op.inputs[:2], op.outputs[0]) and ctx.is_const(op.inputs[1])
+    axes = (3, 0, 1, 2) if op.name == "DEPTHWISE_CONV_2D" else (0, 3, 1, 2)  # -> OIHW
+    if exact:
+        x, w = tq.centered(ctx, op.inputs[0], "nchw"), tq.weight_centered(ctx, op.inputs[1], axes)
+    else:
+        x, w = ctx.get(op.inputs[0], "nchw"), ctx.weight(op.inputs[1], axes)
     cin = x.type.shape[1]
-    if op.name == "DEPTHWISE_CONV_2D":  # [1, H, W, C*M] -> (C*M, 1, H, W)
-        w = ctx.weight(op.inputs[1], (3, 0, 1, 2))
-        groups = cin
-    else:  # OHWI -> OIHW
-        w = ctx.weight(op.inputs[1], (0, 3, 1, 2))
-        groups = cin // w.type.shape[1]
+    groups = cin if op.name == "DEPTHWISE_CONV_2D" else cin // w.type.shape[1]
     dil = (opts.get("DilationHFactor", 1), opts.get("DilationWFactor", 1))
     strides, pads = _spatial(x.type.shape, *w.type.shape[2:], opts, dil)
     y = ctx.call("nn.conv2d", x, w, strides=strides, padding=pads, dilation=dil, groups=groups)
-    y = _bias(ctx, y, op.inputs[2] if len(op.inputs) > 2 else -1)
-    ctx.set(op.outputs[0], activation(ctx, y, opts.get("FusedActivationFunction", 0)), "nchw")
+    code = opts.get("FusedActivationFunction", 0)
+    if exact:
+        c = w.type.shape[0]
+        acc = tq.to_int64(ctx, tq.add_bias(ctx, y, bias, (c, 1, 1)))
+        m, s = tq.output_multipliers(ctx.quant(op.inputs[0]).scale[0],
+                                     ctx.quant(op.inputs[1]).scale.reshape(-1),
+                                     ctx.quant(op.outputs[0]).scale[0])  # fmt: skip
+        tq.finish(ctx, acc, op.outputs[0], m, s, (len(m), 1, 1) if len(m) > 1 else (), code,
+                  "nchw")  # fmt: skip
+        return
+    y = _bias(ctx, y, bias)
+    ctx.set(op.outputs[0], activation(ctx, y, code), "nchw")
 
 
 @tflite_op("TRANSPOSE_CONV")
@@ -112,33 +124,49 @@ def pool_2d(ctx: Context, op: Operator):
     kh, kw = opts.get("FilterHeight", 1), opts.get("FilterWidth", 1)
     strides, pads = _spatial(x.type.shape, kh, kw, opts)
     kind = "avg" if op.name == "AVERAGE_POOL_2D" else "max"
+    if kind == "avg" and tq.exact_average_pool(ctx, op, x.type.shape, (kh, kw), strides, pads):
+        return
     y = ctx.call(f"nn.{kind}_pool2d", x, pool_size=(kh, kw), strides=strides, padding=pads)
     ctx.set(op.outputs[0], activation(ctx, y, opts.get("FusedActivationFunction", 0)), "nchw")
 
 
 @tflite_op("FULLY_CONNECTED")
 def fully_connected(ctx: Context, op: Operator):
-    x, w = ctx.get(op.inputs[0]), ctx.get(op.inputs[1])
+    bias = op.inputs[2] if len(op.inputs) > 2 else -1
+    exact = tq.eligible(ctx, *op.inputs[:2], op.outputs[0]) and ctx.is_const(op.inputs[1])
+    if exact:
+        x, w = tq.centered(ctx, op.inputs[0], "nhwc"), tq.weight_centered(ctx, op.inputs[1], None)
+    else:
+        x, w = ctx.get(op.inputs[0]), ctx.get(op.inputs[1])
     units, depth = w.type.shape
     rows = int(np.prod(x.type.shape)) // depth
     y = ctx.call("nn.dense", ctx.call("reshape", x, newshape=(rows, depth)), w)
-    if len(op.inputs) > 2 and op.inputs[2] >= 0:
-        y = ctx.call("add", y, ctx.get(op.inputs[2]))
-    y = activation(ctx, y, op.options.get("FusedActivationFunction", 0))
     out_shape = ctx.shape(op.outputs[0])
     if op.options.get("KeepNumDims", False):
         out_shape = (*x.type.shape[:-1], units)
+    code = op.options.get("FusedActivationFunction", 0)
+    if exact:
+        acc = tq.to_int64(ctx, tq.add_bias(ctx, y, bias, (units,)))
+        acc = ctx.call("reshape", acc, newshape=tuple(out_shape))
+        m, s = tq.output_multipliers(ctx.quant(op.inputs[0]).scale[0],
+                                     ctx.quant(op.inputs[1]).scale.reshape(-1),
+                                     ctx.quant(op.outputs[0]).scale[0])  # fmt: skip
+        tq.finish(ctx, acc, op.outputs[0], m, s, (len(m),) if len(m) > 1 else (), code, "nhwc")
+        return
+    if bias >= 0:
+        y = ctx.call("add", y, ctx.get(bias))
+    y = activation(ctx, y, code)
     ctx.set(op.outputs[0], ctx.call("reshape", y, newshape=tuple(out_shape)))
 
 
-def _operand(ctx: Context, i: int, layout: str):
+def _operand(ctx: Context, i: int, layout: str, real: bool = True):
     """Input i for an elementwise op computed in `layout` (rank < 4 operands broadcast along
     TFLite's trailing axes, so in NCHW they are padded to rank 4 and transposed)."""
     if layout == "nhwc" or len(ctx.shape(i)) > 4:
-        return ctx.get(i)
+        return ctx.get(i, real=real)
     if len(ctx.shape(i)) == 4 and ctx.has(i, "nchw"):
-        return ctx.get(i, "nchw")
-    v = ctx.get(i)
+        return ctx.get(i, "nchw", real=real)
+    v = ctx.get(i, real=real)
     if v.type.ndim < 4:
         v = ctx.call("reshape", v, newshape=(1,) * (4 - v.type.ndim) + tuple(v.type.shape))
     return ctx.call("transpose", v, axes=(0, 3, 1, 2))
@@ -154,6 +182,8 @@ def binary(ctx: Context, op: Operator):
     a_i, b_i = op.inputs[:2]
     out_nd = len(ctx.shape(op.outputs[0]))
     layout = ctx.layout_of(a_i, b_i) if out_nd == 4 else "nhwc"
+    if tq.exact_add_mul(ctx, op, layout, lambda i, real: _operand(ctx, i, layout, real)):
+        return
     a, b = _operand(ctx, a_i, layout), _operand(ctx, b_i, layout)
     if op.name == "SQUARED_DIFFERENCE":
         d = ctx.call("subtract", a, b)
@@ -178,6 +208,8 @@ _UNARY = {"RELU": "nn.relu", "LOGISTIC": "sigmoid", "TANH": "tanh", "HARD_SWISH"
            "QUANTIZE", "DEQUANTIZE")  # fmt: skip
 def unary(ctx: Context, op: Operator):
     layout = ctx.layout_of(op.inputs[0])
+    if op.name == "QUANTIZE" and tq.exact_requantize(ctx, op, layout):
+        return
     x = ctx.get(op.inputs[0], layout)
     name = op.name
     if name in _UNARY:

@@ -88,3 +88,79 @@ def test_models_with_mediapipe_custom_ops_name_them():
     buffer = _model("selfie_segmentation/selfie_segmentation")
     with pytest.raises(UnsupportedOpError, match="CUSTOM:Convolution2DTransposeBias"):
         from_tflite(buffer)
+
+
+# -- int8 streaming wake-word models (pymicro-wakeword) -----------------------------------------
+
+
+def _wakeword(name: str) -> bytes:
+    try:
+        dist = importlib.metadata.distribution("pymicro-wakeword")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the pymicro-wakeword wheel is not installed (scripts/setup.d/22-tflite.sh)")
+    path = dist.locate_file(f"pymicro_wakeword/models/{name}.tflite")
+    if not path.exists():
+        pytest.skip(f"this pymicro-wakeword wheel has no {name}.tflite")
+    return path.read_bytes()
+
+
+def check_streaming(name: str, frames: int, compiled: bool = False):
+    """Feed `frames` random feature frames through the interpreter (which keeps the model's
+    variables) and through tessera (the state outputs fed back as inputs); every int8 tensor the
+    model computes must agree bit for bit."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tessera.frontend.tflite_reader import read_model
+
+    buffer = _wakeword(name)
+    model = read_model(buffer)
+    made = {o for op in model.operators for o in op.outputs}
+    watch = [t.name for t in model.tensors if t.index in made and t.dtype in ("int8", "uint8")]
+    inside, inside_params = from_tflite(buffer, outputs=watch)
+    mod, params = from_tflite(buffer)
+    func = mod["main"]
+    state_names = [o.name.removesuffix("_next") for o in func.outputs[1:]]
+    it = Interpreter(model_content=buffer, experimental_preserve_all_tensors=True,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)  # fmt: skip
+    it.allocate_tensors()
+    index = {d["name"]: d["index"] for d in it.get_tensor_details()}
+    run = _compiled_runner(mod, params) if compiled else None
+    rng, state = np.random.default_rng(0), {}
+    for _ in range(frames):
+        x = rng.integers(-128, 128, func.params[0].type.shape).astype(np.int8)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        feeds = {func.params[0].name: x, **state}
+        seen = run_function(inside["main"], feeds, inside_params)[: len(watch)]  # then the state
+        for tensor, got in zip(watch, seen, strict=True):
+            np.testing.assert_array_equal(got, it.get_tensor(index[tensor]), err_msg=tensor)
+        outs = run(feeds) if run else run_function(func, feeds, params)
+        expected = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(outs[0], expected)
+        state = dict(zip(state_names, outs[1:], strict=True))
+
+
+def _compiled_runner(mod, params):
+    import tessera
+
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    n_out = len(mod["main"].outputs)
+
+    def run(feeds):
+        for k, v in feeds.items():
+            m.set_input(k, v)
+        m.run()
+        return [m.get_output(i).numpy() for i in range(n_out)]
+
+    return run
+
+
+def test_wake_word_streaming_is_bit_exact():
+    check_streaming("hey_jarvis", frames=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["alexa", "hey_jarvis", "hey_mycroft", "okay_nabu"])
+def test_wake_word_models_stream_bit_exact_compiled(name):
+    check_streaming(name, frames=12, compiled=True)
