@@ -17,6 +17,7 @@ keep TFLite's names (characters other than letters, digits, `_` and `.` become `
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -103,11 +104,8 @@ class Context(GraphBuilder):
         if key in entries:
             return entries[key]
         other = ("nchw" if layout == "nhwc" else "nhwc", key[1])
-        hint, self.name_hint = self.name_hint, _clean(self.tensor(i).name)
-        try:
+        with self.named_after(i):
             v = self._make(i, layout, key, other, entries)
-        finally:
-            self.name_hint = hint
         entries[key] = v
         return v
 
@@ -119,13 +117,19 @@ class Context(GraphBuilder):
             return self.dequantize(self.get(i, layout, real=False), self.quant(i), layout)
         raise ValueError(f"tensor {i} has no value in layout {layout}")
 
-    def weight(self, i: int, axes) -> Value:
-        """Input i (a weight) transposed by `axes`, named after the tensor."""
+    @contextlib.contextmanager
+    def named_after(self, i: int):
+        """Values made inside are named after tensor i (a weight's reshapes and transposes)."""
         hint, self.name_hint = self.name_hint, _clean(self.tensor(i).name)
         try:
-            return self.call("transpose", self.get(i), axes=axes)
+            yield
         finally:
             self.name_hint = hint
+
+    def weight(self, i: int, axes) -> Value:
+        """Input i (a weight) transposed by `axes`, named after the tensor."""
+        with self.named_after(i):
+            return self.call("transpose", self.get(i), axes=axes)
 
     def layout_of(self, *ins: int) -> str:
         """nchw when every rank-4 input among `ins` that is not a constant has an NCHW value."""
@@ -288,15 +292,19 @@ def _convert(ctx: Context, op: Operator) -> None:
 
 
 def _constants_to_params(func: Function):
-    """Constants larger than PARAM_MIN_ELEMENTS become parameters (after the inputs)."""
-    keep, params, mapping = [], {}, {}
-    for c in func.constants:
-        if c.array.size > PARAM_MIN_ELEMENTS:
-            p = Value(c.name, c.type)
-            mapping[id(c)] = p
-            params[c.name] = np.array(c.array)
-        else:
-            keep.append(c)
+    """Constants larger than PARAM_MIN_ELEMENTS become parameters (after the inputs). A weight
+    whose transposed copy took the name `w_1` (the original `w` is no longer used) gets `w`."""
+    big = [c for c in func.constants if c.array.size > PARAM_MIN_ELEMENTS]
+    keep = [c for c in func.constants if c.array.size <= PARAM_MIN_ELEMENTS]
+    used = {p.name for p in func.params} | {c.name for c in keep}
+    used |= {v.name for call in func.body for v in call.outputs}
+    params, mapping = {}, {}
+    for c in big:
+        base = re.sub(r"_\d+$", "", c.name)
+        name = base if base not in used else c.name
+        used.add(name)
+        mapping[id(c)] = Value(name, c.type)
+        params[name] = np.array(c.array)
     body = tuple(
         type(call)(call.op, tuple(mapping.get(id(v), v) for v in call.inputs), call.attrs,
                    call.outputs, call.span)
@@ -305,7 +313,7 @@ def _constants_to_params(func: Function):
     outputs = tuple(mapping.get(id(v), v) for v in func.outputs)
     new = Function(func.name, tuple(func.params) + tuple(mapping.values()), body, outputs,
                    tuple(keep))  # fmt: skip
-    return rename_values(new, {}), params
+    return rename_values(new, {id(c): re.sub(r"_\d+$", "", c.name) for c in keep}), params
 
 
 __all__ = ["Context", "UnsupportedOpError", "from_tflite", "tflite_op"]

@@ -62,8 +62,10 @@ def _spatial(x_shape, kh, kw, opts, dil=(1, 1)):
 def _bias(ctx: Context, y, i: int):
     if i < 0:
         return y
-    b = ctx.get(i)
-    return ctx.call("add", y, ctx.call("reshape", b, newshape=(b.type.shape[0], 1, 1)))
+    with ctx.named_after(i):
+        b = ctx.get(i)
+        b = ctx.call("reshape", b, newshape=(b.type.shape[0], 1, 1))
+    return ctx.call("add", y, b)
 
 
 @tflite_op("CONV_2D", "DEPTHWISE_CONV_2D")

@@ -142,8 +142,10 @@ def output_multipliers(x_scale, w_scales, y_scale):
 def add_bias(ctx: Context, acc, bias_i: int, shape):
     if bias_i < 0:
         return acc
-    b = ctx.call("cast", ctx.get(bias_i, real=False), dtype="float64")
-    return ctx.call("add", acc, ctx.call("reshape", b, newshape=shape))
+    with ctx.named_after(bias_i):
+        b = ctx.call("cast", ctx.get(bias_i, real=False), dtype="float64")
+        b = ctx.call("reshape", b, newshape=shape)
+    return ctx.call("add", acc, b)
 
 
 def to_int64(ctx: Context, acc):
