@@ -229,7 +229,19 @@ def from_tflite(buffer, shape_dict: dict | None = None, outputs=None):
     """Convert a TFLite model (its bytes, or a path) to (IRModule with function "main",
     params: dict[str, ndarray]). `shape_dict` ({input name: shape}) fixes inputs whose stored
     shape has unknown (-1) dims. `outputs` (tensor names) returns those tensors instead of the
-    model's outputs (to look inside a model)."""
+    model's outputs (to look inside a model). A model with variables gets an input per variable
+    and an output `<name>_next` after the others; `initial_state` gives their first values."""
+    func, params, _ = _convert_model(buffer, shape_dict, outputs)
+    return IRModule({"main": func}), params
+
+
+def initial_state(buffer) -> dict[str, np.ndarray]:
+    """The first values of a streaming model's variables, by the name of their input in the
+    function from_tflite makes (an empty dict for a model without variables)."""
+    return _convert_model(buffer, None, None)[2]
+
+
+def _convert_model(buffer, shape_dict, outputs):
     model = read_model(_load(buffer))
     _check_supported(model)
     wanted = _output_indices(model, outputs)
@@ -264,7 +276,7 @@ def from_tflite(buffer, shape_dict: dict | None = None, outputs=None):
     func = ctx.finish(outputs, names=names)
     func, params = _constants_to_params(func)
     func.verify()
-    return IRModule({"main": func}), {**initial, **params}
+    return func, params, initial
 
 
 def _output_indices(model: Model, names) -> list[int]:
@@ -316,4 +328,4 @@ def _constants_to_params(func: Function):
     return rename_values(new, {id(c): re.sub(r"_\d+$", "", c.name) for c in keep}), params
 
 
-__all__ = ["Context", "UnsupportedOpError", "from_tflite", "tflite_op"]
+__all__ = ["Context", "UnsupportedOpError", "from_tflite", "initial_state", "tflite_op"]

@@ -2,10 +2,12 @@
 VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE and CALL_ONCE.
 
 A graph function has no state, so each variable that the model reads becomes an input of the
-function, `<name>` (its initial value, from the CALL_ONCE init subgraph, is in `params`, so a
-first invocation needs nothing more), and its value after the invocation is an extra output,
-`<name>_next`, after the model's own outputs. A streaming caller feeds each `<name>_next` back
-as `<name>` for the next frame, which is what the interpreter does inside.
+function, `<name>`, and its value after the invocation an extra output, `<name>_next`, after
+the model's own outputs. `tflite.initial_state(model)` gives the first values (from the
+CALL_ONCE init subgraph; zeros where it assigns none). A streaming caller feeds each
+`<name>_next` back as `<name>` for the next frame, which is what the interpreter does inside.
+The initial values are not in `params`: a compiled module binds its params as weights, and the
+state must stay an input that changes every frame.
 """
 
 from __future__ import annotations

@@ -110,6 +110,7 @@ def check_streaming(name: str, frames: int, compiled: bool = False):
     model computes must agree bit for bit."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+    from tessera.frontend.tflite import initial_state
     from tessera.frontend.tflite_reader import read_model
 
     buffer = _wakeword(name)
@@ -125,7 +126,8 @@ def check_streaming(name: str, frames: int, compiled: bool = False):
     it.allocate_tensors()
     index = {d["name"]: d["index"] for d in it.get_tensor_details()}
     run = _compiled_runner(mod, params) if compiled else None
-    rng, state = np.random.default_rng(0), {}
+    rng, state = np.random.default_rng(0), initial_state(buffer)
+    assert sorted(state) == sorted(state_names)
     for _ in range(frames):
         x = rng.integers(-128, 128, func.params[0].type.shape).astype(np.int8)
         it.set_tensor(it.get_input_details()[0]["index"], x)
