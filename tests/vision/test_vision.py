@@ -69,9 +69,9 @@ def test_postprocess_maps_a_planted_detection_to_pixels():
 def test_detector_runs_compiled_and_interpreted_alike(tmp_path):
     cfg, weights = _detector_files(tmp_path)
     image = np.random.default_rng(0).uniform(0, 1, (3, 48, 80)).astype(np.float32)
-    interpreted = YoloDetector(cfg, weights, input_size=32, target=None).detect(image, 0.2)
-    compiled = YoloDetector(cfg, weights, input_size=32).detect(image, 0.2)
-    assert interpreted, "random weights at threshold 0.2 detect something"
+    interpreted = YoloDetector(cfg, weights, input_size=32, target=None).detect(image, 0.28)
+    compiled = YoloDetector(cfg, weights, input_size=32).detect(image, 0.28)
+    assert interpreted, "random weights at threshold 0.28 detect a few (13)"
     assert [d.class_id for d in compiled] == [d.class_id for d in interpreted]
     for a, b in zip(compiled, interpreted, strict=True):
         assert a.score == pytest.approx(b.score, rel=1e-4)
