@@ -166,3 +166,16 @@ def test_wake_word_streaming_is_bit_exact():
 @pytest.mark.parametrize("name", ["alexa", "hey_jarvis", "hey_mycroft", "okay_nabu"])
 def test_wake_word_models_stream_bit_exact_compiled(name):
     check_streaming(name, frames=12, compiled=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["face_detection/face_detection_short_range",
+                                  "palm_detection/palm_detection_lite"])  # fmt: skip
+def test_shipped_models_compiled(name):
+    buffer = _model(name)
+    mod, params = from_tflite(buffer)
+    func = mod["main"]
+    x = np.random.default_rng(0).uniform(0, 1, func.params[0].type.shape).astype(np.float32)
+    got = _compiled_runner(mod, params)({func.params[0].name: x})
+    for g, e in zip(got, run_interpreter(buffer, [x]), strict=True):
+        assert float(np.abs(g - e).max()) <= 1e-4 * float(np.abs(e).max())
