@@ -103,16 +103,17 @@ def transpose_conv(ctx: Context, op: Operator):
     out_shape = tuple(int(d) for d in ctx.const_value(op.inputs[0], "output_shape"))
     w = ctx.weight(op.inputs[1], (3, 0, 1, 2))  # OHWI -> IOHW
     x = ctx.get(op.inputs[2], "nchw")
-    (sh, sw), (kh, kw) = (opts.get("StrideH", 1), opts.get("StrideW", 1)), w.type.shape[2:]
+    strides = (opts.get("StrideH", 1), opts.get("StrideW", 1))
     pads, extra = [], []
-    for size, k, s, o in ((x.type.shape[2], kh, sh, out_shape[1]), (x.type.shape[3], kw, sw,
-                                                                      out_shape[2])):  # fmt: skip
+    for axis in (0, 1):
+        size, k, s = x.type.shape[2 + axis], w.type.shape[2 + axis], strides[axis]
+        o = out_shape[1 + axis]
         full = (size - 1) * s + k
         total = max(full - o, 0)
         begin = total // 2 if opts.get("Padding", 0) == 0 else 0
         pads.append((begin, total - begin))
         extra.append(max(o - full, 0))
-    y = ctx.call("nn.conv2d_transpose", x, w, strides=(sh, sw),
+    y = ctx.call("nn.conv2d_transpose", x, w, strides=strides,
                  padding=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]), dilation=(1, 1),
                  groups=1, output_padding=tuple(extra))  # fmt: skip
     y = _bias(ctx, y, op.inputs[3] if len(op.inputs) > 3 else -1)
@@ -191,9 +192,9 @@ def binary(ctx: Context, op: Operator):
         d = ctx.call("subtract", a, b)
         y = ctx.call("multiply", d, d)
     elif op.name == "FLOOR_DIV":
-        y = ctx.call("floor", ctx.call("divide", a, b)) if a.type.dtype.is_float else None
-        if y is None:
+        if not a.type.dtype.is_float:
             raise ValueError("integer FLOOR_DIV is not supported")
+        y = ctx.call("floor", ctx.call("divide", a, b))
     else:
         y = ctx.call(_BINARY[op.name], a, b)
     y = activation(ctx, y, op.options.get("FusedActivationFunction", 0))

@@ -303,3 +303,14 @@ def test_detection_heads_of_yolov3():
 @pytest.mark.parametrize("name", ["yolov3-tiny", "yolov4-tiny", "yolov3"])
 def test_full_size_matches_reference(tmp_path, name):
     check_against_reference(CFGS / f"{name}.cfg", tmp_path, 416)
+
+
+@pytest.mark.slow
+def test_full_size_yolov3_tiny_compiled(tmp_path):
+    mod, params, image, expected = check_against_reference(CFGS / "yolov3-tiny.cfg", tmp_path, 416)
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("data", image)
+    m.run()
+    for i, e in enumerate(expected):
+        np.testing.assert_allclose(m.get_output(i).numpy()[0], e, rtol=1e-4, atol=1e-4)
