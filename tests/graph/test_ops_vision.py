@@ -175,3 +175,19 @@ def test_type_errors_name_the_op():
     boxes, scores = b.param("b", (1, 5, 4), "float32"), b.param("s", (1, 2, 4), "float32")
     with pytest.raises(TypeError, match="scores must be"):
         b.call("vision.non_max_suppression", boxes, scores, max_output_per_class=3)
+
+
+def test_a_graph_with_the_detection_ops_prints_and_parses_back():
+    from tessera.graph import parse_function
+
+    text = """def main(%x: f32[1, 14, 2, 2]) {
+  %v, %v_1 = vision.yolo_decode(%x, anchors=[[0.1, 0.2], [0.3, 0.4]], classes=2) : (f32[1, 8, 4], f32[1, 8, 2]);
+  %v_2 = transpose(%v_1, axes=[0, 2, 1]) : f32[1, 2, 8];
+  %v_3, %v_4 = vision.non_max_suppression(%v, %v_2, center_point_box=1, iou_threshold=0.5, max_output_per_class=3, score_threshold=-inf) : (i64[6, 3], i64[]);
+  return %v_3, %v_4
+}"""  # noqa: E501
+    func = parse_function(text)
+    assert str(func) == text
+    x = np.random.default_rng(0).uniform(0, 1, (1, 14, 2, 2)).astype(np.float32)
+    selected, count = run_function(func, [x])
+    assert selected.shape == (6, 3) and 0 < int(count) <= 6
