@@ -10,7 +10,9 @@ So a chain of convolutions, adds and activations runs without transposes between
 layout passes then decide what runs blocked (NCHW[x]c).
 
 Quantized tensors (int8/uint8/int16 with scales and zero points, per tensor or per channel)
-run as dequantize -> float op -> quantize (Note [quantized as float]). Graph inputs and outputs
+keep their integer dtypes. Convolutions, fully connected, ADD/SUB/MUL, average pooling and
+requantization follow TFLite's integer kernels bit for bit (tflite_quant.py); other ops run as
+dequantize -> float op -> quantize (Note [quantized as float]). Graph inputs and outputs
 keep TFLite's names (characters other than letters, digits, `_` and `.` become `_`), shapes
 (NHWC) and dtypes. Every call's span is the TFLite operator, "<index>:<OP_NAME>".
 """
@@ -149,7 +151,9 @@ class Context(GraphBuilder):
 
     # -- quantization -------------------------------------------------------------------------
 
-    def _per_axis(self, values: np.ndarray, q: Quantization, ndim: int, layout: str):
+    def per_axis(self, values: np.ndarray, q: Quantization, ndim: int, layout: str):
+        """Scales or zero points shaped to broadcast along the quantized axis (a scalar when
+        there is one value); the axis moves with the layout (NHWC axis k is NCHW's (0,2,3,1)[k])."""
         if values.size == 1:
             return values.reshape(())
         axis = q.axis if layout == "nhwc" or ndim != 4 else (0, 2, 3, 1)[q.axis]
@@ -159,8 +163,8 @@ class Context(GraphBuilder):
 
     def dequantize(self, x: Value, q: Quantization, layout: str = "nhwc") -> Value:
         nd = x.type.ndim
-        zp = self._per_axis(q.zero_point.astype(np.float32), q, nd, layout)
-        scale = self._per_axis(q.scale.astype(np.float32), q, nd, layout)
+        zp = self.per_axis(q.zero_point.astype(np.float32), q, nd, layout)
+        scale = self.per_axis(q.scale.astype(np.float32), q, nd, layout)
         y = self.call("cast", x, dtype="float32")
         if np.any(zp != 0):
             y = self.call("subtract", y, self.const(zp))
@@ -168,8 +172,8 @@ class Context(GraphBuilder):
 
     def quantize(self, x: Value, q: Quantization, dtype: str, layout: str = "nhwc") -> Value:
         nd = x.type.ndim
-        scale = self._per_axis(q.scale.astype(np.float32), q, nd, layout)
-        zp = self._per_axis(q.zero_point.astype(np.float32), q, nd, layout)
+        scale = self.per_axis(q.scale.astype(np.float32), q, nd, layout)
+        zp = self.per_axis(q.zero_point.astype(np.float32), q, nd, layout)
         y = self.call("divide", x, self.const(scale))
         # std::round: half away from zero
         half = self.call(

@@ -118,7 +118,7 @@ def centered(ctx: Context, i: int, layout: str):
     """Tensor i - its zero point, in float64 (exact)."""
     q = ctx.quant(i)
     x = ctx.call("cast", ctx.get(i, layout, real=False), dtype="float64")
-    zp = ctx._per_axis(q.zero_point.astype(np.float64), q, x.type.ndim, layout)
+    zp = ctx.per_axis(q.zero_point.astype(np.float64), q, x.type.ndim, layout)
     return ctx.call("subtract", x, ctx.const(zp)) if np.any(zp != 0) else x
 
 
@@ -126,7 +126,7 @@ def weight_centered(ctx: Context, i: int, axes):
     """A quantized weight minus its zero points, transposed by `axes`, as float64 constants."""
     q = ctx.quant(i)
     w = ctx.get(i, real=False)
-    zp = ctx._per_axis(q.zero_point.astype(np.float64), q, w.type.ndim, "nhwc")
+    zp = ctx.per_axis(q.zero_point.astype(np.float64), q, w.type.ndim, "nhwc")
     w = ctx.call("cast", w, dtype="float64")
     if np.any(zp != 0):
         w = ctx.call("subtract", w, ctx.const(zp))
