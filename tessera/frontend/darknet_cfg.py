@@ -32,6 +32,10 @@ SUPPORTED_LAYERS = (
     "dropout",
 )
 ACTIVATIONS = ("leaky", "linear", "mish", "logistic", "relu", "swish", "tanh")
+_CONV_UNSUPPORTED = {"binary": "0", "xnor": "0", "dilation": "1", "stride_x": None,
+                     "stride_y": None, "antialiasing": "0", "deform": "0", "share_index": None,
+                     "flipped": "0", "coordconv": "0", "sway": "0", "rotate": "0",
+                     "stretch": "0", "stretch_sway": "0"}  # fmt: skip
 
 
 class UnsupportedLayerError(ValueError):
@@ -168,8 +172,11 @@ def _unsupported_options(layer: Layer) -> str | None:
         ACTIVATIONS
     ):
         return f"activation {opt['activation']!r} is not supported"
-    if kind == "convolutional" and (opt.get("binary", "0") != "0" or opt.get("xnor", "0") != "0"):
-        return "binary/xnor convolutions are not supported"
+    if kind == "convolutional":
+        # options that change what a convolution computes; each is refused, never ignored
+        for key, default in _CONV_UNSUPPORTED.items():
+            if opt.get(key, default) != default:
+                return f"option {key}={opt[key]} is not supported"
     if kind == "reorg" and opt.get("reverse", "0") != "0":
         return "reverse reorg is not supported"
     if kind == "yolo" and opt.get("new_coords", "0") != "0":

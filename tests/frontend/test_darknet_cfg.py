@@ -61,13 +61,15 @@ def test_weights_round_trip_and_the_old_header(tmp_path):
 
 def test_unsupported_layers_are_reported_all_at_once():
     text = TINY + "\n[lstm]\noutput=4\n\n[convolutional]\nfilters=4\nactivation=gelu\n"
+    text += "\n[convolutional]\nfilters=4\ndilation=2\nactivation=leaky\n"
     text += "\n[yolo]\nnew_coords=1\nmask=0\nanchors=1,1\nclasses=1\n"
     with pytest.raises(UnsupportedLayerError) as e:
         from_darknet(text, b"")
-    assert [(i, kind) for i, kind, _ in e.value.layers] == [(1, "lstm"), (2, "convolutional"),
-                                                           (3, "yolo")]  # fmt: skip
+    assert [(i, kind) for i, kind, _ in e.value.layers] == [
+        (1, "lstm"), (2, "convolutional"), (3, "convolutional"), (4, "yolo")]  # fmt: skip
     message = str(e.value)
-    assert "3 unsupported" in message and "'gelu'" in message and "new_coords" in message
+    assert "4 unsupported" in message and "'gelu'" in message and "new_coords" in message
+    assert "option dilation=2" in message
     assert "line 16" in message  # where [lstm] starts
 
 
