@@ -32,14 +32,17 @@ class ModelBuilder:
         self.codes: list[tuple[str, str]] = []  # (builtin name, custom code)
 
     def tensor(self, shape, dtype="float32", data=None, name=None, scale=None, zero_point=None,
-               axis=0) -> int:  # fmt: skip
-        """Add a tensor (a constant when `data` is given); returns its index."""
+               axis=0, sparsity=None) -> int:  # fmt: skip
+        """Add a tensor (a constant when `data` is given); returns its index. A sparse constant
+        gives its stored values as `data` and `sparsity` = (traversal_order, block_map, levels),
+        each level ("dense", size) or ("csr", segments, indices)."""
         if data is not None:
-            data = np.asarray(data, dtype).reshape(shape)
+            data = np.asarray(data, dtype)
+            data = data if sparsity is not None else data.reshape(shape)
         index = len(self.tensors)
         self.tensors.append(dict(shape=tuple(shape), dtype=dtype, data=data,
                                  name=name or f"t{index}", scale=scale, zero_point=zero_point,
-                                 axis=axis))  # fmt: skip
+                                 axis=axis, sparsity=sparsity))  # fmt: skip
         return index
 
     def op(
@@ -70,6 +73,37 @@ class ModelBuilder:
         tfl.QuantizationParametersAddQuantizedDimension(b, t["axis"])
         return tfl.QuantizationParametersEnd(b)
 
+    def _sparsity(self, b, sparsity):
+        tfl = self.tfl
+        order, block_map, levels = sparsity
+        level_offsets = []
+        for level in levels:
+            vectors = []
+            if level[0] == "csr":
+                for values in level[1:]:
+                    v = self._vector(b, values, np.int32)
+                    tfl.Int32VectorStart(b)
+                    tfl.Int32VectorAddValues(b, v)
+                    vectors.append(tfl.Int32VectorEnd(b))
+            tfl.DimensionMetadataStart(b)
+            if level[0] == "dense":
+                tfl.DimensionMetadataAddFormat(b, 0)
+                tfl.DimensionMetadataAddDenseSize(b, level[1])
+            else:
+                tfl.DimensionMetadataAddFormat(b, 1)
+                tfl.DimensionMetadataAddArraySegmentsType(b, 1)  # Int32Vector
+                tfl.DimensionMetadataAddArraySegments(b, vectors[0])
+                tfl.DimensionMetadataAddArrayIndicesType(b, 1)
+                tfl.DimensionMetadataAddArrayIndices(b, vectors[1])
+            level_offsets.append(tfl.DimensionMetadataEnd(b))
+        ov, bv = self._vector(b, order, np.int32), self._vector(b, block_map, np.int32)
+        lv = self._table_vector(b, level_offsets)
+        tfl.SparsityParametersStart(b)
+        tfl.SparsityParametersAddTraversalOrder(b, ov)
+        tfl.SparsityParametersAddBlockMap(b, bv)
+        tfl.SparsityParametersAddDimMetadata(b, lv)
+        return tfl.SparsityParametersEnd(b)
+
     def _options(self, b, options, fields):
         tfl = self.tfl
         vectors = {}
@@ -96,6 +130,7 @@ class ModelBuilder:
             name = b.CreateString(t["name"])
             shape = self._vector(b, t["shape"], np.int32)
             quant = self._quant(b, t) if t["scale"] is not None else None
+            sparse = self._sparsity(b, t["sparsity"]) if t["sparsity"] is not None else None
             tfl.TensorStart(b)
             tfl.TensorAddShape(b, shape)
             tfl.TensorAddType(b, _TYPES[t["dtype"]])
@@ -103,6 +138,8 @@ class ModelBuilder:
             tfl.TensorAddName(b, name)
             if quant is not None:
                 tfl.TensorAddQuantization(b, quant)
+            if sparse is not None:
+                tfl.TensorAddSparsity(b, sparse)
             tensor_offsets.append(tfl.TensorEnd(b))
         op_offsets = []
         for code_index, ins, outs, options, fields in self.ops:

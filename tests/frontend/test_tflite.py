@@ -354,3 +354,37 @@ def test_malformed_files_are_clear_errors(tmp_path):
     path.write_bytes(good)
     mod, _ = from_tflite(path)  # a path works as well as bytes
     assert mod["main"].params[0].type.shape == (1, 9, 9, 3)
+
+
+def _csr(dense, block=1):
+    """The stored values and levels of `dense` [R, C] as TFLite's sparse format: rows dense,
+    column blocks of `block` CSR (a block is stored when any of its values is non-zero)."""
+    rows, cols = dense.shape
+    blocks = dense.reshape(rows, cols // block, block)
+    segments, indices, values = [0], [], []
+    for r in range(rows):
+        for k in range(cols // block):
+            if blocks[r, k].any():
+                indices.append(k)
+                values.extend(blocks[r, k])
+        segments.append(len(indices))
+    levels = [("dense", rows), ("csr", segments, indices)]
+    if block == 1:
+        return np.array(values, np.float32), ([0, 1], [], levels)
+    return np.array(values, np.float32), ([0, 1, 2], [1], [*levels, ("dense", block)])
+
+
+@pytest.mark.parametrize("block", [1, 4])
+def test_densify_of_sparse_weights(block):
+    dense = normal(4, 8) * (RNG.uniform(0, 1, (4, 8)) < 0.4)
+    dense[2] = 0  # an empty row
+    values, sparsity = _csr(dense, block)
+    m = ModelBuilder()
+    x = m.tensor((4, 8), name="x")
+    w = m.tensor((4, 8), data=values, sparsity=sparsity)
+    wd = m.tensor((4, 8), name="dense")
+    m.op("DENSIFY", [w], [wd])
+    y = m.tensor((4, 8), name="y")
+    m.op("ADD", [x, wd], [y], "AddOptions")
+    mod, params, (got,) = check_model(m.finish([x], [y]), [np.zeros((4, 8), np.float32)])
+    np.testing.assert_array_equal(got, dense)
