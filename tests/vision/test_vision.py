@@ -92,13 +92,15 @@ def test_detect_command_prints_and_draws(tmp_path):
     from PIL import Image
 
     cfg, weights = _detector_files(tmp_path)
-    photo, out = tmp_path / "photo.png", tmp_path / "out.png"
+    photo, out, names = tmp_path / "photo.png", tmp_path / "out.png", tmp_path / "my.names"
     Image.fromarray(np.full((48, 64, 3), 128, np.uint8)).save(photo)
+    names.write_text("".join(f"thing{i}\n" for i in range(80)))
     cmd = [sys.executable, "-m", "tessera.cli", "detect", cfg, weights, photo, "-o", out,
-           "--size", "32", "--thresh", "0.2", "--interpret"]  # fmt: skip
+           "--size", "32", "--thresh", "0.2", "--interpret", "--names", names]  # fmt: skip
     result = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "detection(s), network 32x32" in result.stdout
+    assert "  thing" in result.stdout  # one line per detection, with the given names
     assert Image.open(out).size == (64, 48)
 
 
