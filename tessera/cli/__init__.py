@@ -39,6 +39,9 @@ def _register():
     cli.add_command(bench.bench)
     cli.add_command(show.show)
     cli.add_command(show.ops)
+    from tessera.cli.detect import detect
+
+    cli.add_command(detect)
 
 
 _register()

@@ -12,4 +12,5 @@ from tessera.graph.ops import (  # noqa: F401
     scatter,
     tensor,
     transform,
+    vision,
 )

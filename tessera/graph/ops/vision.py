@@ -1,0 +1,173 @@
+"""Detection ops: YOLO box decoding and class-wise non-maximum suppression.
+
+    %boxes, %scores = vision.yolo_decode(%x, anchors=((0.03, 0.05), ...), classes=80)
+    %selected, %count = vision.non_max_suppression(%boxes, %scores_bcn, max_output_per_class=100,
+                                                   iou_threshold=0.45, score_threshold=0.25)
+
+`vision.non_max_suppression` has the semantics of ONNX NonMaxSuppression (boxes [B, N, 4] as
+corners (y1, x1, y2, x2) or, with center_point_box=1, (x_center, y_center, w, h); scores
+[B, C, N]; a box is kept when its score > score_threshold and its IoU with every box kept
+before it in its class is <= iou_threshold; ties in score keep the lower box index first). Its
+output has a static shape: [B*C*K, 3] rows (batch, class, box), K = min(max_output_per_class,
+N), the selected rows first in batch, class, score order, then rows of -1; and `count`, the
+number of selected rows. ONNX's output is the first `count` rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.graph.ir import TensorType
+from tessera.graph.op import OpKind, register_op
+from tessera.graph.ops.common import require_float, require_rank, type_error
+from tessera.topi import vision as topi_vision
+
+int64 = "int64"
+
+# -- yolo_decode ------------------------------------------------------------------------------
+
+yolo_decode = register_op("vision.yolo_decode", kind=OpKind.INJECTIVE)
+
+
+@yolo_decode.type_rule
+def _(x: TensorType, anchors, classes, coords=4):
+    require_float("vision.yolo_decode", x)
+    require_rank("vision.yolo_decode", x, (4,))
+    n, per = len(anchors), coords + 1 + classes
+    if n < 1 or any(len(a) != 2 for a in anchors) or classes < 0:
+        raise type_error("vision.yolo_decode", f"anchors must be (w, h) pairs, got {anchors}")
+    b, c, h, w = x.shape
+    if c != n * per:
+        raise type_error(
+            "vision.yolo_decode", f"{n} anchors of {classes} classes need {n * per} channels, {x}"
+        )
+    return x.with_shape((b, n * h * w, 4)), x.with_shape((b, n * h * w, classes))
+
+
+@yolo_decode.reference
+def _(x, anchors, classes, coords=4):
+    b, c, h, w = x.shape
+    n = len(anchors)
+    y = x.reshape(b, n, coords + 1 + classes, h, w)
+    col = np.arange(w, dtype=x.dtype).reshape(1, 1, 1, w)
+    row = np.arange(h, dtype=x.dtype).reshape(1, 1, h, 1)
+    a = np.asarray(anchors, x.dtype)
+    boxes = np.stack(
+        [
+            (col + y[:, :, 0]) / x.dtype.type(w),
+            (row + y[:, :, 1]) / x.dtype.type(h),
+            np.exp(y[:, :, 2]) * a[:, 0].reshape(1, n, 1, 1),
+            np.exp(y[:, :, 3]) * a[:, 1].reshape(1, n, 1, 1),
+        ],
+        axis=-1,
+    )
+    scores = y[:, :, coords : coords + 1] * y[:, :, coords + 1 :]
+    scores = scores.transpose(0, 1, 3, 4, 2)
+    return (
+        boxes.reshape(b, n * h * w, 4).astype(x.dtype),
+        scores.reshape(b, n * h * w, classes).astype(x.dtype),
+    )
+
+
+@yolo_decode.compute
+def _(x, anchors, classes, coords=4):
+    return topi_vision.yolo_decode(x, anchors, classes, coords)
+
+
+# -- non_max_suppression ----------------------------------------------------------------------
+
+nms = register_op("vision.non_max_suppression", kind=OpKind.OPAQUE)
+
+
+def _num_rows(boxes: TensorType, scores: TensorType, max_output_per_class: int) -> int:
+    b, n = boxes.shape[0], boxes.shape[1]
+    return b * scores.shape[1] * min(max_output_per_class, n)
+
+
+@nms.type_rule
+def _(
+    boxes: TensorType,
+    scores: TensorType,
+    max_output_per_class,
+    iou_threshold=0.0,
+    score_threshold=float("-inf"),
+    center_point_box=0,
+):
+    op = "vision.non_max_suppression"
+    require_float(op, boxes)
+    if boxes.ndim != 3 or boxes.shape[2] != 4:
+        raise type_error(op, f"boxes must be [batch, boxes, 4], got {boxes}")
+    if scores.ndim != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        raise type_error(op, f"scores must be [batch, classes, boxes] for {boxes}, got {scores}")
+    if scores.dtype != boxes.dtype:
+        raise type_error(op, f"boxes {boxes} and scores {scores} must share one dtype")
+    if int(max_output_per_class) < 0 or center_point_box not in (0, 1):
+        raise type_error(op, "max_output_per_class must be >= 0 and center_point_box 0 or 1")
+    rows = _num_rows(boxes, scores, int(max_output_per_class))
+    return TensorType((rows, 3), int64), TensorType((), int64)
+
+
+def corners(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
+    """(y1, x1, y2, x2) with y1 <= y2, x1 <= x2 of [..., 4] boxes."""
+    if center_point_box:
+        x, y, w, h = np.moveaxis(boxes, -1, 0)
+        return np.stack([y - h / 2, x - w / 2, y + h / 2, x + w / 2], axis=-1)
+    y1, x1, y2, x2 = np.moveaxis(boxes, -1, 0)
+    return np.stack([np.minimum(y1, y2), np.minimum(x1, x2), np.maximum(y1, y2),
+                     np.maximum(x1, x2)], axis=-1)  # fmt: skip
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of corner boxes a [..., 4] and b [..., 4] (broadcast); 0 when either has no area."""
+    ih = np.maximum(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0)
+    iw = np.maximum(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0)
+    inter = ih * iw
+    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = inter / (area_a + area_b - inter)
+    return np.where((area_a > 0) & (area_b > 0), out, 0)
+
+
+@nms.reference
+def _(
+    boxes,
+    scores,
+    max_output_per_class,
+    iou_threshold=0.0,
+    score_threshold=float("-inf"),
+    center_point_box=0,
+):
+    b_, n_ = boxes.shape[:2]
+    k_ = min(int(max_output_per_class), n_)
+    out = np.full((b_ * scores.shape[1] * k_, 3), -1, np.int64)
+    count = 0
+    for b in range(b_):
+        box = corners(boxes[b], center_point_box)
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = np.argsort(-s, kind="stable")  # ties: the lower index first
+            kept: list[int] = []
+            for i in order:
+                if len(kept) == k_ or not s[i] > score_threshold:
+                    break
+                if not kept or not np.any(iou(box[i], box[kept]) > iou_threshold):
+                    kept.append(int(i))
+            for i in kept:
+                out[count] = (b, c, i)
+                count += 1
+    return out, np.array(count, np.int64)
+
+
+@nms.compute
+def _(
+    boxes,
+    scores,
+    max_output_per_class,
+    iou_threshold=0.0,
+    score_threshold=float("-inf"),
+    center_point_box=0,
+):
+    return topi_vision.non_max_suppression(
+        boxes, scores, max_output_per_class, iou_threshold, score_threshold, center_point_box
+    )
