@@ -23,6 +23,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_attention,
     onnx_bits,
     onnx_compose,
+    onnx_contrib,
     onnx_control,
     onnx_image,
     onnx_loss,

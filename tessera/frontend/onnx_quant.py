@@ -114,11 +114,14 @@ def dequantize_linear(b, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
 
 @onnx_op("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(b, x):
-    """uint8 with a scale and zero point from the range of x (which always includes 0)."""
+    """uint8 with a scale and zero point from the range of x (which always includes 0), as
+    ORT computes them."""
     zero = b.scalar(0, x)
     hi = b.call("maximum", b.call("max", x, axis=None, keepdims=False), zero)
     lo = b.call("minimum", b.call("min", x, axis=None, keepdims=False), zero)
     scale = b.call("divide", b.call("subtract", hi, lo), b.scalar(255, x))
+    # an all-zero x has no range: ORT (GetQuantizationParameter) then takes scale 1, zero point 0
+    scale = b.call("where", b.call("equal", hi, lo), b.scalar(1, x), scale)
     zp = _saturate(b, b.call("round", b.call("divide", b.call("negative", lo), scale)), "uint8")
     y = b.call("add", b.call("round", b.call("divide", x, scale)), _as(b, zp, "float32"))
     return _saturate(b, y, "uint8"), scale, zp

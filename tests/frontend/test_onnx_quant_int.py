@@ -42,11 +42,14 @@ def qlinear_conv_model(x, w, *, xdt, wdt, per_channel, bias, **attrs):
     oc = w.shape[0]
     w_scale = (R.random(oc if per_channel else ()) * 0.01 + 0.001).astype(np.float32)
     inits = {
-        "xs": np.float32(0.02), "xz": np.array(3 if xdt == "uint8" else -5, xdt),
-        "w": w, "ws": w_scale,
+        "xs": np.float32(0.02),
+        "xz": np.array(3 if xdt == "uint8" else -5, xdt),
+        "w": w,
+        "ws": w_scale,
         "wz": np.full(oc if per_channel else (), 128 if wdt == "uint8" else 0, wdt),
-        "ys": np.float32(0.05), "yz": np.array(120 if xdt == "uint8" else 2, xdt),
-    }  # fmt: skip
+        "ys": np.float32(0.05),
+        "yz": np.array(120 if xdt == "uint8" else 2, xdt),
+    }
     inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
     if bias:
         inits["B"] = R.integers(-5000, 5000, oc).astype(np.int32)
@@ -65,15 +68,18 @@ CONVS = [  # (c, h, w, oc, k, attrs)
 
 
 @pytest.mark.parametrize("case", CONVS)
-@pytest.mark.parametrize("xdt,wdt,per_channel", [("uint8", "int8", True), ("int8", "int8", False),
-                                                 ("uint8", "uint8", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "xdt,wdt,per_channel",
+    [("uint8", "int8", True), ("int8", "int8", False), ("uint8", "uint8", False)],
+)
 def test_qlinear_conv_bit_exact(case, xdt, wdt, per_channel):
     c, h, w, oc, k, attrs = case
     g = attrs.get("group", 1)
     x = _q((1, c, h, w), xdt)
     wt = _q((oc, c // g, k, k), wdt)
-    model = qlinear_conv_model(x, wt, xdt=xdt, wdt=wdt, per_channel=per_channel,
-                               bias=per_channel, **attrs)  # fmt: skip
+    model = qlinear_conv_model(
+        x, wt, xdt=xdt, wdt=wdt, per_channel=per_channel, bias=per_channel, **attrs
+    )
     (got,), mod = run_tessera(model, {"x": x})
     (want,) = run_ort(model, {"x": x})
     np.testing.assert_array_equal(got, want)
@@ -90,9 +96,15 @@ def test_qlinear_conv_runs_on_qnn_conv2d():
 @pytest.mark.parametrize("target", ["llvm", "c"])
 def test_qlinear_matmul_bit_exact(target):
     a, b = _q((3, 37), "uint8"), _q((37, 20), "int8")
-    inits = {"as": np.float32(0.03), "az": np.uint8(100), "b": b,
-             "bs": (R.random(20) * 0.02).astype(np.float32), "bz": np.zeros(20, np.int8),
-             "ys": np.float32(0.1), "yz": np.uint8(128)}  # fmt: skip
+    inits = {
+        "as": np.float32(0.03),
+        "az": np.uint8(100),
+        "b": b,
+        "bs": (R.random(20) * 0.02).astype(np.float32),
+        "bz": np.zeros(20, np.int8),
+        "ys": np.float32(0.1),
+        "yz": np.uint8(128),
+    }
     node = N("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     model = make_model([node], {"a": a}, ["y"], inits, opset=13)
     (got,), _ = run_tessera(model, {"a": a}, target)
@@ -112,8 +124,10 @@ def test_dynamic_quantize_matmul_integer():
     """DynamicQuantizeLinear -> MatMulInteger with a runtime zero point (ORT's dynamic path)."""
     x = R.standard_normal((4, 33)).astype(np.float32)
     w = _q((33, 17), "int8")
-    nodes = [N("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
-             N("MatMulInteger", ["xq", "w", "xz"], ["y"])]  # fmt: skip
+    nodes = [
+        N("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        N("MatMulInteger", ["xq", "w", "xz"], ["y"]),
+    ]
     model = make_model(nodes, {"x": x}, ["y", "xs", "xz"], {"w": w}, opset=13)
     got, mod = run_tessera(model, {"x": x})
     want = run_ort(model, {"x": x})

@@ -106,6 +106,8 @@ def _generic(em, acc, a, b, lanes):
     out = acc
     for j in range(4):
         aj = bld.and_(bld.lshr(a, _const(em, 8 * j, T.I32, lanes)), _const(em, 255, T.I32, lanes))
-        bj = bld.ashr(bld.shl(b, _const(em, 24 - 8 * j, T.I32, lanes)), _const(em, 24, T.I32, lanes))
+        bj = bld.ashr(
+            bld.shl(b, _const(em, 24 - 8 * j, T.I32, lanes)), _const(em, 24, T.I32, lanes)
+        )
         out = bld.add(out, bld.mul(aj, bj))
     return out

@@ -78,8 +78,9 @@ def _(x: TensorType, w4: TensorType, strides, padding, dilation, groups=1, pad_v
     if len(strides) != 2 or len(padding) != 4 or len(dilation) != 2:
         raise type_error("qnn.conv2d", "needs 2 strides, 4 pads and 2 dilations")
     out = [
-        topi_qnn.conv_out_size(x.shape[2 + i], w4.shape[2 + i], strides[i], padding[i],
-                               padding[i + 2], dilation[i])  # fmt: skip
+        topi_qnn.conv_out_size(
+            x.shape[2 + i], w4.shape[2 + i], strides[i], padding[i], padding[i + 2], dilation[i]
+        )  # fmt: skip
         for i in range(2)
     ]
     if min(out) < 1:

@@ -76,9 +76,11 @@ def schedule_qnn_conv2d(outs, target=None) -> te.Schedule:
     lanes, nw, ocb = conv_blocking(target, oc, ow)
     acc = s.cache_write(anchor, "local")
     view = [t for t in outs if t.op is not anchor.op]
-    same = len(outs) == 1 and view and [int(d.value) for d in outs[0].shape] == [
-        int(d.value) for d in anchor.shape
-    ]
+    same = (
+        len(outs) == 1
+        and view
+        and [int(d.value) for d in outs[0].shape] == [int(d.value) for d in anchor.shape]
+    )
     if same:
         s[anchor].compute_inline()
         tile = _tile(s, outs[0], lanes, nw, ocb)
