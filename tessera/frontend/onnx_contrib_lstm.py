@@ -113,11 +113,11 @@ def dynamic_quantize_lstm(b, X, W, R, B=None, sequence_lens=None, initial_h=None
     for d in range(ndir):
         cell = _Cell(b, "LSTM", fns[3 * d : 3 * d + 3], clip, hidden, 0, input_forget)
         w, r = b.const(W.array[d]), b.const(R.array[d])
-        zeros = np.zeros(())
-        quant = (_per_dir(b, W_scale, d, ndir, "W_scale"),
-                 zeros if W_zero_point is None else _per_dir(b, W_zero_point, d, ndir, "W_zp"),
-                 _per_dir(b, R_scale, d, ndir, "R_scale"),
-                 zeros if R_zero_point is None else _per_dir(b, R_zero_point, d, ndir, "R_zp"))  # fmt: skip
+        quant = tuple(
+            np.zeros(()) if v is None else _per_dir(b, v, d, ndir, what)
+            for v, what in ((W_scale, "W_scale"), (W_zero_point, "W_zero_point"),
+                            (R_scale, "R_scale"), (R_zero_point, "R_zero_point"))
+        )  # fmt: skip
         h = _initial(b, initial_h, d, ndir, batch, hidden, dtype)
         c = _initial(b, initial_c, d, ndir, batch, hidden, dtype)
         peep = _peepholes(b, P, d, ndir, hidden)
