@@ -35,6 +35,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_shape,
     onnx_signal,
 )
+from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.graph.builder import rename_values
 from tessera.graph.ir import Function, Value
@@ -227,6 +228,7 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
     model = _load(model)
     if not model.HasField("graph"):
         raise ValueError("the ONNX model has no graph")
+    model = fuse_qdq(model)  # QDQ groups -> integer ops (onnx_qdq.py)
     graph, opsets, shape_dict = model.graph, _opsets(model), dict(shape_dict or {})
     _check_supported(graph, opsets)
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
