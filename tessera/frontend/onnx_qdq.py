@@ -56,10 +56,10 @@ class _Graph:
         return None if t is None else numpy_helper.to_array(t)
 
     def same_params(self, dq, q) -> bool:
-        a = [self.array(n) for n in (*dq.input[1:3], *q.input[1:3])]
-        if any(v is None for v in a) or len(dq.input) != len(q.input):
+        a = [self.array(n) for n in (*dq.input[1:3], *q.input[1:3])]  # (scale, zp) twice
+        if len(a) != 4 or any(v is None for v in a):
             return False
-        return all(np.array_equal(x, y) for x, y in zip(a[: len(a) // 2], a[len(a) // 2 :]))
+        return all(np.array_equal(x, y) for x, y in zip(a[:2], a[2:], strict=True))
 
 
 def _qparams(node):

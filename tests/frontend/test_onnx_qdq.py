@@ -29,7 +29,8 @@ def float_model():
     nodes = [
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
         n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), n("Add", ["c2", "r1"], ["a2"]),
-        n("Relu", ["a2"], ["r2"]), n("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("Relu", ["a2"], ["r2"]),
+        n("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
         n("Conv", ["p2", "w3", "b3"], ["c3"], strides=[2, 2]),
         n("GlobalAveragePool", ["c3"], ["g"]), n("Flatten", ["g"], ["f"]),
         n("MatMul", ["f", "fc"], ["y"]),
