@@ -195,3 +195,28 @@ def requantize(acc, scale, *, zero_point: int, dtype: str):
         return (v.astype("int32") + zero_point).astype(dtype)
 
     return te.compute(acc.shape, f, name="requantize", tag="broadcast")
+
+
+def quantize(x, *, scale: float, zero_point: int, dtype: str):
+    """saturate(round_half_even(x / scale) + zero_point), as ONNX QuantizeLinear."""
+    info = np.iinfo(dtype)
+    inv = tir.const(float(np.float32(scale)), "float32")
+
+    def f(*i):
+        v = tir_op.round(x(*i) / inv) + tir.const(float(zero_point), "float32")
+        v = te.min(te.max(v, tir.const(float(info.min), "float32")), float(info.max))
+        return v.astype(dtype)
+
+    return te.compute(x.shape, f, name="quantize", tag="elemwise")
+
+
+def dequantize(acc, scale):
+    """float32(acc) * scale (scale broadcast from the right, numpy style)."""
+    rank, srank = len(acc.shape), len(scale.shape)
+    sshape = _static(scale.shape)
+
+    def f(*i):
+        idx = [0 if d == 1 else i[rank - srank + k] for k, d in enumerate(sshape)]
+        return acc(*i).astype("float32") * scale(*idx)
+
+    return te.compute(acc.shape, f, name="dequantize", tag="broadcast")

@@ -139,3 +139,48 @@ def _(acc, scale, zero_point=0, dtype="uint8"):
 @requantize.compute
 def _(acc, scale, *, zero_point=0, dtype="uint8"):
     return topi_qnn.requantize(acc, scale, zero_point=zero_point, dtype=dtype)
+
+# -- quantize, dequantize (tessera.quantize's explicit conversions) ---------------------------
+
+quantize = register_op("qnn.quantize", kind=OpKind.ELEMWISE)
+
+
+@quantize.type_rule
+def _(x: TensorType, scale=1.0, zero_point=0, dtype="uint8") -> TensorType:
+    if str(x.dtype) != "float32" or dtype not in _DATA:
+        raise type_error("qnn.quantize", f"quantizes float32 to uint8/int8, got {x} -> {dtype}")
+    return TensorType(x.shape, dtype)
+
+
+@quantize.reference
+def _(x, scale=1.0, zero_point=0, dtype="uint8"):
+    info = np.iinfo(dtype)
+    q = np.round(x.astype(np.float32) / np.float32(scale)) + zero_point
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+@quantize.compute
+def _(x, *, scale=1.0, zero_point=0, dtype="uint8"):
+    return topi_qnn.quantize(x, scale=scale, zero_point=zero_point, dtype=dtype)
+
+
+dequantize = register_op("qnn.dequantize", kind=OpKind.BROADCAST)
+
+
+@dequantize.type_rule
+def _(acc: TensorType, scale: TensorType) -> TensorType:
+    if str(acc.dtype) not in ("int32", "uint8", "int8") or str(scale.dtype) != "float32":
+        raise type_error("qnn.dequantize", f"expects integer data, float32 scale: {acc} {scale}")
+    if broadcast_shapes("qnn.dequantize", acc.shape, scale.shape) != acc.shape:
+        raise type_error("qnn.dequantize", f"scale {scale} must broadcast to {acc}")
+    return TensorType(acc.shape, "float32")
+
+
+@dequantize.reference
+def _(acc, scale):
+    return (acc.astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
+
+
+@dequantize.compute
+def _(acc, scale):
+    return topi_qnn.dequantize(acc, scale)
