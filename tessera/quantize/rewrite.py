@@ -145,8 +145,10 @@ def rewrite(func: Function, layers: list[Layer], act_params: dict) -> Function:
         key = (id(layer.data), act)
         if key not in quantized:
             sx, zx, dtype = act
-            quantized[key] = em.call("qnn.quantize", (layer.data,), call.span,
-                                     layer.data.name, scale=sx, zero_point=zx, dtype=dtype)  # fmt: skip
+            quantized[key] = em.call(
+                "qnn.quantize", (layer.data,), call.span, layer.data.name,
+                scale=sx, zero_point=zx, dtype=dtype,
+            )  # fmt: skip
         em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0]))
     used = {id(v) for c in em.body for v in c.inputs} | {id(v) for v in func.outputs}
     constants = tuple(c for c in em.constants if id(c) in used)

@@ -149,9 +149,16 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
     ow = conv_out_size(w, kw, sw, pl, pr, dw)
     dt = str(x.dtype)
     pad_u = int(pad_value)
+    # a strided 1x1 conv reads every sh-th row and sw-th column: the packing takes only those,
+    # so that the product reads contiguous words (stride 1)
+    presample = kh == kw == 1 and (sh, sw) != (1, 1) and not any(padding)
+    if presample:
+        sh, sw, hp, wp = 1, 1, oh, ow
+    ys, zs = strides if presample else (1, 1)
 
     def word(b, q, y, z):
         g, c4i = q // c4, q % c4
+        y, z = y * ys, z * zs
         inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
 
         def get(j):

@@ -2,6 +2,7 @@
 bytes of a with the four int8 bytes of b (Note [int8 dot]).
 
     lanes 16, avx512vnni            vpdpbusd zmm        (llvm.x86.avx512.vpdpbusd.512)
+    (other widths are padded to, or split into, 16 or 8 lanes)
     lanes 8,  avxvnni or vnni+vl    vpdpbusd ymm        (llvm.x86.avx512.vpdpbusd.256)
     lanes 16, avx512bw              2 x vpmaddwd zmm    (exact 16-bit products, see below)
     lanes 8,  avx2                  2 x vpmaddwd ymm
@@ -56,8 +57,56 @@ def _features(em) -> frozenset:
         return frozenset()
 
 
+def _native_width(feats) -> int:
+    """Lanes of the widest int32 vector the dot instructions take on this target (0: none)."""
+    if "avx512vnni" in feats or "avx512bw" in feats:
+        return 16
+    if "avxvnni" in feats or "avx2" in feats:
+        return 8
+    return 0
+
+
 def emit_dot(em, acc, a, b, lanes: int) -> ir.Value:
+    """Vectors of other widths (a 28-wide row is 16 + 12 lanes) are padded to, or split into,
+    the native width, so that a tail of a row still runs on vpdpbusd."""
     feats = _features(em)
+    width = _native_width(feats)
+    if lanes in (8, 16) or width == 0 or lanes == 1:
+        return _emit_native(em, feats, acc, a, b, lanes)
+    step = width if lanes > 8 or width == 8 else 8
+    pieces = []
+    for start in range(0, lanes, step):
+        n = min(step, lanes - start)
+        parts = [_lanes_of(em, v, start, n, step) for v in (acc, a, b)]
+        pieces.append((_emit_native(em, feats, *parts, step), n))
+    return _concat(em, pieces, lanes)
+
+
+def _lanes_of(em, v, start, n, width):
+    """Lanes start .. start+n of v as a vector of `width` lanes (the rest undefined)."""
+    src = v.type.count
+    mask = [start + k if k < n else src for k in range(width)]  # src: a lane of the undef
+    undef = ir.Constant(v.type, ir.Undefined)
+    return em.b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(T.I32, width), mask))
+
+
+def _concat(em, pieces, lanes):
+    """The first n lanes of each piece, one after the other, as one vector of `lanes`."""
+    ty = ir.VectorType(T.I32, lanes)
+    out, offset = None, 0
+    for vec, n in pieces:
+        undef_lane = vec.type.count  # lane 0 of the undefined second operand
+        mask = [i - offset if offset <= i < offset + n else undef_lane for i in range(lanes)]
+        undef = ir.Constant(vec.type, ir.Undefined)
+        placed = em.b.shuffle_vector(vec, undef, ir.Constant(ty, mask))
+        if out is not None:
+            keep = [i if i < offset else lanes + i for i in range(lanes)]
+            placed = em.b.shuffle_vector(out, placed, ir.Constant(ty, keep))
+        out, offset = placed, offset + n
+    return out
+
+
+def _emit_native(em, feats, acc, a, b, lanes):
     vnni512 = "avx512vnni" in feats
     if lanes == 16 and vnni512:
         return _call(em, "llvm.x86.avx512.vpdpbusd.512", lanes, [acc, a, b])
