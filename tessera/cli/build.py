@@ -84,11 +84,16 @@ def _build(mod, params, target, opt_level, instrument):
         raise ModelError(f"compiling the model failed: {e}") from e
 
 
-def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
+def compile_model(model_path, output, target, input_shape, opt_level, dump_ir,
+                  quantize=None, calibrate=None):  # fmt: skip
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
+    if quantize:  # int8 (tessera.quantize, calibrated on the .npz): docs/quantization.md
+        from tessera.quantize.cli import quantize_for_cli
+
+        mod, params = quantize_for_cli(mod, params, quantize, calibrate, target)
     if dump_ir:
         os.makedirs(dump_ir, exist_ok=True)
     show_bar = sys.stderr.isatty() and not quiet()
@@ -151,8 +156,14 @@ def print_summary(rows, title="compiled") -> None:
 @click.option(
     "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
 )
+@click.option("--quantize", type=click.Choice(["int8"]), help="Post-training quantization.")
+@click.option(
+    "--calibrate",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Calibration data for --quantize: .npz, one array per input, samples stacked.",
+)
 @verbosity_options
-def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
+def compile_cmd(model, output, target, input_shape, opt_level, dump_ir, quantize, calibrate):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
@@ -161,7 +172,8 @@ def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
     if output is None:
         stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
         output = f"{stem}.so"
-    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir)
+    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir,
+                                  quantize, calibrate)  # fmt: skip
     if not quiet():
         print_summary(summary)
     else:

@@ -132,7 +132,9 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     stats = calibrate.observe(probe, len(inputs), feeds, config.calibrate != "minmax")
     act = {}
     for v, obs in zip(inputs, stats, strict=True):
-        lo, hi = calibrate.choose_range(obs, config.calibrate, config.percentile)
+        lo, hi = calibrate.choose_range(
+            obs, config.calibrate, config.percentile, config.activation_dtype
+        )
         scale, zp = calibrate.activation_params(lo, hi, config.activation_dtype)
         act[id(v)] = (scale, zp, config.activation_dtype)
     x_of = {id(v): a for v, a in zip(inputs, first[: len(inputs)], strict=True)}

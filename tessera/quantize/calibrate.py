@@ -36,7 +36,10 @@ class Observer:
         self.max = max(self.max, float(x.max()))
 
     def update_hist(self, x: np.ndarray) -> None:
-        h, _ = np.histogram(np.abs(x), bins=BINS, range=(0.0, self.absmax))
+        # exact zeros (most of a ReLU's output) are exact at any scale: counted, they make a
+        # spike that drags the entropy threshold down to the first candidate
+        x = np.abs(x[x != 0])
+        h, _ = np.histogram(x, bins=BINS, range=(0.0, self.absmax))
         self.hist = h if self.hist is None else self.hist + h
 
 
@@ -98,8 +101,9 @@ def _kl_threshold(hist: np.ndarray, levels: int) -> int:
     return best_i
 
 
-def choose_range(obs: Observer, method: str, percentile: float = 99.99) -> tuple[float, float]:
-    """The float range [lo, hi] (lo <= 0 <= hi) to quantize, by `method`."""
+def choose_range(obs: Observer, method: str, percentile: float = 99.99,
+                 dtype: str = "uint8") -> tuple[float, float]:  # fmt: skip
+    """The float range [lo, hi] (lo <= 0 <= hi) to quantize to `dtype`, by `method`."""
     lo, hi = min(obs.min, 0.0), max(obs.max, 0.0)
     if method == "minmax" or obs.hist is None or not obs.hist.any():
         return lo, hi
@@ -108,7 +112,8 @@ def choose_range(obs: Observer, method: str, percentile: float = 99.99) -> tuple
         cdf = np.cumsum(obs.hist) / obs.hist.sum()
         t = (np.searchsorted(cdf, percentile / 100.0) + 1) * width
     elif method == "entropy":
-        levels = 255 if lo == 0.0 else 128  # non-negative data uses every level
+        # the levels that |x| gets: all 256 of uint8 for non-negative data, else half
+        levels = 255 if lo == 0.0 and dtype == "uint8" else 127
         t = _kl_threshold(obs.hist, levels) * width
     else:
         raise ValueError(f"unknown calibration method {method!r} (minmax, percentile, entropy)")
