@@ -138,8 +138,9 @@ def test_cli_quantize_int8(tmp_path, model):
     onnx.save(cnn(), tmp_path / "m.onnx")
     np.savez(tmp_path / "cal.npz", x=np.concatenate([s["x"] for s in samples(4)]))
     out = tmp_path / "m.so"
-    cmd = [sys.executable, "-m", "tessera.cli", "compile", str(tmp_path / "m.onnx"),
-           "--quantize", "int8", "--calibrate", str(tmp_path / "cal.npz"), "-o", str(out)]  # fmt: skip
+    cal = str(tmp_path / "cal.npz")
+    cmd = [sys.executable, "-m", "tessera.cli", "compile", str(tmp_path / "m.onnx")]
+    cmd += ["--quantize", "int8", "--calibrate", cal, "-o", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "quantized" in proc.stderr
