@@ -86,6 +86,10 @@ def ort_quantize(model, feeds, folder):
 
     src, dst = os.path.join(folder, "fp32.onnx"), os.path.join(folder, "qdq.onnx")
     onnx.save(modernized(model), src)
+    # ORT's recommended first step: shape inference and its optimizer (batch-norms folded)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(src, src)
     q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
                       activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
     return dst

@@ -149,16 +149,19 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
     ow = conv_out_size(w, kw, sw, pl, pr, dw)
     dt = str(x.dtype)
     pad_u = int(pad_value)
-    # a strided 1x1 conv reads every sh-th row and sw-th column: the packing takes only those,
-    # so that the product reads contiguous words (stride 1)
+    # Note [strided packing]: a strided conv's vector of output pixels would read every sh-th
+    # word. A strided 1x1 conv packs only the words it reads; a larger strided kernel packs
+    # the padded input as sh x sw phases (row phase py holds rows py, py + sh, ...), so that
+    # kernel tap (ry, rx) reads phase ((ry*dh) % sh, (rx*dw) % sw) contiguously.
     presample = kh == kw == 1 and (sh, sw) != (1, 1) and not any(padding)
+    ys, zs = (sh, sw) if presample else (1, 1)
     if presample:
         sh, sw, hp, wp = 1, 1, oh, ow
-    ys, zs = strides if presample else (1, 1)
+    hq, wq = -(-hp // sh), -(-wp // sw)
 
-    def word(b, q, y, z):
+    def word(b, q, py, px, yq, zq):
         g, c4i = q // c4, q % c4
-        y, z = y * ys, z * zs
+        y, z = (yq * sh + py) * ys, (zq * sw + px) * zs
         inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
 
         def get(j):
@@ -171,7 +174,7 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
         fill = tir.const(int(np.array([pad_u] * 4, np.uint8).view(np.int32)[0]), "int32")
         return tir_op.if_then_else(inside, _word(get, 4, 0, dt), fill)
 
-    xp = te.compute((n, groups * c4, hp, wp), word, name="x_words", tag=PACK_TAG)
+    xp = te.compute((n, groups * c4, sh, sw, hq, wq), word, name="x_words", tag=PACK_TAG)
     rc = te.reduce_axis((0, c4), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -179,7 +182,8 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
 
     def body(b, o, y, z):
         q = (o // opg) * c4 + rc if groups > 1 else rc
-        word = xp[b, q, y * sh + ry * dh, z * sw + rx * dw]
+        ty, tx = ry * dh, rx * dw
+        word = xp[b, q, ty % sh, tx % sw, y + ty // sh, z + tx // sw]
         return te.sum(tir_op.dot_u8i8(0, word, w4[o, rc, ry, rx]), axis=[rc, ry, rx])
 
     return te.compute((n, oc, oh, ow), body, name="qconv", tag=CONV_TAG)
