@@ -90,8 +90,10 @@ def ort_quantize(model, feeds, folder):
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     quant_pre_process(src, src)
-    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)  # fmt: skip
+    q.quantize_static(
+        src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+        activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+    )  # fmt: skip
     return dst
 
 
@@ -180,8 +182,9 @@ def main(argv=None) -> int:
     within = float(np.mean(diff <= step * 1.001)) if step else float("nan")
     print(f"  SQNR vs fp32: tessera int8 {sqnr_db(outs['tessera fp32'], outs['tessera int8']):.1f}"
           f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs['ORT int8 (QDQ)']):.1f} dB")  # fmt: skip
+    exact = 100 * np.mean(diff == 0)
     print(f"  tessera vs ORT on the QDQ file: {100 * within:.2f}% of elements within one output "
-          f"step ({step:.4g}), max diff {diff.max():.4g}, bit-exact {100 * np.mean(diff == 0):.2f}%")  # fmt: skip
+          f"step ({step:.4g}), max diff {diff.max():.4g}, bit-exact {exact:.2f}%")  # fmt: skip
     return 0
 
 
