@@ -89,7 +89,7 @@ def ort_quantize(model, feeds, folder):
     # ORT's recommended first step: shape inference and its optimizer (batch-norms folded)
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    quant_pre_process(src, src)
+    quant_pre_process(src, src, skip_symbolic_shape=True)
     q.quantize_static(
         src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
         activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
