@@ -128,3 +128,62 @@ def requantize(b, acc, scale, y_zero_point, dtype: str):
 
 def constant_zero_point(zp) -> bool:
     return zp is None or (_const(zp) is not None and _const(zp).size == 1)
+
+
+def _scalar_zp(b, zp, shift: int):
+    """A scalar zero point as an int32 value plus `shift` (None when zp is not a scalar); a
+    Python int when it is a constant."""
+    if zp is None:
+        return shift
+    arr = _const(zp)
+    if arr is not None:
+        return int(arr.reshape(-1)[0]) + shift if arr.size == 1 else None
+    if zp.type.ndim and int(np.prod(zp.type.shape)) != 1:
+        return None
+    v = b.reshape(b.call("cast", zp, dtype="int32"), ())
+    return b.call("add", v, b.const(np.int32(shift))) if shift else v
+
+
+def _times(b, v, zp):
+    """v * zp for an int32 value v and a zero point (int or value); None when zp is 0."""
+    if isinstance(zp, int):
+        return None if zp == 0 else b.call("multiply", v, b.const(np.int32(zp)))
+    return b.call("multiply", v, zp)
+
+
+def int_batch_matmul(b, a, bmat, a_zp, b_zp):
+    """int32 (a - za) @ (bmat - zb) with both operands at run time on qnn.batch_matmul (scalar
+    zero points), or None: sum a_u b_s - zb_s rowsum(a_u) - za_u colsum(b_s) + K za_u zb_s."""
+    kinds = ("uint8", "int8")
+    if str(a.type.dtype) not in kinds or str(bmat.type.dtype) not in kinds:
+        return None
+    if a.type.ndim < 2 or bmat.type.ndim < 2 or not a.type.is_static or not bmat.type.is_static:
+        return None
+    (*ab, m, k), (*bb, _, n) = a.type.shape, bmat.type.shape
+    batch_a, batch_b = int(np.prod(ab)), int(np.prod(bb))
+    lead = ab if batch_a >= batch_b else bb
+    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+        return None
+    za = _scalar_zp(b, a_zp, 128 if str(a.type.dtype) == "int8" else 0)
+    zb = _scalar_zp(b, b_zp, -128 if str(bmat.type.dtype) == "uint8" else 0)
+    if za is None or zb is None:
+        return None
+    a3, b3 = b.reshape(a, (batch_a, m, k)), b.reshape(bmat, (batch_b, k, n))
+    acc = b.call("qnn.batch_matmul", a3, b3)
+    a_u = b.call("cast", a3, dtype="int32")
+    if str(a.type.dtype) == "int8":
+        a_u = b.call("add", a_u, b.const(np.int32(128)))
+    b_s = b.call("cast", b3, dtype="int32")
+    if str(bmat.type.dtype) == "uint8":
+        b_s = b.call("subtract", b_s, b.const(np.int32(128)))
+    terms = [
+        _times(b, b.call("sum", a_u, axis=(2,), keepdims=True), zb),
+        _times(b, b.call("sum", b_s, axis=(1,), keepdims=True), za),
+    ]
+    for t in terms:
+        if t is not None:
+            acc = b.call("subtract", acc, t)
+    if terms[0] is not None and terms[1] is not None:  # both zero points nonzero
+        k_za = _times(b, b.const(np.int32(k)), za)
+        acc = b.call("add", acc, _times(b, k_za, zb))
+    return b.reshape(acc, (*lead, m, n))

@@ -158,8 +158,11 @@ def _int32(b, v, zero_point, axis):
 
 
 def _matmul_acc(b, A, B, a_zero_point, b_zero_point):
-    """int32 (A - za) @ (B - zb): qnn.dense for a constant B, else an int32 matmul."""
+    """int32 (A - za) @ (B - zb): qnn.dense for a constant B, qnn.batch_matmul for a runtime B
+    (scalar zero points), else an int32 matmul."""
     acc = qint.int_matmul(b, A, B, a_zero_point, b_zero_point)
+    if acc is None:
+        acc = qint.int_batch_matmul(b, A, B, a_zero_point, b_zero_point)
     if acc is not None:
         return acc
     # a's zero point is per row (axis -2), b's per column (axis -1)

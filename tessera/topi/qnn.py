@@ -130,6 +130,63 @@ def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
     )
 
 
+BMM_TAG = "qnn_batch_matmul"
+
+
+def _byte(v, flip: bool):
+    """The low byte of an integer value as int32 (flip: minus 128 first, uint8 as int8)."""
+    v = v.astype("int32")
+    return tir_op.bitwise_and(v - 128 if flip else v, 255)
+
+
+def qnn_batch_matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+    """a (Ba, M, K) uint8/int8 times b (Bb, K, N) int8/uint8, both at run time -> (B, M, N)
+    int32: sum_k a_u[k] b_s[k] (b_s: int8 b as it is, uint8 b minus 128). Both are packed
+    into words per call (a along K per row, b along K per column)."""
+    (ba, m, k), (bb, k2, n) = _static(a.shape), _static(b.shape)
+    if k != k2 or (ba != bb and 1 not in (ba, bb)):
+        raise ValueError(f"qnn.batch_matmul: operands {a.shape} and {b.shape} disagree")
+    k4, batch = -(-k // 4), max(ba, bb)
+    adt, flip = str(a.dtype), str(b.dtype) == "uint8"
+
+    def a_word(i, r, q):
+        return _word(lambda j: a[i, r, tir_op.min(q * 4 + j, k - 1)], 4, 0, adt)
+
+    def b_word(i, q, c):
+        word = None
+        for j in range(4):
+            kk = q * 4 + j
+            byte = _byte(b[i, tir_op.min(kk, k - 1), c], flip)
+            byte = tir_op.if_then_else(kk < k, byte, 0) if k % 4 else byte  # zero past K
+            byte = byte if j == 0 else tir_op.shift_left(byte, 8 * j)
+            word = byte if word is None else tir_op.bitwise_or(word, byte)
+        return word
+
+    # columns padded to whole vectors (zero words): the micro-kernel's tiles need no guards
+    npad = -(-n // PANEL) * PANEL
+
+    def b_padded(i, q, c):
+        return tir_op.if_then_else(c < n, b_word(i, q, tir_op.min(c, n - 1)), 0)
+
+    aw = te.compute((ba, m, k4), a_word, name="a_words", tag=PACK_TAG)
+    bw = te.compute((bb, k4, npad), b_padded if npad > n else b_word, name="b_words",
+                    tag=PACK_TAG)  # fmt: skip
+    rk = te.reduce_axis((0, k4), name="k")
+    acc = te.compute(
+        (batch, m, npad),
+        lambda i, r, c: te.sum(
+            tir_op.dot_u8i8(0, aw[i if ba > 1 else 0, r, rk], bw[i if bb > 1 else 0, rk, c]),
+            axis=rk,
+        ),
+        name="qbmm",
+        tag=BMM_TAG,
+    )
+    if npad == n:
+        return acc
+    return te.compute((batch, m, n), lambda i, r, c: acc[i, r, c], name="qbmm_out",
+                      tag="injective")  # fmt: skip
+
+
 def conv_out_size(size, k, stride, pad_begin, pad_end, dilation) -> int:
     return (size + pad_begin + pad_end - dilation * (k - 1) - 1) // stride + 1
 

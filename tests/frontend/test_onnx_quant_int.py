@@ -111,13 +111,32 @@ def test_qlinear_matmul_bit_exact(target):
     np.testing.assert_array_equal(got, run_ort(model, {"a": a})[0])
 
 
-def test_matmul_integer_runtime_operands():
-    """Both operands at run time: the int32 matmul fallback."""
-    a, b = _q((2, 4, 9), "uint8"), _q((2, 9, 5), "int8")
-    node = N("MatMulInteger", ["a", "b", "az"], ["y"])
-    model = make_model([node], {"a": a, "b": b}, ["y"], {"az": np.uint8(7)}, opset=13)
-    (got,), _ = run_tessera(model, {"a": a, "b": b})
-    np.testing.assert_array_equal(got, run_ort(model, {"a": a, "b": b})[0])
+@pytest.mark.parametrize(
+    "adt,bdt,az,bz,bshape",
+    [("uint8", "int8", 7, None, (2, 9, 5)), ("uint8", "uint8", 3, 200, (1, 9, 17)),
+     ("int8", "int8", -4, 5, (2, 9, 5)), ("uint8", "uint8", "runtime", "runtime", (2, 9, 5))],
+)  # fmt: skip
+def test_matmul_integer_runtime_operands(adt, bdt, az, bz, bshape):
+    """Both operands at run time (attention): qnn.batch_matmul with the zero points compensated,
+    constant or computed at run time (DynamicQuantizeLinear)."""
+    a, b = _q((2, 4, 9), adt), _q(bshape, bdt)
+    feeds, inits, nodes = {"a": a, "b": b}, {}, []
+    ins = ["a", "b", "az", "bz"]
+    if az == "runtime":
+        af, bf = (R.standard_normal(v.shape).astype(np.float32) for v in (a, b))
+        feeds = {"af": af, "bf": bf}
+        nodes = [N("DynamicQuantizeLinear", ["af"], ["a", "as", "az"]),
+                 N("DynamicQuantizeLinear", ["bf"], ["b", "bs", "bz"])]  # fmt: skip
+    else:
+        inits = {"az": np.array(az, adt)}
+        if bz is None:
+            ins = ins[:3]
+        else:
+            inits["bz"] = np.array(bz, bdt)
+    model = make_model([*nodes, N("MatMulInteger", ins, ["y"])], feeds, ["y"], inits, opset=13)
+    (got,), mod = run_tessera(model, feeds)
+    assert "qnn.batch_matmul" in ops_of(from_onnx(model)[0])
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
 
 
 def test_dynamic_quantize_matmul_integer():

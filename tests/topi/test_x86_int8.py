@@ -110,3 +110,22 @@ def test_requantize_rounds_half_to_even_and_saturates():
         # numpy: round half to even of acc * scale, then the zero point, saturated
         want = np.clip(np.round(acc.astype(np.float64) * 0.5) + zp, info.min, info.max)
         np.testing.assert_array_equal(y, want.astype(dtype))
+
+
+@pytest.mark.parametrize("target", list(ISAS))
+@pytest.mark.parametrize(
+    "shape_a,shape_b,adt,bdt",
+    [((2, 5, 13), (2, 13, 20), "uint8", "int8"), ((3, 4, 16), (1, 16, 33), "int8", "uint8")],
+)
+def test_batch_matmul_matches_integer_reference(target, shape_a, shape_b, adt, bdt):
+    t = _target(target)
+    a, b = _data(shape_a, adt), _data(shape_b, bdt)
+    A = te.placeholder(a.shape, adt, name="a")
+    B = te.placeholder(b.shape, bdt, name="b")
+    Y = qnn.qnn_batch_matmul(A, B)
+    f = tessera.build(int8_dense.schedule_qnn_batch_matmul([Y], t), [A, B, Y], target=t)
+    y = np.zeros([int(d.value) for d in Y.shape], np.int32)
+    f(a, b, y)
+    np.testing.assert_array_equal(y, get_op("qnn.batch_matmul").evaluate([a, b], {})[0])
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")

@@ -61,6 +61,35 @@ def _(x, wp, *, units):
 dense.schedule("generic")(int8_dense.schedule_qnn_dense)
 dense.schedule("x86")(int8_dense.schedule_qnn_dense)
 
+# -- batch_matmul (both operands at run time) ---------------------------------------------------
+
+batch_matmul = register_op("qnn.batch_matmul", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@batch_matmul.type_rule
+def _(a: TensorType, b: TensorType) -> TensorType:
+    _require_data("qnn.batch_matmul", a)
+    _require_data("qnn.batch_matmul", b)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[2] != b.shape[1]:
+        raise type_error("qnn.batch_matmul", f"expects (B, M, K) and (B, K, N), got {a}, {b}")
+    batch = broadcast_shapes("qnn.batch_matmul", a.shape[:1], b.shape[:1])
+    return TensorType((*batch, a.shape[1], b.shape[2]), "int32")
+
+
+@batch_matmul.reference
+def _(a, b):
+    bs = b.astype(np.int64) - (128 if b.dtype == np.uint8 else 0)
+    return np.matmul(_unsigned(a), bs).astype(np.int32)
+
+
+@batch_matmul.compute
+def _(a, b):
+    return topi_qnn.qnn_batch_matmul(a, b)
+
+
+batch_matmul.schedule("generic")(int8_dense.schedule_qnn_batch_matmul)
+batch_matmul.schedule("x86")(int8_dense.schedule_qnn_batch_matmul)
+
 # -- conv2d -----------------------------------------------------------------------------------
 
 conv2d = register_op("qnn.conv2d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
@@ -139,6 +168,7 @@ def _(acc, scale, zero_point=0, dtype="uint8"):
 @requantize.compute
 def _(acc, scale, *, zero_point=0, dtype="uint8"):
     return topi_qnn.requantize(acc, scale, zero_point=zero_point, dtype=dtype)
+
 
 # -- quantize, dequantize (tessera.quantize's explicit conversions) ---------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.topi.generic import inline_injective, schedule_elementwise_stage
-from tessera.topi.qnn import DENSE_TAG, PACK_TAG
+from tessera.topi.qnn import BMM_TAG, DENSE_TAG, PACK_TAG
 from tessera.topi.x86.dense import Blocking, choose_blocking, find_tagged, schedule_gemm
 
 
@@ -56,3 +56,18 @@ def schedule_qnn_dense(outs, target=None) -> te.Schedule:
     K4 = int(anchor.op.reduce_axis[0].dom.extent.value)
     nr = int(anchor.op.attrs["nr"])
     return schedule_gemm(s, outs, anchor, int32_blocking(target, M, N, K4, nr), target)
+
+
+def schedule_qnn_batch_matmul(outs, target=None) -> te.Schedule:
+    """qnn.batch_matmul: the same micro-kernel per batch (the batch axis stays outermost)."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    schedule_pack(s, outs, target)
+    anchor = find_tagged(outs, BMM_TAG)
+    _, M, N = (int(d.value) for d in anchor.shape)
+    K4 = int(anchor.op.reduce_axis[0].dom.extent.value)
+    lanes = min(16, max(1, target.vector_lanes("int32"))) if target is not None else 4
+    nv = 2 if N % (2 * lanes) == 0 else 1  # N is padded to whole vectors (topi/qnn.py)
+    blk = int32_blocking(target, M, N, K4, nv * lanes)
+    return schedule_gemm(s, outs, anchor, blk, target, row_axes=1)
