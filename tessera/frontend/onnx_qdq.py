@@ -6,8 +6,9 @@ op's QLinear form before conversion, as ORT's own QDQ transformers do.
              y = Conv(xf, wf, bf); [y = Relu(y)]; yq = Q(y, ys, yz)
     after:   yq = QLinearConv(xq, xs, xz, wq, ws, wz, ys, yz, B) [; yq = Max(yq, yz)]
 
-Conv and MatMul (constant weight), Add, Mul, GlobalAveragePool, Sigmoid, LeakyRelu and Concat
-take their QLinear forms (com.microsoft for the element-wise ones); MaxPool and the shape ops
+Conv and MatMul (constant weight), Add (and a two-input Sum), Mul, GlobalAveragePool, Sigmoid,
+LeakyRelu and Concat take their QLinear forms (com.microsoft for the element-wise ones); a ReLU
+between Conv or Add and the Q is max(y, zero point) on the integers; MaxPool and the shape ops
 (Reshape, Flatten, Transpose, Squeeze, Unsqueeze) whose input and output share a scale and zero
 point run on the integers directly (Q(op(DQ(x))) = op(x) then). A DQ or Q left over (model
 inputs and outputs, ops without an integer form) stays as it is. Dynamic models (quantize_dynamic:
@@ -23,7 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 MS = "com.microsoft"
-_CONTRIB = {"Add": "QLinearAdd", "Mul": "QLinearMul", "GlobalAveragePool":
+_CONTRIB = {"Add": "QLinearAdd", "Sum": "QLinearAdd", "Mul": "QLinearMul", "GlobalAveragePool":
             "QLinearGlobalAveragePool", "Sigmoid": "QLinearSigmoid",
             "LeakyRelu": "QLinearLeakyRelu"}  # fmt: skip
 _SAME_SCALE = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"}
@@ -132,10 +133,10 @@ def _fuse_product(g, node, new_inits):
 
 def _fuse_contrib(g, node):
     ins = [g.dq(i) for i in node.input]
-    if not ins or any(d is None for d in ins):
+    if not ins or any(d is None for d in ins) or (node.op_type == "Sum" and len(ins) != 2):
         return None
     q, relu = _output_q(g, node)
-    if q is None or relu is not None:
+    if q is None or (relu is not None and node.op_type not in ("Add", "Sum")):
         return None
     if node.op_type == "Concat":
         args = [*_qparams(q)] + [x for d in ins for x in (d.input[0], *_qparams(d))]
@@ -144,7 +145,7 @@ def _fuse_contrib(g, node):
         args = [x for d in ins for x in (d.input[0], *_qparams(d))] + _qparams(q)
         new = helper.make_node(_CONTRIB[node.op_type], args, [], node.name, domain=MS)
     new.attribute.extend(node.attribute)
-    return new, q, None
+    return new, q, relu
 
 
 def _fuse_same_scale(g, node):
