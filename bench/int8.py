@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/int8.py [--model resnet50] [--threads 2] [--runs 20] [--calib 8]
 
-Five runners, alternated run by run (medians in ms): tessera fp32; tessera int8 (its own
+Five runners, taking turns of a few runs each (medians in ms): tessera fp32; tessera int8 (its own
 post-training quantization, tessera.quantize, min-max); ONNX Runtime fp32; ONNX Runtime int8
 (the same model through onnxruntime.quantization.quantize_static, QDQ, per-channel int8 weights,
 uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. Accuracy: the
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -128,15 +127,12 @@ def output_step(qdq: onnx.ModelProto) -> float:
 
 
 def timed(runners: dict, runs: int) -> dict:
-    times = {k: [] for k in runners}
-    for fn in runners.values():
-        fn()  # warm up
-    for _ in range(runs):
-        for k, fn in runners.items():
-            t = time.perf_counter()
-            fn()
-            times[k].append((time.perf_counter() - t) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median ms of each runner, timed in turns once the others' threads are idle (ORT's spin
+    for ~30 ms after a run: Note [fair turns] in tessera/cli/bench.py)."""
+    from tessera.cli.bench import measure_in_blocks
+
+    times, _ = measure_in_blocks(runners, repeat=runs, warmup=1, duration=None)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 
 def main(argv=None) -> int:
@@ -171,7 +167,7 @@ def main(argv=None) -> int:
         }
         outs = {k: fn() for k, fn in runners.items()}
         ms = timed(runners, args.runs)
-    print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} alternated runs")
+    print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
     for k, v in ms.items():
         print(f"  {k:<22} {v:8.2f} ms")
     print(f"  int8 speed-up: tessera {ms['tessera fp32'] / ms['tessera int8']:.2f}x over its fp32,"
