@@ -91,12 +91,19 @@ def _build(mod, params, target, opt_level, instrument):
         raise ModelError(f"compiling the model failed: {e}") from e
 
 
-def compile_model(model_path, output, target, input_shape, opt_level, dump_ir, key=None):
+def compile_model(
+    model_path, output, target, input_shape, opt_level, dump_ir, key=None, quantize=None,
+    calibrate=None,
+):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `key`: sign the
-    artifact written to `output` with it."""
+    artifact written to `output` with it; `quantize`/`calibrate`: post-training quantization."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
+    if quantize:  # int8 (tessera.quantize, calibrated on the .npz): docs/quantization.md
+        from tessera.quantize.cli import quantize_for_cli
+
+        mod, params = quantize_for_cli(mod, params, quantize, calibrate, target)
     if dump_ir:
         os.makedirs(dump_ir, exist_ok=True)
     show_bar = sys.stderr.isatty() and not quiet()
@@ -163,8 +170,16 @@ def print_summary(rows, title="compiled") -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Sign the artifact with the key in this file (HMAC-SHA256); `run --key` checks it.",
 )
+@click.option("--quantize", type=click.Choice(["int8"]), help="Post-training quantization.")
+@click.option(
+    "--calibrate",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Calibration data for --quantize: .npz, one array per input, samples stacked.",
+)
 @verbosity_options
-def compile_cmd(model, output, target, input_shape, opt_level, dump_ir, key_file):
+def compile_cmd(
+    model, output, target, input_shape, opt_level, dump_ir, key_file, quantize, calibrate
+):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
@@ -174,7 +189,10 @@ def compile_cmd(model, output, target, input_shape, opt_level, dump_ir, key_file
         stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
         output = f"{stem}.so"
     key = _read_key(key_file)
-    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir, key)
+    _, _, summary = compile_model(
+        model, output, target, input_shape, opt_level, dump_ir, key=key, quantize=quantize,
+        calibrate=calibrate,
+    )
     if not quiet():
         print_summary(summary)
     else:

@@ -457,6 +457,9 @@ class ExprPrinter:
         address = wrap(self.load(element, None, convert=False), UNARY)
         return f"__builtin_prefetch(&{address}, {rw.value}, {locality.value})", PRIMARY
 
+    def _call_dot_u8i8(self, e, lane):
+        return self.helper("dot_u8i8", *(self.text(a, lane) for a in e.args))
+
     def _call_likely(self, e, lane):
         return self.p(e.args[0], lane)
 

@@ -136,6 +136,15 @@ _FLOAT_MAX = (
 _ABS = "static inline {T} tessera_abs_{s}({T} a) {{ return a < 0 ? ({T})(-a) : a; }}"
 
 _FIXED = {
+    # x86's vpdpbusd on one int32 lane; the products are exact in int32, the sum wraps
+    "dot_u8i8": """\
+static inline int32_t tessera_dot_u8i8(int32_t acc, int32_t a, int32_t b) {
+  uint32_t ua = (uint32_t)a, ub = (uint32_t)b, sum = (uint32_t)acc;
+  for (int j = 0; j < 32; j += 8) {
+    sum += (uint32_t)((int32_t)((ua >> j) & 255u) * (int32_t)(int8_t)((ub >> j) & 255u));
+  }
+  return (int32_t)sum;
+}""",
     "popcount": """\
 static inline int32_t tessera_popcount(uint64_t x) {
   x = x - ((x >> 1) & 0x5555555555555555u);

@@ -23,6 +23,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_attention,
     onnx_bits,
     onnx_compose,
+    onnx_contrib,
     onnx_control,
     onnx_image,
     onnx_loss,
@@ -35,6 +36,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_signal,
 )
 from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
+from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.graph.builder import rename_values
 from tessera.graph.ir import Function, Value
@@ -272,6 +274,7 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
     model = _load(model)
     if not model.HasField("graph"):
         raise ValueError("the ONNX model has no graph")
+    model = fuse_qdq(model)  # QDQ groups -> integer ops (onnx_qdq.py)
     graph, opsets, shape_dict = model.graph, _opsets(model), dict(shape_dict or {})
     check_opsets(opsets)
     _check_supported(graph, opsets)

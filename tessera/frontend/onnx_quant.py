@@ -3,8 +3,11 @@ DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv
 (casts, rounding half to even, clipping to the integer type's range). Semantics follow
 onnx.reference, float8/float4/int4/int2 included (`tessera.topi.cast_small` converts them).
 
-Integer products are accumulated in float64, which is exact for every 8- and 16-bit operand
-up to 2**53 / 2**32 (a few million terms), so that the conv and matmul kernels serve them.
+Integer products run on the int8 kernels (qnn.conv2d / qnn.dense, `onnx_qint.py`): uint8 x
+int8 words on vpdpbusd, int32 accumulation, requantized in float32 with MLAS's rounding (product,
+clamp, round half to even, zero point), so that results match ONNX Runtime bit for bit. What
+they cannot take (runtime weights, other ranks) runs as an int32 matmul or an exact float64 conv
+(Note [float64 fallback]).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
+from tessera.frontend import onnx_qint as qint
 from tessera.frontend.onnx_nn import _spatial
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.ir import parse_dtype
@@ -110,11 +114,14 @@ def dequantize_linear(b, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
 
 @onnx_op("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(b, x):
-    """uint8 with a scale and zero point from the range of x (which always includes 0)."""
+    """uint8 with a scale and zero point from the range of x (which always includes 0), as
+    ORT computes them."""
     zero = b.scalar(0, x)
     hi = b.call("maximum", b.call("max", x, axis=None, keepdims=False), zero)
     lo = b.call("minimum", b.call("min", x, axis=None, keepdims=False), zero)
     scale = b.call("divide", b.call("subtract", hi, lo), b.scalar(255, x))
+    # an all-zero x has no range: ORT (GetQuantizationParameter) then takes scale 1, zero point 0
+    scale = b.call("where", b.call("equal", hi, lo), b.scalar(1, x), scale)
     zp = _saturate(b, b.call("round", b.call("divide", b.call("negative", lo), scale)), "uint8")
     y = b.call("add", b.call("round", b.call("divide", x, scale)), _as(b, zp, "float32"))
     return _saturate(b, y, "uint8"), scale, zp
@@ -135,60 +142,105 @@ def _centered(b, v, zero_point, axis_of_zp):
     return b.call("subtract", v64, zp)
 
 
+def _int32(b, v, zero_point, axis):
+    """v - zero_point as int32 (the integer fallback of a product)."""
+    v32 = _as(b, v, "int32")
+    if zero_point is None:
+        return v32
+    zp = _as(b, zero_point, "int32")
+    if zp.type.ndim == 1 and zp.type.shape[0] != 1:
+        shape = [1] * v.type.ndim
+        shape[axis % v.type.ndim] = zp.type.shape[0]
+        zp = b.reshape(zp, shape)
+    elif zp.type.ndim:
+        zp = b.reshape(zp, ())
+    return b.call("subtract", v32, zp)
+
+
+def _matmul_acc(b, A, B, a_zero_point, b_zero_point):
+    """int32 (A - za) @ (B - zb): qnn.dense for a constant B, qnn.batch_matmul for a runtime B
+    (scalar zero points), else an int32 matmul."""
+    acc = qint.int_matmul(b, A, B, a_zero_point, b_zero_point)
+    if acc is None:
+        acc = qint.int_batch_matmul(b, A, B, a_zero_point, b_zero_point)
+    if acc is not None:
+        return acc
+    # a's zero point is per row (axis -2), b's per column (axis -1)
+    return b.call("matmul", _int32(b, A, a_zero_point, -2), _int32(b, B, b_zero_point, -1))
+
+
 @onnx_op("MatMulInteger", since=10)
 def matmul_integer(b, A, B, a_zero_point=None, b_zero_point=None):
-    # a's zero point is per row (axis -2), b's per column (axis -1)
-    y = b.call("matmul", _centered(b, A, a_zero_point, -2), _centered(b, B, b_zero_point, -1))
-    return _as(b, y, "int32")
+    return _matmul_acc(b, A, B, a_zero_point, b_zero_point)
 
 
-def _conv_f64(b, x, w, auto_pad, dilations, group, kernel_shape, pads, strides):
+def _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides):
     kernel = kernel_shape or b.shape_of(w)[2:]
-    strides, dilations, pads = _spatial(b, x, kernel, auto_pad, dilations, pads, strides)
-    nd = len(kernel)
-    return b.call(f"nn.conv{nd}d", x, w, strides=strides, padding=pads, dilation=dilations,
-                  groups=group)  # fmt: skip
+    return _spatial(b, x, kernel, auto_pad, dilations, pads, strides)
+
+
+def _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs):
+    """int32 sum (x - zx)(w - zw): qnn.conv2d where it applies, else an exact float64 conv."""
+    strides, dilations, pads = attrs
+    if len(strides) == 2:
+        acc = qint.int_conv(b, x, w, x_zero_point, w_zero_point, strides, pads, dilations, group)
+        if acc is not None:
+            return acc
+    # Note [float64 fallback]: a runtime weight or zero point, or a weight minus its zero point
+    # outside int8, or a 1-D/3-D conv: float64 is exact for these products (|x w| < 2**16 and
+    # sums below 2**53), so the float conv kernels serve.
+    xc, wc = _centered(b, x, x_zero_point, 1), _centered(b, w, w_zero_point, 0)
+    nd = len(strides)
+    y = b.call(f"nn.conv{nd}d", xc, wc, strides=strides, padding=pads, dilation=dilations,
+               groups=group)  # fmt: skip
+    return _as(b, y, "int32")
 
 
 @onnx_op("ConvInteger", since=10)
 def conv_integer(b, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET",
                  dilations=None, group=1, kernel_shape=None, pads=None, strides=None):  # fmt: skip
-    xc, wc = _centered(b, x, x_zero_point, 1), _centered(b, w, w_zero_point, 0)
-    y = _conv_f64(b, xc, wc, auto_pad, dilations, group, kernel_shape, pads, strides)
-    return _as(b, y, "int32")
+    attrs = _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides)
+    return _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs)
 
 
 def _requantize(b, acc, scale, y_scale, y_zero_point, out):
-    """acc * (scale / y_scale) + y_zero_point, saturated to out; the factor is rounded to
-    float32 as the reference computes it, the rest is float64."""
+    """acc * float32(scale / y_scale) + y_zero_point, saturated to out, in float32 as ORT's
+    MLAS does; the factor is rounded to float32 first."""
     factor = b.call("divide", _as(b, scale, "float32"), _as(b, y_scale, "float32"))
-    y = b.call("multiply", acc, _as(b, factor, "float64"))
+    y = b.call("multiply", _as(b, acc, "float32"), factor)
     if y_zero_point is not None:
-        y = b.call("add", y, _as(b, b.reshape(y_zero_point, ()), "float64"))
+        y = b.call("add", y, _as(b, b.reshape(y_zero_point, ()), "float32"))
     return _saturate(b, y, out)
+
+
+def _qlinear_out(b, acc, a_scale, w_scale, y_scale, y_zero_point, out, axis):
+    """Requantize on qnn.requantize (constant scales and zero point), else in graph ops."""
+    if str(out) in ("uint8", "int8") and qint.constant_zero_point(y_zero_point):
+        scale = qint.requant_scale(b, a_scale, w_scale, y_scale, acc.type.ndim, axis)
+        if scale is not None:
+            return qint.requantize(b, acc, scale, y_zero_point, str(out))
+    scale = b.call("multiply", _as(b, a_scale, "float32"), _as(b, w_scale, "float32"))
+    if scale.type.ndim == 1 and scale.type.shape[0] > 1:
+        scale = b.reshape(scale, (scale.type.shape[0], *(1,) * (acc.type.ndim - 1 - axis)))
+    return _requantize(b, acc, scale, y_scale, y_zero_point, out)
 
 
 @onnx_op("QLinearMatMul", since=10)
 def qlinear_matmul(b, a, a_scale, a_zero_point, b_, b_scale, b_zero_point, y_scale,
                    y_zero_point):  # fmt: skip
-    acc = b.call("matmul", _centered(b, a, a_zero_point, -2), _centered(b, b_, b_zero_point, -1))
-    # the reference rounds a_scale * b_scale / y_scale in float32
-    scale = b.call("multiply", _as(b, a_scale, "float32"), _as(b, b_scale, "float32"))
+    acc = _matmul_acc(b, a, b_, a_zero_point, b_zero_point)
     out = y_zero_point.type.dtype.numpy_name if y_zero_point is not None else a.type.dtype
-    return _requantize(b, acc, scale, y_scale, y_zero_point, out)
+    return _qlinear_out(b, acc, a_scale, b_scale, y_scale, y_zero_point, out, acc.type.ndim - 1)
 
 
 @onnx_op("QLinearConv", since=10)
 def qlinear_conv(b, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
                  B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                  pads=None, strides=None):  # fmt: skip
-    xc, wc = _centered(b, x, x_zero_point, 1), _centered(b, w, w_zero_point, 0)
-    acc = _conv_f64(b, xc, wc, auto_pad, dilations, group, kernel_shape, pads, strides)
+    attrs = _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides)
+    acc = _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs)
     if B is not None:
         bias_shape = (b.shape_of(B)[0], *(1,) * (acc.type.ndim - 2))
-        acc = b.call("add", acc, b.reshape(_as(b, B, "float64"), bias_shape))
-    scale = b.call("multiply", _as(b, x_scale, "float32"), _as(b, w_scale, "float32"))
-    if scale.type.ndim == 1 and scale.type.shape[0] > 1:
-        scale = b.reshape(scale, (scale.type.shape[0], *(1,) * (acc.type.ndim - 2)))
+        acc = b.call("add", acc, b.reshape(_as(b, B, "int32"), bias_shape))
     out = y_zero_point.type.dtype.numpy_name if y_zero_point is not None else x.type.dtype
-    return _requantize(b, acc, scale, y_scale, y_zero_point, out)
+    return _qlinear_out(b, acc, x_scale, w_scale, y_scale, y_zero_point, out, 1)

@@ -441,7 +441,17 @@ _MATH = {
     "shift_right": np.right_shift,  # arithmetic on signed types, like C compilers do
     "popcount": np.bitwise_count,
     "likely": lambda x: x,
+    "dot_u8i8": lambda acc, a, b: _dot_u8i8(acc, a, b),
 }
+
+
+def _dot_u8i8(acc, a, b):
+    """acc + the 4 uint8 bytes of a times the 4 int8 bytes of b, per int32 lane (wrapping)."""
+    a8 = np.asarray(a, np.int32).reshape(-1).view(np.uint8).reshape(-1, 4).astype(np.int64)
+    b8 = np.asarray(b, np.int32).reshape(-1).view(np.int8).reshape(-1, 4).astype(np.int64)
+    dot = (a8 * b8).sum(axis=1)
+    out = (np.asarray(acc, np.int64).reshape(-1) + dot).astype(np.int32)
+    return out if np.ndim(a) or np.ndim(b) or np.ndim(acc) else out[0]
 
 
 def _call(e: E.Call):

@@ -77,6 +77,8 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "likely": (1, "any"),
     "reinterpret": (1, "any"),
     "prefetch": (3, "any"),  # (element, rw, locality): a hint, evaluated for its effect only
+    # int32 lanes: acc + the 4 uint8 bytes of a times the 4 int8 bytes of b (vpdpbusd)
+    "dot_u8i8": (3, "int"),
 }
 
 
@@ -230,6 +232,16 @@ def fma(a, b, c):
     """a * b + c, rounded once."""
     a, b, c = (convert(v) for v in (a, b, c))
     return Call(a.dtype, "fma", (a, b, c))
+
+
+def dot_u8i8(acc, a, b):
+    """Per int32 lane: acc + sum over the 4 bytes j of uint8(a_j) * int8(b_j), as x86's vpdpbusd
+    computes it (codegen/llvm/int8_dot.py); all three operands are int32 (4 bytes each)."""
+    acc, a, b = (convert(v, "int32") for v in (acc, a, b))
+    for v in (acc, a, b):
+        if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
+            raise TypeError(f"dot_u8i8 needs int32 operands, got {v.dtype}")
+    return Call(acc.dtype, "dot_u8i8", (acc, a, b))
 
 
 def popcount(x):

@@ -174,6 +174,12 @@ class FunctionEmitter:
         return (int_op if dt.is_int else uint_op)(a, b)
 
     def e_Add(self, e):
+        if e.dtype.element.code == "int":  # acc + dot_u8i8(0, a, b) -> one vpdpbusd
+            from tessera.codegen.llvm.int8_dot import fused_accumulate
+
+            fused = fused_accumulate(self, e)
+            if fused is not None:
+                return fused
         return self._arith(e, self.b.add, self.b.add, self.b.fadd)
 
     def e_Sub(self, e):

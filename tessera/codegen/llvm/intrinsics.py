@@ -193,6 +193,10 @@ def emit_call(em, e) -> ir.Value:
         return em.expr(e.args[0])
     if op == "reinterpret":
         return _reinterpret(em, e)
+    if op == "dot_u8i8":
+        from tessera.codegen.llvm.int8_dot import emit_dot_call
+
+        return emit_dot_call(em, e)
     if op in ("isnan", "isinf"):
         (x,) = e.args
         v = T.to_f32(em.b, em.expr(x), x.dtype)

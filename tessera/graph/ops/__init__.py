@@ -7,6 +7,7 @@ from tessera.graph.ops import (  # noqa: F401
     layout,
     nn,
     pool_indices,
+    qnn,
     reduce,
     sampling,
     scatter,

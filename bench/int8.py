@@ -1,0 +1,188 @@
+"""Benchmark: int8 against fp32, tessera against ONNX Runtime, in one process, batch 1.
+
+    .venv/bin/python bench/int8.py [--model resnet50] [--threads 2] [--runs 20] [--calib 8]
+
+Five runners, taking turns of a few runs each (medians in ms): tessera fp32; tessera int8 (its own
+post-training quantization, tessera.quantize, min-max); ONNX Runtime fp32; ONNX Runtime int8
+(the same model through onnxruntime.quantization.quantize_static, QDQ, per-channel int8 weights,
+uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. Accuracy: the
+SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
+QDQ file are within one output quantization step of ORT's run of it.
+
+`--model` takes an onnx light model name (random weights: timings are real, accuracies are of
+a random network) or an .onnx path; calibration feeds are seeded uniform [0, 1) samples. A
+benchmark, not a test: nothing here asserts a time. The machine may be shared: compare ratios
+from one run, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tessera  # noqa: E402
+from tessera.frontend import from_onnx  # noqa: E402
+from tessera.quantize import QConfig, quantize, sqnr_db  # noqa: E402
+from tessera.runtime import GraphModule, cpu  # noqa: E402
+from tessera.transform import PassContext  # noqa: E402
+
+
+def load(name: str) -> onnx.ModelProto:
+    if name.endswith(".onnx"):
+        return onnx.load(name)
+    from tessera.models import light_model
+
+    return light_model(name)
+
+
+def input_spec(model: onnx.ModelProto) -> tuple[str, tuple[int, ...]]:
+    inits = {t.name for t in model.graph.initializer}
+    vi = next(i for i in model.graph.input if i.name not in inits)
+    shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+    return vi.name, shape
+
+
+def tessera_runner(mod, params, name, x):
+    with PassContext(opt_level=3):
+        lib = tessera.build(mod, target="llvm", params=params)
+    m = GraphModule(lib["default"](cpu(0)))
+    m.set_input(name, x)
+
+    def run():
+        m.run()
+        return m.get_output(0).numpy()
+
+    return run
+
+
+def ort_runner(path_or_bytes, threads, name, x):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
+    return lambda: sess.run(None, {name: x})[0]
+
+
+def ort_quantize(model, feeds, folder):
+    from onnxruntime import quantization as q
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    src, dst = os.path.join(folder, "fp32.onnx"), os.path.join(folder, "qdq.onnx")
+    onnx.save(modernized(model), src)
+    # ORT's recommended first step: shape inference and its optimizer (batch-norms folded)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(src, src, skip_symbolic_shape=True)
+    q.quantize_static(
+        src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+        activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8,
+    )  # fmt: skip
+    return dst
+
+
+def modernized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Opset 13 with weights not listed as inputs, as ORT's quantizer needs (the light models
+    are opset 9 with their initializers among the graph inputs)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {t.name for t in out.graph.initializer}
+    keep = [i for i in out.graph.input if i.name not in inits]
+    del out.graph.input[:]
+    out.graph.input.extend(keep)
+    out.ir_version = max(out.ir_version, 7)
+    for imp in out.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version < 13:
+            # ResNet-style light models use ops whose opset 9 and 13 forms agree on their
+            # attributes (onnx's version converter rejects these files)
+            imp.version = 13
+    onnx.checker.check_model(out)
+    return out
+
+
+def output_step(qdq: onnx.ModelProto) -> float:
+    """The scale of the DequantizeLinear that produces the graph's output, else 0."""
+    out = qdq.graph.output[0].name
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in qdq.graph.initializer}
+    producer = {o: n for n in qdq.graph.node for o in n.output}
+    node = producer.get(out)
+    while node is not None and node.op_type != "DequantizeLinear" and node.input:
+        node = producer.get(node.input[0])
+    return float(inits[node.input[1]]) if node is not None else 0.0
+
+
+def timed(runners: dict, runs: int) -> dict:
+    """Median ms of each runner, timed in turns once the others' threads are idle (ORT's spin
+    for ~30 ms after a run: Note [fair turns] in tessera/cli/bench.py)."""
+    from tessera.cli.bench import measure_in_blocks
+
+    times, _ = measure_in_blocks(runners, repeat=runs, warmup=1, duration=None)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--calib", type=int, default=8)
+    args = ap.parse_args(argv)
+    os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
+    tessera.runtime.set_num_threads(args.threads)
+    model = load(args.model)
+    name, shape = input_spec(model)
+    rng = np.random.default_rng(0)
+    feeds = [{name: rng.random(shape, dtype=np.float32)} for _ in range(args.calib)]
+    x = rng.random(shape, dtype=np.float32)
+    t0 = time.perf_counter()
+    mod, params = from_onnx(model)
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    print(result)
+    print(f"tessera.quantize: {time.perf_counter() - t0:.1f} s")
+    with tempfile.TemporaryDirectory() as folder:
+        qdq_path = ort_quantize(model, feeds, folder)
+        qdq = onnx.load(qdq_path)
+        qmod, qparams = from_onnx(qdq)
+        runners = {
+            "tessera fp32": tessera_runner(mod, params, name, x),
+            "tessera int8": tessera_runner(result.mod, {}, name, x),
+            "ORT fp32": ort_runner(model.SerializeToString(), args.threads, name, x),
+            "ORT int8 (QDQ)": ort_runner(qdq_path, args.threads, name, x),
+            "tessera on ORT QDQ": tessera_runner(qmod, qparams, name, x),
+        }
+        outs = {k: fn() for k, fn in runners.items()}
+        ms = timed(runners, args.runs)
+    print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
+    for k, v in ms.items():
+        print(f"  {k:<22} {v:8.2f} ms")
+    print(f"  int8 speed-up: tessera {ms['tessera fp32'] / ms['tessera int8']:.2f}x over its fp32,"
+          f" {ms['ORT int8 (QDQ)'] / ms['tessera int8']:.2f}x over ORT int8; on the QDQ file "
+          f"{ms['ORT int8 (QDQ)'] / ms['tessera on ORT QDQ']:.2f}x over ORT")  # fmt: skip
+    step = output_step(qdq)
+    diff = np.abs(outs["tessera on ORT QDQ"] - outs["ORT int8 (QDQ)"])
+    within = float(np.mean(diff <= step * 1.001)) if step else float("nan")
+    print(f"  SQNR vs fp32: tessera int8 {sqnr_db(outs['tessera fp32'], outs['tessera int8']):.1f}"
+          f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs['ORT int8 (QDQ)']):.1f} dB")  # fmt: skip
+    exact = 100 * np.mean(diff == 0)
+    print(f"  tessera vs ORT on the QDQ file: {100 * within:.2f}% of elements within one output "
+          f"step ({step:.4g}), max diff {diff.max():.4g}, bit-exact {exact:.2f}%")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

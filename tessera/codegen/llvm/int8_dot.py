@@ -1,0 +1,162 @@
+"""`dot_u8i8(acc, a, b)` in LLVM IR: per int32 lane, acc + the dot product of the four uint8
+bytes of a with the four int8 bytes of b (Note [int8 dot]).
+
+    lanes 16, avx512vnni            vpdpbusd zmm        (llvm.x86.avx512.vpdpbusd.512)
+    (other widths are padded to, or split into, 16 or 8 lanes)
+    lanes 8,  avxvnni or vnni+vl    vpdpbusd ymm        (llvm.x86.avx512.vpdpbusd.256)
+    lanes 16, avx512bw              2 x vpmaddwd zmm    (exact 16-bit products, see below)
+    lanes 8,  avx2                  2 x vpmaddwd ymm
+    otherwise                       shifts, multiplies and adds on int32 lanes
+
+The target's features decide (`Target.features`, read from LLVM for the host: never assumed).
+
+Note [int8 dot]
+vpmaddubsw (u8 x s8 -> s16, adjacent pairs summed) saturates: 255 * 127 * 2 > 32767, so the
+classic vpmaddubsw + vpmaddwd(1) sequence is not exact for full-range weights. Without VNNI we
+instead split each int32 lane into its even and odd bytes as 16-bit lanes (uint8 zero-extended,
+int8 sign-extended by shifts) and use two vpmaddwd (s16 x s16 -> s32, pairs summed), which never
+saturates: the result equals vpdpbusd's bit for bit, at one more multiply per four bytes.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tessera.codegen.llvm import types as T
+from tessera.tir import expr as E
+
+
+def _is_zero(e) -> bool:
+    if isinstance(e, E.Broadcast):
+        e = e.value
+    return isinstance(e, E.IntImm) and e.value == 0
+
+
+def fused_accumulate(em, e):
+    """`x + dot_u8i8(0, a, b)` (how a te.sum of dots lowers) as dot_u8i8(x, a, b): vpdpbusd
+    accumulates in place, and LLVM does not fold the add into it. None if e is not that."""
+    for acc, call in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(call, E.Call) and call.op == "dot_u8i8" and _is_zero(call.args[0]):
+            lanes = e.dtype.lanes
+            vals = [em.broadcast(em.expr(v), lanes) for v in (acc, call.args[1], call.args[2])]
+            return emit_dot(em, *vals, lanes)
+    return None
+
+
+def emit_dot_call(em, e) -> ir.Value:
+    lanes = e.dtype.lanes
+    acc, a, b = (em.broadcast(em.expr(v), lanes) for v in e.args)
+    return emit_dot(em, acc, a, b, lanes)
+
+
+def _features(em) -> frozenset:
+    target = em.ctx.target
+    try:
+        return target.features if target is not None else frozenset()
+    except (AttributeError, ValueError):  # a target without CPU features (not x86)
+        return frozenset()
+
+
+def _native_width(feats) -> int:
+    """Lanes of the widest int32 vector the dot instructions take on this target (0: none)."""
+    if "avx512vnni" in feats or "avx512bw" in feats:
+        return 16
+    if "avxvnni" in feats or "avx2" in feats:
+        return 8
+    return 0
+
+
+def emit_dot(em, acc, a, b, lanes: int) -> ir.Value:
+    """Vectors of other widths (a 28-wide row is 16 + 12 lanes) are padded to, or split into,
+    the native width, so that a tail of a row still runs on vpdpbusd."""
+    feats = _features(em)
+    width = _native_width(feats)
+    if lanes in (8, 16) or width == 0 or lanes == 1:
+        return _emit_native(em, feats, acc, a, b, lanes)
+    step = width if lanes > 8 or width == 8 else 8
+    pieces = []
+    for start in range(0, lanes, step):
+        n = min(step, lanes - start)
+        parts = [_lanes_of(em, v, start, n, step) for v in (acc, a, b)]
+        pieces.append((_emit_native(em, feats, *parts, step), n))
+    return _concat(em, pieces, lanes)
+
+
+def _lanes_of(em, v, start, n, width):
+    """Lanes start .. start+n of v as a vector of `width` lanes (the rest undefined)."""
+    src = v.type.count
+    mask = [start + k if k < n else src for k in range(width)]  # src: a lane of the undef
+    undef = ir.Constant(v.type, ir.Undefined)
+    return em.b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(T.I32, width), mask))
+
+
+def _concat(em, pieces, lanes):
+    """The first n lanes of each piece, one after the other, as one vector of `lanes`."""
+    ty = ir.VectorType(T.I32, lanes)
+    out, offset = None, 0
+    for vec, n in pieces:
+        undef_lane = vec.type.count  # lane 0 of the undefined second operand
+        mask = [i - offset if offset <= i < offset + n else undef_lane for i in range(lanes)]
+        undef = ir.Constant(vec.type, ir.Undefined)
+        placed = em.b.shuffle_vector(vec, undef, ir.Constant(ty, mask))
+        if out is not None:
+            keep = [i if i < offset else lanes + i for i in range(lanes)]
+            placed = em.b.shuffle_vector(out, placed, ir.Constant(ty, keep))
+        out, offset = placed, offset + n
+    return out
+
+
+def _emit_native(em, feats, acc, a, b, lanes):
+    vnni512 = "avx512vnni" in feats
+    if lanes == 16 and vnni512:
+        return _call(em, "llvm.x86.avx512.vpdpbusd.512", lanes, [acc, a, b])
+    if lanes == 8 and ("avxvnni" in feats or (vnni512 and "avx512vl" in feats)):
+        return _call(em, "llvm.x86.avx512.vpdpbusd.256", lanes, [acc, a, b])
+    if lanes == 16 and "avx512bw" in feats:
+        return _madd_pairs(em, "llvm.x86.avx512.pmaddw.d.512", acc, a, b, lanes)
+    if lanes == 8 and "avx2" in feats:
+        return _madd_pairs(em, "llvm.x86.avx2.pmadd.wd", acc, a, b, lanes)
+    return _generic(em, acc, a, b, lanes)
+
+
+def _vec(ty, lanes):
+    return ty if lanes == 1 else ir.VectorType(ty, lanes)
+
+
+def _const(em, value, ty, lanes):
+    return ir.Constant(_vec(ty, lanes), [value] * lanes if lanes > 1 else value)
+
+
+def _call(em, name, lanes, args):
+    ty = _vec(T.I32, lanes)
+    fn = em.ctx.declare(name, ty, [ty] * len(args))
+    return em.b.call(fn, args)
+
+
+def _madd_pairs(em, name, acc, a, b, lanes):
+    """acc + vpmaddwd(even bytes) + vpmaddwd(odd bytes) (Note [int8 dot])."""
+    bld = em.b
+    i16 = ir.VectorType(T.I16, 2 * lanes)
+    byte_mask = _const(em, 0x00FF00FF, T.I32, lanes)
+    a_even = bld.bitcast(bld.and_(a, byte_mask), i16)
+    a_odd = bld.bitcast(bld.and_(bld.lshr(a, _const(em, 8, T.I32, lanes)), byte_mask), i16)
+    eight = ir.Constant(i16, [8] * (2 * lanes))
+    b_even = bld.ashr(bld.bitcast(bld.shl(b, _const(em, 8, T.I32, lanes)), i16), eight)
+    b_odd = bld.ashr(bld.bitcast(b, i16), eight)
+    fn = em.ctx.declare(name, _vec(T.I32, lanes), [i16, i16])
+    even = bld.call(fn, [a_even, b_even])
+    odd = bld.call(fn, [a_odd, b_odd])
+    return bld.add(acc, bld.add(even, odd))
+
+
+def _generic(em, acc, a, b, lanes):
+    """Four byte products per lane with shifts: uint8 bytes of a, sign-extended bytes of b."""
+    bld = em.b
+    out = acc
+    for j in range(4):
+        aj = bld.and_(bld.lshr(a, _const(em, 8 * j, T.I32, lanes)), _const(em, 255, T.I32, lanes))
+        bj = bld.ashr(
+            bld.shl(b, _const(em, 24 - 8 * j, T.I32, lanes)), _const(em, 24, T.I32, lanes)
+        )
+        out = bld.add(out, bld.mul(aj, bj))
+    return out

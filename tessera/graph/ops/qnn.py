@@ -1,0 +1,216 @@
+"""Quantized (int8) ops: integer products on packed int8 weights, and the float32 requantize.
+
+    %acc = qnn.dense(%x, %wp, units=N) : i32[1, N]        # %x: u8/i8[1, K]; %wp: i32 panels
+    %acc = qnn.conv2d(%x, %w4, strides=.., padding=.., dilation=.., groups=.., pad_value=zp)
+    %y = qnn.requantize(%acc, %scale, zero_point=zp, dtype="uint8") : u8[...]
+
+The products are sum x_u * w' (Note [int8 operands] in tessera/topi/qnn.py): the zero point of
+x is compensated by the caller with ordinary graph ops (they fuse into the kernel's epilogue).
+Each op's reference is the integer arithmetic in numpy (int64, wrapped to int32), the oracle of
+the tests. The x86 schedules are in topi/x86/int8_dense.py and int8_conv2d.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.graph.ir import TensorType
+from tessera.graph.op import OpKind, register_op
+from tessera.graph.ops.common import broadcast_shapes, type_error
+from tessera.topi import qnn as topi_qnn
+from tessera.topi.x86 import int8_conv2d, int8_dense
+
+_DATA = ("uint8", "int8")
+
+
+def _require_data(op, x: TensorType):
+    if str(x.dtype) not in _DATA:
+        raise type_error(op, f"data must be uint8 or int8, got {x}")
+
+
+def _unsigned(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64) + (128 if x.dtype == np.int8 else 0)
+
+
+# -- dense ------------------------------------------------------------------------------------
+
+dense = register_op("qnn.dense", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@dense.type_rule
+def _(x: TensorType, wp: TensorType, units) -> TensorType:
+    _require_data("qnn.dense", x)
+    if str(wp.dtype) != "int32" or wp.ndim != 3 or x.ndim < 1:
+        raise type_error("qnn.dense", f"expects int32 weight panels (P, K/4, 16), got {wp}")
+    if wp.shape[1] != -(-x.shape[-1] // 4) or wp.shape[0] * wp.shape[2] < units:
+        raise type_error("qnn.dense", f"data {x} and weight panels {wp} disagree ({units} units)")
+    return TensorType((*x.shape[:-1], units), "int32")
+
+
+@dense.reference
+def _(x, wp, units):
+    w = topi_qnn.unpack_dense_weight(wp, units, x.shape[-1]).astype(np.int64)
+    return (_unsigned(x) @ w.T).astype(np.int32)
+
+
+@dense.compute
+def _(x, wp, *, units):
+    return topi_qnn.qnn_dense(x, wp, units)
+
+
+dense.schedule("generic")(int8_dense.schedule_qnn_dense)
+dense.schedule("x86")(int8_dense.schedule_qnn_dense)
+
+# -- batch_matmul (both operands at run time) ---------------------------------------------------
+
+batch_matmul = register_op("qnn.batch_matmul", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@batch_matmul.type_rule
+def _(a: TensorType, b: TensorType) -> TensorType:
+    _require_data("qnn.batch_matmul", a)
+    _require_data("qnn.batch_matmul", b)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[2] != b.shape[1]:
+        raise type_error("qnn.batch_matmul", f"expects (B, M, K) and (B, K, N), got {a}, {b}")
+    batch = broadcast_shapes("qnn.batch_matmul", a.shape[:1], b.shape[:1])
+    return TensorType((*batch, a.shape[1], b.shape[2]), "int32")
+
+
+@batch_matmul.reference
+def _(a, b):
+    bs = b.astype(np.int64) - (128 if b.dtype == np.uint8 else 0)
+    return np.matmul(_unsigned(a), bs).astype(np.int32)
+
+
+@batch_matmul.compute
+def _(a, b):
+    return topi_qnn.qnn_batch_matmul(a, b)
+
+
+batch_matmul.schedule("generic")(int8_dense.schedule_qnn_batch_matmul)
+batch_matmul.schedule("x86")(int8_dense.schedule_qnn_batch_matmul)
+
+# -- conv2d -----------------------------------------------------------------------------------
+
+conv2d = register_op("qnn.conv2d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@conv2d.type_rule
+def _(x: TensorType, w4: TensorType, strides, padding, dilation, groups=1, pad_value=0):
+    _require_data("qnn.conv2d", x)
+    if str(w4.dtype) != "int32" or x.ndim != 4 or w4.ndim != 4:
+        raise type_error("qnn.conv2d", f"expects NCHW data and int32 weight words, got {x}, {w4}")
+    if groups < 1 or x.shape[1] % groups or w4.shape[0] % groups:
+        raise type_error("qnn.conv2d", f"channels of {x} and {w4} disagree (groups={groups})")
+    if w4.shape[1] != -(-(x.shape[1] // groups) // 4):
+        raise type_error("qnn.conv2d", f"weight words {w4} do not cover the channels of {x}")
+    if len(strides) != 2 or len(padding) != 4 or len(dilation) != 2:
+        raise type_error("qnn.conv2d", "needs 2 strides, 4 pads and 2 dilations")
+    out = [
+        topi_qnn.conv_out_size(
+            x.shape[2 + i], w4.shape[2 + i], strides[i], padding[i], padding[i + 2], dilation[i]
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    if min(out) < 1:
+        raise type_error("qnn.conv2d", f"kernel {w4.shape[2:]} is larger than padded input {x}")
+    return TensorType((x.shape[0], w4.shape[0], *out), "int32")
+
+
+@conv2d.reference
+def _(x, w4, strides, padding, dilation, groups=1, pad_value=0):
+    from tessera.graph.ops import nn_ref
+
+    cg = x.shape[1] // groups
+    w = topi_qnn.unpack_conv_weight(w4, cg).astype(np.float64)
+    xu = _unsigned(x).astype(np.float64)
+    pt, pl, pb, pr = padding
+    xu = np.pad(xu, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
+    # float64 is exact here: |products| < 2**15 and a few million terms stay below 2**53
+    y = nn_ref.conv(xu, w, strides=strides, padding=(0, 0, 0, 0), dilation=dilation,
+                    groups=groups)  # fmt: skip
+    return np.round(y).astype(np.int64).astype(np.int32)
+
+
+@conv2d.compute
+def _(x, w4, *, strides, padding, dilation, groups=1, pad_value=0):
+    return topi_qnn.qnn_conv2d(x, w4, strides=strides, padding=padding, dilation=dilation,
+                               groups=groups, pad_value=pad_value)  # fmt: skip
+
+
+conv2d.schedule("generic")(int8_conv2d.schedule_qnn_conv2d)
+conv2d.schedule("x86")(int8_conv2d.schedule_qnn_conv2d)
+
+# -- requantize -------------------------------------------------------------------------------
+
+requantize = register_op("qnn.requantize", kind=OpKind.BROADCAST)
+
+
+@requantize.type_rule
+def _(acc: TensorType, scale: TensorType, zero_point=0, dtype="uint8") -> TensorType:
+    if str(acc.dtype) != "int32" or str(scale.dtype) != "float32":
+        raise type_error("qnn.requantize", f"expects int32 data and float32 scale, {acc} {scale}")
+    if dtype not in _DATA:
+        raise type_error("qnn.requantize", f"dtype must be uint8 or int8, got {dtype}")
+    if broadcast_shapes("qnn.requantize", acc.shape, scale.shape) != acc.shape:
+        raise type_error("qnn.requantize", f"scale {scale} must broadcast to {acc}")
+    return TensorType(acc.shape, dtype)
+
+
+@requantize.reference
+def _(acc, scale, zero_point=0, dtype="uint8"):
+    info = np.iinfo(dtype)
+    v = acc.astype(np.float32) * scale.astype(np.float32)
+    v = np.clip(v, np.float32(info.min - zero_point), np.float32(info.max - zero_point))
+    return (np.round(v).astype(np.int32) + zero_point).astype(dtype)
+
+
+@requantize.compute
+def _(acc, scale, *, zero_point=0, dtype="uint8"):
+    return topi_qnn.requantize(acc, scale, zero_point=zero_point, dtype=dtype)
+
+
+# -- quantize, dequantize (tessera.quantize's explicit conversions) ---------------------------
+
+quantize = register_op("qnn.quantize", kind=OpKind.ELEMWISE)
+
+
+@quantize.type_rule
+def _(x: TensorType, scale=1.0, zero_point=0, dtype="uint8") -> TensorType:
+    if str(x.dtype) != "float32" or dtype not in _DATA:
+        raise type_error("qnn.quantize", f"quantizes float32 to uint8/int8, got {x} -> {dtype}")
+    return TensorType(x.shape, dtype)
+
+
+@quantize.reference
+def _(x, scale=1.0, zero_point=0, dtype="uint8"):
+    info = np.iinfo(dtype)
+    q = np.round(x.astype(np.float32) / np.float32(scale)) + zero_point
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+@quantize.compute
+def _(x, *, scale=1.0, zero_point=0, dtype="uint8"):
+    return topi_qnn.quantize(x, scale=scale, zero_point=zero_point, dtype=dtype)
+
+
+dequantize = register_op("qnn.dequantize", kind=OpKind.BROADCAST)
+
+
+@dequantize.type_rule
+def _(acc: TensorType, scale: TensorType) -> TensorType:
+    if str(acc.dtype) not in ("int32", "uint8", "int8") or str(scale.dtype) != "float32":
+        raise type_error("qnn.dequantize", f"expects integer data, float32 scale: {acc} {scale}")
+    if broadcast_shapes("qnn.dequantize", acc.shape, scale.shape) != acc.shape:
+        raise type_error("qnn.dequantize", f"scale {scale} must broadcast to {acc}")
+    return TensorType(acc.shape, "float32")
+
+
+@dequantize.reference
+def _(acc, scale):
+    return (acc.astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
+
+
+@dequantize.compute
+def _(acc, scale):
+    return topi_qnn.dequantize(acc, scale)

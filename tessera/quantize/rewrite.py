@@ -1,0 +1,155 @@
+"""The rewrite of tessera.quantize: float convs and dense/matmuls with constant weights become
+int8 ops between explicit quantize and dequantize calls.
+
+    before:  %y = nn.conv2d(%x, %w, strides=.., padding=.., ...) : f32[1, 64, 56, 56]
+    after:   %xq = qnn.quantize(%x, scale=0.0213, zero_point=0, dtype="uint8")
+             %acc = qnn.conv2d(%xq, %w4, ..., pad_value=0)          # %w4: int8 words
+             %acc2 = subtract(%acc, %comp)                          # zero-point compensation
+             %y = qnn.dequantize(%acc2, %scale)                     # sx * sw per channel
+
+Weights are int8, symmetric, one scale per output channel (max |w| / 127). What follows a layer
+(bias, ReLU, the next layer's quantize) is float and element-wise, so fuse_ops puts it in the
+int8 kernel's epilogue: the kernel reads uint8 and writes uint8 (an implicit requantize) or,
+where a float value is needed (residual sums), float32. A value feeding several layers is
+quantized once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.graph.ir import Call, Constant, Function, Value
+from tessera.graph.op import get_op
+from tessera.topi import qnn as topi_qnn
+
+
+@dataclass
+class Layer:
+    """One quantizable call: its index in the body, its data input and constant weight."""
+
+    index: int
+    call: Call
+    name: str
+    kind: str  # "conv2d" | "dense" | "matmul"
+
+    @property
+    def data(self) -> Value:
+        return self.call.inputs[0]
+
+    @property
+    def weight(self) -> np.ndarray:
+        """The weight with output channels first: (O, I, KH, KW) or (N, K)."""
+        w = self.call.inputs[1].array
+        return w.T if self.kind == "matmul" else w
+
+
+def layer_name(call: Call) -> str:
+    return ",".join(call.span) or call.outputs[0].name
+
+
+def find_layers(func: Function, ops, skip) -> list[Layer]:
+    """The calls that can be quantized: ops in `ops`, a constant float32 weight, not skipped
+    (by source node name or output value name)."""
+    kinds = {"nn.conv2d": "conv2d", "nn.dense": "dense", "matmul": "matmul"}
+    layers = []
+    for k, call in enumerate(func.body):
+        kind = kinds.get(call.op.name)
+        if kind is None or call.op.name not in ops or len(call.inputs) != 2:
+            continue
+        w = call.inputs[1]
+        if not isinstance(w, Constant) or str(w.type.dtype) != "float32":
+            continue
+        if str(call.inputs[0].type.dtype) != "float32":
+            continue
+        if kind == "matmul" and (w.type.ndim != 2 or call.inputs[0].type.ndim < 2):
+            continue
+        name = layer_name(call)
+        if name in skip or call.outputs[0].name in skip or set(call.span) & set(skip):
+            continue
+        layers.append(Layer(k, call, name, kind))
+    return layers
+
+
+def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weight, float32 scale per output channel): symmetric, max |w| / 127."""
+    absmax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
+    scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+    shape = (-1,) + (1,) * (w.ndim - 1)
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale
+
+
+class _Emitter:
+    """Appends calls to a new body, with types from the op rules."""
+
+    def __init__(self, func: Function):
+        self.body: list[Call] = []
+        self.constants = list(func.constants)
+        self.count = 0
+
+    def fresh(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_q{self.count}"
+
+    def const(self, array, hint: str) -> Constant:
+        c = Constant.of(self.fresh(hint), np.ascontiguousarray(array))
+        self.constants.append(c)
+        return c
+
+    def call(self, op: str, inputs, span, hint: str, **attrs) -> Value:
+        o = get_op(op)
+        (t,) = o.infer_type([v.type for v in inputs], attrs)
+        out = Value(self.fresh(hint), t)
+        self.body.append(Call(o, tuple(inputs), attrs, (out,), span))
+        return out
+
+
+def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value) -> Call:
+    """Emit layer's int8 product and dequantize; the last call defines `out`."""
+    (sx, zx, dtype) = act
+    zx_u = zx + (128 if dtype == "int8" else 0)
+    wq, sw = quantize_weight(layer.weight)
+    span, hint = layer.call.span, out.name
+    attrs = dict(layer.call.attrs.items())
+    if layer.kind == "conv2d":
+        w4 = em.const(topi_qnn.pack_conv_weight(wq), hint + "_w")
+        acc = em.call("qnn.conv2d", (xq, w4), span, hint, **attrs, pad_value=zx_u)
+        comp = zx_u * wq.astype(np.int64).sum(axis=(1, 2, 3))
+        scale = (np.float32(sx) * sw).astype(np.float32).reshape(-1, 1, 1)
+        comp = comp.reshape(-1, 1, 1)
+    else:
+        wp = em.const(topi_qnn.pack_dense_weight(wq), hint + "_w")
+        acc = em.call("qnn.dense", (xq, wp), span, hint, units=wq.shape[0])
+        comp = zx_u * wq.astype(np.int64).sum(axis=1)
+        scale = (np.float32(sx) * sw).astype(np.float32)
+    if comp.any():
+        acc = em.call("subtract", (acc, em.const(comp.astype(np.int32), hint + "_comp")), span,
+                      hint)  # fmt: skip
+    scale_c = em.const(scale, hint + "_scale")
+    return Call(get_op("qnn.dequantize"), (acc, scale_c), {}, (out,), span)
+
+
+def rewrite(func: Function, layers: list[Layer], act_params: dict) -> Function:
+    """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)}."""
+    em = _Emitter(func)
+    by_index = {layer.index: layer for layer in layers}
+    quantized: dict[tuple[int, tuple], Value] = {}  # (id(x), params) -> its quantize
+    for k, call in enumerate(func.body):
+        layer = by_index.get(k)
+        if layer is None:
+            em.body.append(call)
+            continue
+        act = act_params[id(layer.data)]
+        key = (id(layer.data), act)
+        if key not in quantized:
+            sx, zx, dtype = act
+            quantized[key] = em.call(
+                "qnn.quantize", (layer.data,), call.span, layer.data.name,
+                scale=sx, zero_point=zx, dtype=dtype,
+            )  # fmt: skip
+        em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0]))
+    used = {id(v) for c in em.body for v in c.inputs} | {id(v) for v in func.outputs}
+    constants = tuple(c for c in em.constants if id(c) in used)
+    return Function(func.name, func.params, tuple(em.body), func.outputs, constants)

@@ -1,0 +1,290 @@
+"""Integer (int8) operators: uint8 x int8 -> int32 products on `dot_u8i8` (vpdpbusd), and the
+float32 requantize that ORT's MLAS uses.
+
+    wp = pack_dense_weight(w8)                  # (N, K) int8 -> (ceil(N/16), ceil(K/4), 16) int32
+    acc = qnn_dense(x, wp_tensor, units=N)      # x (..., K) uint8/int8 -> (..., N) int32
+    w4 = pack_conv_weight(w8, groups)           # (O, I/g, KH, KW) int8 -> (O, ceil(I/g/4), KH, KW)
+    acc = qnn_conv2d(x, w4_tensor, strides=..., padding=..., dilation=..., groups=..., pad_value=zp)
+    y = requantize(acc, scale, zero_point=zp, dtype="uint8")
+
+Note [int8 operands]: the products are of x_u = x (uint8 data) or x + 128 (int8 data, its sign
+bit flipped) with int8 weights w' (the ONNX weight minus its zero point, which must fit int8).
+Four consecutive K (or input-channel) bytes share one int32 word, the operand of vpdpbusd;
+K is padded to a multiple of 4 with zero weights. The zero point of x is not subtracted here:
+sum (x - zx) w' = sum x_u w' - zx_u sum w', and the caller subtracts the constant (or runtime)
+second term in the epilogue (frontend/onnx_quant.py), where it fuses for free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import te, tir
+from tessera.tir import op as tir_op
+
+PANEL = 16  # output columns per dense weight panel: one AVX-512 vector of int32, two of AVX2
+DENSE_TAG = "qnn_dense"
+CONV_TAG = "qnn_conv2d"
+PACK_TAG = "qnn_pack"
+
+
+def pack_words_np(w: np.ndarray, axis: int) -> np.ndarray:
+    """int8 values -> int32 words of 4 consecutive values along `axis` (zero-padded to 4)."""
+    w = np.moveaxis(np.asarray(w, np.int8), axis, -1)
+    k = w.shape[-1]
+    padded = np.zeros((*w.shape[:-1], -(-k // 4) * 4), np.int8)
+    padded[..., :k] = w
+    words = np.ascontiguousarray(padded).view(np.int32)
+    return np.ascontiguousarray(np.moveaxis(words, -1, axis))
+
+
+def pack_dense_weight(w: np.ndarray) -> np.ndarray:
+    """A dense weight (N, K) int8 as panels (ceil(N / 16), ceil(K / 4), 16) of int32 words."""
+    n = w.shape[0]
+    words = pack_words_np(w, 1)  # (N, K4)
+    panels = -(-n // PANEL)
+    padded = np.zeros((panels * PANEL, words.shape[1]), np.int32)
+    padded[:n] = words
+    return np.ascontiguousarray(padded.reshape(panels, PANEL, -1).transpose(0, 2, 1))
+
+
+def unpack_dense_weight(wp: np.ndarray, units: int, k: int) -> np.ndarray:
+    """The inverse of pack_dense_weight: (N, K) int8."""
+    words = wp.transpose(0, 2, 1).reshape(-1, wp.shape[1])[:units]
+    return np.ascontiguousarray(words).view(np.int8)[:, :k]
+
+
+def pack_conv_weight(w: np.ndarray) -> np.ndarray:
+    """A conv weight (O, I/groups, KH, KW) int8 as int32 words of 4 input channels."""
+    return pack_words_np(w, 1)
+
+
+def unpack_conv_weight(w4: np.ndarray, in_per_group: int) -> np.ndarray:
+    w = np.moveaxis(w4, 1, -1)
+    w = np.ascontiguousarray(w).view(np.int8)[..., :in_per_group]
+    return np.moveaxis(w, -1, 1)
+
+
+def _unsigned(v, dtype: str):
+    """x_u of Note [int8 operands] as int32: uint8 as it is, int8 with its sign bit flipped."""
+    v = v.astype("int32")
+    return v + 128 if dtype == "int8" else v
+
+
+def _word(get, count: int, pad_value: int, dtype: str):
+    """An int32 word of 4 bytes get(j) (j < count; pad_value past the end)."""
+    word = None
+    for j in range(4):
+        byte = tir.const(pad_value & 255, "int32") if j >= count else _unsigned(get(j), dtype)
+        byte = byte if j == 0 else tir_op.shift_left(byte, 8 * j)
+        word = byte if word is None else tir_op.bitwise_or(word, byte)
+    return word
+
+
+def _static(shape) -> list[int]:
+    return [int(d.value) for d in shape]
+
+
+def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
+    """(..., K) uint8/int8 times panels wp -> (..., units) int32: sum_k x_u[k] w'[n, k]."""
+    lead, K = _static(x.shape[:-1]), int(x.shape[-1].value)
+    panels, k4, nr = _static(wp.shape)
+    if k4 != -(-K // 4) or panels * nr < units:
+        raise ValueError(f"qnn.dense: data {x.shape}, packed weight {wp.shape}, units {units}")
+    M = int(np.prod(lead)) if lead else 1
+    dt = str(x.dtype)
+
+    def row(r):
+        idx = []
+        for d in reversed(lead):
+            idx.append(r % d if d > 1 else 0)
+            r = r // d
+        return idx[::-1]
+
+    def word(r, k):
+        # past K: zero weights meet any byte; the guard keeps the load in bounds
+        def get(j):
+            kk = k * 4 + j
+            return x(*row(r), tir_op.min(kk, K - 1)) if K % 4 else x(*row(r), kk)
+
+        return _word(get, 4, 0, dt)
+
+    xp = te.compute((M, k4), word, name="x_words", tag=PACK_TAG)
+    k = te.reduce_axis((0, k4), name="k")
+    rows = te.compute(
+        (M, units),
+        lambda r, j: te.sum(tir_op.dot_u8i8(0, xp[r, k], wp[j // nr, k, j % nr]), axis=k),
+        name="qdense",
+        tag=DENSE_TAG,
+        attrs={"nr": nr},
+    )
+
+    def ravel(i):
+        r = 0
+        for ix, d in zip(i, lead, strict=True):
+            r = r * d + ix
+        return r
+
+    return te.compute(
+        (*lead, units), lambda *i: rows(ravel(i[:-1]), i[-1]), name="qdense_out", tag="injective"
+    )
+
+
+BMM_TAG = "qnn_batch_matmul"
+
+
+def _byte(v, flip: bool):
+    """The low byte of an integer value as int32 (flip: minus 128 first, uint8 as int8)."""
+    v = v.astype("int32")
+    return tir_op.bitwise_and(v - 128 if flip else v, 255)
+
+
+def qnn_batch_matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
+    """a (Ba, M, K) uint8/int8 times b (Bb, K, N) int8/uint8, both at run time -> (B, M, N)
+    int32: sum_k a_u[k] b_s[k] (b_s: int8 b as it is, uint8 b minus 128). Both are packed
+    into words per call (a along K per row, b along K per column)."""
+    (ba, m, k), (bb, k2, n) = _static(a.shape), _static(b.shape)
+    if k != k2 or (ba != bb and 1 not in (ba, bb)):
+        raise ValueError(f"qnn.batch_matmul: operands {a.shape} and {b.shape} disagree")
+    k4, batch = -(-k // 4), max(ba, bb)
+    adt, flip = str(a.dtype), str(b.dtype) == "uint8"
+
+    def a_word(i, r, q):
+        return _word(lambda j: a[i, r, tir_op.min(q * 4 + j, k - 1)], 4, 0, adt)
+
+    def b_word(i, q, c):
+        word = None
+        for j in range(4):
+            kk = q * 4 + j
+            byte = _byte(b[i, tir_op.min(kk, k - 1), c], flip)
+            byte = tir_op.if_then_else(kk < k, byte, 0) if k % 4 else byte  # zero past K
+            byte = byte if j == 0 else tir_op.shift_left(byte, 8 * j)
+            word = byte if word is None else tir_op.bitwise_or(word, byte)
+        return word
+
+    # columns padded to whole vectors (zero words): the micro-kernel's tiles need no guards
+    npad = -(-n // PANEL) * PANEL
+
+    def b_padded(i, q, c):
+        return tir_op.if_then_else(c < n, b_word(i, q, tir_op.min(c, n - 1)), 0)
+
+    aw = te.compute((ba, m, k4), a_word, name="a_words", tag=PACK_TAG)
+    bw = te.compute((bb, k4, npad), b_padded if npad > n else b_word, name="b_words",
+                    tag=PACK_TAG)  # fmt: skip
+    rk = te.reduce_axis((0, k4), name="k")
+    acc = te.compute(
+        (batch, m, npad),
+        lambda i, r, c: te.sum(
+            tir_op.dot_u8i8(0, aw[i if ba > 1 else 0, r, rk], bw[i if bb > 1 else 0, rk, c]),
+            axis=rk,
+        ),
+        name="qbmm",
+        tag=BMM_TAG,
+    )
+    if npad == n:
+        return acc
+    return te.compute((batch, m, n), lambda i, r, c: acc[i, r, c], name="qbmm_out",
+                      tag="injective")  # fmt: skip
+
+
+def conv_out_size(size, k, stride, pad_begin, pad_end, dilation) -> int:
+    return (size + pad_begin + pad_end - dilation * (k - 1) - 1) // stride + 1
+
+
+def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Tensor:
+    """NCHW uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW) -> (N, O, OH, OW) int32: the sum
+    of x_u w' over each window; padded positions read pad_value (the zero point, as x_u)."""
+    n, c, h, w = _static(x.shape)
+    oc, c4, kh, kw = _static(w4.shape)
+    cg = c // groups
+    if c4 != -(-cg // 4) or c % groups or oc % groups:
+        raise ValueError(f"qnn.conv2d: data {x.shape}, weight words {w4.shape}, groups {groups}")
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    hp, wp = h + pt + pb, w + pl + pr
+    oh = conv_out_size(h, kh, sh, pt, pb, dh)
+    ow = conv_out_size(w, kw, sw, pl, pr, dw)
+    dt = str(x.dtype)
+    pad_u = int(pad_value)
+    # Note [strided packing]: a strided conv's vector of output pixels would read every sh-th
+    # word. A strided 1x1 conv packs only the words it reads; a larger strided kernel packs
+    # the padded input as sh x sw phases (row phase py holds rows py, py + sh, ...), so that
+    # kernel tap (ry, rx) reads phase ((ry*dh) % sh, (rx*dw) % sw) contiguously.
+    presample = kh == kw == 1 and (sh, sw) != (1, 1) and not any(padding)
+    ys, zs = (sh, sw) if presample else (1, 1)
+    if presample:
+        sh, sw, hp, wp = 1, 1, oh, ow
+    hq, wq = -(-hp // sh), -(-wp // sw)
+
+    def word(b, q, py, px, yq, zq):
+        g, c4i = q // c4, q % c4
+        y, z = (yq * sh + py) * ys, (zq * sw + px) * zs
+        inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
+
+        def get(j):
+            ch = g * cg + c4i * 4 + j
+            # channels past the group's end meet zero weights: any in-bounds byte will do
+            ch = tir_op.min(ch, c - 1) if cg % 4 else ch
+            return x[b, ch, tir_op.max(tir_op.min(y - pt, h - 1), 0),
+                     tir_op.max(tir_op.min(z - pl, w - 1), 0)]  # fmt: skip
+
+        fill = tir.const(int(np.array([pad_u] * 4, np.uint8).view(np.int32)[0]), "int32")
+        return tir_op.if_then_else(inside, _word(get, 4, 0, dt), fill)
+
+    xp = te.compute((n, groups * c4, sh, sw, hq, wq), word, name="x_words", tag=PACK_TAG)
+    rc = te.reduce_axis((0, c4), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    opg = oc // groups
+
+    def body(b, o, y, z):
+        q = (o // opg) * c4 + rc if groups > 1 else rc
+        ty, tx = ry * dh, rx * dw
+        word = xp[b, q, ty % sh, tx % sw, y + ty // sh, z + tx // sw]
+        return te.sum(tir_op.dot_u8i8(0, word, w4[o, rc, ry, rx]), axis=[rc, ry, rx])
+
+    return te.compute((n, oc, oh, ow), body, name="qconv", tag=CONV_TAG)
+
+
+def requantize(acc, scale, *, zero_point: int, dtype: str):
+    """saturate(round_half_even(float32(acc) * scale) + zero_point) as ORT's MLAS computes it:
+    the product in float32, clamped to the type's range minus the zero point, then rounded."""
+    info = np.iinfo(dtype)
+    lo, hi = float(info.min - zero_point), float(info.max - zero_point)
+
+    rank, srank = len(acc.shape), len(scale.shape)
+    sshape = _static(scale.shape)
+
+    def f(*i):
+        # numpy broadcasting: scale's axes align with acc's last ones; extent-1 axes read 0
+        idx = [0 if d == 1 else i[rank - srank + k] for k, d in enumerate(sshape)]
+        v = acc(*i).astype("float32") * scale(*idx)
+        v = tir_op.round(te.min(te.max(v, tir.const(lo, "float32")), tir.const(hi, "float32")))
+        return (v.astype("int32") + zero_point).astype(dtype)
+
+    return te.compute(acc.shape, f, name="requantize", tag="broadcast")
+
+
+def quantize(x, *, scale: float, zero_point: int, dtype: str):
+    """saturate(round_half_even(x / scale) + zero_point), as ONNX QuantizeLinear."""
+    info = np.iinfo(dtype)
+    inv = tir.const(float(np.float32(scale)), "float32")
+
+    def f(*i):
+        v = tir_op.round(x(*i) / inv) + tir.const(float(zero_point), "float32")
+        v = te.min(te.max(v, tir.const(float(info.min), "float32")), float(info.max))
+        return v.astype(dtype)
+
+    return te.compute(x.shape, f, name="quantize", tag="elemwise")
+
+
+def dequantize(acc, scale):
+    """float32(acc) * scale (scale broadcast from the right, numpy style)."""
+    rank, srank = len(acc.shape), len(scale.shape)
+    sshape = _static(scale.shape)
+
+    def f(*i):
+        idx = [0 if d == 1 else i[rank - srank + k] for k, d in enumerate(sshape)]
+        return acc(*i).astype("float32") * scale(*idx)
+
+    return te.compute(acc.shape, f, name="dequantize", tag="broadcast")

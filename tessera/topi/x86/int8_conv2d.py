@@ -1,0 +1,94 @@
+"""x86 schedule of qnn.conv2d: NCHW output, vectors along the output row, vpdpbusd per word.
+
+    s = schedule_qnn_conv2d([requantize(qnn_conv2d(x, w4, ...) - comp, scale)], target)
+
+The data is packed once per call into int32 words of 4 channels (N, C/4, H+pads, W+pads), so a
+vector of 16 (AVX-512) or 8 (AVX2) consecutive output pixels of one row reads 16 consecutive
+words (stride 1) and meets one broadcast weight word per output channel: a tile of ocb output
+channels x nw vectors of pixels is ocb * nw accumulators in registers across the whole
+(channel words, kh, kw) reduction, each step ocb broadcasts + nw loads for ocb * nw vpdpbusd.
+The epilogue (compensation, bias, requantize, ReLU, residual) runs on the tile in registers and
+stores straight into the NCHW output. Tiles (n, channel block, row) run in parallel.
+
+1x1, 3x3, strided, grouped and depthwise convs share this kernel (a depthwise word holds one
+channel and three zero bytes: memory bound anyway). Knobs (defaults are the rule below): lanes,
+nw (vectors per row tile), ocb (channels per tile).
+
+# Dispatch point (int8): registered on qnn.conv2d in tessera/graph/ops/qnn.py; becomes the
+# "int8" implementation of conv2d's x86 strategy when that table lands.
+"""
+
+from __future__ import annotations
+
+from tessera import te
+from tessera.topi.generic import inline_injective, schedule_elementwise_stage
+from tessera.topi.qnn import CONV_TAG
+from tessera.topi.x86.cpu import vector_registers
+from tessera.topi.x86.dense import find_tagged
+from tessera.topi.x86.int8_dense import schedule_pack
+
+
+def conv_blocking(target, oc: int, ow: int) -> tuple[int, int, int]:
+    """(lanes, nw, ocb): vectors of int32 lanes along the row, nw of them per tile (enough to
+    cover the row, at most 4), and as many output channels as leave registers for the loads."""
+    lanes = min(16, max(1, target.vector_lanes("int32"))) if target is not None else 4
+    while lanes > 4 and lanes // 2 >= ow:  # short rows (7x7 maps) waste fewer lanes
+        lanes //= 2
+    nw = max(1, min(4, -(-ow // lanes)))
+    regs = vector_registers(target) if target is not None else 16
+    ocb = max(1, min(8, (regs - nw - 1) // nw, oc))
+    return lanes, nw, ocb
+
+
+def _tile(s, out, lanes, nw, ocb):
+    stage = s[out]
+    n, oc, oh, ow = stage.op.axis
+    oco, oci = stage.split(oc, factor=ocb)
+    owo, owi = stage.split(ow, factor=lanes * nw)
+    stage.reorder(n, oco, oh, owo, oci, owi)
+    par = stage.fuse(n, oco, oh)
+    stage.parallel(par)
+    owv, owl = stage.split(owi, factor=lanes)
+    stage.unroll(oci)
+    stage.unroll(owv)
+    stage.vectorize(owl)
+    return owo
+
+
+def _schedule_acc(s, acc, lanes):
+    stage = s[acc]
+    n, oc, oh, ow = stage.op.axis
+    rc, ry, rx = stage.op.reduce_axis
+    owv, owl = stage.split(ow, factor=lanes)
+    stage.reorder(n, oh, rc, ry, rx, oc, owv, owl)
+    stage.unroll(oc)
+    stage.unroll(owv)
+    stage.vectorize(owl)
+
+
+def schedule_qnn_conv2d(outs, target=None) -> te.Schedule:
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    schedule_pack(s, outs, target)
+    anchor = find_tagged(outs, CONV_TAG)
+    _, oc, _, ow = (int(d.value) for d in anchor.shape)
+    lanes, nw, ocb = conv_blocking(target, oc, ow)
+    acc = s.cache_write(anchor, "local")
+    view = [t for t in outs if t.op is not anchor.op]
+    same = (
+        len(outs) == 1
+        and view
+        and [int(d.value) for d in outs[0].shape] == [int(d.value) for d in anchor.shape]
+    )
+    if same:
+        s[anchor].compute_inline()
+        tile = _tile(s, outs[0], lanes, nw, ocb)
+        s[acc].compute_at(s[outs[0]], tile)
+    else:
+        tile = _tile(s, anchor, lanes, nw, ocb)
+        s[acc].compute_at(s[anchor], tile)
+        for t in view:
+            schedule_elementwise_stage(s, t, target)
+    _schedule_acc(s, acc, lanes)
+    return s

@@ -1,0 +1,162 @@
+"""Quantized ONNX ops compiled on the int8 kernels (qnn.conv2d / qnn.dense / qnn.requantize),
+bit for bit against ONNX Runtime: QLinearConv (1x1, 3x3, strided, grouped, depthwise, per
+channel, int8 and uint8 data, uint8 weights), QLinearMatMul, MatMulInteger (constant and
+runtime zero points), ConvInteger, DynamicQuantizeLinear feeding MatMulInteger."""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tessera
+from tessera.frontend import from_onnx
+from tessera.frontend.testing import make_model, run_ort
+from tessera.runtime import GraphModule, cpu
+from tessera.transform import PassContext
+
+pytest.importorskip("onnxruntime")
+R = np.random.default_rng(11)
+N = helper.make_node
+
+
+def run_tessera(model, feeds, target="llvm"):
+    mod, params = from_onnx(model)
+    with PassContext(opt_level=3):
+        lib = tessera.build(mod, target=target, params=params)
+    m = GraphModule(lib["default"](cpu(0)))
+    for k, v in feeds.items():
+        m.set_input(k, v)
+    m.run()
+    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())], mod
+
+
+def ops_of(mod) -> set[str]:
+    return {c.op.name for c in mod["main"].body}
+
+
+def _q(shape, dtype):
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    return R.integers(lo, hi, shape).astype(dtype)
+
+
+def qlinear_conv_model(x, w, *, xdt, wdt, per_channel, bias, **attrs):
+    oc = w.shape[0]
+    w_scale = (R.random(oc if per_channel else ()) * 0.01 + 0.001).astype(np.float32)
+    inits = {
+        "xs": np.float32(0.02),
+        "xz": np.array(3 if xdt == "uint8" else -5, xdt),
+        "w": w,
+        "ws": w_scale,
+        "wz": np.full(oc if per_channel else (), 128 if wdt == "uint8" else 0, wdt),
+        "ys": np.float32(0.05),
+        "yz": np.array(120 if xdt == "uint8" else 2, xdt),
+    }
+    inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if bias:
+        inits["B"] = R.integers(-5000, 5000, oc).astype(np.int32)
+        inputs.append("B")
+    node = N("QLinearConv", inputs, ["y"], **attrs)
+    return make_model([node], {"x": x}, ["y"], inits, opset=13)
+
+
+CONVS = [  # (c, h, w, oc, k, attrs)
+    (8, 9, 9, 16, 3, {"pads": [1, 1, 1, 1]}),
+    (16, 7, 7, 24, 1, {}),
+    (6, 10, 10, 8, 3, {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (12, 8, 8, 12, 3, {"group": 12, "pads": [1, 1, 1, 1]}),  # depthwise
+    (16, 6, 6, 32, 3, {"group": 2, "pads": [0, 1, 1, 0], "dilations": [1, 2]}),
+]
+
+
+@pytest.mark.parametrize("case", CONVS)
+@pytest.mark.parametrize(
+    "xdt,wdt,per_channel",
+    [("uint8", "int8", True), ("int8", "int8", False), ("uint8", "uint8", False)],
+)
+def test_qlinear_conv_bit_exact(case, xdt, wdt, per_channel):
+    c, h, w, oc, k, attrs = case
+    g = attrs.get("group", 1)
+    x = _q((1, c, h, w), xdt)
+    wt = _q((oc, c // g, k, k), wdt)
+    model = qlinear_conv_model(
+        x, wt, xdt=xdt, wdt=wdt, per_channel=per_channel, bias=per_channel, **attrs
+    )
+    (got,), mod = run_tessera(model, {"x": x})
+    (want,) = run_ort(model, {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_qlinear_conv_runs_on_qnn_conv2d():
+    x, wt = _q((1, 8, 5, 5), "uint8"), _q((8, 8, 3, 3), "int8")
+    model = qlinear_conv_model(x, wt, xdt="uint8", wdt="int8", per_channel=True, bias=True)
+    mod, _ = from_onnx(model)
+    names = {c.op.name for c in mod["main"].body}
+    assert "qnn.conv2d" in names and "qnn.requantize" in names and "nn.conv2d" not in names
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_qlinear_matmul_bit_exact(target):
+    a, b = _q((3, 37), "uint8"), _q((37, 20), "int8")
+    inits = {
+        "as": np.float32(0.03),
+        "az": np.uint8(100),
+        "b": b,
+        "bs": (R.random(20) * 0.02).astype(np.float32),
+        "bz": np.zeros(20, np.int8),
+        "ys": np.float32(0.1),
+        "yz": np.uint8(128),
+    }
+    node = N("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    model = make_model([node], {"a": a}, ["y"], inits, opset=13)
+    (got,), _ = run_tessera(model, {"a": a}, target)
+    np.testing.assert_array_equal(got, run_ort(model, {"a": a})[0])
+
+
+@pytest.mark.parametrize(
+    "adt,bdt,az,bz,bshape",
+    [("uint8", "int8", 7, None, (2, 9, 5)), ("uint8", "uint8", 3, 200, (1, 9, 17)),
+     ("int8", "int8", -4, 5, (2, 9, 5)), ("uint8", "uint8", "runtime", "runtime", (2, 9, 5))],
+)  # fmt: skip
+def test_matmul_integer_runtime_operands(adt, bdt, az, bz, bshape):
+    """Both operands at run time (attention): qnn.batch_matmul with the zero points compensated,
+    constant or computed at run time (DynamicQuantizeLinear)."""
+    a, b = _q((2, 4, 9), adt), _q(bshape, bdt)
+    feeds, inits, nodes = {"a": a, "b": b}, {}, []
+    ins = ["a", "b", "az", "bz"]
+    if az == "runtime":
+        af, bf = (R.standard_normal(v.shape).astype(np.float32) for v in (a, b))
+        feeds = {"af": af, "bf": bf}
+        nodes = [N("DynamicQuantizeLinear", ["af"], ["a", "as", "az"]),
+                 N("DynamicQuantizeLinear", ["bf"], ["b", "bs", "bz"])]  # fmt: skip
+    else:
+        inits = {"az": np.array(az, adt)}
+        if bz is None:
+            ins = ins[:3]
+        else:
+            inits["bz"] = np.array(bz, bdt)
+    model = make_model([*nodes, N("MatMulInteger", ins, ["y"])], feeds, ["y"], inits, opset=13)
+    (got,), mod = run_tessera(model, feeds)
+    assert "qnn.batch_matmul" in ops_of(from_onnx(model)[0])
+    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
+
+
+def test_dynamic_quantize_matmul_integer():
+    """DynamicQuantizeLinear -> MatMulInteger with a runtime zero point (ORT's dynamic path)."""
+    x = R.standard_normal((4, 33)).astype(np.float32)
+    w = _q((33, 17), "int8")
+    nodes = [
+        N("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        N("MatMulInteger", ["xq", "w", "xz"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": x}, ["y", "xs", "xz"], {"w": w}, opset=13)
+    got, mod = run_tessera(model, {"x": x})
+    want = run_ort(model, {"x": x})
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_conv_integer_bit_exact():
+    x, wt = _q((1, 4, 6, 6), "uint8"), _q((8, 4, 3, 3), "int8")
+    node = N("ConvInteger", ["x", "w", "xz"], ["y"], pads=[1, 1, 1, 1])
+    model = make_model([node], {"x": x}, ["y"], {"w": wt, "xz": np.uint8(9)}, opset=13)
+    (got,), mod = run_tessera(model, {"x": x})
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])

@@ -1,0 +1,131 @@
+"""The int8 kernels (qnn.conv2d, qnn.dense + requantize epilogue) against the numpy references
+of the integer arithmetic, on every ISA level they support: VNNI (vpdpbusd), AVX-512BW and AVX2
+(the exact vpmaddwd pairs), a generic x86-64 (shifts and multiplies), and the C target."""
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import te
+from tessera.graph.op import get_op
+from tessera.target import Target
+from tessera.topi import qnn
+from tessera.topi.x86 import int8_conv2d, int8_dense
+
+R = np.random.default_rng(17)
+ISAS = {  # target -> instruction its asm must show (None: not checked)
+    "llvm -mcpu=cascadelake": "vpdpbusd",
+    "llvm -mcpu=skylake-avx512": "vpmaddwd",
+    "llvm -mcpu=haswell": "vpmaddwd",
+    "llvm -mcpu=x86-64": None,
+    "c": None,
+}
+
+
+def _target(name):
+    t = Target(name)
+    if t.kind == "llvm" and not t.is_host:
+        pytest.skip(f"this CPU cannot run {name} (its code is still built by the asm tests)")
+    return t
+
+
+def _data(shape, dtype):
+    lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+    return R.integers(lo, hi, shape).astype(dtype)
+
+
+CONVS = [  # (c, h, w, oc, k, stride, pad, groups)
+    (8, 9, 9, 16, 3, 1, 1, 1),  # 3x3
+    (16, 7, 7, 24, 1, 1, 0, 1),  # 1x1 on a 7-wide row (padded vectors)
+    (6, 10, 10, 8, 3, 2, 1, 1),  # strided 3x3, channels not a multiple of 4
+    (12, 8, 8, 8, 1, 2, 0, 1),  # strided 1x1 (sampled while packing)
+    (16, 6, 28, 32, 3, 1, 1, 2),  # grouped, 28-wide rows (16 + 12 lanes)
+    (12, 7, 7, 12, 3, 1, 1, 12),  # depthwise
+]
+
+
+# every shape on VNNI; on the other ISA levels the shapes whose vectors differ most
+CONV_RUNS = [("llvm -mcpu=cascadelake", c) for c in CONVS] + [
+    (t, c) for t in list(ISAS)[1:] for c in (CONVS[1], CONVS[4])
+]
+
+
+@pytest.mark.parametrize("target,case", CONV_RUNS)
+def test_conv2d_requantize_matches_integer_reference(target, case):
+    t = _target(target)
+    c, h, w, oc, k, stride, pad, groups = case
+    xdt = "int8" if groups > 1 else "uint8"
+    x8 = _data((1, c, h, w), xdt)
+    w4 = qnn.pack_conv_weight(_data((oc, c // groups, k, k), "int8"))
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), groups=groups,
+                 pad_value=7)  # fmt: skip
+    X = te.placeholder(x8.shape, xdt, name="x")
+    W = te.placeholder(w4.shape, "int32", name="w")
+    S = te.placeholder((oc, 1, 1), "float32", name="s")
+    Y = qnn.requantize(qnn.qnn_conv2d(X, W, **attrs), S, zero_point=3, dtype="uint8")
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d([Y], t), [X, W, S, Y], target=t)
+    scale = (R.random((oc, 1, 1)) * 2e-3).astype(np.float32)
+    y = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(x8, w4, scale, y)
+    acc = get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0]
+    want = get_op("qnn.requantize").evaluate([acc, scale], dict(zero_point=3, dtype="uint8"))[0]
+    np.testing.assert_array_equal(y, want)
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize("target", list(ISAS))
+@pytest.mark.parametrize(
+    "m,k,n,xdt", [(1, 64, 48, "uint8"), (5, 37, 20, "int8"), (2, 9, 3, "uint8")]
+)
+def test_dense_matches_integer_reference(target, m, k, n, xdt):
+    t = _target(target)
+    x8 = _data((m, k), xdt)
+    wp = qnn.pack_dense_weight(_data((n, k), "int8"))
+    X = te.placeholder(x8.shape, xdt, name="x")
+    W = te.placeholder(wp.shape, "int32", name="w")
+    Y = qnn.qnn_dense(X, W, n)
+    f = tessera.build(int8_dense.schedule_qnn_dense([Y], t), [X, W, Y], target=t)
+    y = np.zeros((m, n), np.int32)
+    f(x8, wp, y)
+    np.testing.assert_array_equal(y, get_op("qnn.dense").evaluate([x8, wp], {"units": n})[0])
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")
+
+
+def test_requantize_rounds_half_to_even_and_saturates():
+    """Every rounding and saturation case of the MLAS requantize: ties to even both ways,
+    clamping before rounding at both ends of uint8 and int8, a zero point shifting the range."""
+    acc = np.array([1, 3, 5, -1, -3, -5, 510, 511, 512, -512, 100000, -100000], np.int32)
+    scale = np.float32(0.5)
+    for dtype, zp in (("uint8", 0), ("uint8", 128), ("int8", 0), ("int8", -10)):
+        A = te.placeholder(acc.shape, "int32", name="a")
+        S = te.placeholder((), "float32", name="s")
+        Y = qnn.requantize(A, S, zero_point=zp, dtype=dtype)
+        s = te.create_schedule(Y.op)
+        f = tessera.build(s, [A, S, Y], target="llvm")
+        y = np.zeros(acc.shape, dtype)
+        f(acc, np.array(scale), y)
+        info = np.iinfo(dtype)
+        # numpy: round half to even of acc * scale, then the zero point, saturated
+        want = np.clip(np.round(acc.astype(np.float64) * 0.5) + zp, info.min, info.max)
+        np.testing.assert_array_equal(y, want.astype(dtype))
+
+
+@pytest.mark.parametrize("target", list(ISAS))
+@pytest.mark.parametrize(
+    "shape_a,shape_b,adt,bdt",
+    [((2, 5, 13), (2, 13, 20), "uint8", "int8"), ((3, 4, 16), (1, 16, 33), "int8", "uint8")],
+)
+def test_batch_matmul_matches_integer_reference(target, shape_a, shape_b, adt, bdt):
+    t = _target(target)
+    a, b = _data(shape_a, adt), _data(shape_b, bdt)
+    A = te.placeholder(a.shape, adt, name="a")
+    B = te.placeholder(b.shape, bdt, name="b")
+    Y = qnn.qnn_batch_matmul(A, B)
+    f = tessera.build(int8_dense.schedule_qnn_batch_matmul([Y], t), [A, B, Y], target=t)
+    y = np.zeros([int(d.value) for d in Y.shape], np.int32)
+    f(a, b, y)
+    np.testing.assert_array_equal(y, get_op("qnn.batch_matmul").evaluate([a, b], {})[0])
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")
