@@ -152,6 +152,10 @@ def build_graph(mod: IRModule, target: Target, params: dict | None = None) -> Gr
     kernels, kernel_of_call = compile_groups(func, target, optimize)
     plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
+    if getattr(target, "device", None) == "micro":  # + C sources for a board (docs/micro.md)
+        from tessera.micro.model import MicroModelFactory
+
+        return MicroModelFactory(lib, plan, weights, entry, kernels=kernels, target=target)
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
 
 

@@ -63,8 +63,11 @@ def compile_kernel(func: PrimFunc, target: Target) -> CompiledKernel:
         return CompiledKernel(func.name, function_info(func), bytes(obj), text)
     if target.kind == "c":
         from tessera.codegen.c import emit_c
+        from tessera.codegen.micro import emit_micro_c, is_micro, prepare_micro_kernel
 
-        source = emit_c([func])
+        if is_micro(target):  # no threads, no heap: scratch buffers become workspaces
+            func = prepare_micro_kernel(func)
+        source = emit_micro_c(func) if is_micro(target) else emit_c([func])
         return CompiledKernel(
             func.name, function_info(func), compile_c_object(source, target), source
         )
