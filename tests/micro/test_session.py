@@ -1,0 +1,102 @@
+"""tessera.micro.Session on QEMU boards: the model's outputs equal the host build's, instruction
+counts per call are exact and repeatable, and what goes wrong says so clearly."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tessera import te
+from tessera.graph import parse, register_op
+from tessera.micro import MicroError, Session
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+    reason="arm-none-eabi-gcc or qemu-system-arm is not installed (scripts/setup.d/40-micro.sh)",
+)
+
+
+def test_start_set_run_read_close(lib, sample_input, host_output):
+    x = sample_input(1)
+    with Session(lib, board="mps2-an386") as s:
+        s.set_input("x", x)
+        counts = s.run()
+        y = s.get_output(0)
+        assert len(counts) == len(lib.plan["calls"]) and min(counts) > 0
+        s.set_input(0, x)
+        assert s.run() == counts  # the same instructions on every run: exact, not timed
+        single = s.call(0)
+    np.testing.assert_allclose(y, host_output(lib, x), rtol=1e-5, atol=1e-6)
+    assert single == counts[0]
+
+
+@pytest.mark.parametrize("board, mcpu", [("mps2-an500", "cortex-m7"), ("mps3-an547", "cortex-m55")])
+def test_other_boards_match_the_host(board, mcpu, compiled, sample_input, host_output):
+    lib = compiled(mcpu)
+    x = sample_input(2)
+    with Session(lib, board=board) as s:
+        s.set_input("x", x)
+        s.run()
+        y = s.get_output("y")
+    np.testing.assert_allclose(y, host_output(lib, x), rtol=1e-5, atol=1e-6)
+
+
+def test_not_started_and_wrong_tensors_are_clear_errors(lib, sample_input):
+    s = Session(lib, board="mps2-an386")
+    with pytest.raises(MicroError, match="not started: call start"):
+        s.set_input("x", sample_input())
+    with pytest.raises(MicroError, match="not started"):
+        s.run()
+    with s:
+        with pytest.raises(
+            MicroError, match=r"input 'x' is float32\[1, 2, 8, 8\], got float32\[1, 2, 8\]"
+        ):
+            s.set_input("x", np.zeros((1, 2, 8), np.float32))
+        with pytest.raises(MicroError, match="got float64"):
+            s.set_input("x", np.zeros((1, 2, 8, 8)))
+        with pytest.raises(MicroError, match=r"no input 'z' \(inputs: \['x'\]\)"):
+            s.set_input("z", sample_input())
+        with pytest.raises(MicroError, match="call 99 is out of range"):
+            s.call(99)
+        s.set_input("x", sample_input())  # the session still works after refused requests
+        assert s.run()
+
+
+def test_a_board_of_another_cpu_is_refused(lib):
+    with pytest.raises(MicroError, match="compiled for -mcpu=cortex-m4, board mps2-an500 is"):
+        Session(lib, board="mps2-an500").start()
+    with pytest.raises(ValueError, match="unknown board 'pc'"):
+        Session(lib, board="pc")
+
+
+# A kernel that reads where its input tells it to, unchecked: an index far out of its buffer
+# makes the core fault, as a buggy kernel would.
+_unchecked = register_op("test.micro_unchecked_take")
+_unchecked.type_rule(lambda x, i: x)
+
+
+@_unchecked.compute
+def _(x, i):
+    return te.compute(x.shape, lambda j: x(i(j)), name="unchecked_take", tag="injective")
+
+
+def test_a_faulting_kernel_is_reported_with_its_call(compiled):
+    import tessera
+
+    func = parse(
+        "def main(%x: f32[4], %i: i32[4]) {"
+        " %1 = test.micro_unchecked_take(%x, %i) : f32[4]; return %1 }"
+    )
+    lib = tessera.build(func, target="c -device=micro -mcpu=cortex-m4")
+    with Session(lib, board="mps2-an386") as s:
+        s.set_input("x", np.arange(4, dtype=np.float32))
+        s.set_input("i", np.array([2, 1, 0, 3], np.int32))
+        s.run()
+        np.testing.assert_array_equal(s.get_output(0), [2, 1, 0, 3])
+        s.set_input("i", np.array([0, 0x10000000, 0, 0], np.int32))  # 1 GiB past x: no memory
+        with pytest.raises(MicroError, match=r"BusFault at pc 0x[0-9a-f]+ in call 0 of the plan"):
+            s.run()
+        with pytest.raises(MicroError, match="not started"):  # the board is gone
+            s.run()
