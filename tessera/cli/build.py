@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from tessera.cli.common import (
 )
 from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
 from tessera.logging import get_logger
+from tessera.target import MICRO_TRIPLES
 
 log = get_logger(__name__)
 
@@ -117,9 +119,22 @@ def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
     ]
     if output:
         lib.export_library(output)
-        summary.append(("artifact", f"{output} ({human_bytes(os.path.getsize(output))})"))
+        if os.path.isdir(output):  # a micro model's source project (docs/micro.md)
+            with open(os.path.join(output, "memory_report.json")) as f:
+                report = json.load(f)
+            summary.append(("sources", f"{output}/ ({len(os.listdir(output))} files)"))
+            summary.append(("micro memory", _micro_memory(report)))
+        else:
+            summary.append(("artifact", f"{output} ({human_bytes(os.path.getsize(output))})"))
     log.info("compiled %s in %.2f s", label, seconds)
     return lib, onnx_model, summary
+
+
+def _micro_memory(report: dict) -> str:
+    flash, ram = report["flash_bytes"], report["ram_bytes"]
+    code = f" + code {human_bytes(flash['code'])}" if "code" in flash else ""
+    weights, arena = human_bytes(flash["weights"]), human_bytes(ram["arena"])
+    return f"flash: weights {weights}{code}; RAM: arena {arena}"
 
 
 def _cache_hits() -> str:
@@ -142,8 +157,19 @@ def print_summary(rows, title="compiled") -> None:
 
 @click.command()
 @click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Artifact to write (.so).")
-@click.option("--target", type=click.Choice(["llvm", "c"]), default="llvm", show_default=True)
+@click.option(
+    "-o", "--output", type=click.Path(), help="Artifact to write (.so; micro: a folder or .tar)."
+)
+@click.option(
+    "--target", type=click.Choice(["llvm", "c", "micro"]), default="llvm", show_default=True
+)
+@click.option(
+    "--mcpu",
+    type=click.Choice(sorted(MICRO_TRIPLES)),
+    default="cortex-m4",
+    show_default=True,
+    help="The microcontroller's CPU (--target micro).",
+)
 @input_shape_option
 @click.option(
     "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
@@ -152,14 +178,18 @@ def print_summary(rows, title="compiled") -> None:
     "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
 )
 @verbosity_options
-def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
+def compile_cmd(model, output, target, mcpu, input_shape, opt_level, dump_ir):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
-    `tessera.runtime.load_module` load it.
+    `tessera.runtime.load_module` load it. With --target micro it is a folder (or a .tar) of
+    C sources for a microcontroller: kernels, entry, weights, static arena, memory report.
     """
+    stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
+    if target == "micro":
+        target = f"c -device=micro -mcpu={mcpu}"
+        output = output or f"{stem}_micro"
     if output is None:
-        stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
         output = f"{stem}.so"
     _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir)
     if not quiet():
