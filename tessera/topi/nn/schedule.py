@@ -150,7 +150,7 @@ def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
 def schedule_dense(outs, target=None) -> te.Schedule:
     """dense/matmul/batch_matmul: blocks of rows x columns in parallel, the k loop inside, a
     register block of 4 rows x 2-4 column vectors innermost. A transposed weight is packed once
-    per call when there are enough rows to pay for it (else read strided)."""
+    per call when there are enough rows to pay for it and vectors read it (else read strided)."""
     outs, s = _new_schedule(outs)
     anchor = _find_anchor(outs, ["dense", "matmul", "batch_matmul"])
     lanes = vector_lanes(target, anchor.dtype)
@@ -159,7 +159,7 @@ def schedule_dense(outs, target=None) -> te.Schedule:
         rows *= const_extent_of(d) or 1
     for t in anchor.op.input_tensors:
         if isinstance(t.op, te.ComputeOp) and t.op.tag == PACK_TAG:
-            if rows >= lanes:
+            if rows >= lanes > 1:  # scalar code (lanes 1: a Cortex-M) gains nothing from it
                 generic.schedule_elementwise_stage(s, t, target)
             else:
                 s[t].compute_inline()
