@@ -286,8 +286,13 @@ class Session:
         chunks, got = [], 0
         while got < n:
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise MicroError(f"{what}: the board did not answer in {timeout or self.timeout} s")
+            if left <= 0:  # a kernel that never ends, or a board that hangs: stop it
+                self._proc.kill()
+                self.close()
+                raise MicroError(
+                    f"{what}: the board did not answer in {timeout or self.timeout} s "
+                    "(it was stopped; start a new session)"
+                )
             ready, _, _ = select.select([self._from_board], [], [], min(left, 0.05))
             data = os.read(self._from_board, n - got) if ready else b""
             if not data:  # nothing yet, or no writer (not opened yet, or the board stopped)
