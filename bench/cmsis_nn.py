@@ -157,7 +157,11 @@ __attribute__((noreturn)) void tessera_exit(int code) {
   semihost(0x20, block);
   for (;;) {}
 }
-void tessera_fault(uint32_t ipsr, const uint32_t* frame) { (void)ipsr; (void)frame; tessera_exit(93); }
+void tessera_fault(uint32_t ipsr, const uint32_t* frame) {
+  (void)ipsr;
+  (void)frame;
+  tessera_exit(93);
+}
 __attribute__((noinline, used)) void tessera_mark_begin(void) { __asm__ volatile(""); }
 __attribute__((noinline, used)) void tessera_mark_end(void) { __asm__ volatile(""); }
 int write_output(const void* data, uint32_t n) {

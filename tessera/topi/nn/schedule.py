@@ -73,7 +73,22 @@ def schedule_reduction_loops(stage, n_outer: int, lanes: int):
     if split is not None:
         stage.reorder(*outer, *inner[:-1], split[0], *reduce_axes, split[1])
         stage.vectorize(split[1])
+    elif lanes == 1 and inner and reduce_axes:
+        block = _scalar_block(const_extent(inner[-1]))
+        if block > 1:
+            # scalar code (a Cortex-M): a few outputs per reduction step, kept in registers
+            # and unrolled, so each weight loaded serves `block` of them
+            io, ii = stage.split(inner[-1], factor=block)
+            stage.reorder(*outer, *inner[:-1], io, *reduce_axes, ii)
+            stage.unroll(ii)
     return outer
+
+
+def _scalar_block(extent) -> int:
+    """The largest divisor of `extent` up to 8 (no tail loop), 1 when unknown."""
+    if extent is None:
+        return 1
+    return max(d for d in range(1, min(extent, 8) + 1) if extent % d == 0)
 
 
 def schedule_anchor(s, anchor, outs, target, n_outer: int) -> None:
