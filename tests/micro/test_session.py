@@ -100,3 +100,29 @@ def test_a_faulting_kernel_is_reported_with_its_call(compiled):
             s.run()
         with pytest.raises(MicroError, match="not started"):  # the board is gone
             s.run()
+
+
+def test_integer_only_model_is_exact_on_the_board():
+    import tessera
+    from tessera.runtime import GraphModule, cpu
+
+    func = parse(
+        "def main(%x: i32[16], %y: i32[16]) {"
+        " %1 = multiply(%x, %y) : i32[16]; %2 = subtract(%1, %x) : i32[16];"
+        " %3 = divide(%2, %y) : i32[16]; %4 = mod(%3, %y) : i32[16]; return %4 }"
+    )
+    lib = tessera.build(func, target="c -device=micro -mcpu=cortex-m3")
+    rng = np.random.default_rng(0)
+    x = rng.integers(-1000, 1000, 16).astype(np.int32)
+    y = rng.integers(1, 50, 16).astype(np.int32) * rng.choice([-1, 1], 16).astype(np.int32)
+    with Session(lib, board="mps2-an385") as s:
+        s.set_input("x", x)
+        s.set_input("y", y)
+        s.run()
+        board = s.get_output(0)
+    host = GraphModule(lib["default"](cpu(0)))
+    host.set_input("x", x)
+    host.set_input("y", y)
+    host.run()
+    np.testing.assert_array_equal(board, host.get_output(0).numpy())  # exactly
+    assert "float" not in "".join(lib.kernel_sources.values()).split("*/", 1)[1]
