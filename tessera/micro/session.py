@@ -66,7 +66,10 @@ class Session:
             raise MicroError(f"the session on {self.board.name} is already started")
         self._check_tools()
         plan = self._check_module()
-        elf = boards.build_firmware(self.module.c_sources(), self.board)
+        try:
+            elf = boards.build_firmware(self.module.c_sources(), self.board)
+        except toolchain.ToolchainError as err:  # e.g. a model larger than the board's memory
+            raise MicroError(f"the firmware for {self.board.name} did not build: {err}") from None
         self._folder = Path(tempfile.mkdtemp(prefix="tessera-session-"))
         for name in ("to_board", "from_board"):
             os.mkfifo(self._folder / name)

@@ -41,3 +41,18 @@ def test_linker_script_places_weights_per_board():
     assert 'REGION_ALIAS("WEIGHTS", CODE)' in boards.BOARDS["mps2-an386"].linker_script()
     script = boards.BOARDS["mps3-an547"].linker_script()
     assert "WEIGHTS (r) : ORIGIN = 0x70000000" in script
+
+
+def test_a_model_larger_than_the_board_is_a_clear_error(lib):
+    small = boards.Board(
+        "mps2-an386", "cortex-m4", "16 KiB of RAM", (0, 1 << 20), (0x20000000, 16384)
+    )
+    with pytest.raises(toolchain.ToolchainError, match="does not fit the board's RAM"):
+        boards.build_firmware(lib.c_sources(), small)
+
+
+def test_report_without_the_toolchain_says_so(lib, monkeypatch):
+    monkeypatch.setattr(toolchain, "available", lambda: False)
+    report = lib.memory_report()
+    assert report["code_bytes"] is None and "arm-none-eabi-gcc" in report["note"]
+    assert report["ram_bytes"]["arena"] == lib.plan["arena_nbytes"]
