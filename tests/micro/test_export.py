@@ -67,3 +67,16 @@ def test_c_names_are_identifiers():
         "t_int",
         "t_tessera_x",
     ]
+
+
+def test_outputs_that_are_inputs_or_repeats_are_copied():
+    import tessera
+    from tessera.graph import parse
+
+    func = parse("def main(%x: f32[4]) { %1 = exp(%x) : f32[4]; return %1, %x, %1 }")
+    lib = tessera.build(func, target="c -device=micro -mcpu=cortex-m4")
+    x = np.arange(4, dtype=np.float32)
+    y, same, again = HostBuild(lib.c_sources(), lib.plan).invoke([x])
+    np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+    np.testing.assert_array_equal(same, x)
+    np.testing.assert_array_equal(again, y)

@@ -126,3 +126,18 @@ def test_integer_only_model_is_exact_on_the_board():
     host.run()
     np.testing.assert_array_equal(board, host.get_output(0).numpy())  # exactly
     assert "float" not in "".join(lib.kernel_sources.values()).split("*/", 1)[1]
+
+
+def test_outputs_that_are_inputs_are_copied_on_the_board():
+    import tessera
+
+    func = parse("def main(%x: f32[4]) { %1 = exp(%x) : f32[4]; return %1, %x, %1 }")
+    lib = tessera.build(func, target="c -device=micro -mcpu=cortex-m4")
+    x = np.arange(4, dtype=np.float32)
+    with Session(lib) as s:
+        s.set_input("x", x)
+        s.run()
+        outputs = [s.get_output(k) for k in range(3)]
+    np.testing.assert_allclose(outputs[0], np.exp(x), rtol=1e-6)
+    np.testing.assert_array_equal(outputs[1], x)
+    np.testing.assert_array_equal(outputs[2], outputs[0])
