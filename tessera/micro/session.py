@@ -36,9 +36,18 @@ from tessera.runtime.ndarray import STORAGE
 _MAGIC = 0x42525354
 _STATUS = {1: "unknown command", 2: "index out of range", 3: "wrong payload size"}
 _KERNEL_FAILED, _FAULT = 4, 5
-_EXCEPTIONS = {2: "NMI", 3: "HardFault", 4: "MemManage fault", 5: "BusFault", 6: "UsageFault"}
-_EXCEPTIONS.update({7: "SecureFault", 11: "SVCall", 12: "DebugMonitor", 14: "PendSV"})
-_EXCEPTIONS[15] = "SysTick"
+_EXCEPTIONS = {
+    2: "NMI",
+    3: "HardFault",
+    4: "MemManage fault",
+    5: "BusFault",
+    6: "UsageFault",
+    7: "SecureFault",
+    11: "SVCall",
+    12: "DebugMonitor",
+    14: "PendSV",
+    15: "SysTick",
+}
 
 
 class MicroError(RuntimeError):
@@ -57,6 +66,7 @@ class Session:
         self._folder: Path | None = None
         self._to_board = self._from_board = None
         self._regions_read = 0
+        self._counts_file: Path | None = None  # the instruction counter's output
 
     # -- lifetime -------------------------------------------------------------------------
 
@@ -71,6 +81,7 @@ class Session:
         except toolchain.ToolchainError as err:  # e.g. a model larger than the board's memory
             raise MicroError(f"the firmware for {self.board.name} did not build: {err}") from None
         self._folder = Path(tempfile.mkdtemp(prefix="tessera-session-"))
+        self._regions_read, self._counts_file = 0, None  # (a session may be started again)
         for name in ("to_board", "from_board"):
             os.mkfifo(self._folder / name)
         cmd = self.board.qemu_command(elf, self._plugin_args(elf))
@@ -301,7 +312,8 @@ class Session:
             if not data:  # nothing yet, or no writer (not opened yet, or the board stopped)
                 if self._proc.poll() is not None:
                     raise self._dead(what)
-                time.sleep(0.001) if ready else None
+                if ready:  # end of file while no writer: wait for the firmware to open it
+                    time.sleep(0.001)
                 continue
             chunks.append(data)
             got += len(data)
@@ -320,7 +332,7 @@ class Session:
         )
 
     def _new_counts(self, n: int) -> list[int] | None:
-        path = getattr(self, "_counts_file", None)
+        path = self._counts_file
         if path is None or not path.exists():
             return None
         lines = [x for x in path.read_text().splitlines() if x.startswith("region")]

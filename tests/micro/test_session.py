@@ -30,6 +30,12 @@ def test_start_set_run_read_close(lib, sample_input, host_output):
         single = s.call(0)
     np.testing.assert_allclose(y, host_output(lib, x), rtol=1e-5, atol=1e-6)
     assert single == counts[0]
+    s.start()  # a closed session starts again, with a fresh board
+    try:
+        s.set_input("x", x)
+        assert s.run() == counts
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize("board, mcpu", [("mps2-an500", "cortex-m7"), ("mps3-an547", "cortex-m55")])
