@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tessera.micro import project, toolchain
+from tessera.micro import boards, project, toolchain
 from tessera.runtime.graph_executor import GraphExecutorFactory
 
 _LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
@@ -74,11 +74,22 @@ class MicroModelFactory(GraphExecutorFactory):
         )
         return report
 
-    def export_library(self, path, options=()) -> Path:
-        """A folder or tarball (.tar, .tar.gz, .tgz) of C sources; a .so is the host build."""
+    def export_library(self, path, options=(), board: str | None = None) -> Path:
+        """A folder or tarball (.tar, .tar.gz, .tgz) of C sources; a .so is the host build.
+        With `board` (tessera.micro.BOARDS), also its startup code, linker script, a main that
+        runs the model once and a Makefile: `make run` runs it under QEMU."""
         if str(path).endswith(_LIBRARY_SUFFIXES):
             return super().export_library(path, options)
-        return project.write_project(self.sources(), path)
+        files = self.sources()
+        if board is not None:
+            target = boards.get_board(board)
+            if self.mcpu is not None and self.mcpu != target.mcpu:
+                raise ValueError(
+                    f"the model is compiled for -mcpu={self.mcpu}, board {board} is a "
+                    f"{target.mcpu}: build it for that CPU"
+                )
+            files = boards.board_project(files, target)
+        return project.write_project(files, path)
 
     def __repr__(self) -> str:
         return (

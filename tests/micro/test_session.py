@@ -147,3 +147,20 @@ def test_outputs_that_are_inputs_are_copied_on_the_board():
     np.testing.assert_allclose(outputs[0], np.exp(x), rtol=1e-6)
     np.testing.assert_array_equal(outputs[1], x)
     np.testing.assert_array_equal(outputs[2], outputs[0])
+
+
+def test_board_project_builds_and_runs_with_make(lib, tmp_path, sample_input, host_output):
+    import subprocess
+
+    folder = lib.export_library(tmp_path / "kws_m4", board="mps2-an386")
+    assert {"Makefile", "board.ld", "tessera_fw_startup.c", "tessera_fw_standalone.c"} <= {
+        p.name for p in folder.iterdir()
+    }
+    x = sample_input(4)
+    x.tofile(folder / "input_00.bin")
+    result = subprocess.run(["make", "-s", "run"], cwd=folder, capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    y = np.fromfile(folder / "output_00.bin", np.float32).reshape(1, 3)
+    np.testing.assert_allclose(y, host_output(lib, x), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="compiled for -mcpu=cortex-m4, board mps2-an500"):
+        lib.export_library(tmp_path / "other", board="mps2-an500")

@@ -15,21 +15,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "semihost.h"
 #include "tessera_model.h"
 
 #define MAGIC 0x42525354u /* "TSRB" little-endian */
 enum { OK = 0, BAD_COMMAND = 1, BAD_INDEX = 2, BAD_SIZE = 3, KERNEL_FAILED = 4, FAULT = 5 };
 
-static inline uint32_t semihost(uint32_t op, const void* arg) {
-  register uint32_t r0 __asm__("r0") = op;
-  register const void* r1 __asm__("r1") = arg;
-  __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
-  return r0;
-}
-
 __attribute__((noreturn)) void tessera_exit(int code) {
-  uint32_t block[2] = {0x20026u /* ADP_Stopped_ApplicationExit */, (uint32_t)code};
-  semihost(0x20 /* SYS_EXIT_EXTENDED */, block);
+  tessera_sh_exit(code);
   for (;;) {
   }
 }
@@ -37,16 +30,10 @@ __attribute__((noreturn)) void tessera_exit(int code) {
 static int32_t to_host = -1, from_host = -1;
 static volatile int32_t current_call = -1;
 
-static int32_t open_file(const char* name, uint32_t mode) {
-  uint32_t args[3] = {(uint32_t)(uintptr_t)name, mode, (uint32_t)strlen(name)};
-  return (int32_t)semihost(0x01 /* SYS_OPEN */, args);
-}
-
 static void write_all(const void* data, uint32_t n) {
   const uint8_t* p = (const uint8_t*)data;
   while (n > 0) {
-    uint32_t args[3] = {(uint32_t)to_host, (uint32_t)(uintptr_t)p, n};
-    uint32_t left = semihost(0x05 /* SYS_WRITE */, args);
+    uint32_t left = tessera_sh_write(to_host, p, n);
     if (left >= n) tessera_exit(90); /* the host went away */
     p += n - left;
     n = left;
@@ -56,8 +43,7 @@ static void write_all(const void* data, uint32_t n) {
 static void read_all(void* data, uint32_t n) {
   uint8_t* p = (uint8_t*)data;
   while (n > 0) {
-    uint32_t args[3] = {(uint32_t)from_host, (uint32_t)(uintptr_t)p, n};
-    uint32_t left = semihost(0x06 /* SYS_READ */, args);
+    uint32_t left = tessera_sh_read(from_host, p, n);
     if (left >= n) tessera_exit(91); /* end of file: the host closed the session */
     p += n - left;
     n = left;
@@ -124,8 +110,8 @@ static void hello(void) {
 }
 
 int main(void) {
-  from_host = open_file("to_board", 1 /* "rb" */);
-  to_host = open_file("from_board", 5 /* "wb" */);
+  from_host = tessera_sh_open("to_board", 1 /* "rb" */);
+  to_host = tessera_sh_open("from_board", 5 /* "wb" */);
   if (from_host < 0 || to_host < 0) return 92;
   uint8_t* p = io;
   for (uint32_t i = 0; i < TESSERA_MODEL_NUM_INPUTS; ++i) {
