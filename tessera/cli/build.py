@@ -28,6 +28,7 @@ from tessera.cli.common import (
 )
 from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
 from tessera.logging import get_logger
+from tessera.micro.boards import BOARDS
 from tessera.target import MICRO_TRIPLES
 
 log = get_logger(__name__)
@@ -86,8 +87,9 @@ def _build(mod, params, target, opt_level, instrument):
         raise ModelError(f"compiling the model failed: {e}") from e
 
 
-def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
-    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`."""
+def compile_model(model_path, output, target, input_shape, opt_level, dump_ir, board=None):
+    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `board`: a micro
+    model's sources are exported as a project for that board (docs/micro.md)."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
@@ -118,7 +120,7 @@ def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
         ("cache hits", _cache_hits()),
     ]
     if output:
-        lib.export_library(output)
+        lib.export_library(output, **({"board": board} if board else {}))
         if os.path.isdir(output):  # a micro model's source project (docs/micro.md)
             with open(os.path.join(output, "memory_report.json")) as f:
                 report = json.load(f)
@@ -170,6 +172,11 @@ def print_summary(rows, title="compiled") -> None:
     show_default=True,
     help="The microcontroller's CPU (--target micro).",
 )
+@click.option(
+    "--board",
+    type=click.Choice(sorted(BOARDS)),
+    help="--target micro: a project for this emulated board (its CPU; `make run`).",
+)
 @input_shape_option
 @click.option(
     "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
@@ -178,7 +185,7 @@ def print_summary(rows, title="compiled") -> None:
     "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
 )
 @verbosity_options
-def compile_cmd(model, output, target, mcpu, input_shape, opt_level, dump_ir):
+def compile_cmd(model, output, target, mcpu, board, input_shape, opt_level, dump_ir):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
@@ -186,12 +193,16 @@ def compile_cmd(model, output, target, mcpu, input_shape, opt_level, dump_ir):
     C sources for a microcontroller: kernels, entry, weights, static arena, memory report.
     """
     stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
+    if board and target != "micro":
+        raise click.UsageError("--board needs --target micro")
     if target == "micro":
+        mcpu = BOARDS[board].mcpu if board else mcpu
         target = f"c -device=micro -mcpu={mcpu}"
         output = output or f"{stem}_micro"
     if output is None:
         output = f"{stem}.so"
-    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir)
+    args = (model, output, target, input_shape, opt_level, dump_ir)
+    _, _, summary = compile_model(*args, board=board)
     if not quiet():
         print_summary(summary)
     else:
