@@ -130,11 +130,27 @@ def schedule_conv(outs, target=None) -> te.Schedule:
     once at root (in parallel), the innermost output axis vectorized."""
     outs, s = _new_schedule(outs)
     conv = _find_anchor(outs, ["conv"])
-    for t in conv.op.input_tensors:
-        if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG:
+    pads = [
+        t for t in conv.op.input_tensors if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG
+    ]
+    per_plane = [t for t in pads if _pad_per_plane(conv, t, target)]
+    for t in pads:
+        if t not in per_plane:
             generic.schedule_elementwise_stage(s, t, target)
     schedule_anchor(s, conv, outs, target, n_outer=2)
+    for t in per_plane:  # inside the conv's channel loop (one iteration where it is attached)
+        s[t].compute_at(s[conv], conv.op.axis[1])
     return s
+
+
+def _pad_per_plane(conv: te.Tensor, padded: te.Tensor, target) -> bool:
+    """A depthwise conv (one input channel per output channel) on a scalar target pads one
+    channel's plane inside the (n, c) loop, where it is read: the same copies as padding the
+    whole input first, in a buffer of one plane (a Cortex-M's RAM) instead of all of them."""
+    rc = conv.op.reduce_axis[0] if conv.op.reduce_axis else None
+    channels = const_extent_of(padded.shape[1])
+    single = rc is not None and const_extent(rc) == 1 and channels is not None and channels > 1
+    return single and vector_lanes(target, conv.dtype) == 1
 
 
 def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
