@@ -2,6 +2,7 @@
 
     lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
     lib.export_library("kws/")                      # C sources + header + memory report
+    lib.export_library("kws/", board="mps2-an386")  # + startup, linker script, Makefile
     with tessera.micro.Session(lib, board="mps2-an386") as s:   # QEMU, driven from here
         s.set_input(0, x); counts = s.run(); y = s.get_output(0)
 
