@@ -185,6 +185,10 @@ def build_graph(
     plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     check_arena(plan["arena_nbytes"])
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
+    if getattr(target, "device", None) == "micro":  # + C sources for a board (docs/micro.md)
+        from tessera.micro.model import MicroModelFactory
+
+        return MicroModelFactory(lib, plan, weights, entry, kernels=kernels, target=target)
     return GraphExecutorFactory(lib, plan, weights, entry=entry)
 
 

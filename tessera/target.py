@@ -59,9 +59,24 @@ CPU_FEATURES: dict[str, frozenset[str]] = {
         (("cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72", "cortex-a76"), {"neon"}),
         (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), {"neon", "dotprod"}),
         (("neoverse-v1", "neoverse-n2", "neoverse-v2"), {"neon", "dotprod", "sve", "i8mm"}),
+        # microcontrollers ("c -device=micro -mcpu=cortex-m4", docs/micro.md)
+        (("cortex-m0", "cortex-m0plus", "cortex-m3"), ()),
+        (("cortex-m4", "cortex-m7", "cortex-m33"), {"dsp", "fp"}),
+        (("cortex-m55",), {"dsp", "fp", "mve", "mve.fp"}),
     ]
     for name in names
 }
+# the triple of a microcontroller CPU (no OS: "none-eabi", hard float where it has an FPU)
+MICRO_TRIPLES = {
+    "cortex-m0": "thumbv6m-none-eabi",
+    "cortex-m0plus": "thumbv6m-none-eabi",
+    "cortex-m3": "thumbv7m-none-eabi",
+    "cortex-m4": "thumbv7em-none-eabihf",
+    "cortex-m7": "thumbv7em-none-eabihf",
+    "cortex-m33": "thumbv8m.main-none-eabihf",
+    "cortex-m55": "thumbv8.1m.main-none-eabihf",
+}
+_DEVICES = ("micro",)
 # the baseline of an architecture, when neither -mcpu nor the host tells more
 _ARCH_BASELINE = {"x86_64": _SSE, "aarch64": frozenset({"neon"}), "arm64": frozenset({"neon"})}
 
@@ -181,7 +196,7 @@ register_target_kind(
 register_target_kind(
     TargetKind(
         "c",
-        options=("mtriple", "mcpu", "mattr", "num-cores"),
+        options=("mtriple", "mcpu", "mattr", "num-cores", "device"),
         strategy_keys=cpu_strategy_keys,
         # C kernels take the CPU schedules but not the blocked layouts or packed weights: the
         # C target is for portable (and bare-metal) code, and is not measured on those kernels.
@@ -272,6 +287,8 @@ def _normalize(kind: str, opts: dict) -> dict:
             value = True
         elif key == "mattr":
             value = _parse_mattr(value)
+        elif key == "device" and value not in _DEVICES:
+            raise ValueError(f"unknown -device={value}; known: {', '.join(_DEVICES)}")
         elif not isinstance(value, str) or not value:
             raise ValueError(f"target option -{key} needs a value (-{key}=...)")
         out[key] = value
@@ -375,6 +392,11 @@ class Target:
         return self._opts.get("arch")
 
     @property
+    def device(self) -> str | None:
+        """"micro" for bare-metal microcontrollers (`c -device=micro`: no OS, no heap)."""
+        return self._opts.get("device")
+
+    @property
     def num_cores(self) -> int:
         return self._opts.get("num-cores") or _default_num_cores()
 
@@ -382,6 +404,8 @@ class Target:
 
     @property
     def llvm_triple(self) -> str:
+        if self.mtriple is None and self.device == "micro":
+            return MICRO_TRIPLES.get(self.mcpu, "arm-none-eabi")
         return self.mtriple or _host_triple()
 
     def _same_arch_as_host(self) -> bool:
@@ -414,6 +438,10 @@ class Target:
             return 512
         if "avx2" in feats or "avx" in feats:
             return 256
+        if self.device == "micro":
+            # scalar code: a Cortex-M has no vector registers but MVE's, and gcc -O2 does not
+            # vectorize the C generator's lane loops for MVE (they ran 1.6x slower on the M55)
+            return 32
         return 128
 
     def vector_lanes(self, dtype) -> int:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -34,6 +35,8 @@ from tessera.cli.options import (
     verbosity_options,
 )
 from tessera.logging import get_logger
+from tessera.micro.boards import BOARDS
+from tessera.target import MICRO_TRIPLES
 
 log = get_logger(__name__)
 
@@ -93,10 +96,11 @@ def _build(mod, params, target, opt_level, instrument):
 
 def compile_model(
     model_path, output, target, input_shape, opt_level, dump_ir, key=None, quantize=None,
-    calibrate=None,
+    calibrate=None, board=None,
 ):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `key`: sign the
-    artifact written to `output` with it; `quantize`/`calibrate`: post-training quantization."""
+    artifact written to `output` with it; `quantize`/`calibrate`: post-training quantization;
+    `board`: a micro model's sources are exported as a project for that board (docs/micro.md)."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
@@ -131,10 +135,26 @@ def compile_model(
         ("cache hits", _cache_hits()),
     ]
     if output:
-        lib.export_library(output, key=key)
-        summary.append(("artifact", f"{output} ({human_bytes(os.path.getsize(output))})"))
+        if board:
+            lib.export_library(output, board=board)
+        else:
+            lib.export_library(output, key=key)
+        if os.path.isdir(output):  # a micro model's source project (docs/micro.md)
+            with open(os.path.join(output, "memory_report.json")) as f:
+                report = json.load(f)
+            summary.append(("sources", f"{output}/ ({len(os.listdir(output))} files)"))
+            summary.append(("micro memory", _micro_memory(report)))
+        else:
+            summary.append(("artifact", f"{output} ({human_bytes(os.path.getsize(output))})"))
     log.info("compiled %s in %.2f s", label, seconds)
     return lib, onnx_model, summary
+
+
+def _micro_memory(report: dict) -> str:
+    flash, ram = report["flash_bytes"], report["ram_bytes"]
+    code = f" + code {human_bytes(flash['code'])}" if "code" in flash else ""
+    weights, arena = human_bytes(flash["weights"]), human_bytes(ram["arena"])
+    return f"flash: weights {weights}{code}; RAM: arena {arena}"
 
 
 def _cache_hits() -> str:
@@ -157,8 +177,29 @@ def print_summary(rows, title="compiled") -> None:
 
 @click.command()
 @click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Artifact to write (.so).")
-@target_option
+@click.option(
+    "-o", "--output", type=click.Path(), help="Artifact to write (.so; micro: a folder or .tar)."
+)
+@click.option(
+    "--target",
+    type=click.Choice(["llvm", "c", "micro"]),
+    default="llvm",
+    show_default=True,
+    help="Code generator: llvm (in process), c (C99 through the system compiler), or micro "
+    "(C sources for a bare-metal microcontroller, docs/micro.md).",
+)
+@click.option(
+    "--mcpu",
+    type=click.Choice(sorted(MICRO_TRIPLES)),
+    default="cortex-m4",
+    show_default=True,
+    help="The microcontroller's CPU (--target micro).",
+)
+@click.option(
+    "--board",
+    type=click.Choice(sorted(BOARDS)),
+    help="--target micro: a project for this emulated board (its CPU; `make run`).",
+)
 @input_shape_option
 @opt_level_option(DEFAULT_OPT_LEVEL)
 @click.option(
@@ -178,20 +219,28 @@ def print_summary(rows, title="compiled") -> None:
 )
 @verbosity_options
 def compile_cmd(
-    model, output, target, input_shape, opt_level, dump_ir, key_file, quantize, calibrate
+    model, output, target, mcpu, board, input_shape, opt_level, dump_ir, key_file, quantize,
+    calibrate,
 ):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
-    `tessera.runtime.load_module` load it.
+    `tessera.runtime.load_module` load it. With --target micro it is a folder (or a .tar) of
+    C sources for a microcontroller: kernels, entry, weights, static arena, memory report.
     """
+    stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
+    if board and target != "micro":
+        raise click.UsageError("--board needs --target micro")
+    if target == "micro":
+        mcpu = BOARDS[board].mcpu if board else mcpu
+        target = f"c -device=micro -mcpu={mcpu}"
+        output = output or f"{stem}_micro"
     if output is None:
-        stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
         output = f"{stem}.so"
     key = _read_key(key_file)
     _, _, summary = compile_model(
         model, output, target, input_shape, opt_level, dump_ir, key=key, quantize=quantize,
-        calibrate=calibrate,
+        calibrate=calibrate, board=board,
     )
     if not quiet():
         print_summary(summary)

@@ -61,8 +61,11 @@ def compile_c_kernel(func: PrimFunc, target: Target) -> CompiledKernel:
     """The "c" kind's compile_kernel: C99 source, compiled by the system C compiler."""
     from tessera.codegen.c import emit_c
     from tessera.codegen.common import function_info
+    from tessera.codegen.micro import emit_micro_c, is_micro, prepare_micro_kernel
 
-    source = emit_c([func])
+    if is_micro(target):  # no threads, no heap: scratch buffers become workspaces
+        func = prepare_micro_kernel(func)
+    source = emit_micro_c(func) if is_micro(target) else emit_c([func])
     return CompiledKernel(func.name, function_info(func), compile_c_object(source, target), source)
 
 

@@ -471,8 +471,9 @@ def _check_names(funcs: list[PrimFunc]) -> None:
         seen.add(f.name)
 
 
-def emit_c(funcs: list[PrimFunc]) -> str:
-    """The C99 source of `funcs`: a header block, the helpers they use, then the functions."""
+def emit_c(funcs: list[PrimFunc], header: str = c_prelude.HEADER) -> str:
+    """The C99 source of `funcs`: a header block, the helpers they use, then the functions.
+    (`header`: the block of includes; micro kernels have one without the runtime's API.)"""
     funcs = [funcs] if isinstance(funcs, PrimFunc) else list(funcs)
     _check_names(funcs)
     fnames = {f.name for f in funcs}
@@ -482,7 +483,7 @@ def emit_c(funcs: list[PrimFunc]) -> str:
     for f in funcs:
         names = _Names(RESERVED | _OWN_NAMES | fnames, prefixes)
         texts.append(_FunctionEmitter(f, helpers, names).emit())
-    return c_prelude.prelude(helpers) + "\n" + "\n\n".join(texts) + "\n"
+    return c_prelude.prelude(helpers, header) + "\n" + "\n\n".join(texts) + "\n"
 
 
 # -- compiling ------------------------------------------------------------------------------
@@ -497,6 +498,8 @@ def compile_flags(target=None) -> list[str]:
         from tessera.target import Target
 
         target = Target(target)
+    if getattr(target, "device", None) == "micro":
+        return flags  # the host build of a microcontroller's code: portable C (docs/micro.md)
     mcpu = target.mcpu
     if mcpu is not None:
         x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")

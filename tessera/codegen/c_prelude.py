@@ -312,7 +312,7 @@ def helper_text(name: str) -> str:
     raise KeyError(f"no C helper named {name!r}")
 
 
-def prelude(names) -> str:
+def prelude(names, header: str = HEADER) -> str:
     """The header block followed by the helpers in `names` (and those they call), each once."""
     ordered: list[str] = []
 
@@ -325,7 +325,7 @@ def prelude(names) -> str:
 
     for name in sorted(names):
         add(name)
-    parts = [HEADER]
+    parts = [header]
     if ordered:
         parts.append("\n".join(helper_text(n) + "\n" for n in ordered))
     return "\n".join(parts)

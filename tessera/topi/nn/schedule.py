@@ -73,7 +73,22 @@ def schedule_reduction_loops(stage, n_outer: int, lanes: int):
     if split is not None:
         stage.reorder(*outer, *inner[:-1], split[0], *reduce_axes, split[1])
         stage.vectorize(split[1])
+    elif lanes == 1 and inner and reduce_axes:
+        block = _scalar_block(const_extent(inner[-1]))
+        if block > 1:
+            # scalar code (a Cortex-M): a few outputs per reduction step, kept in registers
+            # and unrolled, so each weight loaded serves `block` of them
+            io, ii = stage.split(inner[-1], factor=block)
+            stage.reorder(*outer, *inner[:-1], io, *reduce_axes, ii)
+            stage.unroll(ii)
     return outer
+
+
+def _scalar_block(extent) -> int:
+    """The largest divisor of `extent` up to 8 (no tail loop), 1 when unknown."""
+    if extent is None:
+        return 1
+    return max(d for d in range(1, min(extent, 8) + 1) if extent % d == 0)
 
 
 def schedule_anchor(s, anchor, outs, target, n_outer: int) -> None:
@@ -115,11 +130,27 @@ def schedule_conv(outs, target=None) -> te.Schedule:
     once at root (in parallel), the innermost output axis vectorized."""
     outs, s = _new_schedule(outs)
     conv = _find_anchor(outs, ["conv"])
-    for t in conv.op.input_tensors:
-        if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG:
+    pads = [
+        t for t in conv.op.input_tensors if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG
+    ]
+    per_plane = [t for t in pads if _pad_per_plane(conv, t, target)]
+    for t in pads:
+        if t not in per_plane:
             generic.schedule_elementwise_stage(s, t, target)
     schedule_anchor(s, conv, outs, target, n_outer=2)
+    for t in per_plane:  # inside the conv's channel loop (one iteration where it is attached)
+        s[t].compute_at(s[conv], conv.op.axis[1])
     return s
+
+
+def _pad_per_plane(conv: te.Tensor, padded: te.Tensor, target) -> bool:
+    """A depthwise conv (one input channel per output channel) on a scalar target pads one
+    channel's plane inside the (n, c) loop, where it is read: the same copies as padding the
+    whole input first, in a buffer of one plane (a Cortex-M's RAM) instead of all of them."""
+    rc = conv.op.reduce_axis[0] if conv.op.reduce_axis else None
+    channels = const_extent_of(padded.shape[1])
+    single = rc is not None and const_extent(rc) == 1 and channels is not None and channels > 1
+    return single and vector_lanes(target, conv.dtype) == 1
 
 
 def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
@@ -150,7 +181,7 @@ def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
 def schedule_dense(outs, target=None) -> te.Schedule:
     """dense/matmul/batch_matmul: blocks of rows x columns in parallel, the k loop inside, a
     register block of 4 rows x 2-4 column vectors innermost. A transposed weight is packed once
-    per call when there are enough rows to pay for it (else read strided)."""
+    per call when there are enough rows to pay for it and vectors read it (else read strided)."""
     outs, s = _new_schedule(outs)
     anchor = _find_anchor(outs, ["dense", "matmul", "batch_matmul"])
     lanes = vector_lanes(target, anchor.dtype)
@@ -159,7 +190,7 @@ def schedule_dense(outs, target=None) -> te.Schedule:
         rows *= const_extent_of(d) or 1
     for t in anchor.op.input_tensors:
         if isinstance(t.op, te.ComputeOp) and t.op.tag == PACK_TAG:
-            if rows >= lanes:
+            if rows >= lanes > 1:  # scalar code (lanes 1: a Cortex-M) gains nothing from it
                 generic.schedule_elementwise_stage(s, t, target)
             else:
                 s[t].compute_inline()

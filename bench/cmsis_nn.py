@@ -1,0 +1,260 @@
+"""Benchmark: tessera against Arm's CMSIS-NN on the same DS-CNN (keyword spotting), layer by
+layer, float32, on the emulated Cortex-M4F (mps2-an386): instructions per layer, RAM and flash.
+
+    .venv/bin/python bench/cmsis_nn.py [--cmsis ../shared/baselines] [--seed 0]
+
+The CMSIS-NN side is a C program written here (weights converted to CMSIS-NN's NHWC layouts,
+`arm_convolve_wrapper_f32`, `arm_depthwise_conv_wrapper_f32`, `arm_avg_pool_f32`,
+`arm_fully_connected_f32`, `arm_softmax_f32`), built from the baseline sources in
+../shared/baselines (never copied into tessera) with the same gcc and flags, and run on the
+same board with the same instruction counter between the same markers. Its output is checked
+against tessera's before any count is reported, so both compute the same model. The tessera
+side is `tessera.micro.Session`. Int8 (the MLPerf Tiny setting, CMSIS-NN's DSP kernels) waits
+for tessera's int8 kernels. A benchmark, not a test: nothing here asserts a count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from onnx import numpy_helper
+
+import tessera
+from tessera.micro import Session, boards, mlperf_tiny, toolchain
+from tessera.runtime import GraphModule, cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+BOARD = "mps2-an386"
+
+
+def _layers(model):
+    """DS-CNN's layers in order: (kind, first ONNX node name, weights, attrs)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    layers = []
+    for node in model.graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        if node.op_type == "Conv":
+            w, b = inits[node.input[1]], inits[node.input[2]]
+            group = attrs["group"].i if "group" in attrs else 1
+            kind = "dw" if group > 1 else "conv"
+            stride = list(attrs["strides"].ints)[0]
+            pads = list(attrs["pads"].ints)
+            layers.append((kind, node.name, (w, b), {"stride": stride, "pad": pads[:2]}))
+        elif node.op_type == "AveragePool":
+            layers.append(("avgpool", node.name, (), {"kernel": list(attrs["kernel_shape"].ints)}))
+        elif node.op_type == "Gemm":
+            layers.append(("fc", node.name, (inits[node.input[1]], inits[node.input[2]]), {}))
+        elif node.op_type == "Softmax":
+            layers.append(("softmax", node.name, (), {}))
+    return layers
+
+
+def _array(name: str, a: np.ndarray) -> str:
+    values = ", ".join(f"{v!r}f" for v in np.asarray(a, np.float32).reshape(-1).tolist())
+    return f"static const float {name}[{a.size}] = {{{values}}};"
+
+
+def cmsis_program(model, x: np.ndarray) -> tuple[str, list[str]]:
+    """(C source of DS-CNN on CMSIS-NN, the ONNX node name of each measured layer)."""
+    lines = [
+        '#include "arm_nnfunctions.h"',
+        "#include <stdint.h>",
+        "#include <string.h>",
+        "void tessera_mark_begin(void);",
+        "void tessera_mark_end(void);",
+        "int write_output(const void* data, uint32_t n);",
+        _array("input", x),  # NCHW with C = 1 is NHWC
+    ]
+    h, w, c = x.shape[2], x.shape[3], x.shape[1]
+    body, names = [], []
+    for k, (kind, name, weights, attrs) in enumerate(_layers(model)):
+        src, dst = ("input" if k == 0 else f"act{(k - 1) % 2}"), f"act{k % 2}"
+        names.append(name)
+        relu = "{0.0f, ARM_NN_F32_FINITE_MAX}"
+        if kind in ("conv", "dw"):
+            wt, b = weights
+            cout, _, kh, kw = wt.shape
+            s, (ph, pw) = attrs["stride"], attrs["pad"]
+            oh, ow = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
+            if kind == "conv" and kh == 10:  # DS-CNN's first conv pads 4/5 rows: one more
+                oh = (h + 4 + 5 - kh) // s + 1
+            layout = wt.transpose(0, 2, 3, 1) if kind == "conv" else wt[:, 0].transpose(1, 2, 0)
+            lines += [_array(f"w{k}", layout), _array(f"b{k}", b)]
+            dims = f"{{1, {h}, {w}, {c}}}, fd = {{{cout if kind == 'conv' else 1}, {kh}, {kw}, "
+            dims += f"{c if kind == 'conv' else cout}}}, bd = {{1, 1, 1, {cout}}}, "
+            dims += f"od = {{1, {oh}, {ow}, {cout}}}"
+            body.append(f"  {{ cmsis_nn_dims id = {dims};")
+            tile = f"{{{s}, {s}}}, {{{pw}, {ph}}}, {{1, 1}}, {relu}"
+            if kind == "conv":
+                body.append(
+                    f"    cmsis_nn_conv_params_f32 p = {{{tile}, ARM_NN_WEIGHT_FORMAT_STANDARD}};"
+                )
+                call = "arm_convolve_wrapper_f32"
+            else:
+                body.append(f"    cmsis_nn_dw_conv_params_f32 p = {{1, {tile}}};")
+                call = "arm_depthwise_conv_wrapper_f32"
+            body.append(
+                f"    MEASURE({call}(&ctx, &p, &id, {src}, &fd, w{k}, &bd, b{k}, &od, {dst})); }}"
+            )
+            h, w, c = oh, ow, cout
+        elif kind == "avgpool":
+            kh, kw = attrs["kernel"]
+            body.append(
+                f"  {{ cmsis_nn_dims id = {{1, {h}, {w}, {c}}}, fd = {{1, {kh}, {kw}, 1}}, "
+                f"od = {{1, 1, 1, {c}}};"
+            )
+            body.append("    cmsis_nn_pool_params_f32 p = {{1, 1}, {0, 0}, "
+                        "{-ARM_NN_F32_FINITE_MAX, ARM_NN_F32_FINITE_MAX}};")  # fmt: skip
+            body.append(f"    MEASURE(arm_avg_pool_f32(&ctx, &p, &id, {src}, &fd, &od, {dst})); }}")
+            h = w = 1
+        elif kind == "fc":
+            wt, b = weights
+            lines += [_array(f"w{k}", wt), _array(f"b{k}", b)]
+            n_out, n_in = wt.shape
+            body.append(
+                f"  {{ cmsis_nn_dims id = {{1, 1, 1, {n_in}}}, fd = {{{n_in}, 1, 1, {n_out}}}, "
+                f"bd = {{1, 1, 1, {n_out}}}, od = {{1, 1, 1, {n_out}}};"
+            )
+            body.append("    cmsis_nn_fc_params_f32 p = {{-ARM_NN_F32_FINITE_MAX, "
+                        "ARM_NN_F32_FINITE_MAX}, ARM_NN_WEIGHT_FORMAT_STANDARD};")  # fmt: skip
+            body.append(
+                f"    MEASURE(arm_fully_connected_f32(&ctx, &p, &id, {src}, &fd, w{k}, &bd, b{k}, "
+                f"&od, {dst}, ARM_NN_LAYOUT_NHWC)); }}"
+            )
+            c = n_out
+        else:
+            body.append(f"  MEASURE(arm_softmax_f32({src}, 1, {c}, {dst}));")
+            last = dst
+    lines += [
+        "static float act0[64 * 25 * 5], act1[64 * 25 * 5];",
+        "static float scratch[8192] __attribute__((aligned(16)));",
+        "#define MEASURE(x) do { tessera_mark_begin(); arm_cmsis_nn_status st = x; "
+        "tessera_mark_end(); if (st != ARM_CMSIS_NN_SUCCESS) return 10; } while (0)",
+        "int main(void) {",
+        "  cmsis_nn_context ctx = {scratch, sizeof scratch};",
+        *body,
+        f"  return write_output({last}, {c} * sizeof(float));",
+        "}",
+    ]
+    return "\n".join(lines) + "\n", names
+
+
+_RUNTIME = r"""
+#include <stdint.h>
+#include <string.h>
+static inline uint32_t semihost(uint32_t op, const void* arg) {
+  register uint32_t r0 __asm__("r0") = op;
+  register const void* r1 __asm__("r1") = arg;
+  __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+  return r0;
+}
+__attribute__((noreturn)) void tessera_exit(int code) {
+  uint32_t block[2] = {0x20026u, (uint32_t)code};
+  semihost(0x20, block);
+  for (;;) {}
+}
+void tessera_fault(uint32_t ipsr, const uint32_t* frame) {
+  (void)ipsr;
+  (void)frame;
+  tessera_exit(93);
+}
+__attribute__((noinline, used)) void tessera_mark_begin(void) { __asm__ volatile(""); }
+__attribute__((noinline, used)) void tessera_mark_end(void) { __asm__ volatile(""); }
+int write_output(const void* data, uint32_t n) {
+  uint32_t open[3] = {(uint32_t)(uintptr_t)"out.bin", 5, 7};
+  int32_t fd = (int32_t)semihost(0x01, open);
+  uint32_t w[3] = {(uint32_t)fd, (uint32_t)(uintptr_t)data, n};
+  return fd < 0 || semihost(0x05, w) != 0;
+}
+"""
+
+
+def run_cmsis(source: str, cmsis: Path, n_out: int):
+    """(output, per-layer instruction counts, {code, rodata, bss} bytes) of the program."""
+    nn = cmsis / "cmsis-nn"
+    board = boards.get_board(BOARD)
+    sources = sorted(str(p) for p in (nn / "Source").rglob("*f32*.c"))
+    sources.append(str(nn / "Source" / "NNSupportFunctions" / "arm_nntables_flt.c"))
+    with tempfile.TemporaryDirectory(prefix="tessera-cmsis-") as tmp:
+        folder = Path(tmp)
+        (folder / "model.c").write_text(source)
+        (folder / "runtime.c").write_text(_RUNTIME)
+        (folder / "board.ld").write_text(board.linker_script())
+        startup = boards.FIRMWARE_DIR / "startup.c"
+        cmd = [toolchain.GCC, *toolchain.cpu_flags(board.mcpu), *toolchain.OPT_FLAGS]
+        cmd += ["-std=c99", "-DARM_NN_ENABLE_F32=1", "-DARM_MATH_DSP", f"-I{nn / 'Include'}"]
+        cmd += [f"-I{cmsis / 'cmsis-core' / 'CMSIS' / 'Core' / 'Include'}", "-nostartfiles"]
+        cmd += ["--specs=nano.specs", "--specs=nosys.specs", "-Wl,--gc-sections", "-T", "board.ld"]
+        cmd += ["model.c", "runtime.c", str(startup), *sources, "-lm", "-o", "cmsis.elf"]
+        toolchain.run(cmd, "building the CMSIS-NN program", cwd=folder)
+        elf = folder / "cmsis.elf"
+        marks = boards.symbol_addresses(elf, ("tessera_mark_begin", "tessera_mark_end"))
+        plugin = boards.insncount_plugin()
+        counts_file = folder / "counts.txt"
+        plugin_arg = (
+            f"{plugin},begin={marks['tessera_mark_begin']:#x},"
+            f"end={marks['tessera_mark_end']:#x},out={counts_file}"
+        )
+        proc = subprocess.run(
+            board.qemu_command(elf, plugin_arg), cwd=folder, capture_output=True, timeout=300
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"the CMSIS-NN program exited with {proc.returncode}")
+        counts = [int(x.split()[-1]) for x in counts_file.read_text().splitlines() if "region" in x]
+        output = np.fromfile(folder / "out.bin", np.float32)[:n_out]
+        size = toolchain.run([toolchain.SIZE, str(elf)], "size").splitlines()[1].split()
+        return output, counts, {"text": int(size[0]), "data": int(size[1]), "bss": int(size[2])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cmsis", default=str(ROOT.parent.parent / "shared" / "baselines"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    cmsis = Path(args.cmsis)
+    if not (cmsis / "cmsis-nn" / "Include" / "arm_nnfunctions.h").exists():
+        raise SystemExit(f"no CMSIS-NN at {cmsis} (pass --cmsis DIR holding cmsis-nn/)")
+    model = mlperf_tiny.kws_ds_cnn(args.seed)
+    x = np.random.default_rng(1).standard_normal((1, 1, 49, 10)).astype(np.float32)
+    mod, params = tessera.frontend.from_onnx(model, {"input": x.shape})
+    lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
+    m = GraphModule(lib["default"](cpu(0)))
+    m.set_input("input", x)
+    m.run()
+    host = m.get_output(0).numpy().reshape(-1)
+    with Session(lib, board=BOARD) as s:
+        s.set_input("input", x)
+        counts = s.run()
+    source, names = cmsis_program(model, x)
+    out, cmsis_counts, size = run_cmsis(source, cmsis, host.size)
+    if not np.allclose(out, host, rtol=1e-4, atol=1e-6):
+        raise SystemExit(f"CMSIS-NN and tessera disagree: {out} vs {host}")
+    ours = {}
+    for call, n in zip(lib.plan["calls"], counts, strict=True):
+        key = call["nodes"][0] if call.get("nodes") else call["kernel"]
+        ours[key] = ours.get(key, 0) + n
+    print(f"DS-CNN float32 on {BOARD}: outputs agree (max diff {np.abs(out - host).max():.1e})")
+    print(f"{'layer (ONNX node)':22} {'tessera':>12} {'CMSIS-NN':>12} {'ratio':>7}")
+    for name, theirs in zip(names, cmsis_counts, strict=True):
+        mine = ours.pop(name, 0)
+        print(f"{name:22} {mine:12,d} {theirs:12,d} {mine / theirs:7.2f}")
+    for name, mine in ours.items():  # calls with no CMSIS-NN counterpart (a reshape)
+        print(f"{name:22} {mine:12,d} {'-':>12}")
+    total, theirs = sum(counts), sum(cmsis_counts)
+    report = lib.memory_report()
+    print(f"{'total':22} {total:12,d} {theirs:12,d} {total / theirs:7.2f}")
+    print(
+        f"tessera: flash {report['flash_bytes']['total']:,} B (weights + kernels + entry), "
+        f"RAM {report['ram_bytes']['arena']:,} B arena; CMSIS-NN program: text "
+        f"{size['text']:,} B (weights + library + runtime), bss {size['bss']:,} B"
+    )
+    print(f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M instructions "
+          f"({total / theirs:.2f}x), DS-CNN float32 on {BOARD}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
