@@ -172,6 +172,10 @@ def build(
         return build_graph(mod, target, params)
     if params is not None:
         raise TypeError("build: params are the weights of a graph module; this is a kernel")
+    if target.kind in ("opencl", "cuda"):  # GPU (issue 17): its own lowering, codegen/gpu.py
+        from tessera.codegen.gpu import build_gpu
+
+        return build_gpu(inputs, args, target, name)
     if isinstance(inputs, te.Schedule):
         mod = lower(inputs, args, name=name)
     elif isinstance(inputs, tir.PrimFunc):

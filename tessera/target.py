@@ -25,6 +25,7 @@ _OPTIONS = {
     "llvm": ("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math"),
     "c": ("mtriple", "mcpu", "mattr", "num-cores"),
     "cuda": ("arch", "max-num-threads"),
+    "opencl": ("max-num-threads",),  # GPU (issue 17): OpenCL C, run through pyopencl
 }
 _INT_OPTIONS = ("num-cores", "max-num-threads")
 _BOOL_OPTIONS = ("fast-math",)
@@ -248,7 +249,7 @@ class Target:
     @property
     def features(self) -> frozenset[str]:
         """CPU feature names as LLVM spells them: "avx2", "fma", "avx512f", "amx-int8", "neon"."""
-        if self.kind == "cuda":
+        if self.kind in ("cuda", "opencl"):  # GPU (issue 17)
             return frozenset()
         if self.mcpu is None or self._mcpu_is_host():
             if self._same_arch_as_host():
@@ -279,7 +280,7 @@ class Target:
     @property
     def is_host(self) -> bool:
         """True when code for this target can run on this machine."""
-        if self.kind == "cuda" or not self._same_arch_as_host():
+        if self.kind in ("cuda", "opencl") or not self._same_arch_as_host():  # GPU (issue 17)
             return False
         return self.features <= _host_cpu()[1]
 

@@ -271,11 +271,12 @@ class Stage:
 
     def set_scope(self, scope: str) -> None:
         """Where this stage's buffer lives: "global" (the heap) or "local" (the stack where
-        small and of constant size, e.g. a row of a reduction computed at a parallel loop)."""
+        small and of constant size, e.g. a row of a reduction computed at a parallel loop; on
+        a GPU, registers), or on a GPU "shared" (one buffer per thread block)."""
         self._check_compute("set_scope")
-        if scope not in ("global", "local"):
+        if scope not in ("global", "local", "shared"):
             raise ValueError(
-                f"set_scope of {self.name}: scope must be global or local, not {scope!r}"
+                f"set_scope of {self.name}: scope must be global, local or shared, not {scope!r}"
             )
         if self.is_output:
             raise ValueError(f"set_scope: {self.name} is an output; its buffer is a parameter")
