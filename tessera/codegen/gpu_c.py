@@ -176,8 +176,10 @@ class _KernelEmitter(_FunctionEmitter):
             for dim in buf.shape:
                 count *= dim.value  # verify_gpu checked that shared sizes are constants
             name = self.declare_name(buf)
-            self.line(f"{self.dialect.shared}TESSERA_ALIGNED(16) {storage_type(buf.dtype)} "
-                      f"{name}[{count}];")
+            self.line(
+                f"{self.dialect.shared}TESSERA_ALIGNED(16) {storage_type(buf.dtype)} "
+                f"{name}[{count}];"
+            )
 
     def _Allocate(self, s: S.Allocate) -> None:
         buf = s.buffer
@@ -193,6 +195,39 @@ class _KernelEmitter(_FunctionEmitter):
                 f"{self.func.name}: {buf.name} is a heap allocation inside a kernel (verify_gpu)"
             )
         self.stmt(s.body)
+
+    def _BufferStore(self, s: S.BufferStore) -> None:
+        native = self.native_vector(s) if self.dialect.name == "opencl" else None
+        if native is None:
+            super()._BufferStore(s)  # scalar, or a vector one lane at a time
+            return
+        lanes, base = s.value.dtype.lanes, s.indices[0].base
+        buf = self.check_buffer(s.buffer, 1)
+        self.line(f"vstore{lanes}({native}, 0, {buf} + {self.exprs.text(base)});")
+
+    def native_vector(self, s: S.BufferStore) -> str | None:
+        """OpenCL vector text of a contiguous 2/4/8/16-lane float32 store's value (vloadN of
+        contiguous loads, broadcasts, + - * /), or None where lanes are printed one by one.
+        Note [vector loads]: one vloadN is one wide load on a GPU (and pocl's CPU)."""
+        value, index = s.value, s.indices[0]
+        lanes = value.dtype.lanes
+        if lanes not in (2, 4, 8, 16) or s.buffer.dtype != value.dtype.element:
+            return None
+        if str(s.buffer.dtype) != "float32" or not _contiguous(index):
+            return None
+        if collect(value, lambda n: isinstance(n, E.Let)) or not _vector_ok(value, s.buffer):
+            return None
+        return self.vector_text(value)
+
+    def vector_text(self, e: E.Expr) -> str:
+        lanes = e.dtype.lanes
+        if isinstance(e, E.BufferLoad):
+            base = self.exprs.text(e.indices[0].base)
+            return f"vload{lanes}(0, {self.names.get(e.buffer)} + {base})"
+        if isinstance(e, E.Broadcast):
+            return f"((float{lanes})({self.exprs.text(e.value)}))"
+        op = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[type(e).__name__]
+        return f"({self.vector_text(e.a)} {op} {self.vector_text(e.b)})"
 
     def _Evaluate(self, s: S.Evaluate) -> None:
         if is_barrier(s):
@@ -211,6 +246,28 @@ class _KernelEmitter(_FunctionEmitter):
         if s.kind == S.ForKind.UNROLLED:
             self.lines.append("#pragma unroll")
         super()._For(s)
+
+
+def _contiguous(index: E.Expr) -> bool:
+    return (
+        isinstance(index, E.Ramp)
+        and isinstance(E.convert(index.stride), E.IntImm)
+        and E.convert(index.stride).value == 1
+        and index.base.dtype.lanes == 1
+    )
+
+
+def _vector_ok(e: E.Expr, stored: Buffer) -> bool:
+    """Float32 vector arithmetic of contiguous loads (not of the stored buffer) and broadcasts."""
+    if str(e.dtype.element) != "float32":
+        return False
+    if isinstance(e, E.BufferLoad):
+        return e.buffer is not stored and _contiguous(e.indices[0])
+    if isinstance(e, E.Broadcast):
+        return e.value.dtype.lanes == 1
+    if isinstance(e, (E.Add, E.Sub, E.Mul, E.Div)):
+        return _vector_ok(e.a, stored) and _vector_ok(e.b, stored)
+    return False
 
 
 def emit_kernels(kernels: list[PrimFunc], dialect: Dialect) -> str:

@@ -6,8 +6,8 @@
     f(a, b); b.numpy()                                  # numpy arguments work too (copied)
     f.export_library("add.tsgpu"); tessera.runtime.load_module("add.tsgpu")
 
-A backend (runtime/opencl_device.py, runtime/cuda_device.py) is imported only when a device of its kind is
-used; it gives a `DeviceAPI`: alloc/free, upload/download, load(code) -> program,
+A backend (runtime/opencl_device.py, runtime/cuda_device.py) is imported only when a device
+of its kind is used; it gives a `DeviceAPI`: alloc/free, upload/download, load(code) -> program,
 launch(program, kernel, buffers, grid, block), sync. A host plan is plain data (made by
 codegen/gpu.py): the params' shapes and dtypes, the temporaries to allocate, and the launches
 in order, so this file imports nothing from the compiler.

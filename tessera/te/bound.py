@@ -216,17 +216,22 @@ def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]
 
 
 def _shared_thread_loops(stage: Stage, parent: Stage, pos: int) -> list:
-    """The parent's loops outside the attach point that are bound to threadIdx.*, for a stage in
-    "shared" scope: Note [shared regions span the block]."""
+    """The loops bound to threadIdx.* around the attach point (the parent's outside it, and
+    those of the stages the parent is computed in), for a stage in "shared" scope:
+    Note [shared regions span the block]."""
     if stage.scope != "shared":
         return []
     found = []
-    for v in parent.leaf_iter_vars[:pos]:
-        attr = parent.iter_var_attrs.get(v)
-        if attr is not None and attr.thread is not None:
-            if attr.thread.thread_tag.startswith("threadIdx"):
-                found.append(v)
-    return found
+    while True:
+        for v in parent.leaf_iter_vars[:pos]:
+            attr = parent.iter_var_attrs.get(v)
+            if attr is not None and attr.thread is not None:
+                if attr.thread.thread_tag.startswith("threadIdx"):
+                    found.append(v)
+        if parent.attach_type != AttachType.SCOPE:
+            return found
+        iv, parent = parent.attach_ivar, parent.attach_stage
+        pos = next(k for k, v in enumerate(parent.leaf_iter_vars) if v is iv) + 1
 
 
 # Note [shared regions span the block]: a GPU thread loop is not a loop; all its iterations run

@@ -88,9 +88,7 @@ def _memory_problems(kernel: PrimFunc, max_shared: int) -> list[str]:
         if buf.scope == "shared":
             shared_bytes += size * buf.dtype.bits // 8 * buf.dtype.lanes
     if shared_bytes > max_shared:
-        problems.append(
-            f"shared memory {shared_bytes} bytes is over the device limit {max_shared}"
-        )
+        problems.append(f"shared memory {shared_bytes} bytes is over the device limit {max_shared}")
     return problems
 
 
