@@ -169,6 +169,10 @@ def build(
     target = Target(target) if not isinstance(target, Target) else target
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
+        if target.kind in ("opencl", "cuda"):  # GPU (issue 17): codegen/gpu_graph.py
+            from tessera.codegen.gpu_graph import build_graph_gpu
+
+            return build_graph_gpu(mod, target, params)
         return build_graph(mod, target, params)
     if params is not None:
         raise TypeError("build: params are the weights of a graph module; this is a kernel")

@@ -138,6 +138,12 @@ _DIALECT_RESERVED = {
 }
 
 
+def _storage(dt) -> str:
+    """C type of an element in device memory: a bool is a byte (OpenCL forbids bool pointers in
+    kernel arguments; numpy's bool is one byte too)."""
+    return "uint8_t" if dt.element.is_bool else storage_type(dt)
+
+
 class _KernelEmitter(_FunctionEmitter):
     """One device kernel in a dialect (the statements are the C emitter's)."""
 
@@ -151,7 +157,7 @@ class _KernelEmitter(_FunctionEmitter):
         for p in func.params:
             name = self.names.get(p)
             if isinstance(p, Buffer):
-                params.append(f"{d.global_ptr}{storage_type(p.dtype)}* {d.restrict} {name}")
+                params.append(f"{d.global_ptr}{_storage(p.dtype)}* {d.restrict} {name}")
             else:
                 params.append(f"{value_type(p.dtype)} {name}")
         self.lane = self.names.fresh("lane")
@@ -177,7 +183,7 @@ class _KernelEmitter(_FunctionEmitter):
                 count *= dim.value  # verify_gpu checked that shared sizes are constants
             name = self.declare_name(buf)
             self.line(
-                f"{self.dialect.shared}TESSERA_ALIGNED(16) {storage_type(buf.dtype)} "
+                f"{self.dialect.shared}TESSERA_ALIGNED(16) {_storage(buf.dtype)} "
                 f"{name}[{count}];"
             )
 
@@ -189,7 +195,7 @@ class _KernelEmitter(_FunctionEmitter):
             for dim in buf.shape:
                 count *= dim.value
             name = self.declare_name(buf)
-            self.line(f"{storage_type(buf.dtype)} {name}[{count}];")
+            self.line(f"{_storage(buf.dtype)} {name}[{count}];")
         elif buf.scope != "shared":
             raise ValueError(
                 f"{self.func.name}: {buf.name} is a heap allocation inside a kernel (verify_gpu)"

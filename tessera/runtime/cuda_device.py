@@ -93,6 +93,9 @@ class CUDADeviceAPI:
         except Exception:  # at interpreter exit the driver may be gone already
             pass
 
+    def view(self, ptr, offset: int, nbytes: int):
+        return self.cu.CUdeviceptr(int(ptr) + int(offset))
+
     def upload(self, ptr, host: np.ndarray) -> None:
         host = np.ascontiguousarray(host)
         _ok(self.cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")

@@ -44,11 +44,21 @@ def device_api(dev: Device):
 class GPUArray:
     """An n-dimensional array in a GPU device's memory."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: str, dev: Device):
+    def __init__(self, shape: tuple[int, ...], dtype: str, dev: Device, view_of=None):
+        """A new allocation, or with `view_of=(handle, offset)` a view of the bytes of another
+        allocation from `offset` on (an arena slot; the view does not free them)."""
         self._shape, self._dtype, self._device = tuple(shape), dtype, dev
         self._storage = np.dtype(STORAGE[dtype])
         self.api = device_api(dev)
-        self.handle = self.api.alloc(max(self.nbytes, 1))
+        if view_of is None:
+            self.handle, self._owned = self.api.alloc(max(self.nbytes, 1)), True
+        else:
+            self.handle = self.api.view(view_of[0], view_of[1], max(self.nbytes, 1))
+            self._owned = False
+
+    @staticmethod
+    def storage_dtype(dtype: str) -> np.dtype:
+        return np.dtype(STORAGE[dtype])
 
     shape = property(lambda self: self._shape)
     dtype = property(lambda self: self._dtype)
@@ -77,7 +87,7 @@ class GPUArray:
 
     def __del__(self):
         handle, self.handle = getattr(self, "handle", None), None
-        if handle is not None:
+        if handle is not None and getattr(self, "_owned", False):
             self.api.free(handle)
 
     def __repr__(self) -> str:

@@ -287,10 +287,10 @@ def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
 def load_module(path):
     """Load a library written by `Module.export_library` (needs numpy and ctypes only): a
     Module, or for a compiled model a `graph_executor.GraphExecutorFactory`."""
-    from tessera.runtime import gpu_module  # GPU (issue 17): device code + host plans
+    from tessera.runtime import gpu_graph, gpu_module  # GPU (issue 17): device code + plans
 
     if gpu_module.is_gpu_library(path):
-        return gpu_module.load_gpu_module(path)
+        return gpu_graph.load_gpu_library(path)
     lib, opened = _open_library(path)
     try:
         symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)

@@ -60,6 +60,16 @@ class OpenCLDeviceAPI:
     def free(self, buf) -> None:
         buf.release()
 
+    def view(self, buf, offset: int, nbytes: int):
+        """Bytes [offset, offset + nbytes) of `buf` as a buffer of their own (a sub-buffer)."""
+        align = self.dev.mem_base_addr_align // 8
+        if offset % align:
+            raise ValueError(
+                f"OpenCL device {self.name} needs sub-buffers at multiples of {align} bytes; "
+                f"an arena slot is at {offset}"
+            )
+        return buf.get_sub_region(int(offset), int(nbytes))
+
     def upload(self, buf, host: np.ndarray) -> None:
         self.cl.enqueue_copy(self.queue, buf, np.ascontiguousarray(host), is_blocking=True)
 
