@@ -7,9 +7,9 @@ OpenCL C or CUDA C -> a runtime GPUModule.
     f = tessera.build(s, [A, B, C], target="opencl")     # or "cuda -arch=sm_80"
     f(a, b, c)                                           # arrays on tessera.opencl(0), or numpy
 
-Order (each step a pure function): te.lower -> GPU_TIR_PASSES (simplify, flatten) ->
+Order (each step a pure function): te.lower -> GPU_TIR_PASSES (flatten) ->
 split_kernels (one kernel per root loop nest, thread loops -> thread indices) -> per kernel
-KERNEL_PASSES (barriers, vectors, simplify) -> verify_gpu (launch bounds, shared memory) ->
+KERNEL_PASSES (simplify, barriers, vectors) -> verify_gpu (launch bounds, shared memory) ->
 emit the dialect's source. The host side is plain data (`host_plan_json`): the runtime runs it
 with nothing from the compiler.
 """
@@ -28,8 +28,10 @@ from tessera.tir.transform.split_kernels import LAUNCH_ATTR, GPUHostPlan, split_
 from tessera.tir.verify_gpu import verify_gpu
 from tessera.transform.pass_context import PassContext, run_passes
 
-GPU_TIR_PASSES = [tt.simplify, tt.flatten_storage, tt.simplify, tt.remove_no_op]
-KERNEL_PASSES = [insert_barriers, tt.vectorize_loop, tt.simplify, tt.remove_no_op]
+# Nothing that drops loops runs before split_kernels: `simplify` removes a loop of extent 1, and
+# a thread loop of extent 1 still says that the stage runs in a kernel of its own.
+GPU_TIR_PASSES = [tt.flatten_storage]
+KERNEL_PASSES = [tt.simplify, insert_barriers, tt.vectorize_loop, tt.simplify, tt.remove_no_op]
 # Device limits checked at compile time (CUDA's for every architecture since sm_30; pocl's
 # CPU device takes 4096 threads per work-group, so the common bound is CUDA's).
 MAX_THREADS_PER_BLOCK = 1024

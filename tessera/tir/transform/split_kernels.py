@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tessera.arith import simplify
 from tessera.ir.node import Mutator
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import IntImm, Var
@@ -128,12 +129,13 @@ def _launch_extents(fname: str, nest: Stmt) -> dict[str, int]:
                 f"{fname}: loop {loop.loop_var.name} is bound to {loop.thread_tag!r}; the thread "
                 f"axes are {', '.join(THREAD_TAGS)}"
             )
-        if not isinstance(loop.extent, IntImm):
+        extent = simplify(loop.extent)
+        if not isinstance(extent, IntImm):
             raise GPUSplitError(
                 f"{fname}: loop {loop.loop_var.name} bound to {loop.thread_tag} has the "
                 f"symbolic extent {loop.extent}; a launch needs constant extents"
             )
-        launch[loop.thread_tag] = max(launch.get(loop.thread_tag, 1), loop.extent.value)
+        launch[loop.thread_tag] = max(launch.get(loop.thread_tag, 1), extent.value)
     return launch
 
 
@@ -149,6 +151,6 @@ class _BindThreads(Mutator):
             return node if body is node.body else replace(node, body=body)
         tid = self.thread_vars[node.thread_tag]
         body = substitute(body, {node.loop_var: tid})
-        if node.extent.value < self.launch[node.thread_tag]:
+        if simplify(node.extent).value < self.launch[node.thread_tag]:
             body = IfThenElse(likely(tid < node.extent), body)
         return body
