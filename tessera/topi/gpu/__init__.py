@@ -10,9 +10,14 @@ parallel can take `SCHEDULES` as the GPU rows as it stands).
 
 from __future__ import annotations
 
+from tessera.topi.gpu.dense import schedule_matmul
 from tessera.topi.gpu.schedule import schedule_default
 
-SCHEDULES: dict = {}
+SCHEDULES: dict = {
+    "nn.dense": schedule_matmul,
+    "matmul": schedule_matmul,
+    "nn.batch_matmul": schedule_matmul,
+}
 
 
 def schedule_group(anchor_op: str, outs, target):
