@@ -80,6 +80,13 @@ class _Lowerer:
                 conds.append(v >= dom.min)
             if not self.an.can_prove(v < dom.min + dom.extent):
                 conds.append(v < self.an.simplify(dom.min + dom.extent))
+            # a stage computed at a loop covers its region only: a split that does not divide
+            # the region's extent must not write past its (region-sized) buffer
+            region = self.bounds.ranges.get(iv)
+            if region is not None and region is not dom and iv.iter_type != IterVarType.REDUCE:
+                local = self.an.simplify(v - region.min)
+                if not self.an.can_prove(local < region.extent):
+                    conds.append(local < region.extent)
         return conds
 
     @staticmethod

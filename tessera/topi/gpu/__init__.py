@@ -10,6 +10,7 @@ parallel can take `SCHEDULES` as the GPU rows as it stands).
 
 from __future__ import annotations
 
+from tessera.topi.gpu.conv2d import schedule_conv2d
 from tessera.topi.gpu.dense import schedule_matmul
 from tessera.topi.gpu.schedule import schedule_default
 
@@ -17,6 +18,7 @@ SCHEDULES: dict = {
     "nn.dense": schedule_matmul,
     "matmul": schedule_matmul,
     "nn.batch_matmul": schedule_matmul,
+    "nn.conv2d": schedule_conv2d,
 }
 
 
