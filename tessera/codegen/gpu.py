@@ -8,7 +8,8 @@ OpenCL C or CUDA C -> a runtime GPUModule.
     f(a, b, c)                                           # arrays on tessera.opencl(0), or numpy
 
 Order (each step a pure function): te.lower -> GPU_TIR_PASSES (flatten) ->
-split_kernels (one kernel per root loop nest, thread loops -> thread indices) -> per kernel
+split_kernels (one kernel per root loop nest, thread loops -> thread indices) ->
+lower_thread_allreduce (cross-thread reductions: shuffles or a shared tree) -> per kernel
 KERNEL_PASSES (simplify, barriers, vectors) -> verify_gpu (launch bounds, shared memory) ->
 emit the dialect's source. The host side is plain data (`host_plan_json`): the runtime runs it
 with nothing from the compiler.
@@ -24,6 +25,7 @@ from tessera.tir import transform as tt
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import IntImm
 from tessera.tir.transform.insert_barriers import insert_barriers
+from tessera.tir.transform.lower_thread_allreduce import lower_thread_allreduce
 from tessera.tir.transform.split_kernels import LAUNCH_ATTR, GPUHostPlan, split_kernels
 from tessera.tir.verify_gpu import verify_gpu
 from tessera.transform.pass_context import PassContext, run_passes
@@ -46,6 +48,7 @@ def lower_gpu(func: tir.PrimFunc, target: Target) -> tuple[list[tir.PrimFunc], G
     max_threads = target.to_dict().get("max_num_threads", MAX_THREADS_PER_BLOCK)
     out = []
     for k in kernels:
+        k = lower_thread_allreduce(k, warp_shuffle=target.kind == "cuda")
         k = run_passes(KERNEL_PASSES, k, ctx)
         verify_gpu(k, max_threads, MAX_SHARED_BYTES)
         out.append(k)

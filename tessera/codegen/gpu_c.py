@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tessera.codegen import c_prelude
 from tessera.codegen.c import _OWN_NAMES, RESERVED, _FunctionEmitter, _Names
-from tessera.codegen.c_expr import MATH_FUNCTIONS, storage_type, value_type
+from tessera.codegen.c_expr import MATH_FUNCTIONS, PRIMARY, ExprPrinter, storage_type, value_type
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
 from tessera.tir.buffer import Buffer
@@ -144,12 +144,25 @@ def _storage(dt) -> str:
     return "uint8_t" if dt.element.is_bool else storage_type(dt)
 
 
+class _GPUExprPrinter(ExprPrinter):
+    """The C expression printer, plus the warp shuffles of cross-thread reductions (CUDA)."""
+
+    def _call_shfl_down(self, e, lane):
+        value, offset, width = (self.text(a, lane) for a in e.args)
+        return f"__shfl_down_sync(0xffffffffu, {value}, {offset}, {width})", PRIMARY
+
+    def _call_shfl(self, e, lane):
+        value, src, width = (self.text(a, lane) for a in e.args)
+        return f"__shfl_sync(0xffffffffu, {value}, {src}, {width})", PRIMARY
+
+
 class _KernelEmitter(_FunctionEmitter):
     """One device kernel in a dialect (the statements are the C emitter's)."""
 
     def __init__(self, func: PrimFunc, helpers: set[str], names: _Names, dialect: Dialect):
         super().__init__(func, helpers, names)
         self.dialect = dialect
+        self.exprs = _GPUExprPrinter(names, helpers)
 
     def emit(self) -> str:
         func, d = self.func, self.dialect
@@ -183,8 +196,7 @@ class _KernelEmitter(_FunctionEmitter):
                 count *= dim.value  # verify_gpu checked that shared sizes are constants
             name = self.declare_name(buf)
             self.line(
-                f"{self.dialect.shared}TESSERA_ALIGNED(16) {_storage(buf.dtype)} "
-                f"{name}[{count}];"
+                f"{self.dialect.shared}TESSERA_ALIGNED(16) {_storage(buf.dtype)} {name}[{count}];"
             )
 
     def _Allocate(self, s: S.Allocate) -> None:
@@ -249,7 +261,10 @@ class _KernelEmitter(_FunctionEmitter):
                 f"{self.func.name}: loop {s.loop_var.name} is {s.kind.value} in a device kernel "
                 "(run split_kernels; verify_gpu)"
             )
-        if s.kind == S.ForKind.UNROLLED:
+        # Note [unroll pragma]: CUDA unrolls the loop, so a register tile indexed by it stays in
+        # registers. Not in OpenCL: pocl (3.1, Debian 12, CPU) computed wrong results for an unrolled loop
+        # in a kernel with barriers (tests/gpu/test_opencl.py::test_conv2d_schedule...).
+        if s.kind == S.ForKind.UNROLLED and self.dialect.name == "cuda":
             self.lines.append("#pragma unroll")
         super()._For(s)
 

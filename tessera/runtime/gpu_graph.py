@@ -147,8 +147,7 @@ class GPUGraphModule:
             values = np.asarray(v)
             if values.shape != self.inputs[index].shape:
                 raise ValueError(
-                    f"input {name!r}: expected shape {self.inputs[index].shape}, got "
-                    f"{values.shape}"
+                    f"input {name!r}: expected shape {self.inputs[index].shape}, got {values.shape}"
                 )
             self.inputs[index].copyfrom(values)
 

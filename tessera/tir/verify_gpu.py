@@ -8,19 +8,21 @@
 - the shared buffers together fit the device's shared memory; every shared or local buffer has
   a constant size (they are declared, not allocated);
 - no heap (global) allocation inside a kernel;
-- no barrier under a condition on a thread index (every thread of the block must reach it).
+- no barrier or warp shuffle under a condition on a thread index (every thread of the block
+  must reach a barrier; every lane of the warp must take part in a shuffle).
 """
 
 from __future__ import annotations
 
 from tessera.ir.node import Visitor
-from tessera.tir.expr import IntImm
+from tessera.tir.expr import Call, IntImm
 from tessera.tir.function import PrimFunc
 from tessera.tir.stmt import Allocate, For, ForKind, IfThenElse
 from tessera.tir.stmt_functor import collect
 from tessera.tir.transform.insert_barriers import is_barrier
 from tessera.tir.transform.split_kernels import LAUNCH_ATTR
 
+_WARP_OPS = ("shfl", "shfl_down")
 MAX_BLOCK_DIM = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
 MAX_GRID_DIM = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 
@@ -111,6 +113,14 @@ def _barrier_problems(kernel: PrimFunc) -> list[str]:
                 problems.append(
                     "a barrier is under a condition on threadIdx (a loop bound to a thread "
                     "axis with an extent smaller than the launch's): bind the same extents"
+                )
+
+        def visit_BufferStore(self, node):
+            shuffles = collect(node.value, lambda n: isinstance(n, Call) and n.op in _WARP_OPS)
+            if shuffles and self.divergent:
+                problems.append(
+                    "a warp shuffle is under a condition on threadIdx: all the warp's threads "
+                    "must take part (bind the same extents)"
                 )
 
     _Find().visit(kernel.body)

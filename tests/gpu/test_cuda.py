@@ -87,3 +87,24 @@ def test_shared_matmul_runs_on_the_gpu(cuda_dev, matmul_schedule):
     c = np.zeros((128, 64), np.float32)
     f(a, b, c, device=cuda_dev)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads, shuffles", [(32, True), (16, True), (128, False)])
+def test_cross_thread_reduction_uses_warp_shuffles(nvrtc, threads, shuffles):
+    A = te.placeholder((64, 1000), name="A")
+    r = te.reduce_axis((0, 1000), name="k")
+    total = te.compute((64,), lambda i: te.sum(A[i, r], axis=r), name="total")
+    s = te.create_schedule(total.op)
+    _, ki = s[total].split(r, factor=threads)
+    if threads == 16:  # two rows per warp: rows on threadIdx.y
+        ro, ri = s[total].split(total.op.axis[0], factor=2)
+        s[total].bind(ro, te.thread_axis("blockIdx.x"))
+        s[total].bind(ri, te.thread_axis("threadIdx.y"))
+    else:
+        s[total].bind(total.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[total].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tessera.build(s, [A, total], target="cuda -arch=sm_80")
+    src = f.get_source()
+    assert ("__shfl_down_sync" in src) == shuffles
+    assert ("__syncthreads();" in src) != shuffles  # else a tree in shared memory
+    assert f.code["cubin"][:4] == b"\x7fELF"

@@ -206,3 +206,28 @@ def test_barrier_under_a_thread_condition_is_an_error():
     s[B].bind(s[B].op.axis[1], te.thread_axis("threadIdx.x"))  # ... 8 fetch: 4 skip barriers
     with pytest.raises(GPUVerifyError, match="barrier is under a condition on threadIdx"):
         lower_gpu(te.lower(s, [A, C]), OPENCL)
+
+
+def test_reduction_loops_bind_to_threadidx_only():
+    A = te.placeholder((8, 64), name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(ValueError, match="only be bound to a threadIdx axis"):
+        s[B].bind(k, te.thread_axis("blockIdx.x"))
+
+
+def test_cross_thread_reduction_lowers_to_an_allreduce_attribute():
+    A = te.placeholder((8, 64), name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(k, te.thread_axis("threadIdx.x"))
+    func = te.lower(s, [A, B])
+    (attr,) = collect(func.body, lambda n: isinstance(n, tir.AttrStmt))
+    assert attr.key == "thread_allreduce" and attr.value[3].value == 64
+    (k0,), _ = lower_gpu(func, OPENCL)
+    assert not collect(k0.body, lambda n: isinstance(n, tir.AttrStmt))
+    barriers = collect(k0.body, lambda n: isinstance(n, tir.Evaluate) and is_barrier(n))
+    assert len(barriers) == 2 + 6  # around the first store, then one per halving (64 -> 1)

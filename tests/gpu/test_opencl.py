@@ -136,3 +136,72 @@ def test_export_and_load_the_device_code(cl_dev, bind, tmp_path):
     c = np.zeros(256, np.float32)
     lib["fma"](a, a, c)
     np.testing.assert_array_equal(c, np.full(256, 2.5, np.float32))
+
+
+@pytest.mark.parametrize(
+    "n, c, h, w, f, k, stride, pad",
+    [
+        (1, 17, 1, 3, 64, 1, 1, 0),  # channel slices and columns that do not divide the tiles
+        (2, 32, 3, 3, 192, 1, 1, 0),
+        (2, 3, 30, 30, 20, 7, 2, 3),  # a stem conv: 7x7, stride 2, one channel per slice
+        (1, 8, 10, 10, 16, 3, 1, 1),
+    ],
+)
+def test_conv2d_schedule_with_epilogue(cl_dev, n, c, h, w, f, k, stride, pad):
+    from tessera.graph.ops import nn_ref
+    from tessera.topi import nn as topi_nn
+    from tessera.topi.gpu.conv2d import schedule_conv2d
+
+    x = te.placeholder((n, c, h, w), name="x")
+    wt = te.placeholder((f, c, k, k), name="w")
+    y = topi_nn.conv(x, wt, (stride, stride), (pad,) * 4, (1, 1), 1)
+    b = te.placeholder((1, f, 1, 1), name="b")
+    z = te.compute(
+        y.shape,
+        lambda *i: te.max(y(*i) + b[0, i[1], 0, 0], te.const(0.0, "float32")),
+        name="z",
+        tag="elemwise",
+    )
+    fn = tessera.build(schedule_conv2d([z]), [x, wt, b, z], target="opencl")
+    assert "barrier(CLK_LOCAL_MEM_FENCE);" in fn.get_source()
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    weight = rng.standard_normal((f, c, k, k), dtype=np.float32)
+    bias = rng.standard_normal((1, f, 1, 1), dtype=np.float32)
+    out = np.zeros([int(d.value) for d in z.shape], np.float32)
+    fn(data, weight, bias, out)
+    ref = nn_ref.conv(data, weight, (stride, stride), (pad,) * 4, (1, 1)) + bias
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("rows, k, threads", [(5, 1000, 64), (3, 100, 24), (4, 64, 64)])
+def test_cross_thread_reduction(cl_dev, rows, k, threads):
+    A = te.placeholder((rows, k), name="A")
+    r = te.reduce_axis((0, k), name="k")
+    m = te.compute((rows,), lambda i: te.max(A[i, r], axis=r), name="m")
+    s = te.create_schedule(m.op)
+    _, ki = s[m].split(r, factor=threads)
+    s[m].bind(m.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[m].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tessera.build(s, [A, m], target="opencl")
+    assert "__local" in f.get_source()  # the tree in local memory
+    a = np.random.default_rng(5).standard_normal((rows, k), dtype=np.float32)
+    out = np.zeros(rows, np.float32)
+    f(a, out)
+    np.testing.assert_array_equal(out, a.max(1))
+
+
+def test_cross_thread_sum_over_two_thread_axes(cl_dev):
+    """Rows on threadIdx.y, each reduced by the 32 threads of its threadIdx.x."""
+    A = te.placeholder((8, 200), name="A")
+    r = te.reduce_axis((0, 200), name="k")
+    total = te.compute((8,), lambda i: te.sum(A[i, r], axis=r), name="total")
+    s = te.create_schedule(total.op)
+    _, ki = s[total].split(r, factor=32)
+    s[total].bind(total.op.axis[0], te.thread_axis("threadIdx.y"))
+    s[total].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tessera.build(s, [A, total], target="opencl")
+    a = np.random.default_rng(6).standard_normal((8, 200), dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    f(a, out)
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
