@@ -262,8 +262,8 @@ class _KernelEmitter(_FunctionEmitter):
                 "(run split_kernels; verify_gpu)"
             )
         # Note [unroll pragma]: CUDA unrolls the loop, so a register tile indexed by it stays in
-        # registers. Not in OpenCL: pocl (3.1, Debian 12, CPU) computed wrong results for an unrolled loop
-        # in a kernel with barriers (tests/gpu/test_opencl.py::test_conv2d_schedule...).
+        # registers. Not in OpenCL: pocl (3.1, Debian 12, CPU) computed wrong results for an
+        # unrolled loop in a kernel with barriers (test_opencl.py::test_conv2d_schedule_...).
         if s.kind == S.ForKind.UNROLLED and self.dialect.name == "cuda":
             self.lines.append("#pragma unroll")
         super()._For(s)
