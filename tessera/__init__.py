@@ -35,6 +35,8 @@ _ATTRS = {
     "build": ("tessera.driver", "build"),
     "Target": ("tessera.target", "Target"),
     "cpu": ("tessera.runtime", "cpu"),
+    "cuda": ("tessera.runtime", "cuda"),  # GPU (issue 17)
+    "opencl": ("tessera.runtime", "opencl"),
     "device": ("tessera.runtime", "device"),
     "nd": ("tessera.runtime", "nd"),
     "register_func": ("tessera.runtime", "register_func"),

@@ -213,11 +213,18 @@ def build(
     target = resolve_target(target, target_host)
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
+        build_graph_of_kind = target.kind_info.build_graph
+        if build_graph_of_kind is not None:  # a kind with its own graph build (GPUs)
+            if configs is not None:
+                raise TypeError(f"build: configs are not supported for {target.kind} targets yet")
+            return target.kind_info.resolve("build_graph")(mod, target, params)
         return build_graph(mod, target, params, configs)
     if params is not None:
         raise TypeError("build: params are the weights of a graph module; this is a kernel")
     if configs is not None:
         raise TypeError("build: configs are for the tasks of a graph module; this is a kernel")
+    if target.kind_info.build_kernels is not None:  # a kind with its own lowering (GPUs)
+        return target.kind_info.resolve("build_kernels")(inputs, args, target, name)
     if isinstance(inputs, te.Schedule):
         if args is None:
             raise ValueError("build(schedule, args): the list of argument tensors is required")

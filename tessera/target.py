@@ -123,6 +123,11 @@ class TargetKind:
       packed weights (alter_layout, pack_weights): the kernels of those layouts compile for it;
     - tir_passes: the tir pass list between te.lower and code generation;
     - build: list of PrimFuncs, Target -> runtime.Module (kernels callable from Python);
+    - build_kernels: (schedule | PrimFunc | IRModule, args, Target, name) -> a module, for a
+      kind with its own lowering (GPUs: kernels split at thread bindings); None: te.lower, the
+      kind's tir passes and `build`;
+    - build_graph: (graph IRModule, Target, params) -> a compiled model, for a kind with its
+      own graph build (GPUs: one device arena, launches); None: the CPU executor plan;
     - compile_kernel: PrimFunc, Target -> codegen.aot.CompiledKernel (object code);
     - link: kernels, executor plan, Target -> (runtime.Module, entry address or None);
     - toolchain: () -> a string naming the code generator's version (part of cache keys);
@@ -139,6 +144,8 @@ class TargetKind:
     layout_strategies: bool = False
     tir_passes: str | None = "tessera.driver:TIR_PASSES"
     build: str | None = None
+    build_kernels: str | None = None
+    build_graph: str | None = None
     compile_kernel: str | None = None
     link: str | None = None
     toolchain: str | None = None
@@ -214,7 +221,20 @@ register_target_kind(
         options=("arch", "max-num-threads"),
         device="cuda",
         cpu=False,
-        strategy_keys=lambda target: ("cuda", "generic"),
+        strategy_keys=lambda target: ("cuda", "gpu", "generic"),
+        build_kernels="tessera.codegen.gpu:build_gpu",
+        build_graph="tessera.codegen.gpu_graph:build_graph_gpu",
+    )
+)
+register_target_kind(
+    TargetKind(
+        "opencl",  # OpenCL C, run through pyopencl (docs/gpu.md)
+        options=("max-num-threads",),
+        device="opencl",
+        cpu=False,
+        strategy_keys=lambda target: ("opencl", "gpu", "generic"),
+        build_kernels="tessera.codegen.gpu:build_gpu",
+        build_graph="tessera.codegen.gpu_graph:build_graph_gpu",
     )
 )
 

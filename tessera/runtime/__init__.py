@@ -14,7 +14,7 @@ from tessera.runtime.function_info import FunctionInfo, ParamInfo, VarInfo
 from tessera.runtime.graph_executor import GraphExecutorFactory, GraphModule
 from tessera.runtime.module import Module, load_module
 from tessera.runtime.native import get_num_threads, set_num_threads
-from tessera.runtime.ndarray import Device, NDArray, cpu, cuda, device
+from tessera.runtime.ndarray import Device, NDArray, cpu, cuda, device, opencl
 from tessera.runtime.packed_func import PackedFunc
 from tessera.runtime.profiling import ProfileResult
 from tessera.runtime.registry import (
@@ -45,6 +45,7 @@ __all__ = [
     "load_module",
     "nd",
     "num_threads",
+    "opencl",
     "register_func",
     "remove_global_func",
     "set_num_threads",

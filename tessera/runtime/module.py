@@ -269,6 +269,10 @@ def load_module(path, key=None):
     built for CPU features this machine lacks, raises `artifact.ArtifactError` (a ValueError).
     With `key`, the artifact must be signed with that key (export_library(path, key=...)).
     Opening a library runs its code: load only artifacts you trust (docs/trust.md)."""
+    from tessera.runtime import gpu_graph, gpu_module  # GPU (issue 17): device code + plans
+
+    if gpu_module.is_gpu_library(path):
+        return gpu_graph.load_gpu_library(path)
     lib, opened = _open_library(path, key)
     try:
         symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)

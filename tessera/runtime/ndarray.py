@@ -54,7 +54,14 @@ STORAGE = {
 }
 SMALL = frozenset(n for n, storage in STORAGE.items() if storage == "uint8" and n != "uint8")
 
-_DEVICE_TYPES = {"cpu": "cpu", "llvm": "cpu", "c": "cpu", "cuda": "cuda", "gpu": "cuda"}
+_DEVICE_TYPES = {
+    "cpu": "cpu",
+    "llvm": "cpu",
+    "c": "cpu",
+    "cuda": "cuda",
+    "gpu": "cuda",
+    "opencl": "opencl",  # GPU (issue 17): runtime/opencl_device.py
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,10 @@ def cpu(index: int = 0) -> Device:
 
 def cuda(index: int = 0) -> Device:
     return device("cuda", index)
+
+
+def opencl(index: int = 0) -> Device:
+    return device("opencl", index)
 
 
 def dtype_name(dtype) -> str:
@@ -257,6 +268,10 @@ class NDArray:
 
 def empty(shape, dtype="float32", device=None) -> NDArray:
     """An uninitialised array. `shape` is an int or a sequence of non-negative ints."""
+    if isinstance(device, Device) and device.device_type in ("cuda", "opencl"):  # GPU (issue 17)
+        from tessera.runtime.gpu_module import empty as gpu_empty
+
+        return gpu_empty((shape,) if isinstance(shape, int) else shape, dtype, device)
     dev = _check_cpu(device if device is not None else cpu(0))
     name = dtype_name(dtype)
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)

@@ -179,7 +179,7 @@ def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]
     pos = next(k for k, v in enumerate(parent.leaf_iter_vars) if v is iv)
     relax = {
         v.var: IntSet.from_range(Range(convert(0), ranges[v].extent))
-        for v in parent.leaf_iter_vars[pos + 1 :]
+        for v in parent.leaf_iter_vars[pos + 1 :] + _shared_thread_loops(stage, parent, pos)
     }
     vals = root_values(parent, ranges, leaf_values(parent, ranges))
     vmap = {v.var: vals[v] for v in parent.op.axis + parent.op.reduce_axis}
@@ -213,6 +213,33 @@ def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]
         extent = an.simplify(s.max_value - s.min_value + 1)
         region.append(Range(lo, _const_upper_bound(extent, ranges, an)))
     return region
+
+
+def _shared_thread_loops(stage: Stage, parent: Stage, pos: int) -> list:
+    """The loops bound to threadIdx.* around the attach point (the parent's outside it, and
+    those of the stages the parent is computed in), for a stage in "shared" scope:
+    Note [shared regions span the block]."""
+    if stage.scope != "shared":
+        return []
+    found = []
+    while True:
+        for v in parent.leaf_iter_vars[:pos]:
+            attr = parent.iter_var_attrs.get(v)
+            if attr is not None and attr.thread is not None:
+                if attr.thread.thread_tag.startswith("threadIdx"):
+                    found.append(v)
+        if parent.attach_type != AttachType.SCOPE:
+            return found
+        iv, parent = parent.attach_ivar, parent.attach_stage
+        pos = next(k for k, v in enumerate(parent.leaf_iter_vars) if v is iv) + 1
+
+
+# Note [shared regions span the block]: a GPU thread loop is not a loop; all its iterations run
+# at once, one per thread. A "local" cache computed at a loop inside threadIdx.x holds what one
+# thread reads, so threadIdx.x stays symbolic (as an outer loop would); a "shared" cache is one
+# buffer for the whole block, filled by all its threads together, so its region is what all the
+# threads of the block read: the threadIdx loops outside the attach point are relaxed too
+# (blockIdx loops are not: each block has its own shared memory).
 
 
 def _const_upper_bound(extent: Expr, ranges, an: Analyzer) -> Expr:

@@ -27,7 +27,9 @@ from tessera.tir.function import PrimFunc
 from tessera.tir.op import likely
 from tessera.tir.stmt import (
     Allocate,
+    AttrStmt,
     BufferStore,
+    Evaluate,
     For,
     ForKind,
     IfThenElse,
@@ -80,6 +82,13 @@ class _Lowerer:
                 conds.append(v >= dom.min)
             if not self.an.can_prove(v < dom.min + dom.extent):
                 conds.append(v < self.an.simplify(dom.min + dom.extent))
+            # a stage computed at a loop covers its region only: a split that does not divide
+            # the region's extent must not write past its (region-sized) buffer
+            region = self.bounds.ranges.get(iv)
+            if region is not None and region is not dom and iv.iter_type != IterVarType.REDUCE:
+                local = self.an.simplify(v - region.min)
+                if not self.an.can_prove(local < region.extent):
+                    conds.append(local < region.extent)
         return conds
 
     @staticmethod
@@ -147,6 +156,9 @@ class _Lowerer:
         red: Reduce = body[0]
         leaves = st.leaf_iter_vars
         r = next(k for k, iv in enumerate(leaves) if iv.iter_type == IterVarType.REDUCE)
+        bound = [iv for iv in leaves[r:] if _kind(st, iv) == ForKind.THREAD_BINDING]
+        if bound:
+            return self._allreduce_nest(st, body, bufs[0], index[0], dp_conds, red_conds, r)
         init_vals = red.init or red.combiner.identity_element
         init = seq(
             *[BufferStore(b, v, ix) for b, v, ix in zip(bufs, init_vals, index, strict=True)]
@@ -173,6 +185,51 @@ class _Lowerer:
             update = IfThenElse(red.condition, update)
         update = self._guard(dp_conds + red_conds, update)
         return self._wrap(st, leaves[:r], seq(init, self._wrap(st, leaves[r:], update)))
+
+    def _allreduce_nest(self, st, body, buf, index, dp_conds, red_conds, r) -> Stmt:
+        """A reduction with a loop bound to threadIdx: Note [cross-thread reduction]."""
+        red: Reduce = body[0]
+        leaves = st.leaf_iter_vars
+        bound = [iv for iv in leaves[r:] if _kind(st, iv) == ForKind.THREAD_BINDING]
+        if len(body) != 1 or len(bound) != 1:
+            raise ValueError(
+                f"{st.name}: a cross-thread reduction has one value and one reduction loop "
+                "bound to threadIdx"
+            )
+        if any(iv.iter_type != IterVarType.REDUCE for iv in leaves[r:]):
+            raise ValueError(
+                f"{st.name}: a cross-thread reduction keeps its data-parallel loops outside "
+                "the reduction loops (reorder them)"
+            )
+        acc = Buffer(f"{st.name}.acc", (IntImm(1),), buf.dtype, "local")
+        init = BufferStore(acc, (red.init or red.combiner.identity_element)[0], (IntImm(0),))
+        update = BufferStore(acc, red.combiner((acc[IntImm(0)],), red.source)[0], (IntImm(0),))
+        if not (isinstance(red.condition, IntImm) and red.condition.value == 1):
+            update = IfThenElse(red.condition, update)
+        serial = [iv for iv in leaves[r:] if iv is not bound[0]]
+        partial = self._wrap(st, serial, self._guard(red_conds, update))
+        tid = bound[0]
+        allreduce = AttrStmt(
+            "thread_allreduce",
+            (red.combiner, acc, tid.var, self.bounds.ranges[tid].extent),
+            Evaluate(IntImm(0)),
+        )
+        store = self._guard(dp_conds, BufferStore(buf, acc[IntImm(0)], index))
+        inner = Allocate(acc, seq(init, partial, allreduce, store))
+        return self._wrap(st, leaves[:r], self._loop(st, tid, inner))
+
+
+# Note [cross-thread reduction]: with its reduction loop k bound to threadIdx.x (extent T), a
+# reduction is computed by T threads together: each folds its share of the other reduction
+# loops into a register `X.acc`; the attribute "thread_allreduce" (combiner, acc, k, T) then
+# stands for combining the T registers, so that every thread holds the result in its `acc`
+# (tir/transform/lower_thread_allreduce.py: warp shuffles on CUDA, a tree in shared memory on
+# OpenCL); the result is stored (by every thread: the same value). As TVM's allreduce.
+
+
+def _kind(st: Stage, iv: IterVar) -> ForKind:
+    attr = st.iter_var_attrs.get(iv)
+    return attr.kind if attr else ForKind.SERIAL
 
 
 def _zero_based(r):

@@ -254,8 +254,11 @@ class Stage:
         """Run loop `iv` on the GPU thread axis `thread` (te.thread_axis("threadIdx.x"))."""
         if not isinstance(thread, IterVar) or thread.iter_type != IterVarType.THREAD:
             raise TypeError(f"bind on stage {self.name} needs a te.thread_axis, got {thread!r}")
-        if iv.iter_type == IterVarType.REDUCE:
-            raise ValueError(f"bind: cannot bind reduction loop {iv.var.name} of {self.name}")
+        if iv.iter_type == IterVarType.REDUCE and not thread.thread_tag.startswith("threadIdx"):
+            raise ValueError(
+                f"bind: reduction loop {iv.var.name} of {self.name} can only be bound to a "
+                f"threadIdx axis (a cross-thread reduction), not {thread.thread_tag}"
+            )
         self._set_kind(iv, ForKind.THREAD_BINDING, "bind")
         self._attr(iv).thread = thread
         self._record(S.Bind(self.name, iv.var.name, thread.thread_tag))
@@ -271,11 +274,12 @@ class Stage:
 
     def set_scope(self, scope: str) -> None:
         """Where this stage's buffer lives: "global" (the heap) or "local" (the stack where
-        small and of constant size, e.g. a row of a reduction computed at a parallel loop)."""
+        small and of constant size, e.g. a row of a reduction computed at a parallel loop; on
+        a GPU, registers), or on a GPU "shared" (one buffer per thread block)."""
         self._check_compute("set_scope")
-        if scope not in ("global", "local"):
+        if scope not in ("global", "local", "shared"):
             raise ValueError(
-                f"set_scope of {self.name}: scope must be global or local, not {scope!r}"
+                f"set_scope of {self.name}: scope must be global, local or shared, not {scope!r}"
             )
         if self.is_output:
             raise ValueError(f"set_scope: {self.name} is an output; its buffer is a parameter")

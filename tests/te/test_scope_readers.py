@@ -101,8 +101,8 @@ def test_set_scope_local_allocates_on_the_stack_and_replays(rng, run):
 def test_set_scope_errors():
     x, mx, e, total, out = _row_softmax(4, 8)
     s = te.create_schedule(out.op)
-    with pytest.raises(ValueError, match="scope must be global or local"):
-        s[e].set_scope("shared")
+    with pytest.raises(ValueError, match="scope must be global, local or shared"):
+        s[e].set_scope("texture")
     with pytest.raises(ValueError, match="is an output"):
         s[out].set_scope("local")
     with pytest.raises(ValueError, match="placeholder"):

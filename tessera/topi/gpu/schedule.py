@@ -1,0 +1,94 @@
+"""The default GPU schedule of a fused group: inline what is element-wise, one thread per output
+element of every stage that stays (reductions and outputs), reductions serial in the thread.
+
+    outs = [relu(add(conv, bias))]
+    s = schedule_default(outs, target)
+    # conv: fused output axes split by 256 -> (blockIdx.x, threadIdx.x), k loops inside
+    # add, relu: inlined into the output stage, bound the same way
+
+A long reduction (over 32 or more elements) is shared by a block of threads instead, combined
+across them (warp shuffles on CUDA, a tree in local memory on OpenCL). Every stage that is not
+inlined becomes one kernel (tir split_kernels), so a group with two
+reductions (softmax: max, then sum) runs as a chain of kernels through device temporaries.
+This is correct for every op with a compute rule; the op-specific schedules of this package
+(`dense.py`, ...) replace it where shared-memory tiling pays.
+"""
+
+from __future__ import annotations
+
+from tessera import te
+from tessera.topi.generic import const_extent, traverse
+
+THREADS = 256  # threads per block: a multiple of the warp (32) and of pocl's vector width
+
+
+def inline_elementwise(s: te.Schedule, outs) -> None:
+    """compute_inline every single-output stage without a reduction that is not an output: on
+    a GPU recomputing a pad or a cast is cheaper than a kernel and a round trip to memory."""
+    out_ops = {id(t.op) for t in outs}
+
+    def visit(op):
+        if id(op) not in out_ops and not op.is_reduction and op.num_outputs == 1:
+            s[op].compute_inline()
+
+    traverse(outs, visit)
+
+
+def bind_flat(s: te.Schedule, op, threads: int = THREADS) -> None:
+    """Fuse the data-parallel axes of `op`, split by `threads`, bind to blockIdx/threadIdx."""
+    stage = s[op]
+    axes = list(stage.op.axis)
+    if not axes:
+        raise ValueError(f"{op.name}: a stage without data-parallel axes has no thread to run on")
+    total = 1
+    for iv in axes:
+        total *= const_extent(iv) or threads
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    bx, tx = stage.split(fused, factor=min(threads, max(total, 1)))
+    stage.bind(bx, te.thread_axis("blockIdx.x"))
+    stage.bind(tx, te.thread_axis("threadIdx.x"))
+
+
+def reduce_threads(op, target) -> int:
+    """Threads that share one output of a reduction (0: one thread per output). CUDA: a warp,
+    reduced by shuffles; OpenCL: 64, reduced by a tree in local memory."""
+    if not op.is_reduction or len(op.body) != 1 or not op.axis:
+        return 0
+    extent = 1
+    for iv in op.reduce_axis:
+        extent *= const_extent(iv) or 0
+    warp = 32 if target is not None and getattr(target, "kind", "") == "cuda" else 64
+    return warp if extent >= warp else 0
+
+
+def bind_cross_thread(s: te.Schedule, op, threads: int) -> None:
+    """One block per output element: the reduction loops fused, split by `threads`, the inner
+    part bound to threadIdx.x (a cross-thread reduction, te/lower.py)."""
+    stage = s[op]
+    axes, raxes = list(stage.op.axis), list(stage.op.reduce_axis)
+    rows = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    red = stage.fuse(*raxes) if len(raxes) > 1 else raxes[0]
+    _, inner = stage.split(red, factor=threads)
+    stage.bind(rows, te.thread_axis("blockIdx.x"))
+    stage.bind(inner, te.thread_axis("threadIdx.x"))
+
+
+def schedule_default(outs, target=None) -> te.Schedule:
+    """One thread per output element of each stage that is not inlined (module docstring); a
+    long reduction (softmax's row max and sum, layer norm's mean, a global pool) takes a block
+    of threads per output instead."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_elementwise(s, outs)
+
+    def visit(op):
+        if s[op].attach_type.value == "inline":
+            return
+        threads = reduce_threads(op, target)
+        if threads:
+            bind_cross_thread(s, op, threads)
+        else:
+            bind_flat(s, op)
+
+    traverse(outs, visit)
+    return s
