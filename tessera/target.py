@@ -221,7 +221,7 @@ register_target_kind(
         options=("arch", "max-num-threads"),
         device="cuda",
         cpu=False,
-        strategy_keys=lambda target: ("cuda", "gpu", "generic"),
+        strategy_keys=lambda target: ("cuda", "generic"),
         build_kernels="tessera.codegen.gpu:build_gpu",
         build_graph="tessera.codegen.gpu_graph:build_graph_gpu",
     )
@@ -232,7 +232,7 @@ register_target_kind(
         options=("max-num-threads",),
         device="opencl",
         cpu=False,
-        strategy_keys=lambda target: ("opencl", "gpu", "generic"),
+        strategy_keys=lambda target: ("opencl", "generic"),
         build_kernels="tessera.codegen.gpu:build_gpu",
         build_graph="tessera.codegen.gpu_graph:build_graph_gpu",
     )

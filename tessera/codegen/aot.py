@@ -403,6 +403,8 @@ def link_c(kernels: list[CompiledKernel], plan: dict, target: Target):
 
 def target_description(target: Target) -> dict:
     """What an artifact's header says of its target: what a loader checks the host against."""
+    if target.device == "micro":  # the host build of a microcontroller's C: portable C for here
+        target = Target("c")
     return {
         "target": str(target),
         "triple": target.llvm_triple,
