@@ -176,3 +176,12 @@ def test_random_configs_match_onnxruntime_models(name):
     model = _model(name)
     feeds = _zoo().bert_inputs(model, seed=1) if name == "bert" else feeds_of(model)
     check_random_configs(model, seeds=range(3), rtol=2e-3, atol=2e-4, feeds=feeds)
+
+
+def test_tasks_are_only_the_decisions_a_target_makes():
+    """A C target takes no blocked layouts or packed weights: its convs and dense have no
+    config that changes anything, so they are no tasks; the matmul's x86 schedule is one."""
+    mod, params = from_onnx(small_model())
+    target = tessera.Target("c")
+    ops = {t.workload.op for t in autotune.extract_tasks(mod, params, target)}
+    assert "nn.conv2d" not in ops and "matmul" in ops
