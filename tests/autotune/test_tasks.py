@@ -27,7 +27,7 @@ def f32(*shape):
 
 def small_model():
     """Every conv kind (3x3 that Winograd may take, depthwise, grouped, 1x1, strided), a pool,
-    a dense with a constant weight and a matmul of two inputs."""
+    a dense with a constant weight, a matmul of two inputs and a softmax."""
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -38,7 +38,8 @@ def small_model():
         helper.make_node("GlobalAveragePool", ["p"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
         helper.make_node("Gemm", ["f", "w5"], ["y"], transB=1),
-        helper.make_node("MatMul", ["a", "b"], ["z"]),
+        helper.make_node("MatMul", ["a", "b"], ["m"]),
+        helper.make_node("Softmax", ["m"], ["z"], axis=-1),
     ]
     inits = {
         "w1": f32(32, 16, 3, 3),
@@ -97,6 +98,7 @@ def test_extract_tasks_lists_each_workload_once_with_a_space():
     tasks = autotune.extract_tasks(mod, params, HOST)
     ops = [t.workload.op for t in tasks]
     assert ops.count("nn.conv2d") == 4 and "nn.dense" in ops and "matmul" in ops
+    assert "nn.max_pool2d" in ops and "nn.softmax" in ops
     assert len(set(tasks)) == len(tasks)
     for task in tasks:
         default = task.default(HOST)
