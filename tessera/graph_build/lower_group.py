@@ -157,11 +157,25 @@ def _anchor(group: Function):
     return best
 
 
+def _schedule_rule(op, target: Target):
+    """The anchor op's schedule rule for the most specific of the target's keys, or None."""
+    keys = schedule_keys(target)
+    load_strategies(keys)  # the targets' strategy modules register their schedules
+    for key in keys:
+        rule = op.rules.get(f"schedule:{key}")
+        if rule is not None:
+            return rule
+    return None
+
+
 def group_config(group: Function, target: Target) -> Config | None:
-    """The strategy config the group's anchor is scheduled with: the one a graph pass wrote
-    into its attrs (`config`), else the one chosen for its task (given to the build, else the
-    default, for a call no graph pass rewrote), else None (no strategy covers the op)."""
+    """The strategy config the group's anchor is scheduled with, when its schedule rule takes
+    one: the config a graph pass wrote into its attrs (`config`), else the one chosen for its
+    task (given to the build, else the default, for a call no graph pass rewrote); else None."""
     anchor = _anchor(group)
+    rule = _schedule_rule(anchor.op, target)
+    if rule is None or not _takes_config(rule):
+        return None
     attr = anchor.attrs.get("config")
     if attr is not None:
         return Config.from_attr(attr)
@@ -177,15 +191,11 @@ def _takes_config(rule) -> bool:
 
 
 def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te.Schedule:
-    anchor = _anchor(group).op
-    keys = schedule_keys(target)
-    load_strategies(keys)  # the targets' strategy modules register their schedules
-    for key in keys:
-        rule = anchor.rules.get(f"schedule:{key}")
-        if rule is not None:
-            if _takes_config(rule):
-                return rule(list(outs), target, config=group_config(group, target))
-            return rule(list(outs), target)
+    rule = _schedule_rule(_anchor(group).op, target)
+    if rule is not None:
+        if _takes_config(rule):
+            return rule(list(outs), target, config=group_config(group, target))
+        return rule(list(outs), target)
     if max(c.op.kind for c in group.body) <= OpKind.INJECTIVE:
         return generic.schedule_injective(list(outs), target)
     return generic.schedule_reduce(list(outs), target)

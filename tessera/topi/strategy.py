@@ -239,7 +239,9 @@ class Task:
         return space is not None and space.valid(config.knobs())
 
     def digest(self) -> str:
-        text = repr((self.key, self.workload))
+        """A stable name of the task (what a tuning record is keyed by, with the target)."""
+        wl = self.workload
+        text = repr((self.key, wl.op, wl.inputs, wl.attrs, wl.output))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __str__(self) -> str:

@@ -27,7 +27,7 @@ def f32(*shape):
 
 def small_model():
     """Every conv kind (3x3 that Winograd may take, depthwise, grouped, 1x1, strided), a pool,
-    a dense with a constant weight and a matmul of two inputs."""
+    a dense with a constant weight, a matmul of two inputs and a softmax."""
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -38,7 +38,8 @@ def small_model():
         helper.make_node("GlobalAveragePool", ["p"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
         helper.make_node("Gemm", ["f", "w5"], ["y"], transB=1),
-        helper.make_node("MatMul", ["a", "b"], ["z"]),
+        helper.make_node("MatMul", ["a", "b"], ["m"]),
+        helper.make_node("Softmax", ["m"], ["z"], axis=-1),
     ]
     inits = {
         "w1": f32(32, 16, 3, 3),
@@ -97,6 +98,7 @@ def test_extract_tasks_lists_each_workload_once_with_a_space():
     tasks = autotune.extract_tasks(mod, params, HOST)
     ops = [t.workload.op for t in tasks]
     assert ops.count("nn.conv2d") == 4 and "nn.dense" in ops and "matmul" in ops
+    assert "nn.max_pool2d" in ops and "nn.softmax" in ops
     assert len(set(tasks)) == len(tasks)
     for task in tasks:
         default = task.default(HOST)
@@ -176,3 +178,12 @@ def test_random_configs_match_onnxruntime_models(name):
     model = _model(name)
     feeds = _zoo().bert_inputs(model, seed=1) if name == "bert" else feeds_of(model)
     check_random_configs(model, seeds=range(3), rtol=2e-3, atol=2e-4, feeds=feeds)
+
+
+def test_tasks_are_only_the_decisions_a_target_makes():
+    """A C target takes no blocked layouts or packed weights: its convs and dense have no
+    config that changes anything, so they are no tasks; the matmul's x86 schedule is one."""
+    mod, params = from_onnx(small_model())
+    target = tessera.Target("c")
+    ops = {t.workload.op for t in autotune.extract_tasks(mod, params, target)}
+    assert "nn.conv2d" not in ops and "matmul" in ops
