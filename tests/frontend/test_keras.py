@@ -216,6 +216,16 @@ def test_malformed_files_give_clear_errors(tmp_path):
         z.writestr("metadata.json", "{}")
     with pytest.raises(ValueError, match="not a valid .keras archive"):
         from_keras(str(no_config))
+    not_a_model = tmp_path / "list.keras"
+    with zipfile.ZipFile(not_a_model, "w") as z:
+        z.writestr("config.json", "[1, 2]")
+    with pytest.raises(ValueError, match="does not describe a model"):
+        from_keras(str(not_a_model))
+    bad_json = tmp_path / "bad_json.h5"
+    with h5py.File(bad_json, "w") as f:
+        f.attrs["model_config"] = b"{not json"
+    with pytest.raises(ValueError, match="model_config attribute is not JSON"):
+        from_keras(str(bad_json))
     weights_only = tmp_path / "w.h5"
     with h5py.File(weights_only, "w") as f:
         f.create_dataset("dense/kernel", data=np.zeros((2, 2)))
