@@ -79,6 +79,8 @@ def _load_keras_v3(path: Path):
             data = z.read("model.weights.h5") if "model.weights.h5" in z.namelist() else None
     except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as e:
         raise ValueError(f"{str(path)!r} is not a valid .keras archive: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{str(path)!r}: config.json does not describe a model")
     classes = {
         layer.get("config", {}).get("name"): layer.get("class_name")
         for layer in config.get("config", {}).get("layers") or []
@@ -115,7 +117,12 @@ def _load_legacy_h5(path: Path, f):
     if "model_config" not in f.attrs:
         raise ValueError(f"{str(path)!r} holds no model architecture (saved weights only?)")
     raw = f.attrs["model_config"]
-    config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    try:
+        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{str(path)!r}: the model_config attribute is not JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{str(path)!r}: model_config does not describe a model")
     root = f["model_weights"] if "model_weights" in f else f
     weights = {}
     for name, group in root.items():

@@ -262,6 +262,52 @@ def separable_conv(b, config, x, **_):
     return _finish_conv(b, config, y, weights[2] if use_bias else None)
 
 
+def _transpose_pads(config, in_shape, kernel, strides, dilation):
+    """Keras's output length of a transposed convolution (`deconv_output_length`), as the
+    begin/end pads and output padding of tessera's conv_transpose (ONNX semantics)."""
+    nd = len(kernel)
+    mode = config.get("padding", "valid")
+    output_padding = config.get("output_padding")
+    output_padding = _tuple(output_padding, nd) if output_padding is not None else None
+    begin, end, extra = [], [], []
+    for i in range(nd):
+        k = (kernel[i] - 1) * dilation[i] + 1
+        full = (in_shape[i] - 1) * strides[i] + k  # the output with no padding
+        if output_padding is None:
+            out = in_shape[i] * strides[i] if mode == "same" else full + max(strides[i] - k, 0)
+        else:
+            pad = k // 2 if mode == "same" else 0
+            out = full - 2 * pad + output_padding[i]
+        total = full - out
+        if total >= 0:
+            begin.append(total // 2)
+            end.append(total - total // 2)
+            extra.append(0)
+        else:  # the output reaches past the last window: extend with output padding
+            begin.append(0)
+            end.append(0)
+            extra.append(-total)
+    return tuple(begin + end), tuple(extra)
+
+
+@keras_layer("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose")
+def conv_transpose(b, config, x, **_):
+    _check_channels_last(config)
+    use_bias = config.get("use_bias", True)
+    weights = b.weights(2 if use_bias else 1)
+    kernel = weights[0]  # (*k, out, in) -> (in, out, *k)
+    nd = kernel.type.ndim - 2
+    w = b.call("transpose", kernel, axes=(nd + 1, nd, *range(nd)))
+    x_cf = b.to_channels_first(x)
+    strides = _tuple(config.get("strides", 1), nd)
+    dilation = _tuple(config.get("dilation_rate", 1), nd)
+    pads, extra = _transpose_pads(config, x_cf.type.shape[2:], kernel.type.shape[:nd], strides,
+                                  dilation)  # fmt: skip
+    y = b.call(f"nn.conv{nd}d_transpose", x_cf, w, strides=strides, padding=pads,
+               dilation=dilation, groups=1, output_padding=extra)  # fmt: skip
+    return _finish_conv(b, config, y, weights[1] if use_bias else None)
+
+
 # -- pooling ----------------------------------------------------------------------------------
 
 

@@ -254,7 +254,8 @@ def _adaptive_bins(b, kind, x, out):
 
 
 aten_op("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default",
-        "aten._adaptive_avg_pool1d.default", "aten.adaptive_avg_pool1d.default")(
+        "aten._adaptive_avg_pool1d.default", "aten.adaptive_avg_pool1d.default",
+        "aten._adaptive_avg_pool3d.default", "aten.adaptive_avg_pool3d.default")(
     _adaptive("avg"))  # fmt: skip
 
 
@@ -307,3 +308,15 @@ def upsample_bilinear_vec(b, input, output_size, align_corners, scale_factors):
 @aten_op("aten.upsample_bilinear2d.default")
 def upsample_bilinear2d(b, self, output_size, align_corners, scales_h=None, scales_w=None):
     return _upsample(b, self, output_size, None, "linear", align_corners)
+
+
+_GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
+_GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@aten_op("aten.grid_sampler_2d.default")
+def grid_sampler_2d(b, input, grid, interpolation_mode, padding_mode, align_corners):
+    """ONNX's GridSample was modeled on torch's: the same modes, coordinates and padding."""
+    return b.call("image.grid_sample", input, grid, mode=_GRID_MODES[interpolation_mode],
+                  padding_mode=_GRID_PADDING[padding_mode],
+                  align_corners=int(align_corners))  # fmt: skip

@@ -15,8 +15,11 @@ from tessera.graph.ir import Value
 _UNARY = {
     "abs": "abs",
     "acos": "acos",
+    "acosh": "acosh",
     "asin": "asin",
+    "asinh": "asinh",
     "atan": "atan",
+    "atanh": "atanh",
     "ceil": "ceil",
     "cos": "cos",
     "cosh": "cosh",
@@ -59,6 +62,25 @@ for _name, _op in _UNARY.items():
 def log1p(b, self):
     x = b.cast(self, b.out_dtype)
     return b.call("log", b.call("add", x, b.scalar(1, b.out_dtype)))
+
+
+def _log_base(base):
+    def convert(b, self):
+        x = b.call("log", b.cast(self, b.out_dtype))
+        return b.call("multiply", x, b.scalar(1.0 / np.log(base), b.out_dtype))
+
+    return convert
+
+
+aten_op("aten.log2.default")(_log_base(2.0))
+aten_op("aten.log10.default")(_log_base(10.0))
+
+
+@aten_op("aten.trunc.default")
+def trunc(b, self):
+    if not b.out_dtype.startswith("float"):
+        return self
+    return b.call("multiply", b.call("sign", self), b.call("floor", b.call("abs", self)))
 
 
 @aten_op("aten.expm1.default")
@@ -238,14 +260,25 @@ for _name, _op in _COMPARE.items():
 
 def _logical(op):
     def convert(b, self, other):
-        return b.call(op, b.cast(self, "bool"), b.cast(other, "bool"))
+        return b.call(op, b.cast(self, "bool"), b.tensor(other, "bool"))
+
+    return convert
+
+
+def _bitwise(name):
+    """On bool tensors the logical op; on integers the bitwise one."""
+
+    def convert(b, self, other):
+        if b.out_dtype == "bool":
+            return _logical(f"logical_{name}")(b, self, other)
+        return b.call(f"bitwise_{name}", *_operands(b, self, other, b.out_dtype))
 
     return convert
 
 
 for _name in ("and", "or", "xor"):
     aten_op(f"aten.logical_{_name}.default")(_logical(f"logical_{_name}"))
-    aten_op(f"aten.bitwise_{_name}.Tensor")(_logical(f"logical_{_name}"))
+    aten_op(f"aten.bitwise_{_name}.Tensor", f"aten.bitwise_{_name}.Scalar")(_bitwise(_name))
 
 
 # -- reductions -------------------------------------------------------------------------------
@@ -343,8 +376,14 @@ def scalar_tensor(b, s, **_):
     return _filled(b, s)
 
 
+@aten_op("aten.fill.Scalar")
+def fill(b, self, value):
+    return _filled(b, value)
+
+
 @aten_op("aten.zeros.default", "aten.zeros_like.default", "aten.empty_like.default",
-         "aten.empty.memory_format", "aten.new_zeros.default")  # fmt: skip
+         "aten.empty.memory_format", "aten.new_zeros.default",
+         "aten.empty_strided.default")  # fmt: skip
 def zeros(b, **_):
     return _filled(b, 0)
 

@@ -7,6 +7,8 @@ expand) take the shape torch computed for the node (`b.out_shape`).
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera.frontend.pytorch_registry import NodeError, aten_op
 
 
@@ -19,10 +21,17 @@ def view(b, self, **_):
 
 
 @aten_op("aten.clone.default", "aten.alias.default", "aten.detach.default",
-         "aten.lift_fresh_copy.default", "aten.contiguous.default", "aten.dropout.default",
-         "aten.copy.default")  # fmt: skip
-def identity(b, self, src=None, **_):
-    return self if src is None else b.cast(src, self.type.dtype.numpy_name)
+         "aten.lift_fresh_copy.default", "aten.contiguous.default",
+         "aten.dropout.default")  # fmt: skip
+def identity(b, self, **_):
+    return self
+
+
+@aten_op("aten.copy.default")
+def copy(b, self, src, non_blocking=False):
+    """self's shape and dtype, src's values (broadcast)."""
+    x = b.cast(src, self.type.dtype.numpy_name)
+    return x if x.type.shape == self.type.shape else b.call("expand", x, shape=self.type.shape)
 
 
 @aten_op("aten._to_copy.default", "aten.to.dtype", "aten.type_as.default")
@@ -204,3 +213,65 @@ def _pad_mode(mode):
 for _nd in (1, 2, 3):
     aten_op(f"aten.reflection_pad{_nd}d.default")(_pad_mode("reflect"))
     aten_op(f"aten.replication_pad{_nd}d.default")(_pad_mode("edge"))
+
+
+@aten_op("aten.slice_scatter.default")
+def slice_scatter(b, self, src, dim=0, start=None, end=None, step=1):
+    """self with self[..., start:end:step, ...] = src: the pieces around src, concatenated."""
+    dim %= self.type.ndim
+    size = self.type.shape[dim]
+    start, end, step = slice(start, end, step).indices(size)
+    if step != 1:
+        index = np.arange(start, end, step)
+        shape = [1] * self.type.ndim
+        shape[dim] = len(index)
+        indices = np.broadcast_to(index.reshape(shape), src.type.shape).astype(np.int64)
+        return b.call("scatter_elements", self, b.const(indices), src, axis=dim)
+    parts = [_slice(b, self, dim, 0, start), src, _slice(b, self, dim, end, size)]
+    parts = [p for p in parts if p.type.shape[dim] > 0]
+    return parts[0] if len(parts) == 1 else b.call("concatenate", *parts, axis=dim)
+
+
+@aten_op("aten.select_scatter.default")
+def select_scatter(b, self, src, dim, index):
+    dim %= self.type.ndim
+    index %= self.type.shape[dim]
+    src = b.reshape(src, src.type.shape[:dim] + (1,) + src.type.shape[dim:])
+    return slice_scatter(b, self, src, dim, index, index + 1)
+
+
+@aten_op("aten.scatter.src", "aten.scatter.value")
+def scatter(b, self, dim, index, src=None, value=None):
+    updates = src if src is not None else b.const(np.full(index.type.shape, value, b.out_dtype))
+    return b.call("scatter_elements", self, index, updates, axis=dim % self.type.ndim)
+
+
+@aten_op("aten.scatter_add.default")
+def scatter_add(b, self, dim, index, src):
+    return b.call("scatter_elements", self, index, src, axis=dim % self.type.ndim, reduction="add")
+
+
+@aten_op("aten.index_put.default")
+def index_put(b, self, indices, values, accumulate=False):
+    """x[idx] = v with one integer index tensor (a scatter along its axis), or x[mask] = v with
+    a boolean mask and a single value (a where)."""
+    given = [(i, ix) for i, ix in enumerate(indices) if ix is not None]
+    if len(given) != 1:
+        raise NodeError("index_put with several index tensors is not supported")
+    axis, ix = given[0]
+    dtype = self.type.dtype.numpy_name
+    if ix.type.dtype.numpy_name == "bool":
+        if values.type.size != 1 or accumulate:
+            raise NodeError("x[mask] = values needs a single value (data-dependent otherwise)")
+        mask = b.reshape(ix, ix.type.shape + (1,) * (self.type.ndim - ix.type.ndim))
+        return b.call("where", mask, b.reshape(b.cast(values, dtype), ()), self)
+    if ix.type.ndim != 1:
+        raise NodeError("index_put with a multi-dimensional index is not supported")
+    shape = list(self.type.shape)
+    shape[axis] = ix.type.shape[0]
+    axes_shape = [1] * self.type.ndim
+    axes_shape[axis] = shape[axis]
+    index = b.call("expand", b.reshape(ix, axes_shape), shape=tuple(shape))
+    updates = b.call("expand", b.cast(values, dtype), shape=tuple(shape))
+    reduction = "add" if accumulate else "none"
+    return b.call("scatter_elements", self, index, updates, axis=axis, reduction=reduction)

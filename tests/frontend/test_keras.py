@@ -163,6 +163,20 @@ def test_assorted_layers_and_three_inputs(tmp_path):
     assert [p.name for p in funcs[0].params[:3]] == ["vol", "img", "seq"]
 
 
+def test_transposed_convolutions_match_keras(tmp_path):
+    """Keras's output lengths (`same`, `valid`, output_padding) as conv_transpose pads."""
+    img = keras.Input((5, 6, 3), name="img")
+    a = L.Conv2DTranspose(4, 3, strides=2, padding="same", activation="relu")(img)
+    b = L.Conv2DTranspose(4, 4, strides=3, padding="valid", output_padding=1)(img)
+    c = L.Conv2DTranspose(2, 1, strides=3, padding="valid", use_bias=False)(a)  # k < stride
+    seq = keras.Input((7, 3), name="seq")
+    d = L.Conv1DTranspose(2, 3, strides=2, padding="same", dilation_rate=1)(seq)
+    model = keras.Model([img, seq], [a, b, c, d])
+    inputs = [R.standard_normal((2, 5, 6, 3)).astype("float32"),
+              R.standard_normal((2, 7, 3)).astype("float32")]  # fmt: skip
+    check(model, inputs, tmp_path)
+
+
 def test_two_inputs_and_shared_layer(tmp_path):
     a, c = keras.Input((4,), name="a"), keras.Input((4,), name="c")
     shared = L.Dense(3, activation="tanh")
@@ -190,14 +204,14 @@ def test_shape_dict_and_batch_size(tmp_path):
 def test_unsupported_layers_reported_at_once(tmp_path):
     inp = keras.Input((6, 4))
     x = L.Bidirectional(L.LSTM(3, return_sequences=True), name="bi")(inp)
-    x = L.Conv1DTranspose(2, 3, name="deconv")(x)
+    x = L.TimeDistributed(L.Dense(2), name="per_step")(x)
     x = L.Dense(2, name="ok")(x)
     x = L.Lambda(lambda t: t * 2, name="custom")(x)
     keras.Model(inp, x).save(tmp_path / "m.keras", zipped=True)
     with pytest.raises(UnsupportedOpError) as info:
         from_keras(str(tmp_path / "m.keras"))
     message = str(info.value)
-    for text in ("bi: Bidirectional", "deconv: Conv1DTranspose", "custom: Lambda", "3 node(s)"):
+    for text in ("bi: Bidirectional", "per_step: TimeDistributed", "custom: Lambda", "3 node(s)"):
         assert text in message
     assert "ok" not in [n for n, _, _ in info.value.nodes]
 
@@ -216,6 +230,16 @@ def test_malformed_files_give_clear_errors(tmp_path):
         z.writestr("metadata.json", "{}")
     with pytest.raises(ValueError, match="not a valid .keras archive"):
         from_keras(str(no_config))
+    not_a_model = tmp_path / "list.keras"
+    with zipfile.ZipFile(not_a_model, "w") as z:
+        z.writestr("config.json", "[1, 2]")
+    with pytest.raises(ValueError, match="does not describe a model"):
+        from_keras(str(not_a_model))
+    bad_json = tmp_path / "bad_json.h5"
+    with h5py.File(bad_json, "w") as f:
+        f.attrs["model_config"] = b"{not json"
+    with pytest.raises(ValueError, match="model_config attribute is not JSON"):
+        from_keras(str(bad_json))
     weights_only = tmp_path / "w.h5"
     with h5py.File(weights_only, "w") as f:
         f.create_dataset("dense/kernel", data=np.zeros((2, 2)))

@@ -66,6 +66,10 @@ def check_cases(cases: dict):
 X = randn(2, 3, 6, 7)
 CASES = {
     "unary": (lambda x: torch.exp(x.tanh()) + x.abs().sqrt() - x.sigmoid() * x.erf(), X),
+    "more_unary": (lambda x: (torch.asinh(x), torch.atanh(x.tanh() * 0.9), torch.acosh(x.abs() + 1),
+                              torch.log2(x.abs() + 1), torch.log10(x.abs() + 1), torch.trunc(x * 3)), X),
+    "bitwise": (lambda i, j: (i & j, i | 6, i ^ j, (i > 3) & (j < 5), (i > 3) ^ True), torch.arange(12).reshape(3, 4),
+                torch.arange(12, 0, -1).reshape(3, 4)),
     "rsqrt_log": (lambda x: (x.abs() + 1).rsqrt() + (x.abs() + 1).log(), X),
     "activations": (lambda x: F.gelu(x) + F.silu(x) + F.hardswish(x) + F.leaky_relu(x, 0.2), X),
     "more_activations": (lambda x: F.elu(x) + F.relu6(x) + F.hardsigmoid(x) + F.mish(x), X),
@@ -101,6 +105,10 @@ CASES = {
                        F.pad(x, (2, 1, 1, 0), mode="replicate"), F.pad(x, (-1, 1), value=2.0)), X),
     "creation": (lambda x: x + torch.ones_like(x) * torch.arange(7.0) + torch.full((7,), 2.0), X),
     "to_dtype": (lambda x: (x * 10).to(torch.int32).to(torch.float32) + x.double().float(), X),
+    "scatter": (lambda x, i: (x.clone().index_fill_(1, torch.tensor([0, 2]), 0.5) * 1, torch.zeros(3, 5).scatter(1, i, 1.5),
+                              torch.zeros(3, 5).scatter_add(1, i, torch.ones(3, 2)), x.clone().fill_(2.0) * 1),
+                randn(3, 5), torch.tensor([[0, 4], [1, 1], [3, 2]])),
+    "slice_assign": (lambda x: _assigned(x), randn(4, 6)),
     "matmuls": (lambda a, b: (a @ b, torch.bmm(a, b), a[0] @ b[0], torch.einsum("bij,bjk->bik", a, b)),
                 randn(2, 3, 4), randn(2, 4, 5)),
     "batched_matmul": (lambda a, b: a @ b, randn(2, 3, 4, 5), randn(2, 3, 5, 2)),
@@ -115,6 +123,9 @@ CASES = {
                             F.adaptive_max_pool2d(x, 2)), X),
     "pool1d": (lambda x: (F.max_pool1d(x, 3, 2), F.avg_pool1d(x, 2), F.adaptive_avg_pool1d(x, 1)),
                randn(2, 3, 9)),
+    "grid_sample": (lambda x, g: (F.grid_sample(x, g, align_corners=False), F.grid_sample(x, g, mode="nearest", padding_mode="border", align_corners=True),
+                                  F.grid_sample(x, g, padding_mode="reflection")), X, randn(2, 4, 5, 2) * 0.8),
+    "adaptive3d": (lambda x: (F.adaptive_avg_pool3d(x, 1), F.adaptive_avg_pool3d(x, (2, 3, 2))), randn(1, 2, 4, 6, 5)),
     "upsample": (lambda x: (F.interpolate(x, scale_factor=2, mode="nearest"),
                             F.interpolate(x, size=(9, 4), mode="nearest"),
                             F.interpolate(x, scale_factor=1.5, mode="bilinear"),
@@ -122,13 +133,24 @@ CASES = {
 }  # fmt: skip
 
 
+def _assigned(x):
+    """In-place slice and select assignments: slice_scatter / select_scatter in Core ATen."""
+    y = x.clone()
+    y[:, 1:3] = 0.5
+    y[2] = -1.0
+    y[:, ::2] = y[:, ::2] * 2
+    y[y > 1.5] = 1.5
+    y[torch.tensor([3, 0])] += torch.ones(6)
+    return y
+
+
 GROUPS = {
-    "math": ["unary", "rsqrt_log", "activations", "more_activations", "gelu_tanh", "scalars",
+    "math": ["unary", "more_unary", "bitwise", "rsqrt_log", "activations", "more_activations", "gelu_tanh", "scalars",
              "pow_tensor", "int_float", "compare", "clamp"],
     "reduce": ["reductions", "max_dim", "any_all", "softmax", "cumsum", "sort_topk", "norms"],
     "shape": ["views", "permute", "slice_select", "split", "chunk_unbind", "cat_stack",
-              "expand_repeat", "index", "flip_roll", "pad", "creation", "to_dtype"],
-    "nn": ["matmuls", "batched_matmul", "sdpa", "max_pool", "avg_pool", "adaptive", "pool1d", "upsample"],
+              "expand_repeat", "index", "flip_roll", "pad", "creation", "to_dtype", "scatter", "slice_assign"],
+    "nn": ["matmuls", "batched_matmul", "sdpa", "max_pool", "avg_pool", "adaptive", "pool1d", "upsample", "grid_sample", "adaptive3d"],
 }  # fmt: skip
 
 
