@@ -2,17 +2,25 @@
 # The TFLite frontend and the detection helpers: the `tflite` flatbuffer classes and Pillow
 # (tessera[tflite,vision]), the TFLite interpreter that tests compare with (ai-edge-litert), and
 # the wheels whose bundled .tflite models the tests convert: mediapipe (float face, hand and
-# pose models) and pymicro-wakeword (int8 streaming wake-word models). Both are installed
+# pose models) and pymicro-wakeword (int8 streaming wake-word models). Those two are installed
 # without their dependencies: the tests only read their model files, never import them.
+# A part that cannot be installed is reported; the tests that need it skip.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
-if ! $PY -c "import tflite, PIL, ai_edge_litert" >/dev/null 2>&1; then
-    $PY -m pip install -q 'tflite>=2.10' 'flatbuffers>=2' 'Pillow>=9' 'ai-edge-litert>=1.0'
-fi
-if ! $PY -c "import importlib.metadata as m; m.distribution('mediapipe')" >/dev/null 2>&1; then
-    $PY -m pip install -q --no-deps 'mediapipe==0.10.14' || echo "mediapipe models unavailable: the slow TFLite model tests will skip" >&2
-fi
-if ! $PY -c "import importlib.metadata as m; m.distribution('pymicro-wakeword')" >/dev/null 2>&1; then
-    $PY -m pip install -q --no-deps 'pymicro-wakeword==2.5.0' || echo "wake-word models unavailable: their TFLite tests will skip" >&2
-fi
+
+have() { $PY -c "import importlib.metadata as m; m.distribution('$1')" >/dev/null 2>&1; }
+
+install() {  # install [pip options] SPEC: once, and a failure is a warning
+    local spec="${!#}"
+    local name="${spec%%[<>=]*}"
+    have "$name" && return 0
+    $PY -m pip install -q "$@" || echo "setup.d/22-tflite: could not install $spec; its tests will skip" >&2
+}
+
+install 'tflite>=2.10'
+install 'flatbuffers>=2'
+install 'Pillow>=9'
+install 'ai-edge-litert>=1.0'
+install --no-deps 'mediapipe==0.10.14'
+install --no-deps 'pymicro-wakeword==2.5.0'

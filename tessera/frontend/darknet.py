@@ -130,6 +130,31 @@ class _Converter:
         y = self.b.call("add", y, bv)
         return self.activation(y, layer.str("activation", "logistic"))
 
+    def connected(self, p: LayerPlan, x: Value) -> Value:
+        arrays, n = self.weights[p.index], p.out_shape[0]
+        w = arrays["weights"].reshape(n, -1)
+        bias = arrays["biases"]
+        if "scales" in arrays:  # the same folding as a convolution's
+            k = arrays["scales"] / (np.sqrt(arrays["rolling_variance"]) + BN_EPSILON)
+            w = w * k[:, None]
+            bias = bias - arrays["rolling_mean"] * k
+        batch = x.type.shape[0]
+        wv = self.weight(f"layer{p.index}_weight", w.astype(np.float32))
+        bv = self.weight(f"layer{p.index}_bias", bias.astype(np.float32))
+        flat = self.b.call("reshape", x, newshape=(batch, w.shape[1]))  # C, H, W order
+        y = self.b.call("add", self.b.call("nn.dense", flat, wv), bv)
+        y = self.activation(y, p.layer.str("activation", "logistic"))
+        return self.b.call("reshape", y, newshape=(batch, n, 1, 1))
+
+    def softmax(self, p: LayerPlan, x: Value) -> Value:
+        batch, size = x.type.shape[0], p.out_shape[0]
+        y = self.b.call("reshape", x, newshape=(batch, size))
+        temperature = p.layer.float("temperature", 1.0)
+        if temperature != 1.0:
+            y = self.b.call("divide", y, self.b.const(np.float32(temperature)))
+        y = self.b.call("nn.softmax", y, axis=1)
+        return self.b.call("reshape", y, newshape=(batch, size, 1, 1))
+
     def maxpool(self, p: LayerPlan, x: Value) -> Value:
         layer = p.layer
         stride = layer.int("stride", 1)
@@ -251,6 +276,8 @@ def from_darknet(cfg, weights, input_size=None, batch: int = 1):
         elif kind in ("yolo", "region"):
             y = getattr(conv, kind)(p, ins[0])
             detections.append(y)
+        elif kind in ("connected", "softmax"):
+            y = getattr(conv, kind)(p, ins[0])
         elif kind == "dropout":
             y = ins[0]  # identity at inference
         else:  # plan_layers has reported it already

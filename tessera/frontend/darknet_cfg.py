@@ -30,6 +30,8 @@ SUPPORTED_LAYERS = (
     "region",
     "reorg",
     "dropout",
+    "connected",
+    "softmax",
 )
 ACTIVATIONS = ("leaky", "linear", "mish", "logistic", "relu", "swish", "tanh")
 _CONV_UNSUPPORTED = {"binary": "0", "xnor": "0", "dilation": "1", "stride_x": None,
@@ -168,9 +170,9 @@ def _unsupported_options(layer: Layer) -> str | None:
     kind, opt = layer.kind, layer.options
     if kind not in SUPPORTED_LAYERS:
         return "this layer type is not supported"
-    if kind in ("convolutional", "shortcut") and opt.get("activation", "logistic") not in (
-        ACTIVATIONS
-    ):
+    if kind in ("convolutional", "shortcut", "connected") and opt.get(
+        "activation", "logistic"
+    ) not in (ACTIVATIONS):
         return f"activation {opt['activation']!r} is not supported"
     if kind == "convolutional":
         # options that change what a convolution computes; each is refused, never ignored
@@ -181,6 +183,8 @@ def _unsupported_options(layer: Layer) -> str | None:
         return "reverse reorg is not supported"
     if kind == "yolo" and opt.get("new_coords", "0") != "0":
         return "new_coords=1 is not supported"
+    if kind == "softmax" and opt.get("groups", "1") != "1":
+        return "a grouped softmax is not supported"
     if kind == "shortcut" and ("weights_type" in opt or "," in opt.get("from", "")):
         return "weighted or multi-input shortcuts are not supported"
     if kind == "upsample" and "stride" in opt and opt["stride"].strip().startswith("-"):
@@ -245,6 +249,14 @@ def _layer_shape(i, layer, shapes, c, h, w):
         )
     if kind == "avgpool":
         return (c, 1, 1), (i - 1,), {}
+    if kind == "connected":  # weights after biases, then batch norm (not a conv's order)
+        n = layer.int("output", 1)
+        counts = {"biases": n, "weights": n * c * h * w}
+        if layer.int("batch_normalize", 0):
+            counts.update(scales=n, rolling_mean=n, rolling_variance=n)
+        return (n, 1, 1), (i - 1,), counts
+    if kind == "softmax":
+        return (c * h * w, 1, 1), (i - 1,), {}
     if kind == "route":
         refs = [_resolve(i, r, layer) for r in layer.ints("layers")]
         groups, group_id = layer.int("groups", 1), layer.int("group_id", 0)
@@ -376,7 +388,7 @@ def random_weights(plan: list[LayerPlan], seed: int = 0) -> list[dict[str, np.nd
     out = []
     for p in plan:
         arrays = {}
-        if p.layer.kind == "convolutional":
+        if p.layer.kind in ("convolutional", "connected"):
             n = p.out_shape[0]
             fan_in = p.weight_counts["weights"] // n
             arrays["biases"] = rng.uniform(-0.1, 0.1, n)
@@ -387,6 +399,7 @@ def random_weights(plan: list[LayerPlan], seed: int = 0) -> list[dict[str, np.nd
             arrays["weights"] = rng.standard_normal(p.weight_counts["weights"]) * (
                 1.0 / np.sqrt(fan_in)
             )
+            arrays = {k: arrays[k] for k in p.weight_counts}  # the file's order
         out.append({k: np.asarray(v, np.float32) for k, v in arrays.items()})
     return out
 

@@ -121,6 +121,18 @@ def darknet_forward(net, weights_path, image):
                 y = (y - mean[:, None, None]) / (np.sqrt(var[:, None, None]) + 0.000001)
                 y = y * scales[:, None, None]
             x = _activate(y + biases[:, None, None], o.get("activation", "logistic"))
+        elif layer.kind == "connected":  # load_connected_weights: biases, weights, then BN
+            n = int(o["output"])
+            biases = take(n)
+            y = take(n * x.size).reshape(n, -1) @ x.ravel()
+            if int(o.get("batch_normalize", 0)):
+                scales, mean, var = take(n), take(n), take(n)
+                y = (y - mean) / (np.sqrt(var) + 0.000001) * scales
+            x = _activate(y + biases, o.get("activation", "logistic")).reshape(n, 1, 1)
+        elif layer.kind == "softmax":
+            v = x.ravel() / float(o.get("temperature", 1))
+            e = np.exp(v - v.max())
+            x = (e / e.sum()).reshape(-1, 1, 1)
         elif layer.kind == "maxpool":
             stride = int(o.get("stride", 1))
             size = int(o.get("size", stride))
@@ -280,6 +292,46 @@ def test_region_reorg_and_other_layers_match_reference(tmp_path, softmax):
     heads = detection_heads(cfg)
     assert heads[0].kind == "region" and heads[0].grid == (8, 8)
     assert heads[0].anchors[1] == pytest.approx((3.42 / 8, 4.41 / 8))
+
+
+CLASSIFIER = """
+[net]
+width=16
+height=16
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=2
+pad=1
+activation=leaky
+
+[connected]
+batch_normalize=1
+output=12
+activation=relu
+
+[avgpool]
+
+[dropout]
+probability=0.5
+
+[connected]
+output=5
+activation=linear
+
+[softmax]
+groups=1
+temperature=2
+"""
+
+
+def test_classifier_layers_match_reference(tmp_path):
+    mod, _, _, expected = check_against_reference(CLASSIFIER, tmp_path, 16)
+    assert expected[0].shape == (5, 1, 1)
+    assert expected[0].sum() == pytest.approx(1.0)
 
 
 def test_yolov3_tiny_compiled_matches_interpreter(tmp_path):
