@@ -143,6 +143,106 @@ def cmsis_program(model, x: np.ndarray) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", names
 
 
+def cmsis_program_s8(model, seed: int = 0) -> tuple[str, list[str]]:
+    """DS-CNN's layers on CMSIS-NN's int8 kernels (the MLPerf Tiny setting, DSP on the M4),
+    with random int8 weights and inputs and fixed requantization (multiplier 0.5, shift -7):
+    an instruction-count baseline for tessera's int8 kernels, whose outputs are not compared
+    (tessera has no int8 kernels yet)."""
+    rng = np.random.default_rng(seed)
+
+    def s8(name, shape):
+        values = ", ".join(map(str, rng.integers(-127, 128, shape).reshape(-1).tolist()))
+        return f"static const int8_t {name}[{int(np.prod(shape))}] = {{{values}}};"
+
+    def i32(name, n, value=None):
+        values = rng.integers(-1000, 1000, n) if value is None else np.full(n, value)
+        return f"static int32_t {name}[{n}] = {{{', '.join(map(str, values.tolist()))}}};"
+
+    lines = [
+        '#include "arm_nnfunctions.h"',
+        "#include <stdint.h>",
+        "void tessera_mark_begin(void);",
+        "void tessera_mark_end(void);",
+        "int write_output(const void* data, uint32_t n);",
+        s8("input", (490,)),
+    ]
+    h, w, c = 49, 10, 1
+    body, names = [], []
+    act = "{-128, 127}"
+    for k, (kind, name, weights, attrs) in enumerate(_layers(model)):
+        src, dst = ("input" if k == 0 else f"act{(k - 1) % 2}"), f"act{k % 2}"
+        names.append(name)
+        if kind in ("conv", "dw"):
+            cout, _, kh, kw = weights[0].shape
+            s, (ph, pw) = attrs["stride"], attrs["pad"]
+            oh, ow = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
+            if kind == "conv" and kh == 10:
+                oh = (h + 4 + 5 - kh) // s + 1
+            shape = (cout, kh, kw, c) if kind == "conv" else (1, kh, kw, cout)
+            lines += [s8(f"w{k}", shape), i32(f"b{k}", cout)]
+            lines += [i32(f"m{k}", cout, 1 << 30), i32(f"s{k}", cout, -7)]
+            dims = f"{{1, {h}, {w}, {c}}}, fd = {{{shape[0]}, {kh}, {kw}, {shape[3]}}}, "
+            dims += f"bd = {{1, 1, 1, {cout}}}, od = {{1, {oh}, {ow}, {cout}}}"
+            body.append(f"  {{ cmsis_nn_dims id = {dims};")
+            body.append(f"    cmsis_nn_per_channel_quant_params q = {{m{k}, s{k}}};")
+            tile = f"{{{s}, {s}}}, {{{pw}, {ph}}}, {{1, 1}}, {{0, 127}}"
+            if kind == "conv":
+                body.append(f"    cmsis_nn_conv_params p = {{0, 0, {tile}}};")
+                size = "arm_convolve_wrapper_s8_get_buffer_size(&p, &id, &fd, &od)"
+                call = "arm_convolve_wrapper_s8"
+            else:
+                body.append(f"    cmsis_nn_dw_conv_params p = {{0, 0, 1, {tile}}};")
+                size = "arm_depthwise_conv_wrapper_s8_get_buffer_size(&p, &id, &fd, &od)"
+                call = "arm_depthwise_conv_wrapper_s8"
+            body.append(f"    if ({size} > (int32_t)sizeof scratch) return 11;")
+            args = f"&ctx, &p, &q, &id, {src}, &fd, w{k}, &bd, b{k}, &od, {dst}"
+            body.append(f"    MEASURE({call}({args})); }}")
+            h, w, c = oh, ow, cout
+        elif kind == "avgpool":
+            kh, kw = attrs["kernel"]
+            body.append(
+                f"  {{ cmsis_nn_dims id = {{1, {h}, {w}, {c}}}, fd = {{1, {kh}, {kw}, 1}}, "
+                f"od = {{1, 1, 1, {c}}};"
+            )
+            body.append(f"    cmsis_nn_pool_params p = {{{{1, 1}}, {{0, 0}}, {act}}};")
+            body.append(f"    MEASURE(arm_avgpool_s8(&ctx, &p, &id, {src}, &fd, &od, {dst})); }}")
+            h = w = 1
+        elif kind == "fc":
+            n_out, n_in = weights[0].shape
+            lines += [s8(f"w{k}", (n_out, n_in)), i32(f"b{k}", n_out)]
+            body.append(
+                f"  {{ cmsis_nn_dims id = {{1, 1, 1, {n_in}}}, fd = {{{n_in}, 1, 1, {n_out}}}, "
+                f"bd = {{1, 1, 1, {n_out}}}, od = {{1, 1, 1, {n_out}}};"
+            )
+            body.append(f"    cmsis_nn_fc_params p = {{0, 0, 0, {act}}};")
+            body.append("    cmsis_nn_per_tensor_quant_params q = {1 << 30, -7};")
+            body.append("    if (arm_fully_connected_s8_get_buffer_size(&fd) > 0)")
+            body.append(f"      arm_vector_sum_s8(ctx.buf, {n_in}, {n_out}, w{k}, 0, 0, b{k});")
+            body.append(
+                f"    MEASURE(arm_fully_connected_s8(&ctx, &p, &q, &id, {src}, &fd, w{k}, &bd, "
+                f"b{k}, &od, {dst})); }}"
+            )
+            c = n_out
+        else:
+            body.append(
+                f"  tessera_mark_begin(); arm_softmax_s8({src}, 1, {c}, 1077952576, 23, -248, "
+                f"{dst}); tessera_mark_end();"
+            )
+            last = dst
+    lines += [
+        "static int8_t act0[64 * 25 * 5], act1[64 * 25 * 5];",
+        "static int32_t scratch[4096];",
+        "#define MEASURE(x) do { tessera_mark_begin(); arm_cmsis_nn_status st = x; "
+        "tessera_mark_end(); if (st != ARM_CMSIS_NN_SUCCESS) return 10; } while (0)",
+        "int main(void) {",
+        "  cmsis_nn_context ctx = {scratch, sizeof scratch};",
+        *body,
+        f"  return write_output({last}, {c});",
+        "}",
+    ]
+    return "\n".join(lines) + "\n", names
+
+
 _RUNTIME = r"""
 #include <stdint.h>
 #include <string.h>
@@ -173,12 +273,25 @@ int write_output(const void* data, uint32_t n) {
 """
 
 
-def run_cmsis(source: str, cmsis: Path, n_out: int):
-    """(output, per-layer instruction counts, {code, rodata, bss} bytes) of the program."""
+def _int8_file(stem: str) -> bool:
+    if any(t in stem for t in ("f16", "f32", "flt", "_s4")):
+        return False
+    return "s8" in stem or not any(t in stem for t in ("s16", "s64"))
+
+
+def _library_sources(nn: Path, int8: bool) -> list[str]:
+    every = sorted((nn / "Source").rglob("*.c"))
+    if int8:  # the 8-bit kernels and their support code (no float, 4- or 16-bit kernels)
+        return [str(p) for p in every if _int8_file(p.stem)]
+    tables = nn / "Source" / "NNSupportFunctions" / "arm_nntables_flt.c"
+    return [str(p) for p in every if "f32" in p.stem] + [str(tables)]
+
+
+def run_cmsis(source: str, cmsis: Path, n_out: int, int8: bool = False):
+    """(output, per-layer instruction counts, {text, data, bss} bytes) of the program."""
     nn = cmsis / "cmsis-nn"
     board = boards.get_board(BOARD)
-    sources = sorted(str(p) for p in (nn / "Source").rglob("*f32*.c"))
-    sources.append(str(nn / "Source" / "NNSupportFunctions" / "arm_nntables_flt.c"))
+    sources = _library_sources(nn, int8)
     with tempfile.TemporaryDirectory(prefix="tessera-cmsis-") as tmp:
         folder = Path(tmp)
         (folder / "model.c").write_text(source)
@@ -205,7 +318,7 @@ def run_cmsis(source: str, cmsis: Path, n_out: int):
         if proc.returncode != 0:
             raise RuntimeError(f"the CMSIS-NN program exited with {proc.returncode}")
         counts = [int(x.split()[-1]) for x in counts_file.read_text().splitlines() if "region" in x]
-        output = np.fromfile(folder / "out.bin", np.float32)[:n_out]
+        output = np.fromfile(folder / "out.bin", np.int8 if int8 else np.float32)[:n_out]
         size = toolchain.run([toolchain.SIZE, str(elf)], "size").splitlines()[1].split()
         return output, counts, {"text": int(size[0]), "data": int(size[1]), "bss": int(size[2])}
 
@@ -214,6 +327,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cmsis", default=str(ROOT.parent.parent / "shared" / "baselines"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--int8", action="store_true", help="also CMSIS-NN's int8 DS-CNN (a baseline only)"
+    )
     args = parser.parse_args()
     cmsis = Path(args.cmsis)
     if not (cmsis / "cmsis-nn" / "Include" / "arm_nnfunctions.h").exists():
@@ -252,8 +368,19 @@ def main() -> None:
         f"RAM {report['ram_bytes']['arena']:,} B arena; CMSIS-NN program: text "
         f"{size['text']:,} B (weights + library + runtime), bss {size['bss']:,} B"
     )
+    if args.int8:
+        _int8_baseline(model, cmsis, args.seed)
     print(f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M instructions "
           f"({total / theirs:.2f}x), DS-CNN float32 on {BOARD}")  # fmt: skip
+
+
+def _int8_baseline(model, cmsis: Path, seed: int) -> None:
+    source, names = cmsis_program_s8(model, seed)
+    _, counts, size = run_cmsis(source, cmsis, 12, int8=True)
+    print(f"CMSIS-NN int8 DS-CNN (DSP) on {BOARD}, the baseline for tessera's int8 kernels:")
+    for name, n in zip(names, counts, strict=True):
+        print(f"{name:22} {n:12,d}")
+    print(f"{'total':22} {sum(counts):12,d}  (text {size['text']:,} B, bss {size['bss']:,} B)")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ def _new_schedule(outs):
 
 def schedule_conv(outs, target=None) -> te.Schedule:
     """Convolutions (and transposed ones): parallel over (n, c_out), the padded input computed
-    once at root (in parallel), the innermost output axis vectorized."""
+    once at root (in parallel; per channel plane for a depthwise conv on a scalar target), the
+    innermost output axis vectorized."""
     outs, s = _new_schedule(outs)
     conv = _find_anchor(outs, ["conv"])
     pads = [
