@@ -266,7 +266,30 @@ class _KernelEmitter(_FunctionEmitter):
         # unrolled loop in a kernel with barriers (test_opencl.py::test_conv2d_schedule_...).
         if s.kind == S.ForKind.UNROLLED and self.dialect.name == "cuda":
             self.lines.append("#pragma unroll")
+        if self.dialect.name == "opencl" and collect(s.body, _is_barrier_stmt):
+            self.barrier_loop(s)
+            return
         super()._For(s)
+
+    def barrier_loop(self, s: S.For) -> None:
+        """Note [pocl barrier loops]: pocl 3.1 (Debian 12) ran a loop holding a barrier wrongly
+        (no stores at all) when its trip count was a small constant and the body had
+        thread-dependent conditions (a tiled matmul with two k-slices and a ragged N); with the
+        bound read from a volatile variable it runs right. The cost is one load per iteration
+        of a loop that waits at barriers anyway."""
+        var, dt = s.loop_var, s.loop_var.dtype
+        lo, extent = self.exprs.text(s.min), self.exprs.text(s.extent)
+        name = self.names.get(var)
+        end = self.names.fresh(f"{name}_end")
+        self.line(f"volatile {value_type(dt)} {end} = {lo} + {extent};")
+        if self.exprs.nonneg(s.min):
+            self.exprs.nonneg_vars.add(id(var))
+        with self.block(f"for ({value_type(dt)} {name} = {lo}; {name} < {end}; ++{name})"):
+            self.stmt(s.body)
+
+
+def _is_barrier_stmt(node) -> bool:
+    return isinstance(node, S.Evaluate) and is_barrier(node)
 
 
 def _contiguous(index: E.Expr) -> bool:

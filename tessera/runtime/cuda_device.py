@@ -19,7 +19,7 @@ import functools
 import numpy as np
 
 
-class CUDAUnavailable(RuntimeError):
+class CUDAUnavailable(NotImplementedError):  # a RuntimeError: what this machine lacks
     """No usable CUDA here; the message says what is missing (bindings, driver or GPU)."""
 
 

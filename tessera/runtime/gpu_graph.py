@@ -107,6 +107,16 @@ class GPUGraphModule:
         }
         self.launches = [self._prepare(call) for call in plan["calls"]]
 
+    def __del__(self):
+        api = getattr(self, "api", None)
+        if api is None:
+            return
+        for handle in [getattr(self, "arena", None)] + [
+            t for temps in getattr(self, "temps", {}).values() for t in temps
+        ]:
+            if handle is not None:
+                api.free(handle)
+
     def _storage(self, kind: str, index: int, spec: dict) -> GPUArray:
         if kind == "input":
             return self.inputs[index]

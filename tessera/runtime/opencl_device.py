@@ -16,7 +16,7 @@ import functools
 import numpy as np
 
 
-class OpenCLUnavailable(RuntimeError):
+class OpenCLUnavailable(NotImplementedError):  # a RuntimeError: what this machine lacks
     """No OpenCL here (pyopencl or an OpenCL driver missing); the message says what to install."""
 
 

@@ -205,3 +205,22 @@ def test_cross_thread_sum_over_two_thread_axes(cl_dev):
     out = np.zeros(8, np.float32)
     f(a, out)
     np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m, n, k", [(2, 10, 16), (100, 70, 30), (1, 1000, 64), (64, 64, 8)])
+def test_tiled_dense_schedule(cl_dev, m, n, k):
+    """(2, 10, 16): two k-slices and a ragged N, which pocl ran wrongly before Note [pocl
+    barrier loops] in codegen/gpu_c.py."""
+    from tessera.topi import nn as topi_nn
+    from tessera.topi.gpu.dense import schedule_matmul
+
+    x = te.placeholder((m, k), name="x")
+    w = te.placeholder((n, k), name="w")
+    y = topi_nn.dense(x, w)
+    f = tessera.build(schedule_matmul([y]), [x, w, y], target="opencl")
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((n, k), dtype=np.float32)
+    out = np.zeros((m, n), np.float32)
+    f(a, b, out)
+    np.testing.assert_allclose(out, a @ b.T, rtol=1e-4, atol=1e-4)

@@ -33,22 +33,33 @@ def _case_depthwise():
 
 
 def _case_gemm():
-    return [N("Gemm", ["x", "w", "b"], ["y"], transB=1)], {"x": f32(3, 70)}, ["y"], {
-        "w": f32(33, 70),
-        "b": f32(33),
-    }
+    return (
+        [N("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+        {"x": f32(3, 70)},
+        ["y"],
+        {
+            "w": f32(33, 70),
+            "b": f32(33),
+        },
+    )
 
 
 def _case_matmul():
-    return [N("MatMul", ["a", "b"], ["y"])], {"a": f32(2, 3, 20, 40), "b": f32(2, 3, 40, 65)}, [
-        "y"
-    ], None
+    return (
+        [N("MatMul", ["a", "b"], ["y"])],
+        {"a": f32(2, 3, 20, 40), "b": f32(2, 3, 40, 65)},
+        ["y"],
+        None,
+    )
 
 
 def _case_matmul_weight():
-    return [N("MatMul", ["a", "w"], ["y"]), N("Tanh", ["y"], ["z"])], {"a": f32(1, 9, 64)}, [
-        "z"
-    ], {"w": f32(64, 96)}
+    return (
+        [N("MatMul", ["a", "w"], ["y"]), N("Tanh", ["y"], ["z"])],
+        {"a": f32(1, 9, 64)},
+        ["z"],
+        {"w": f32(64, 96)},
+    )
 
 
 def _case_pool():
