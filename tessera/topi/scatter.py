@@ -21,6 +21,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.tir.expr import Expr
 from tessera.topi.reduce import _prod
+from tessera.topi.sort import bitonic_work, sorted_positions
 
 SCATTER = "scatter"
 REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -48,9 +49,28 @@ def _check(reduction: str, data: te.Tensor) -> None:
 
 
 def scatter_elements(data, indices, updates, axis: int = 0, reduction: str = "none"):
-    """ONNX ScatterElements: out[j with axis replaced by indices[j]] (reduction)= updates[j]."""
+    """ONNX ScatterElements: out[j with axis replaced by indices[j]] (reduction)= updates[j].
+    Along long axes the updates are sorted by target (Note [scatter by sorting]); short ones
+    gather (Note [scatter as gather]), whichever does less work."""
     _check(reduction, data)
     axis = axis % data.ndim
+    n, m = int(data.shape[axis].value), int(indices.shape[axis].value)
+    # a network stage costs about four steps of the gather's reduction (as for topk)
+    if 4 * sorted_work(n, m) >= n * m:
+        return _scatter_elements_gather(data, indices, updates, axis, reduction)
+    return _scatter_elements_sorted(data, indices, updates, axis, reduction)
+
+
+def sorted_work(n: int, m: int) -> int:
+    """Steps of _scatter_elements_sorted per row: sort, search, scan (Note [scatter by
+    sorting])."""
+    log_m = max(1, (m - 1).bit_length())
+    return bitonic_work(m, m) + n * (log_m + 1) + m * log_m
+
+
+def _scatter_elements_gather(data, indices, updates, axis: int, reduction: str):
+    """Each output position reduces over the updates along the axis (Note [scatter as
+    gather]): O(n m) along it, the least work for short axes."""
     k = te.reduce_axis((0, indices.shape[axis]), name="k")
 
     def source(i, kv):
@@ -91,6 +111,99 @@ def scatter_elements(data, indices, updates, axis: int = 0, reduction: str = "no
         return te.if_then_else(j >= 0, updates(*pos), data(*i))
 
     return te.compute(data.shape, pick, name="scatter_elements", tag=SCATTER)
+
+
+def _scatter_elements_sorted(data, indices, updates, axis: int, reduction: str):
+    """Note [scatter by sorting]."""
+    n, m = int(data.shape[axis].value), int(indices.shape[axis].value)
+
+    def along(i, pos):
+        return [pos if d == axis else v for d, v in enumerate(i)]
+
+    def key(r, p):
+        """The target of update p of row r; n (after every target) when out of range."""
+        t = _wrapped(indices(*along(r, te.min(p, m - 1))), data.shape[axis])
+        ok = te.logical_and(t >= 0, t < n)
+        return te.select(te.logical_and(ok, p < m), t, te.const(n, "int32"))
+
+    def before(r, p, q):  # by target, then by position: a target's last update ends its run
+        kp, kq = key(r, p), key(r, q)
+        return te.logical_or(kp < kq, te.logical_and(kp == kq, p < q))
+
+    order = sorted_positions(indices.shape, axis, m, before)
+    slots = int(order.shape[axis].value)
+
+    def sorted_key(r, slot):
+        return key(r, order(*along(r, slot)))
+
+    def row(i):
+        """The indices' row of output i (other axes clamped) and whether it is inside."""
+        r, inside = [], te.const(True)
+        for d, (v, size) in enumerate(zip(i, indices.shape, strict=True)):
+            if d != axis and int(size.value) < int(data.shape[d].value):
+                inside = te.logical_and(inside, v < size)
+                v = te.min(v, size - 1)
+            r.append(v)
+        return r, inside
+
+    # count[i] = slots whose target <= i[axis]: a binary search, one bit per stage
+    count = te.compute(
+        data.shape, lambda *i: te.const(0, "int32"), name="scatter_count", tag=SCATTER
+    )
+    bit = slots
+    while bit >= 1:
+
+        def step(*i, prev=count, bit=bit):
+            r, _ = row(i)
+            c = prev(*i)
+            probe = te.min(c + bit - 1, slots - 1)
+            take = te.logical_and(c + bit <= slots, sorted_key(r, probe) <= i[axis])
+            return te.select(take, c + bit, c)
+
+        count = te.compute(data.shape, step, name=f"scatter_search_{bit}", tag=SCATTER)
+        bit //= 2
+    values = None
+    if reduction != "none":  # each target's updates folded in order: a segmented scan
+        values = te.compute(
+            order.shape,
+            lambda *r: updates(*along(r, te.min(order(*r), m - 1))),
+            name="scatter_runs",
+            tag=SCATTER,
+        )
+        combine = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
+                   "max": te.max, "min": te.min}[reduction]  # fmt: skip
+        d = 1
+        while d < slots:
+
+            def scan(*r, prev=values, d=d):
+                s = r[axis]
+                back = te.max(s - d, 0)
+                same = te.logical_and(s >= d, sorted_key(r, back) == sorted_key(r, s))
+                return te.select(same, combine(prev(*along(r, back)), prev(*r)), prev(*r))
+
+            values = te.compute(order.shape, scan, name=f"scatter_runs_{d}", tag=SCATTER)
+            d *= 2
+
+    def pick(*i):
+        r, inside = row(i)
+        last = te.max(count(*i) - 1, 0)
+        hit = te.logical_and(te.logical_and(inside, count(*i) > 0), sorted_key(r, last) == i[axis])
+        if values is None:
+            update = updates(*along(r, te.min(order(*along(r, last)), m - 1)))
+        else:
+            update = combine(data(*i), values(*along(r, last)))
+        return te.select(hit, update, data(*i))
+
+    return te.compute(data.shape, pick, name="scatter_elements", tag=SCATTER)
+
+
+# Note [scatter by sorting]: along the scattered axis the m updates of each row are sorted by
+# (target, position) with the bitonic network of topi/sort.py (O(m log^2 m)); output position
+# t then finds, by a binary search of log2(m) + 1 gather stages (O(n log m)), how many updates
+# target t or less: the last of them is t's last update when its target is t ("none": it wins,
+# as ONNX applies updates in order). For add/mul/max/min a segmented log-step scan over the
+# sorted updates (O(m log m)) folds each target's run in order, and data[t] is combined with
+# the run's total. Out-of-range targets sort after all and match nothing.
 
 
 def scatter_nd(data, indices, updates, reduction: str = "none"):

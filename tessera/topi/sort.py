@@ -41,24 +41,19 @@ def beats(vp, vq, p, q, largest: bool, is_float: bool):
     return te.select(nan_p, te.logical_and(nan_q, p < q), te.logical_or(nan_q, earlier))
 
 
-def bitonic_topk(x: te.Tensor, k: int, axis: int, largest: bool = True):
-    """(values, int64 indices) of the k best elements along `axis`, best first (Note
-    [bitonic top-k]); `axis` must be non-negative and static."""
-    n = int(x.shape[axis].value)
+def sorted_positions(shape, axis: int, n: int, better, keep: int | None = None) -> te.Tensor:
+    """int32 positions [0, n) along `axis` ordered by `better(i, p, q)` (position p before q,
+    a strict total order; i: the output index, for the other axes), for every index of the
+    other axes of `shape`: the first `keep` of them (all n when None), Note [bitonic top-k]."""
 
     def along(i, pos):
         return [pos if a == axis else v for a, v in enumerate(i)]
 
-    def value(i, pos):
-        return x(*along(i, te.min(pos, n - 1)))
+    def beat(i, p, q):  # padding slots (positions >= n) lose to every position
+        return te.logical_and(p < n, te.logical_or(q >= n, better(i, p, q)))
 
-    def better(i, p, q):
-        """Slot position p beats position q (both int32 expressions); padding loses."""
-        earlier = beats(value(i, p), value(i, q), p, q, largest, x.dtype.is_float)
-        return te.logical_and(p < n, te.logical_or(q >= n, earlier))
-
-    def shape(slots: int):
-        return tuple(te.const(slots, "int32") if a == axis else d for a, d in enumerate(x.shape))
+    def shaped(slots: int):
+        return tuple(te.const(slots, "int32") if a == axis else d for a, d in enumerate(shape))
 
     def compare_exchange(prev, slots: int, stride: int, block: int | None, name: str):
         """Slots i and i ^ stride exchanged into order: the better first in blocks where
@@ -69,18 +64,18 @@ def bitonic_topk(x: te.Tensor, k: int, axis: int, largest: bool = True):
             partner = te.bitwise_xor(slot, te.const(stride, "int32"))
             lo, hi = te.min(slot, partner), te.max(slot, partner)
             p, q = prev(*along(i, lo)), prev(*along(i, hi))
-            keep = better(i, p, q)
+            first_wins = beat(i, p, q)
             if block is not None:
                 up = te.bitwise_and(slot, te.const(block, "int32")) == te.const(0, "int32")
-                keep = keep == up
-            first, second = te.select(keep, p, q), te.select(keep, q, p)
+                first_wins = first_wins == up
+            first, second = te.select(first_wins, p, q), te.select(first_wins, q, p)
             return te.select(slot == lo, first, second)
 
-        return te.compute(shape(slots), body, name=name, tag=TAG)
+        return te.compute(shaped(slots), body, name=name, tag=TAG)
 
     slots = _pow2_at_least(max(n, 1))
-    kk = min(_pow2_at_least(max(k, 1)), slots)
-    pos = te.compute(shape(slots), lambda *i: i[axis], name="sort_slots", tag=TAG)
+    kk = min(_pow2_at_least(max(keep if keep is not None else n, 1)), slots)
+    pos = te.compute(shaped(slots), lambda *i: i[axis], name="sort_slots", tag=TAG)
     size = 2
     while size <= kk:  # 1. sort blocks of kk slots, best first
         stride = size // 2
@@ -96,14 +91,29 @@ def bitonic_topk(x: te.Tensor, k: int, axis: int, largest: bool = True):
             blk, off = te.floordiv(t, kk), te.floormod(t, kk)
             p = prev(*along(i, blk * (2 * kk) + off))
             q = prev(*along(i, blk * (2 * kk) + kk + (kk - 1 - off)))
-            return te.select(better(i, p, q), p, q)
+            return te.select(beat(i, p, q), p, q)
 
         slots //= 2
-        pos = te.compute(shape(slots), halve, name=f"sort_merge_{slots}", tag=TAG)
+        pos = te.compute(shaped(slots), halve, name=f"sort_merge_{slots}", tag=TAG)
         stride = kk // 2
         while stride >= 1:
             pos = compare_exchange(pos, slots, stride, None, f"sort_merge_{slots}_{stride}")
             stride //= 2
+    return pos
+
+
+def bitonic_topk(x: te.Tensor, k: int, axis: int, largest: bool = True):
+    """(values, int64 indices) of the k best elements along `axis`, best first (Note
+    [bitonic top-k]); `axis` must be non-negative and static."""
+    n = int(x.shape[axis].value)
+
+    def value(i, pos):
+        return x(*[te.min(pos, n - 1) if a == axis else v for a, v in enumerate(i)])
+
+    def better(i, p, q):
+        return beats(value(i, p), value(i, q), p, q, largest, x.dtype.is_float)
+
+    pos = sorted_positions(x.shape, axis, n, better, keep=k)
     out_shape = tuple(te.const(k, "int32") if a == axis else d for a, d in enumerate(x.shape))
     values = te.compute(out_shape, lambda *i: value(i, pos(*i)), name="topk_values", tag=TAG)
     indices = te.compute(

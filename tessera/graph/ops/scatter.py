@@ -15,6 +15,7 @@ import numpy as np
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import normalize_axis, same_dtype, type_error
+from tessera.topi import reduce as topi_reduce
 from tessera.topi import scatter as topi_scatter
 
 _COMBINE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -69,6 +70,10 @@ def _(data, indices, updates, axis=0, reduction="none"):
 @scatter_elements.compute
 def _(data, indices, updates, axis=0, reduction="none"):
     return topi_scatter.scatter_elements(data, indices, updates, axis, reduction)
+
+
+# Its sorting network, searches and scans are stages of their own (topi/scatter.py)
+scatter_elements.schedule("generic")(topi_reduce.schedule_stages)
 
 
 scatter_nd = register_op("scatter_nd", kind=OpKind.OPAQUE)
