@@ -44,9 +44,13 @@ CONVS = [  # (c, h, w, oc, k, stride, pad, groups)
 ]
 
 
-# every shape on VNNI; on the other ISA levels the shapes whose vectors differ most
+SLOW = pytest.mark.slow
+# every shape on VNNI; on the other ISA levels the 28-wide grouped conv (16 + 12 lanes) by
+# default, the 7-wide 1x1 under -m slow
 CONV_RUNS = [("llvm -mcpu=cascadelake", c) for c in CONVS] + [
-    (t, c) for t in list(ISAS)[1:] for c in (CONVS[1], CONVS[4])
+    pytest.param(t, c, marks=[SLOW] if c is CONVS[1] else [])
+    for t in list(ISAS)[1:]
+    for c in (CONVS[1], CONVS[4])
 ]
 
 
@@ -115,7 +119,10 @@ def test_requantize_rounds_half_to_even_and_saturates():
 @pytest.mark.parametrize("target", list(ISAS))
 @pytest.mark.parametrize(
     "shape_a,shape_b,adt,bdt",
-    [((2, 5, 13), (2, 13, 20), "uint8", "int8"), ((3, 4, 16), (1, 16, 33), "int8", "uint8")],
+    [
+        ((2, 5, 13), (2, 13, 20), "uint8", "int8"),
+        pytest.param((3, 4, 16), (1, 16, 33), "int8", "uint8", marks=SLOW),
+    ],
 )
 def test_batch_matmul_matches_integer_reference(target, shape_a, shape_b, adt, bdt):
     t = _target(target)
