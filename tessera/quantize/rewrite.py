@@ -158,22 +158,44 @@ def _quantize_value(em, func, layers, v: Value, act, span) -> Value:
     return em.call(pool.op.name, (q,), pool.span, v.name, **dict(pool.attrs.items()))
 
 
-def rewrite(func: Function, layers: list[Layer], act_params: dict) -> Function:
-    """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)}."""
+# Note [shared quantized values]: a value that a layer quantizes and that other ops also read
+# (the skip of a residual block) is read by those ops, after the quantize, as the dequantized
+# int8 copy: the producer then writes only the int8 tensor, and the residual stream is int8
+# between kernels (as in ORT's QDQ models), at the cost of its rounding. `share=False` keeps
+# the float value for them.
+
+
+def _remap(call: Call, fake: dict) -> Call:
+    inputs = tuple(fake.get(id(v), v) for v in call.inputs)
+    if all(a is b for a, b in zip(inputs, call.inputs, strict=True)):
+        return call
+    return Call(call.op, inputs, call.attrs, call.outputs, call.span)
+
+
+def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool = True):
+    """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)};
+    share: other readers of a quantized value read its int8 copy (Note [shared quantized
+    values])."""
     from tessera.transform import eliminate_dead_code
 
     em = _Emitter(func)
     by_index = {layer.index: layer for layer in layers}
     quantized: dict[tuple[int, tuple], Value] = {}  # (id(x), params) -> its quantize
+    fake: dict[int, Value] = {}  # id(x) -> dequantize(its quantize), for other readers
     for k, call in enumerate(func.body):
         layer = by_index.get(k)
         if layer is None:
-            em.body.append(call)
+            em.body.append(_remap(call, fake))
             continue
         act = act_params[id(layer.data)]
         key = (id(layer.data), act)
         if key not in quantized:
-            quantized[key] = _quantize_value(em, func, layers, layer.data, act, call.span)
+            xq = _quantize_value(em, func, layers, layer.data, act, call.span)
+            quantized[key] = xq
+            if share and id(layer.data) not in fake and layer.data not in func.outputs:
+                scale = em.const(np.float32(act[0]), layer.data.name + "_s")
+                fake[id(layer.data)] = em.call("qnn.dequantize", (xq, scale), call.span,
+                                               layer.data.name, zero_point=act[1])  # fmt: skip
         em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0]))
     used = {id(v) for c in em.body for v in c.inputs} | {id(v) for v in func.outputs}
     constants = tuple(c for c in em.constants if id(c) in used)

@@ -278,13 +278,15 @@ def quantize(x, *, scale: float, zero_point: int, dtype: str):
     return te.compute(x.shape, f, name="quantize", tag="elemwise")
 
 
-def dequantize(acc, scale):
-    """float32(acc) * scale (scale broadcast from the right, numpy style)."""
+def dequantize(acc, scale, zero_point: int = 0):
+    """float32(acc - zero_point) * scale (scale broadcast from the right, numpy style)."""
     rank, srank = len(acc.shape), len(scale.shape)
     sshape = _static(scale.shape)
 
     def f(*i):
         idx = [0 if d == 1 else i[rank - srank + k] for k, d in enumerate(sshape)]
-        return acc(*i).astype("float32") * scale(*idx)
+        v = acc(*i).astype("int32")
+        v = v - zero_point if zero_point else v
+        return v.astype("float32") * scale(*idx)
 
     return te.compute(acc.shape, f, name="dequantize", tag="broadcast")

@@ -176,3 +176,17 @@ def test_max_pool_runs_on_quantized_values():
     feed = samples(1)[0]
     want = run(mod, params, feed)
     assert sqnr_db(want, run(result.mod, {}, feed)) >= 25
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_residual_reads_the_int8_copy_when_shared(model, share):
+    """The skip of the residual add (r1, quantized for conv2) is read as dequantize(quantize
+    (r1)) when shared, as the float r1 otherwise."""
+    mod, params, feed, want = model
+    result = quantize(mod, params, samples(4), QConfig(keep_float_below_db=0, share=share))
+    body = result.mod["main"].body
+    producer = {id(v): c for c in body for v in c.outputs}
+    adds = [c for c in body if c.op.name == "add" and c.inputs[0].type.ndim == 4]
+    skip_ops = {producer[id(v)].op.name for c in adds for v in c.inputs if id(v) in producer}
+    assert ("qnn.dequantize" in skip_ops) and (("nn.relu" in skip_ops) != share)
+    assert sqnr_db(want, run(result.mod, {}, feed)) >= 25
