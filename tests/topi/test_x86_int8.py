@@ -136,3 +136,22 @@ def test_batch_matmul_matches_integer_reference(target, shape_a, shape_b, adt, b
     np.testing.assert_array_equal(y, get_op("qnn.batch_matmul").evaluate([a, b], {})[0])
     if ISAS[target] is not None:
         assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize("dtype,zp", [("uint8", 0), ("uint8", 100), ("int8", 0), ("int8", -7)])
+def test_quantize_ties_and_saturation_match_the_reference(dtype, zp):
+    """qnn.quantize compiled against its reference: ties at a power-of-two scale (exact
+    products) round to even, values past the range saturate, NaN-free extremes clamp."""
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 1e9, -1e9, 300.0, -300.0, 127.5], np.float32)
+    x = x * np.float32(0.25)
+    X = te.placeholder(x.shape, "float32", name="x")
+    Y = qnn.quantize(X, scale=0.25, zero_point=zp, dtype=dtype)
+    f = tessera.build(te.create_schedule(Y.op), [X, Y], target="llvm")
+    y = np.zeros(x.shape, dtype)
+    f(x, y)
+    want = get_op("qnn.quantize").evaluate([x], dict(scale=0.25, zero_point=zp, dtype=dtype))[0]
+    np.testing.assert_array_equal(y, want)
+    info = np.iinfo(dtype)
+    np.testing.assert_array_equal(
+        want, np.clip(np.round(x / 0.25) + zp, info.min, info.max).astype(dtype)
+    )

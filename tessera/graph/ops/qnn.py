@@ -185,7 +185,7 @@ def _(x: TensorType, scale=1.0, zero_point=0, dtype="uint8") -> TensorType:
 @quantize.reference
 def _(x, scale=1.0, zero_point=0, dtype="uint8"):
     info = np.iinfo(dtype)
-    q = np.round(x.astype(np.float32) / np.float32(scale)) + zero_point
+    q = np.round(x.astype(np.float32) * topi_qnn.reciprocal(scale)) + zero_point
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
