@@ -37,6 +37,7 @@ class QConfig:
     skip: tuple[str, ...] = ()  # source node names (or output value names) to keep float
     keep_float_below_db: float = 20.0  # a layer whose own SQNR is lower stays float
     max_samples: int | None = None  # calibration feeds used (None: all)
+    share: bool = True  # other readers of a quantized value read its int8 copy (rewrite.py)
 
 
 @dataclass
@@ -146,6 +147,6 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok))
         if ok:
             keep.append(layer)
-    new = rewrite(func, keep, act)
+    new = rewrite(func, keep, act, config.share)
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
                           config)  # fmt: skip

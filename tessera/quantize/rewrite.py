@@ -11,7 +11,8 @@ Weights are int8, symmetric, one scale per output channel (max |w| / 127). What 
 (bias, ReLU, the next layer's quantize) is float and element-wise, so fuse_ops puts it in the
 int8 kernel's epilogue: the kernel reads uint8 and writes uint8 (an implicit requantize) or,
 where a float value is needed (residual sums), float32. A value feeding several layers is
-quantized once.
+quantized once; a max-pool between a layer and its quantize runs on the integers (Note
+[quantize before max-pool]).
 """
 
 from __future__ import annotations
@@ -131,25 +132,73 @@ def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value) -> 
     return Call(get_op("qnn.dequantize"), (acc, scale_c), {}, (out,), span)
 
 
-def rewrite(func: Function, layers: list[Layer], act_params: dict) -> Function:
-    """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)}."""
+# Note [quantize before max-pool]: quantize is monotone, so quantize(max_pool(x)) equals
+# max_pool(quantize(x)) (a padded position is the lowest value on both sides). Quantizing first
+# lets the pool run on uint8 and the quantize fuse into the producer's epilogue; done when the
+# pool's output feeds only quantized layers.
+
+
+def _pooled_source(func: Function, v: Value, layers: list[Layer]):
+    """The max-pool call producing v, when every use of v is a quantized layer's data input."""
+    producer = next((c for c in func.body if v in c.outputs), None)
+    if producer is None or producer.op.name != "nn.max_pool2d" or v in func.outputs:
+        return None
+    uses = sum(1 for c in func.body for x in c.inputs if x is v)
+    return producer if uses == sum(1 for layer in layers if layer.data is v) else None
+
+
+def _quantize_value(em, func, layers, v: Value, act, span) -> Value:
+    sx, zx, dtype = act
+    pool = _pooled_source(func, v, layers)
+    source = pool.inputs[0] if pool is not None else v
+    q = em.call("qnn.quantize", (source,), span, source.name, scale=sx, zero_point=zx,
+                dtype=dtype)  # fmt: skip
+    if pool is None:
+        return q
+    return em.call(pool.op.name, (q,), pool.span, v.name, **dict(pool.attrs.items()))
+
+
+# Note [shared quantized values]: a value that a layer quantizes and that other ops also read
+# (the skip of a residual block) is read by those ops, after the quantize, as the dequantized
+# int8 copy: the producer then writes only the int8 tensor, and the residual stream is int8
+# between kernels (as in ORT's QDQ models), at the cost of its rounding. `share=False` keeps
+# the float value for them.
+
+
+def _remap(call: Call, fake: dict) -> Call:
+    inputs = tuple(fake.get(id(v), v) for v in call.inputs)
+    if all(a is b for a, b in zip(inputs, call.inputs, strict=True)):
+        return call
+    return Call(call.op, inputs, call.attrs, call.outputs, call.span)
+
+
+def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool = True):
+    """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)};
+    share: other readers of a quantized value read its int8 copy (Note [shared quantized
+    values])."""
+    from tessera.transform import eliminate_dead_code
+
     em = _Emitter(func)
     by_index = {layer.index: layer for layer in layers}
     quantized: dict[tuple[int, tuple], Value] = {}  # (id(x), params) -> its quantize
+    fake: dict[int, Value] = {}  # id(x) -> dequantize(its quantize), for other readers
     for k, call in enumerate(func.body):
         layer = by_index.get(k)
         if layer is None:
-            em.body.append(call)
+            em.body.append(_remap(call, fake))
             continue
         act = act_params[id(layer.data)]
         key = (id(layer.data), act)
         if key not in quantized:
-            sx, zx, dtype = act
-            quantized[key] = em.call(
-                "qnn.quantize", (layer.data,), call.span, layer.data.name,
-                scale=sx, zero_point=zx, dtype=dtype,
-            )  # fmt: skip
+            xq = _quantize_value(em, func, layers, layer.data, act, call.span)
+            quantized[key] = xq
+            if share and id(layer.data) not in fake and layer.data not in func.outputs:
+                scale = em.const(np.float32(act[0]), layer.data.name + "_s")
+                fake[id(layer.data)] = em.call("qnn.dequantize", (xq, scale), call.span,
+                                               layer.data.name, zero_point=act[1])  # fmt: skip
         em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0]))
     used = {id(v) for c in em.body for v in c.inputs} | {id(v) for v in func.outputs}
     constants = tuple(c for c in em.constants if id(c) in used)
-    return Function(func.name, func.params, tuple(em.body), func.outputs, constants)
+    # a max-pool moved after its quantize leaves the float one unused
+    return eliminate_dead_code(Function(func.name, func.params, tuple(em.body), func.outputs,
+                                        constants))  # fmt: skip

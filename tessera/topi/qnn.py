@@ -266,25 +266,34 @@ def requantize(acc, scale, *, zero_point: int, dtype: str):
 
 
 def quantize(x, *, scale: float, zero_point: int, dtype: str):
-    """saturate(round_half_even(x / scale) + zero_point), as ONNX QuantizeLinear."""
+    """saturate(round_half_even(x * float32(1 / scale)) + zero_point): a multiply, where ONNX's
+    QuantizeLinear divides (a division in every epilogue costs several multiplies; ONNX models
+    keep their exact division, frontend/onnx_quant.py)."""
     info = np.iinfo(dtype)
-    inv = tir.const(float(np.float32(scale)), "float32")
+    inv = tir.const(float(reciprocal(scale)), "float32")
 
     def f(*i):
-        v = tir_op.round(x(*i) / inv) + tir.const(float(zero_point), "float32")
+        v = tir_op.round(x(*i) * inv) + tir.const(float(zero_point), "float32")
         v = te.min(te.max(v, tir.const(float(info.min), "float32")), float(info.max))
         return v.astype(dtype)
 
     return te.compute(x.shape, f, name="quantize", tag="elemwise")
 
 
-def dequantize(acc, scale):
-    """float32(acc) * scale (scale broadcast from the right, numpy style)."""
+def reciprocal(scale: float) -> np.float32:
+    """float32(1 / float32(scale)): qnn.quantize's multiplier."""
+    return np.float32(1.0) / np.float32(scale)
+
+
+def dequantize(acc, scale, zero_point: int = 0):
+    """float32(acc - zero_point) * scale (scale broadcast from the right, numpy style)."""
     rank, srank = len(acc.shape), len(scale.shape)
     sshape = _static(scale.shape)
 
     def f(*i):
         idx = [0 if d == 1 else i[rank - srank + k] for k, d in enumerate(sshape)]
-        return acc(*i).astype("float32") * scale(*idx)
+        v = acc(*i).astype("int32")
+        v = v - zero_point if zero_point else v
+        return v.astype("float32") * scale(*idx)
 
     return te.compute(acc.shape, f, name="dequantize", tag="broadcast")

@@ -61,3 +61,13 @@ def test_interpreter_agrees():
 def test_operands_must_be_int32():
     with pytest.raises(TypeError, match="int32"):
         op.dot_u8i8(0, te.placeholder((1,), "uint8")[0], 0)
+
+
+@pytest.mark.parametrize("target,vex", [("llvm -mcpu=alderlake", True),
+                                        ("llvm -mcpu=sapphirerapids", None)])  # fmt: skip
+def test_avx_vnni_targets_emit_vpdpbusd(target, vex):
+    """Compiled only (this CPU may lack AVX-VNNI): 8 lanes on AVX-VNNI take the VEX form."""
+    s, args = _kernel(2, 4, 8)
+    f = tessera.build(s, args, target=target)
+    lines = [ln.split() for ln in f.get_source("asm").splitlines() if "vpdpbusd" in ln]
+    assert lines and (vex is None or all(ln[0] == "{vex}" for ln in lines))

@@ -98,7 +98,9 @@ def test_dynamic_quantize_matmul():
     compare(ms_model([n], {"a": a}, ["y"], inits), {"a": a}, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize(
+    "direction", ["forward", pytest.param("bidirectional", marks=pytest.mark.slow)]
+)
 def test_dynamic_quantize_lstm(direction):
     seq, batch, inp, hid = 4, 2, 10, 8
     nd = 2 if direction == "bidirectional" else 1

@@ -67,11 +67,19 @@ CONVS = [  # (c, h, w, oc, k, attrs)
 ]
 
 
-@pytest.mark.parametrize("case", CONVS)
-@pytest.mark.parametrize(
-    "xdt,wdt,per_channel",
-    [("uint8", "int8", True), ("int8", "int8", False), ("uint8", "uint8", False)],
-)
+DTYPES = [("uint8", "int8", True), ("int8", "int8", False), ("uint8", "uint8", False)]
+# every shape with uint8 data and per-channel int8 weights; the other dtypes on two shapes
+# by default, on all under -m slow
+CONV_RUNS = [
+    pytest.param(
+        case, *dt, marks=[] if dt == DTYPES[0] or case in CONVS[1:3] else [pytest.mark.slow]
+    )
+    for case in CONVS
+    for dt in DTYPES
+]
+
+
+@pytest.mark.parametrize("case,xdt,wdt,per_channel", CONV_RUNS)
 def test_qlinear_conv_bit_exact(case, xdt, wdt, per_channel):
     c, h, w, oc, k, attrs = case
     g = attrs.get("group", 1)

@@ -148,3 +148,45 @@ def test_cli_quantize_int8(tmp_path, model):
     m.set_input("x", feed["x"])
     m.run()
     assert sqnr_db(want, m.get_output(0).numpy()) >= 25
+
+
+def test_max_pool_runs_on_quantized_values():
+    """conv -> relu -> max-pool -> conv: the pool moves after the second conv's quantize
+    (exact: quantize is monotone), so it runs on uint8."""
+    rng = np.random.default_rng(37)
+    w1 = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32), "w2")
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["r1"]),
+        n("MaxPool", ["r1"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        n("Conv", ["p", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], [w1, w2],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    mod, params = from_onnx(model)
+    result = quantize(mod, params, samples(4), QConfig(keep_float_below_db=0))
+    (pool,) = [c for c in result.mod["main"].body if c.op.name == "nn.max_pool2d"]
+    assert str(pool.inputs[0].type.dtype) == "uint8"
+    feed = samples(1)[0]
+    want = run(mod, params, feed)
+    assert sqnr_db(want, run(result.mod, {}, feed)) >= 25
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_residual_reads_the_int8_copy_when_shared(model, share):
+    """The skip of the residual add (r1, quantized for conv2) is read as dequantize(quantize
+    (r1)) when shared, as the float r1 otherwise."""
+    mod, params, feed, want = model
+    result = quantize(mod, params, samples(4), QConfig(keep_float_below_db=0, share=share))
+    body = result.mod["main"].body
+    producer = {id(v): c for c in body for v in c.outputs}
+    adds = [c for c in body if c.op.name == "add" and c.inputs[0].type.ndim == 4]
+    skip_ops = {producer[id(v)].op.name for c in adds for v in c.inputs if id(v) in producer}
+    assert ("qnn.dequantize" in skip_ops) and (("nn.relu" in skip_ops) != share)
+    assert sqnr_db(want, run(result.mod, {}, feed)) >= 25

@@ -44,9 +44,13 @@ CONVS = [  # (c, h, w, oc, k, stride, pad, groups)
 ]
 
 
-# every shape on VNNI; on the other ISA levels the shapes whose vectors differ most
+SLOW = pytest.mark.slow
+# every shape on VNNI; on the other ISA levels the 28-wide grouped conv (16 + 12 lanes) by
+# default, the 7-wide 1x1 under -m slow
 CONV_RUNS = [("llvm -mcpu=cascadelake", c) for c in CONVS] + [
-    (t, c) for t in list(ISAS)[1:] for c in (CONVS[1], CONVS[4])
+    pytest.param(t, c, marks=[SLOW] if c is CONVS[1] else [])
+    for t in list(ISAS)[1:]
+    for c in (CONVS[1], CONVS[4])
 ]
 
 
@@ -115,7 +119,10 @@ def test_requantize_rounds_half_to_even_and_saturates():
 @pytest.mark.parametrize("target", list(ISAS))
 @pytest.mark.parametrize(
     "shape_a,shape_b,adt,bdt",
-    [((2, 5, 13), (2, 13, 20), "uint8", "int8"), ((3, 4, 16), (1, 16, 33), "int8", "uint8")],
+    [
+        ((2, 5, 13), (2, 13, 20), "uint8", "int8"),
+        pytest.param((3, 4, 16), (1, 16, 33), "int8", "uint8", marks=SLOW),
+    ],
 )
 def test_batch_matmul_matches_integer_reference(target, shape_a, shape_b, adt, bdt):
     t = _target(target)
@@ -129,3 +136,22 @@ def test_batch_matmul_matches_integer_reference(target, shape_a, shape_b, adt, b
     np.testing.assert_array_equal(y, get_op("qnn.batch_matmul").evaluate([a, b], {})[0])
     if ISAS[target] is not None:
         assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize("dtype,zp", [("uint8", 0), ("uint8", 100), ("int8", 0), ("int8", -7)])
+def test_quantize_ties_and_saturation_match_the_reference(dtype, zp):
+    """qnn.quantize compiled against its reference: ties at a power-of-two scale (exact
+    products) round to even, values past the range saturate, NaN-free extremes clamp."""
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 1e9, -1e9, 300.0, -300.0, 127.5], np.float32)
+    x = x * np.float32(0.25)
+    X = te.placeholder(x.shape, "float32", name="x")
+    Y = qnn.quantize(X, scale=0.25, zero_point=zp, dtype=dtype)
+    f = tessera.build(te.create_schedule(Y.op), [X, Y], target="llvm")
+    y = np.zeros(x.shape, dtype)
+    f(x, y)
+    want = get_op("qnn.quantize").evaluate([x], dict(scale=0.25, zero_point=zp, dtype=dtype))[0]
+    np.testing.assert_array_equal(y, want)
+    info = np.iinfo(dtype)
+    np.testing.assert_array_equal(
+        want, np.clip(np.round(x / 0.25) + zp, info.min, info.max).astype(dtype)
+    )

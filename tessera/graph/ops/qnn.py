@@ -185,7 +185,7 @@ def _(x: TensorType, scale=1.0, zero_point=0, dtype="uint8") -> TensorType:
 @quantize.reference
 def _(x, scale=1.0, zero_point=0, dtype="uint8"):
     info = np.iinfo(dtype)
-    q = np.round(x.astype(np.float32) / np.float32(scale)) + zero_point
+    q = np.round(x.astype(np.float32) * topi_qnn.reciprocal(scale)) + zero_point
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
@@ -198,7 +198,7 @@ dequantize = register_op("qnn.dequantize", kind=OpKind.BROADCAST)
 
 
 @dequantize.type_rule
-def _(acc: TensorType, scale: TensorType) -> TensorType:
+def _(acc: TensorType, scale: TensorType, zero_point=0) -> TensorType:
     if str(acc.dtype) not in ("int32", "uint8", "int8") or str(scale.dtype) != "float32":
         raise type_error("qnn.dequantize", f"expects integer data, float32 scale: {acc} {scale}")
     if broadcast_shapes("qnn.dequantize", acc.shape, scale.shape) != acc.shape:
@@ -207,10 +207,11 @@ def _(acc: TensorType, scale: TensorType) -> TensorType:
 
 
 @dequantize.reference
-def _(acc, scale):
-    return (acc.astype(np.float32) * scale.astype(np.float32)).astype(np.float32)
+def _(acc, scale, zero_point=0):
+    centered = (acc.astype(np.int64) - zero_point).astype(np.float32)
+    return (centered * scale.astype(np.float32)).astype(np.float32)
 
 
 @dequantize.compute
-def _(acc, scale):
-    return topi_qnn.dequantize(acc, scale)
+def _(acc, scale, *, zero_point=0):
+    return topi_qnn.dequantize(acc, scale, zero_point)
