@@ -75,6 +75,15 @@ def test_fma_loops_reads_the_innermost_loop():
     assert sgemm.loop_summary(body) == {"fma": 2, "stores": 1, "stack": 1}
 
 
+def test_rbp_advanced_by_the_loop_is_a_pointer_not_the_frame():
+    """Without a frame pointer LLVM may keep a panel's address in %rbp (seen on znver4): loads
+    through it are not spills. A loop that leaves %rbp alone reads its frame through it."""
+    pointer = ["vmovaps -192(%rbp), %zmm26", "addq $256, %rbp", "vfmadd231ps %zmm1, %zmm26, %zmm2"]
+    frame = ["vmovaps -192(%rbp), %zmm26", "addq $256, %rax", "vfmadd231ps %zmm1, %zmm26, %zmm2"]
+    assert sgemm.loop_summary(pointer)["stack"] == 0
+    assert sgemm.loop_summary(frame)["stack"] == 1
+
+
 @pytest.mark.parametrize(
     "cpu, registers, mr, nv, lanes",
     [("skylake-avx512", 32, 6, 4, 16), ("haswell", 16, 6, 2, 8)],

@@ -30,11 +30,20 @@ def loop_summary(body: list[str]) -> dict[str, int]:
     stores = [
         x for x in body if "," in x and "(" in x.rsplit(",", 1)[1] and not x.startswith("cmp")
     ]
+    # %rbp is the frame pointer only where nothing in the loop writes it: LLVM omits the frame
+    # pointer and may give %rbp a weight panel's address, advanced by the loop (`addq $256, %rbp`)
+    frame = ("(%rsp)",) if any(_writes(x, "%rbp") for x in body) else ("(%rsp)", "(%rbp)")
     return {
         "fma": sum("fmadd" in x for x in body),
         "stores": len(stores),
-        "stack": sum("(%rsp)" in x or "(%rbp)" in x for x in body),
+        "stack": sum(any(f in x for f in frame) for x in body),
     }
+
+
+def _writes(instruction: str, register: str) -> bool:
+    """Whether an AT&T instruction's destination (its last operand) is `register`."""
+    parts = instruction.split(None, 1)
+    return len(parts) == 2 and parts[1].rsplit(",", 1)[-1].strip() == register
 
 
 def describe_fma_loops(asm: str) -> str:
