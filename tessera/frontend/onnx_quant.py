@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from tessera.frontend.onnx_nn import _spatial
+from tessera.frontend.onnx_nn import _crop, _spatial
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.ir import parse_dtype
 from tessera.ir.small_types import FLOAT_FORMATS, INT_FORMATS
@@ -144,8 +144,10 @@ def matmul_integer(b, A, B, a_zero_point=None, b_zero_point=None):
 
 def _conv_f64(b, x, w, auto_pad, dilations, group, kernel_shape, pads, strides):
     kernel = kernel_shape or b.shape_of(w)[2:]
-    strides, dilations, pads = _spatial(b, x, kernel, auto_pad, dilations, pads, strides)
+    strides, dilations, pads = _spatial(b, x, kernel, auto_pad, dilations, pads, strides,
+                                        signed=True)  # fmt: skip
     nd = len(kernel)
+    x, pads = _crop(b, x, pads)
     return b.call(f"nn.conv{nd}d", x, w, strides=strides, padding=pads, dilation=dilations,
                   groups=group)  # fmt: skip
 
