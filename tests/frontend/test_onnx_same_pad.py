@@ -75,3 +75,26 @@ def test_qlinear_conv_same_negative_pad(auto_pad, case):
         "const_yzp": np.array(128, np.uint8),
     }
     check_node("QLinearConv", inputs, {"auto_pad": auto_pad, "strides": s})
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_same_negative_pad_compiled(auto_pad):
+    # the crop through the whole pipeline, a native build, against ORT (totals -4 and -6)
+    from onnx import helper
+
+    import tessera
+    from tessera.frontend import from_onnx
+    from tessera.frontend.testing import make_model, run_ort
+    from tessera.runtime import GraphModule
+
+    x = R.standard_normal((1, 3, 5, 17)).astype(np.float32)
+    w = R.standard_normal((2, 3, 1, 2)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "const_w"], ["y0"], auto_pad=auto_pad, strides=[7, 9])
+    model = make_model([node], {"x": x}, ["y0"], {"const_w": w}, 17)
+    (expected,) = run_ort(model, {"x": x})
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = GraphModule(lib["default"]())
+    (got,) = m.run_with({"x": x})
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
