@@ -7,8 +7,31 @@ import numpy as np
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 
 
-def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=False):
-    """Explicit per-axis strides, dilations and ONNX-order pads, resolving auto_pad."""
+def _same_pads(in_dim, kernel, stride, dilation, auto_pad, signed):
+    """(head, tail) pads of SAME_UPPER / SAME_LOWER on one axis.
+
+    The ONNX reference clamps the total pad at 0. ONNX Runtime does not: where the stride exceeds
+    the kernel the total is negative and its Conv crops the input instead. The split of a negative
+    total below is what ORT's CPU Conv computes (found by experiment against onnxruntime 1.32; it
+    refuses dilation with auto_pad SAME, and its pools refuse negative pads). `signed` asks for it.
+    """
+    out = -(-in_dim // stride)
+    total = (out - 1) * stride + (kernel - 1) * dilation + 1 - in_dim
+    if total < 0 and signed:
+        shift = 1 if auto_pad == "SAME_UPPER" else 2
+        head = -((-(total + shift)) // 2) if total + shift < 0 else (total + shift) // 2
+        return head, total - head
+    total = max(0, total)
+    small, big = total // 2, total - total // 2
+    return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+
+
+def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=False,
+             signed=False):  # fmt: skip
+    """Explicit per-axis strides, dilations and ONNX-order pads, resolving auto_pad.
+
+    With `signed`, SAME pads may come back negative (as ORT's Conv computes them, see
+    `_same_pads`); `_crop` turns those into a slice of the input."""
     in_shape = b.shape_of(X)[2:]
     kernel = tuple(W_or_kernel)
     nd = len(kernel)
@@ -22,18 +45,29 @@ def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=Fa
             f"strides {strides}, dilations {dilations} or pads {pads} do not fit {nd}-D"
         )
     if auto_pad in ("SAME_UPPER", "SAME_LOWER") and not transpose:
+        # ORT refuses dilation with SAME; there the reference's clamped pads stay
+        signed = signed and all(d == 1 for d in dilations)
         for i in range(nd):
-            out = -(-in_shape[i] // strides[i])
-            total = max(
-                0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in_shape[i]
+            pads[i], pads[i + nd] = _same_pads(
+                in_shape[i], kernel[i], strides[i], dilations[i], auto_pad, signed
             )
-            small, big = total // 2, total - total // 2
-            pads[i], pads[i + nd] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
     elif auto_pad == "VALID":
         pads = [0] * (2 * nd)
     elif auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", ""):
         raise NodeError(f"unknown auto_pad {auto_pad!r}")
     return strides, dilations, tuple(pads)
+
+
+def _crop(b, X, pads):
+    """X with its spatial axes cropped where `pads` are negative, and the pads clamped at 0."""
+    nd = len(pads) // 2
+    if min(pads) >= 0:
+        return X, pads
+    shape = b.shape_of(X)
+    begin = [0, 0] + [max(0, -p) for p in pads[:nd]]
+    end = list(shape[:2]) + [shape[2 + i] + min(0, pads[nd + i]) for i in range(nd)]
+    X = b.call("slice", X, begin=tuple(begin), end=tuple(end), strides=(1,) * len(shape))
+    return X, tuple(max(0, p) for p in pads)
 
 
 def _bias(b, y, B):
@@ -47,10 +81,12 @@ def _bias(b, y, B):
 def conv(b, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
          pads=None, strides=None):  # fmt: skip
     kernel = kernel_shape or b.shape_of(W)[2:]
-    strides, dilations, pads = _spatial(b, X, kernel, auto_pad, dilations, pads, strides)
+    strides, dilations, pads = _spatial(b, X, kernel, auto_pad, dilations, pads, strides,
+                                        signed=True)  # fmt: skip
     nd = len(kernel)
     if nd not in (1, 2, 3):
         raise NodeError(f"{nd}-D convolution is not supported")
+    X, pads = _crop(b, X, pads)
     y = b.call(f"nn.conv{nd}d", X, W, strides=strides, padding=pads, dilation=dilations,
                groups=group)  # fmt: skip
     return _bias(b, y, B)

@@ -16,7 +16,7 @@ import numpy as np
 from onnx import helper
 
 from tessera.frontend import onnx_qint as qint
-from tessera.frontend.onnx_nn import _spatial
+from tessera.frontend.onnx_nn import _crop, _spatial
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.ir import parse_dtype
 from tessera.ir.small_types import FLOAT_FORMATS, INT_FORMATS
@@ -176,7 +176,10 @@ def matmul_integer(b, A, B, a_zero_point=None, b_zero_point=None):
 
 def _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides):
     kernel = kernel_shape or b.shape_of(w)[2:]
-    return _spatial(b, x, kernel, auto_pad, dilations, pads, strides)
+    strides, dilations, pads = _spatial(b, x, kernel, auto_pad, dilations, pads, strides,
+                                        signed=True)  # fmt: skip
+    x, pads = _crop(b, x, pads)  # ORT's negative SAME pads crop the input
+    return x, (strides, dilations, pads)
 
 
 def _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs):
@@ -199,7 +202,7 @@ def _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs):
 @onnx_op("ConvInteger", since=10)
 def conv_integer(b, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET",
                  dilations=None, group=1, kernel_shape=None, pads=None, strides=None):  # fmt: skip
-    attrs = _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides)
+    x, attrs = _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides)
     return _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs)
 
 
@@ -237,7 +240,7 @@ def qlinear_matmul(b, a, a_scale, a_zero_point, b_, b_scale, b_zero_point, y_sca
 def qlinear_conv(b, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
                  B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                  pads=None, strides=None):  # fmt: skip
-    attrs = _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides)
+    x, attrs = _conv_attrs(b, x, w, auto_pad, dilations, kernel_shape, pads, strides)
     acc = _conv_acc(b, x, w, x_zero_point, w_zero_point, group, attrs)
     if B is not None:
         bias_shape = (b.shape_of(B)[0], *(1,) * (acc.type.ndim - 2))
