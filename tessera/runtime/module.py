@@ -42,6 +42,7 @@ class Module:
         c_sources=(),
         metadata: dict | None = None,
         library_path: str | None = None,
+        compiler: list[str] | None = None,
     ):
         # Internal: use from_addresses, from_library or load_module.
         if not functions:
@@ -53,6 +54,9 @@ class Module:
         self._c_sources = [str(s) for s in c_sources]
         self.metadata = dict(metadata or {})
         self.library_path = library_path  # the file this module was loaded from, if any
+        # the C compiler argv that export_library links with: None is this machine's; code for
+        # another architecture carries its cross compiler (tessera/cross/link.py)
+        self.compiler = list(compiler) if compiler is not None else None
 
     @staticmethod
     def from_addresses(
@@ -151,7 +155,8 @@ class Module:
     ) -> Path:
         """Write one shared library holding every function and the metadata load_module reads.
 
-        `options`: extra flags for the C compiler. Needs the system C compiler.
+        `options`: extra flags for the C compiler. Needs the system C compiler (or, for code
+        of another architecture, the cross compiler the module was linked for).
         `extra_files`: more files for the compiler to build in (C or assembly sources, objects:
         e.g. a model's weights); `extra_metadata`: more JSON-able entries for the metadata.
         """
@@ -174,7 +179,9 @@ class Module:
             objects = [f for f in files if f.suffix == ".o"]
             objects += [Path(f) for f in extra_files if Path(f).suffix == ".o"]
             flags = ["-I", str(native.include_dir()), *options]
-            cc.compile_shared(path, sources=sources, objects=objects, flags=flags)
+            cc.compile_shared(
+                path, sources=sources, objects=objects, flags=flags, compiler=self.compiler
+            )
         return path
 
     # -- timing ----------------------------------------------------------------------------
