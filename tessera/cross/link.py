@@ -29,15 +29,15 @@ def link_cross(kernels, plan: dict, target: Target):
     """The llvm kind's cross_link: (runtime.Module that exports for `target`, None).
 
     The module's functions cannot run here (they raise a clear error); `export_library` links
-    them with the cross compiler. A missing cross compiler is reported now, at build time, with
-    the Debian package that brings it."""
+    them with the cross compiler. Building needs no cross compiler (the sources can be read
+    without one): a missing one is reported by export_library, with the Debian package."""
     import llvmlite.binding as llvm
 
     from tessera.codegen.aot import _assembly, emit_entry_llvm
     from tessera.codegen.llvm import build as B
     from tessera.runtime.module import Module
 
-    compiler = toolchain_for(target).compiler()
+    toolchain = toolchain_for(target)  # an unknown architecture is reported now
     entry_ll = emit_entry_llvm(plan, target)
     with B._lock:
         entry_obj = bytes(B.target_machine(target).emit_object(llvm.parse_assembly(entry_ll)))
@@ -50,6 +50,6 @@ def link_cross(kernels, plan: dict, target: Target):
         sources,
         objects=objects,
         c_sources=[runtime_c_source()],
-        compiler=[*compiler, "-pthread"],
+        compiler=toolchain.compiler,  # called by export_library
     )
     return module, None

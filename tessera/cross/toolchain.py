@@ -33,7 +33,8 @@ class CrossToolchain:
     c_flags: tuple[str, ...] = ()  # for the runtime's C: the ABI the LLVM objects use
 
     def compiler(self) -> list[str]:
-        """The cross C compiler's argv; ToolchainMissing when it is not on PATH."""
+        """The cross C compiler's argv (with -pthread, for the runtime's thread pool);
+        ToolchainMissing when it is not on PATH."""
         gcc = f"{self.name}-gcc"
         if shutil.which(gcc) is None:
             raise ToolchainMissing(
@@ -41,7 +42,7 @@ class CrossToolchain:
                 f"it with: apt-get install {' '.join(self.packages)} "
                 "(or run scripts/setup.sh, which does)"
             )
-        return [gcc, *self.c_flags]
+        return [gcc, *self.c_flags, "-pthread"]
 
     def emulator(self) -> str:
         """The QEMU binary; ToolchainMissing when it is not on PATH."""

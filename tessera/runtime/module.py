@@ -42,7 +42,7 @@ class Module:
         c_sources=(),
         metadata: dict | None = None,
         library_path: str | None = None,
-        compiler: list[str] | None = None,
+        compiler: list[str] | Callable[[], list[str]] | None = None,
     ):
         # Internal: use from_addresses, from_library or load_module.
         if not functions:
@@ -55,8 +55,9 @@ class Module:
         self.metadata = dict(metadata or {})
         self.library_path = library_path  # the file this module was loaded from, if any
         # the C compiler argv that export_library links with: None is this machine's; code for
-        # another architecture carries its cross compiler (tessera/cross/link.py)
-        self.compiler = list(compiler) if compiler is not None else None
+        # another architecture carries its cross compiler (tessera/cross/link.py), as a function
+        # that finds it (and says how to install it) when export_library asks
+        self.compiler = compiler
 
     @staticmethod
     def from_addresses(
@@ -179,8 +180,9 @@ class Module:
             objects = [f for f in files if f.suffix == ".o"]
             objects += [Path(f) for f in extra_files if Path(f).suffix == ".o"]
             flags = ["-I", str(native.include_dir()), *options]
+            compiler = self.compiler() if callable(self.compiler) else self.compiler
             cc.compile_shared(
-                path, sources=sources, objects=objects, flags=flags, compiler=self.compiler
+                path, sources=sources, objects=objects, flags=flags, compiler=compiler
             )
         return path
 

@@ -1,0 +1,102 @@
+"""Models cross-built for aarch64 (NEON, SVE) and armv7, exported with the cross toolchains and
+run under QEMU user mode by the C runner: they match ONNX Runtime on this machine. The full-size
+models (ResNet-50, MobileNetV2, a BERT layer) are in test_qemu_models.py, marked slow."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tessera
+from tessera.cross import read_plan, run_under_qemu, toolchain_of_library
+from tessera.cross.testing import ARM_TARGETS, check_under_qemu, missing_tools
+from tessera.frontend import from_onnx
+from tessera.frontend.testing import make_model
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def require_toolchain(target_name: str) -> None:
+    missing = missing_tools(ARM_TARGETS[target_name][0])
+    if missing:
+        pytest.skip(
+            f"not installed: {', '.join(missing)} (scripts/setup.d/45-arm.sh installs them)"
+        )
+
+
+def load_zoo():
+    spec = importlib.util.spec_from_file_location("bench_model_zoo", BENCH / "model_zoo.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def conv_dense_model(seed=0):
+    """conv + bias + relu, max-pool, flatten, dense + bias, softmax (exp: a libm call, which
+    catches a float ABI that differs from the board's C library)."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+        "b": rng.standard_normal(8).astype(np.float32),
+        "d": (rng.standard_normal((8 * 6 * 6, 10)) * 0.1).astype(np.float32),
+        "e": rng.standard_normal(10).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("MatMul", ["f", "d"], ["m"]),
+        helper.make_node("Add", ["m", "e"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    model = make_model(nodes, {"x": ((1, 3, 12, 12), np.float32)}, ["logits", "y"], weights)
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    return model, {"x": x}
+
+
+@pytest.mark.parametrize("target_name", list(ARM_TARGETS))
+def test_conv_dense_model_matches_ort_under_qemu(target_name, tmp_path):
+    require_toolchain(target_name)
+    model, feeds = conv_dense_model()
+    path = check_under_qemu(model, feeds, target_name, tmp_path)
+    toolchain = toolchain_of_library(path)
+    assert toolchain.name == ("arm-linux-gnueabihf" if "armv7" in target_name else toolchain.name)
+    assert toolchain.qemu == ("qemu-arm" if "armv7" in target_name else "qemu-aarch64")
+
+
+@pytest.mark.parametrize("target_name", list(ARM_TARGETS))
+def test_small_mobilenet_v2_matches_ort_under_qemu(target_name, tmp_path):
+    require_toolchain(target_name)
+    zoo = load_zoo()
+    model = zoo.mobilenet_v2(width=0.25, resolution=32, num_classes=10)
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    check_under_qemu(model, {"input": x}, target_name, tmp_path)
+
+
+def test_the_library_holds_its_plan_and_rejects_wrong_inputs(tmp_path):
+    require_toolchain("aarch64-neon")
+    target, cpu = ARM_TARGETS["aarch64-neon"]
+    model, feeds = conv_dense_model()
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target=target, params=params)
+    path = lib.export_library(tmp_path / "model.so")
+    assert read_plan(path, cpu) == lib.plan  # the runner reads it from the file alone
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(1, 3, 8, 8\)"):
+        run_under_qemu(path, {"x": np.zeros((1, 3, 8, 8), np.float32)}, cpu=cpu)
+    with pytest.raises(ValueError, match=r"missing \['x'\]"):
+        run_under_qemu(path, {"z": feeds["x"]}, cpu=cpu)
+    with pytest.raises(RuntimeError, match="cannot run"):
+        lib["default"](tessera.cpu(0))  # aarch64 code does not run on this machine
+
+
+def test_host_library_is_not_taken_for_a_cross_one(tmp_path):
+    model, feeds = conv_dense_model()
+    mod, params = from_onnx(model)
+    path = tessera.build(mod, target="llvm", params=params).export_library(tmp_path / "host.so")
+    with pytest.raises(ValueError, match="no cross toolchain runs"):
+        run_under_qemu(path, feeds)
