@@ -8,7 +8,7 @@ link a model built for another CPU with its cross toolchain, and run it here und
 docs/arm.md is the deploy story: build here, copy the one file, run it on the board.
 """
 
-from tessera.cross.qemu import read_plan, run_under_qemu
+from tessera.cross.qemu import read_plan, run_under_qemu, runner_args, runner_path
 from tessera.cross.toolchain import (
     TOOLCHAINS,
     CrossToolchain,
@@ -25,6 +25,8 @@ __all__ = [
     "is_foreign",
     "read_plan",
     "run_under_qemu",
+    "runner_args",
+    "runner_path",
     "toolchain_for",
     "toolchain_of_library",
 ]

@@ -63,14 +63,30 @@ def read_plan(lib_path, cpu: str = "max") -> dict:
     return extra[PLAN_KEY]
 
 
-def run_under_qemu(lib_path, inputs, *, cpu: str = "max", num_threads: int = 1) -> list:
-    """Run the compiled model in `lib_path` once on `inputs` (a dict by input name, or a list in
-    the model's order) under QEMU; its outputs as numpy arrays."""
+def runner_args(lib_path, plan: dict, input_paths, output_paths, num_threads: int = 1) -> list:
+    """The runner's command line (after the runner itself) that runs the model of `plan` in
+    `lib_path` on the raw little-endian input files and writes each output to its file: what
+    run_under_qemu runs, and what to type on the board (docs/arm.md)."""
     from tessera.runtime.graph_executor import nbytes_of
+
+    offsets = [int(p["offset"]) for p in plan["params"]]
+    args = [str(lib_path), "--arena", str(int(plan["arena_nbytes"])), "--threads", str(num_threads)]
+    for path in input_paths:
+        args += ["--input", str(path)]
+    for k, out in enumerate(plan["outputs"]):
+        own = tuple(out["storage"]) == ("output", k)  # else an input, a weight or a repeat
+        args += ["--output", str(nbytes_of(out["dtype"], out["shape"]) if own else 0)]
+    for out, path in zip(plan["outputs"], output_paths, strict=True):
+        kind, index = out["storage"]
+        index = offsets[index] if kind == "param" else index
+        args += ["--save", f"{kind}:{index}:{nbytes_of(out['dtype'], out['shape'])}:{path}"]
+    return args
+
+
+def _input_arrays(plan: dict, inputs) -> list[np.ndarray]:
+    """`inputs` (a dict by name, or a list in the model's order) checked against the plan."""
     from tessera.runtime.ndarray import STORAGE
 
-    toolchain = toolchain_of_library(lib_path)
-    plan = read_plan(lib_path, cpu)
     specs = plan["inputs"]
     if isinstance(inputs, dict):
         unknown = sorted(set(inputs) - {s["name"] for s in specs})
@@ -80,31 +96,34 @@ def run_under_qemu(lib_path, inputs, *, cpu: str = "max", num_threads: int = 1) 
         inputs = [inputs[s["name"]] for s in specs]
     if len(inputs) != len(specs):
         raise ValueError(f"run_under_qemu: the model takes {len(specs)} inputs, got {len(inputs)}")
-    offsets = [int(p["offset"]) for p in plan["params"]]
+    arrays = []
+    for spec, value in zip(specs, inputs, strict=True):
+        array = np.ascontiguousarray(value, dtype=STORAGE[spec["dtype"]])
+        if array.shape != tuple(spec["shape"]):
+            raise ValueError(
+                f"run_under_qemu: input {spec['name']!r} has shape {array.shape}, the model "
+                f"takes {tuple(spec['shape'])}"
+            )
+        arrays.append(array)
+    return arrays
+
+
+def run_under_qemu(lib_path, inputs, *, cpu: str = "max", num_threads: int = 1) -> list:
+    """Run the compiled model in `lib_path` once on `inputs` (a dict by input name, or a list in
+    the model's order) under QEMU; its outputs as numpy arrays."""
+    from tessera.runtime.ndarray import STORAGE
+
+    toolchain = toolchain_of_library(lib_path)
+    plan = read_plan(lib_path, cpu)
+    arrays = _input_arrays(plan, inputs)
     with tempfile.TemporaryDirectory(prefix="tessera-qemu-") as tmp:
-        args = [str(lib_path), "--arena", str(int(plan["arena_nbytes"]))]
-        args += ["--threads", str(num_threads)]
-        for k, (spec, value) in enumerate(zip(specs, inputs, strict=True)):
-            array = np.ascontiguousarray(value, dtype=STORAGE[spec["dtype"]])
-            if array.shape != tuple(spec["shape"]):
-                raise ValueError(
-                    f"run_under_qemu: input {spec['name']!r} has shape {array.shape}, the model "
-                    f"takes {tuple(spec['shape'])}"
-                )
-            array.tofile(Path(tmp) / f"in{k}.bin")
-            args += ["--input", str(Path(tmp) / f"in{k}.bin")]
-        for k, out in enumerate(plan["outputs"]):
-            nbytes = nbytes_of(out["dtype"], out["shape"])
-            own = tuple(out["storage"]) == ("output", k)
-            args += ["--output", str(nbytes if own else 0)]
-        for k, out in enumerate(plan["outputs"]):
-            kind, index = out["storage"]
-            index = offsets[index] if kind == "param" else index
-            nbytes = nbytes_of(out["dtype"], out["shape"])
-            args += ["--save", f"{kind}:{index}:{nbytes}:{Path(tmp) / f'out{k}.bin'}"]
-        _run(toolchain, args, cpu)
+        input_paths = [Path(tmp) / f"in{k}.bin" for k in range(len(arrays))]
+        output_paths = [Path(tmp) / f"out{k}.bin" for k in range(len(plan["outputs"]))]
+        for array, path in zip(arrays, input_paths, strict=True):
+            array.tofile(path)
+        _run(toolchain, runner_args(lib_path, plan, input_paths, output_paths, num_threads), cpu)
         results = []
-        for k, out in enumerate(plan["outputs"]):
-            data = np.fromfile(Path(tmp) / f"out{k}.bin", dtype=STORAGE[out["dtype"]])
+        for out, path in zip(plan["outputs"], output_paths, strict=True):
+            data = np.fromfile(path, dtype=STORAGE[out["dtype"]])
             results.append(data.reshape(tuple(out["shape"])))
         return results
