@@ -113,6 +113,7 @@ def run_under_qemu(lib_path, inputs, *, cpu: str = "max", num_threads: int = 1) 
     the model's order) under QEMU; its outputs as numpy arrays."""
     from tessera.runtime.ndarray import STORAGE
 
+    lib_path = Path(lib_path).resolve()
     toolchain = toolchain_of_library(lib_path)
     plan = read_plan(lib_path, cpu)
     arrays = _input_arrays(plan, inputs)

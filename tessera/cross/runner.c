@@ -96,7 +96,10 @@ int main(int argc, char** argv) {
                         " --output NBYTES... --save KIND:INDEX:NBYTES:PATH...\n", argv[0]);
         return 2;
     }
-    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    /* a bare file name is a file here, not a library for dlopen to search the system for */
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s", strchr(argv[1], '/') ? "" : "./", argv[1]);
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "runner: cannot load %s: %s\n", argv[1], dlerror());
         return 3;
