@@ -14,7 +14,9 @@ from C (tessera/cross/runner.c) or from the runtime. When the runtime library is
 
 from __future__ import annotations
 
-from tessera.cross.toolchain import toolchain_for
+import functools
+
+from tessera.cross.toolchain import is_foreign, toolchain_for
 from tessera.target import Target
 
 
@@ -23,6 +25,23 @@ def runtime_c_source() -> str:
     from tessera.runtime import native
 
     return (native.include_dir() / "tessera_rt.c").read_text()
+
+
+def export_settings(target: Target) -> dict:
+    """What a Module of code for `target` needs so that export_library links it for `target`:
+    {} for this machine's architecture; else its cross compiler (found, or reported missing,
+    when export_library runs: building needs none) and the runtime's C to build in."""
+    if not is_foreign(target):
+        return {}
+    return {
+        "compiler": functools.partial(cross_compiler, target),
+        "c_sources": [runtime_c_source()],
+    }
+
+
+def cross_compiler(target: Target) -> list[str]:
+    """The argv of `target`'s cross compiler; a clear error when there is none here."""
+    return toolchain_for(target).compiler()
 
 
 def link_cross(kernels, plan: dict, target: Target):
@@ -37,7 +56,6 @@ def link_cross(kernels, plan: dict, target: Target):
     from tessera.codegen.llvm import build as B
     from tessera.runtime.module import Module
 
-    toolchain = toolchain_for(target)  # an unknown architecture is reported now
     entry_ll = emit_entry_llvm(plan, target)
     with B._lock:
         entry_obj = bytes(B.target_machine(target).emit_object(llvm.parse_assembly(entry_ll)))
@@ -45,11 +63,4 @@ def link_cross(kernels, plan: dict, target: Target):
     sources = {"ll": "\n".join(texts), "asm": lambda: _assembly(texts, target)}
     functions = {k.info.name: B._NotRunnable(k.info, target) for k in kernels}
     objects = [k.object for k in kernels] + [entry_obj]
-    module = Module(
-        functions,
-        sources,
-        objects=objects,
-        c_sources=[runtime_c_source()],
-        compiler=toolchain.compiler,  # called by export_library
-    )
-    return module, None
+    return Module(functions, sources, objects=objects, **export_settings(target)), None
