@@ -25,7 +25,13 @@ from tessera.cli.common import (
     stderr_console,
     stdout_console,
 )
-from tessera.cli.options import input_shape_option, quiet, threads_option, verbosity_options
+from tessera.cli.options import (
+    input_shape_option,
+    quiet,
+    target_option,
+    threads_option,
+    verbosity_options,
+)
 from tessera.logging import get_logger
 
 log = get_logger(__name__)
@@ -143,7 +149,7 @@ def print_summary(rows, title="compiled") -> None:
 @click.command()
 @click.argument("model", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Artifact to write (.so).")
-@click.option("--target", type=click.Choice(["llvm", "c"]), default="llvm", show_default=True)
+@target_option
 @input_shape_option
 @click.option(
     "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True

@@ -68,3 +68,27 @@ threads_option = click.option(
 
 def quiet() -> bool:
     return VERBOSITY["level"] < 0
+
+
+class TargetType(click.ParamType):
+    """A target string ("llvm", "c", "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76"),
+    checked when the command line is read: a bad one is a usage error that says why."""
+
+    name = "TARGET"
+
+    def convert(self, value, param, ctx):
+        from tessera.target import Target
+
+        if isinstance(value, Target):
+            return value
+        try:
+            return Target(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def target_option(fn):
+    help_text = 'What to compile for: "llvm", "c", or a full target string (docs/arm.md).'
+    return click.option(
+        "--target", type=TargetType(), default="llvm", show_default=True, help=help_text
+    )(fn)
