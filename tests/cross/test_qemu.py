@@ -3,6 +3,7 @@ run under QEMU user mode by the C runner: they match ONNX Runtime on this machin
 models (ResNet-50, MobileNetV2, a BERT layer) are in test_qemu_models.py, marked slow."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -100,3 +101,18 @@ def test_host_library_is_not_taken_for_a_cross_one(tmp_path):
     path = tessera.build(mod, target="llvm", params=params).export_library(tmp_path / "host.so")
     with pytest.raises(ValueError, match="no cross toolchain runs"):
         run_under_qemu(path, feeds)
+
+
+def test_the_sve_build_runs_sve_instructions(tmp_path):
+    # the same library that matches ORT under QEMU's SVE CPU stops on a CPU without SVE: its
+    # SVE instructions are executed, not just present
+    require_toolchain("aarch64-sve")
+    model, feeds = conv_dense_model()
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target=ARM_TARGETS["aarch64-sve"][0], params=params)
+    assert re.search(r"\bz\d+\.[bhsd]\b", lib.get_source("asm"))  # SVE vector registers
+    path = lib.export_library(tmp_path / "sve.so")
+    logits, _ = run_under_qemu(path, feeds, cpu="max")
+    assert np.isfinite(logits).all()
+    with pytest.raises(RuntimeError, match="Illegal instruction"):
+        run_under_qemu(path, feeds, cpu="cortex-a76")
