@@ -116,3 +116,16 @@ def test_the_sve_build_runs_sve_instructions(tmp_path):
     assert np.isfinite(logits).all()
     with pytest.raises(RuntimeError, match="Illegal instruction"):
         run_under_qemu(path, feeds, cpu="cortex-a76")
+
+
+def test_outputs_stored_in_an_input_a_weight_or_an_earlier_output(tmp_path):
+    require_toolchain("armv7-neon")
+    w = np.arange(4, dtype=np.float32).reshape(1, 4)
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["w"], ["v"])]
+    model = make_model(nodes, {"x": ((1, 4), np.float32)}, ["y", "x", "v", "y"], {"w": w})
+    mod, params = from_onnx(model)
+    plan = tessera.build(mod, target="llvm", params=params).plan
+    kinds = [kind for kind, _ in (out["storage"] for out in plan["outputs"])]
+    assert kinds == ["output", "input", "param", "output"]  # every way the runner saves one
+    x = np.array([[-1, 2, -3, 4]], np.float32)
+    check_under_qemu(model, {"x": x}, "armv7-neon", tmp_path)
