@@ -8,7 +8,13 @@ link a model built for another CPU with its cross toolchain, and run it here und
 docs/arm.md is the deploy story: build here, copy the one file, run it on the board.
 """
 
-from tessera.cross.qemu import read_plan, run_under_qemu, runner_args, runner_path
+from tessera.cross.qemu import (
+    count_instructions,
+    read_plan,
+    run_under_qemu,
+    runner_args,
+    runner_path,
+)
 from tessera.cross.toolchain import (
     TOOLCHAINS,
     CrossToolchain,
@@ -22,6 +28,7 @@ __all__ = [
     "TOOLCHAINS",
     "CrossToolchain",
     "ToolchainMissing",
+    "count_instructions",
     "is_foreign",
     "read_plan",
     "run_under_qemu",

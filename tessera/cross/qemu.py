@@ -21,6 +21,7 @@ import numpy as np
 from tessera.cross.toolchain import CrossToolchain, toolchain_of_library
 
 RUNNER_SOURCE = Path(__file__).parent / "runner.c"
+PLUGIN_SOURCE = Path(__file__).parent / "insn_count.c"
 
 
 def runner_path(toolchain: CrossToolchain) -> Path:
@@ -39,8 +40,22 @@ def runner_path(toolchain: CrossToolchain) -> Path:
     return path
 
 
-def _run(toolchain: CrossToolchain, args: list[str], cpu: str) -> str:
+def plugin_path() -> Path:
+    """The instruction-counting QEMU plugin (insn_count.c), built for this machine on first use."""
+    from tessera.runtime import cc, config
+
+    digest = hashlib.sha256(PLUGIN_SOURCE.read_bytes())
+    digest.update(" ".join(cc.compiler_command()).encode())
+    path = config.cache_dir() / "cross" / f"insn_count-{digest.hexdigest()[:16]}.so"
+    if not path.exists():
+        cc.compile_shared(path, sources=[PLUGIN_SOURCE], libs=())
+    return path
+
+
+def _run(toolchain: CrossToolchain, args: list[str], cpu: str, count: bool = False) -> str:
     cmd = [toolchain.emulator(), "-L", toolchain.sysroot, "-cpu", cpu]
+    if count:  # the plugin's "insns N" goes to stderr (-d plugin)
+        cmd += ["-plugin", str(plugin_path()), "-d", "plugin"]
     cmd += [str(runner_path(toolchain)), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -48,7 +63,7 @@ def _run(toolchain: CrossToolchain, args: list[str], cpu: str) -> str:
             f"the model failed under {toolchain.qemu} (exit {proc.returncode}): "
             f"{proc.stderr.strip() or proc.stdout.strip()}"
         )
-    return proc.stdout
+    return proc.stderr if count else proc.stdout
 
 
 def read_plan(lib_path, cpu: str = "max") -> dict:
@@ -128,3 +143,24 @@ def run_under_qemu(lib_path, inputs, *, cpu: str = "max", num_threads: int = 1) 
             data = np.fromfile(path, dtype=STORAGE[out["dtype"]])
             results.append(data.reshape(tuple(out["shape"])))
         return results
+
+
+def count_instructions(lib_path, inputs, *, cpu: str = "max") -> int:
+    """The guest instructions one run of the model in `lib_path` executes under QEMU (one
+    thread; a TCG plugin counts them): two runs minus one, so loading, reading the inputs and
+    writing the outputs are not counted. Exact and repeatable, unlike a wall-clock time."""
+    lib_path = Path(lib_path).resolve()
+    toolchain = toolchain_of_library(lib_path)
+    plan = read_plan(lib_path, cpu)
+    arrays = _input_arrays(plan, inputs)
+    counts = []
+    with tempfile.TemporaryDirectory(prefix="tessera-qemu-") as tmp:
+        input_paths = [Path(tmp) / f"in{k}.bin" for k in range(len(arrays))]
+        for array, path in zip(arrays, input_paths, strict=True):
+            array.tofile(path)
+        output_paths = [Path(tmp) / f"out{k}.bin" for k in range(len(plan["outputs"]))]
+        args = runner_args(lib_path, plan, input_paths, output_paths, num_threads=1)
+        for runs in (1, 2):
+            log = _run(toolchain, [*args, "--runs", str(runs)], cpu, count=True)
+            counts.append(int(log.rsplit("insns", 1)[1].split()[0]))
+    return counts[1] - counts[0]

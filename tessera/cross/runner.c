@@ -2,13 +2,13 @@
  *
  *   runner LIB --metadata
  *       prints the library's tessera_metadata (JSON: the functions and the executor plan)
- *   runner LIB --arena NBYTES [--threads N] --input PATH ... --output NBYTES ...
+ *   runner LIB --arena NBYTES [--threads N] [--runs N] --input PATH ... --output NBYTES ...
  *          --save KIND:INDEX:NBYTES:PATH ...
  *       reads each input file into a 64-byte aligned buffer (in plan order), allocates each
  *       output buffer (0 bytes: the output is stored elsewhere, its pointer is NULL) and the
- *       arena, calls the library's entry tessera_model_run once, then writes NBYTES of each
- *       --save to PATH: KIND is input, output (INDEX: its position) or param (INDEX: byte offset
- *       into tessera_params).
+ *       arena, calls the library's entry tessera_model_run (--runs times: 1), then writes each
+ *       --save's NBYTES to PATH: KIND is input, output (INDEX: its position) or param (INDEX:
+ *       byte offset into tessera_params). Two runs minus one run is one run's instructions.
  *
  * It exits 0 on success; 2 for a bad command line, 3 for a library or file error, 4 when the
  * entry returns nonzero (the failing call is printed). Errors go to stderr, one line each.
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     char* saves[MAX_BUFFERS];
     int n_in = 0, n_out = 0, n_save = 0;
     int64_t arena_nbytes = 0;
-    int threads = 0;
+    int threads = 0, runs = 1;
     for (int a = 2; a < argc; a += 2) {
         if (a + 1 >= argc) return 2;
         const char* flag = argv[a];
@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
             arena_nbytes = atoll(value);
         } else if (!strcmp(flag, "--threads")) {
             threads = atoi(value);
+        } else if (!strcmp(flag, "--runs")) {
+            runs = atoi(value);
         } else if (!strcmp(flag, "--input") && n_in < MAX_BUFFERS) {
             inputs[n_in++] = read_file(value);
         } else if (!strcmp(flag, "--output") && n_out < MAX_BUFFERS) {
@@ -138,10 +140,12 @@ int main(int argc, char** argv) {
     void* params = must_sym(lib, "tessera_params", 0); /* a model without weights has none */
     if (threads > 0) ((set_threads_fn)must_sym(lib, "tessera_set_num_threads", 1))(threads);
     void* arena = must_alloc(arena_nbytes);
-    int32_t rc = entry(inputs, outputs, params, arena, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "runner: call %d of the executor plan failed\n", rc - 1);
-        return 4;
+    for (int r = 0; r < runs; r++) {
+        int32_t rc = entry(inputs, outputs, params, arena, NULL);
+        if (rc != 0) {
+            fprintf(stderr, "runner: call %d of the executor plan failed\n", rc - 1);
+            return 4;
+        }
     }
     for (int s = 0; s < n_save; s++) {
         if (save(saves[s], inputs, n_in, outputs, n_out, params) != 0) {

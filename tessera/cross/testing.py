@@ -18,6 +18,34 @@ ARM_TARGETS = {
 }
 
 
+def conv_dense_model(seed=0):
+    """conv + bias + relu, max-pool, flatten, dense + bias, softmax (exp: a libm call, which
+    catches a float ABI that differs from the board's C library)."""
+    from onnx import helper
+
+    from tessera.frontend.testing import make_model
+
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+        "b": rng.standard_normal(8).astype(np.float32),
+        "d": (rng.standard_normal((8 * 6 * 6, 10)) * 0.1).astype(np.float32),
+        "e": rng.standard_normal(10).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("MatMul", ["f", "d"], ["m"]),
+        helper.make_node("Add", ["m", "e"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    model = make_model(nodes, {"x": ((1, 3, 12, 12), np.float32)}, ["logits", "y"], weights)
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    return model, {"x": x}
+
+
 def missing_tools(target: str) -> list[str]:
     """The cross compiler and emulator of `target` that are not installed here."""
     from tessera.cross.toolchain import toolchain_for
