@@ -66,3 +66,10 @@ def test_a_missing_cross_compiler_names_the_debian_package(monkeypatch, tmp_path
     monkeypatch.setattr(toolchain_module.shutil, "which", lambda name: None)
     with pytest.raises(ToolchainMissing, match="apt-get install gcc-aarch64-linux-gnu"):
         lib.export_library(tmp_path / "model.so")
+
+
+def test_a_missing_emulator_names_qemu_user(monkeypatch):
+    toolchain = toolchain_for(Target("llvm -mtriple=armv7a-linux-gnueabihf"))
+    monkeypatch.setattr(toolchain_module.shutil, "which", lambda name: None)
+    with pytest.raises(ToolchainMissing, match="needs qemu-arm.*apt-get install qemu-user"):
+        toolchain.emulator()
