@@ -46,7 +46,14 @@ def test_conv_dense_model_matches_ort_under_qemu(target_name, tmp_path):
     assert toolchain.qemu == ("qemu-arm" if "armv7" in target_name else "qemu-aarch64")
 
 
-@pytest.mark.parametrize("target_name", list(ARM_TARGETS))
+# one target in the default suite (time), all three in the slow one
+@pytest.mark.parametrize(
+    "target_name",
+    [
+        name if name == "aarch64-sve" else pytest.param(name, marks=pytest.mark.slow)
+        for name in ARM_TARGETS
+    ],
+)
 def test_small_mobilenet_v2_matches_ort_under_qemu(target_name, tmp_path):
     require_toolchain(target_name)
     zoo = load_zoo()
