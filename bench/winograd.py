@@ -26,8 +26,8 @@ from conv2d import model_convs  # noqa: E402
 import tessera  # noqa: E402
 from tessera.topi.testing import build_cases  # noqa: E402
 from tessera.topi.x86.layout import transform_array  # noqa: E402
-from tessera.topi.x86.winograd import plan_winograd, transform_weight_np  # noqa: E402
 from tessera.topi.x86.strategy import channel_block, output_block  # noqa: E402
+from tessera.topi.x86.winograd import plan_winograd, transform_weight_np  # noqa: E402
 
 
 def cases(x_shape, w_shape, attrs, target):

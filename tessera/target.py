@@ -104,6 +104,21 @@ def _arch(triple: str) -> str:
     return triple.split("-", 1)[0]
 
 
+_OS_NAMES = ("linux", "none", "windows", "darwin", "macosx", "ios", "android", "freebsd")
+
+
+def _normalize_triple(triple: str) -> str:
+    """arch-os-env (what GNU tools are named: aarch64-linux-gnu) as LLVM's arch-vendor-os-env.
+
+    LLVM reads a triple's words by position: in "armv7a-linux-gnueabihf" it takes "linux" for
+    the vendor and misses the hard-float ABI of "gnueabihf" (floats then pass in integer
+    registers, and calls into the board's libm get garbage)."""
+    words = triple.split("-")
+    if len(words) == 3 and words[1] in _OS_NAMES:
+        words.insert(1, "unknown")
+    return "-".join(words)
+
+
 # -- the target table ------------------------------------------------------------------------------
 
 
@@ -130,6 +145,8 @@ class TargetKind:
       own graph build (GPUs: one device arena, launches); None: the CPU executor plan;
     - compile_kernel: PrimFunc, Target -> codegen.aot.CompiledKernel (object code);
     - link: kernels, executor plan, Target -> (runtime.Module, entry address or None);
+    - cross_link: the same, for a target of another architecture than this machine's (its
+      module exports with the target's cross toolchain; tessera/cross/);
     - toolchain: () -> a string naming the code generator's version (part of cache keys);
     - fingerprint: Target -> list of plain data the generated code depends on (cache keys).
 
@@ -148,6 +165,7 @@ class TargetKind:
     build_graph: str | None = None
     compile_kernel: str | None = None
     link: str | None = None
+    cross_link: str | None = None
     toolchain: str | None = None
     fingerprint: str | None = None
 
@@ -196,6 +214,7 @@ register_target_kind(
         build="tessera.codegen.llvm.build:build_llvm",
         compile_kernel="tessera.codegen.llvm.build:compile_kernel",
         link="tessera.codegen.aot:link_llvm",
+        cross_link="tessera.cross.link:link_cross",
         toolchain="tessera.codegen.llvm.build:toolchain_identity",
         fingerprint="tessera.codegen.cache:cpu_fingerprint",
     )
@@ -426,7 +445,7 @@ class Target:
     def llvm_triple(self) -> str:
         if self.mtriple is None and self.device == "micro":
             return MICRO_TRIPLES.get(self.mcpu, "arm-none-eabi")
-        return self.mtriple or _host_triple()
+        return _normalize_triple(self.mtriple) if self.mtriple else _host_triple()
 
     def _same_arch_as_host(self) -> bool:
         return _arch(self.llvm_triple) == _arch(_host_triple())

@@ -27,11 +27,11 @@ from tessera.cli.common import (
     stdout_console,
 )
 from tessera.cli.options import (
+    TargetType,
     input_shape_option,
     opt_level_option,
     quiet,
     run_threads_option,
-    target_option,
     verbosity_options,
 )
 from tessera.logging import get_logger
@@ -95,8 +95,16 @@ def _build(mod, params, target, opt_level, instrument):
 
 
 def compile_model(
-    model_path, output, target, input_shape, opt_level, dump_ir, key=None, quantize=None,
-    calibrate=None, board=None,
+    model_path,
+    output,
+    target,
+    input_shape,
+    opt_level,
+    dump_ir,
+    key=None,
+    quantize=None,
+    calibrate=None,
+    board=None,
 ):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `key`: sign the
     artifact written to `output` with it; `quantize`/`calibrate`: post-training quantization;
@@ -182,10 +190,10 @@ def print_summary(rows, title="compiled") -> None:
 )
 @click.option(
     "--target",
-    type=click.Choice(["llvm", "c", "micro"]),
+    type=TargetType(allow_micro=True),
     default="llvm",
     show_default=True,
-    help="Code generator: llvm (in process), c (C99 through the system compiler), or micro "
+    help='What to compile for: "llvm", "c", a full target string (docs/arm.md), or "micro" '
     "(C sources for a bare-metal microcontroller, docs/micro.md).",
 )
 @click.option(
@@ -219,7 +227,16 @@ def print_summary(rows, title="compiled") -> None:
 )
 @verbosity_options
 def compile_cmd(
-    model, output, target, mcpu, board, input_shape, opt_level, dump_ir, key_file, quantize,
+    model,
+    output,
+    target,
+    mcpu,
+    board,
+    input_shape,
+    opt_level,
+    dump_ir,
+    key_file,
+    quantize,
     calibrate,
 ):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
@@ -239,8 +256,16 @@ def compile_cmd(
         output = f"{stem}.so"
     key = _read_key(key_file)
     _, _, summary = compile_model(
-        model, output, target, input_shape, opt_level, dump_ir, key=key, quantize=quantize,
-        calibrate=calibrate, board=board,
+        model,
+        output,
+        target,
+        input_shape,
+        opt_level,
+        dump_ir,
+        key=key,
+        quantize=quantize,
+        calibrate=calibrate,
+        board=board,
     )
     if not quiet():
         print_summary(summary)

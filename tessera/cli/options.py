@@ -73,14 +73,6 @@ run_threads_option = click.option(
     help="Threads of tessera's runtime. Default: TESSERA_NUM_THREADS, else all cores.",
 )
 
-target_option = click.option(
-    "--target",
-    type=click.Choice(["llvm", "c"]),
-    default="llvm",
-    show_default=True,
-    help="Code generator: llvm (in process) or c (C99 through the system compiler).",
-)
-
 
 def opt_level_option(default: int):
     return click.option(
@@ -94,3 +86,30 @@ def opt_level_option(default: int):
 
 def quiet() -> bool:
     return VERBOSITY["level"] < 0
+
+
+class TargetType(click.ParamType):
+    """A target string ("llvm", "c", "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76"),
+    checked when the command line is read: a bad one is a usage error that says why."""
+
+    name = "TARGET"
+
+    def __init__(self, allow_micro: bool = False):
+        self.allow_micro = allow_micro  # `compile --target micro`: C sources for a Cortex-M
+
+    def convert(self, value, param, ctx):
+        from tessera.target import Target
+
+        if isinstance(value, Target) or (self.allow_micro and value == "micro"):
+            return value
+        try:
+            return Target(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def target_option(fn):
+    help_text = 'What to compile for: "llvm", "c", or a full target string (docs/arm.md).'
+    return click.option(
+        "--target", type=TargetType(), default="llvm", show_default=True, help=help_text
+    )(fn)

@@ -291,11 +291,18 @@ def _llvm_clock(module, target: Target):
 def link(kernels: list[CompiledKernel], plan: dict, target: Target):
     """(runtime.Module of the kernels, address of the entry or None when it cannot run here).
 
+    The row's `link` step, or its `cross_link` for a target of another architecture.
+
     The plan gains "entry": the entry's symbol, which a loaded library is asked for."""
     if not kernels:
         raise ValueError("link: no kernels")
     plan["entry"] = RUN_SYMBOL
-    return target.kind_info.resolve("link")(kernels, plan, target)
+    step = "link"
+    if target.kind_info.cross_link is not None:
+        from tessera.cross.toolchain import is_foreign
+
+        step = "cross_link" if is_foreign(target) else "link"
+    return target.kind_info.resolve(step)(kernels, plan, target)
 
 
 def link_llvm(kernels: list[CompiledKernel], plan: dict, target: Target):

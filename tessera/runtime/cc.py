@@ -25,14 +25,15 @@ def compiler_command() -> list[str]:
     return shlex.split(config.c_compiler())
 
 
-def compile_shared(output, sources=(), objects=(), flags=(), libs=("-lm",)) -> Path:
-    """Compile C `sources` and link `objects` into the shared library `output`."""
+def compile_shared(output, sources=(), objects=(), flags=(), libs=("-lm",), compiler=None) -> Path:
+    """Compile C `sources` and link `objects` into the shared library `output` (with `compiler`,
+    an argv prefix, when given: a cross compiler; else this machine's)."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
     os.close(fd)
     extra = ["-undefined", "dynamic_lookup"] if sys.platform == "darwin" else []
-    cmd = [*compiler_command(), *SHARED_FLAGS, *flags, *extra, "-o", tmp]
+    cmd = [*(compiler or compiler_command()), *SHARED_FLAGS, *flags, *extra, "-o", tmp]
     cmd += [str(s) for s in sources] + [str(o) for o in objects] + list(libs)
     try:
         run_compiler(cmd)

@@ -202,7 +202,8 @@ def write_blob_assembly(folder: Path, blob: np.ndarray) -> Path:
     quoted = str(data).replace("\\", "\\\\").replace('"', '\\"')
     text = f'{section}\n.balign {ALIGNMENT}\n.globl {symbol}\n{symbol}:\n.incbin "{quoted}"\n'
     if sys.platform != "darwin":
-        text += '.section .note.GNU-stack,"",@progbits\n'  # no executable stack
+        # no executable stack ('%progbits': '@' starts a comment in 32-bit ARM assembly)
+        text += '.section .note.GNU-stack,"",%progbits\n'
     source = folder / "params.S"
     source.write_text(text)
     return source

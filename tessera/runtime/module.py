@@ -43,6 +43,7 @@ class Module:
         c_sources=(),
         metadata: dict | None = None,
         library_path: str | None = None,
+        compiler: list[str] | Callable[[], list[str]] | None = None,
     ):
         # Internal: use from_addresses, from_library or load_module.
         if not functions:
@@ -54,6 +55,10 @@ class Module:
         self._c_sources = [str(s) for s in c_sources]
         self.metadata = dict(metadata or {})
         self.library_path = library_path  # the file this module was loaded from, if any
+        # the C compiler argv that export_library links with: None is this machine's; code for
+        # another architecture carries its cross compiler (tessera/cross/link.py), as a function
+        # that finds it (and says how to install it) when export_library asks
+        self.compiler = compiler
 
     @staticmethod
     def from_addresses(
@@ -155,7 +160,8 @@ class Module:
         """Write one shared library holding every function and the metadata load_module reads,
         sealed with a trailer (tessera's version, the target, a checksum: artifact.py).
 
-        `options`: extra flags for the C compiler. Needs the system C compiler.
+        `options`: extra flags for the C compiler. Needs the system C compiler (or, for code
+        of another architecture, the cross compiler the module was linked for).
         `extra_files`: more files for the compiler to build in (C or assembly sources, objects:
         e.g. a model's weights); `extra_metadata`: more JSON-able entries for the metadata.
         `key` (bytes or str): sign the artifact (HMAC-SHA256), for `load_module(path, key=)`.
@@ -182,7 +188,10 @@ class Module:
             objects += [Path(f) for f in extra_files if Path(f).suffix == ".o"]
             flags = ["-I", str(native.include_dir()), *options]
             built = Path(tmp) / "library.so"
-            cc.compile_shared(built, sources=sources, objects=objects, flags=flags)
+            compiler = self.compiler() if callable(self.compiler) else self.compiler
+            cc.compile_shared(
+                built, sources=sources, objects=objects, flags=flags, compiler=compiler
+            )
             artifact.seal(built, path, target=self.metadata.get("target"), key=key)
         return path
 

@@ -9,8 +9,8 @@ from tessera.graph import parse, run_function
 from tessera.ir.module import IRModule
 from tessera.ir.structural_equal import assert_structural_equal
 from tessera.topi.x86.layout import transform_array
-from tessera.transform import alter_layout
 from tessera.topi.x86.strategy import channel_block
+from tessera.transform import alter_layout
 
 RNG = np.random.default_rng(0)
 AVX512 = tessera.Target("llvm -mcpu=skylake-avx512")

@@ -217,8 +217,10 @@ def build_llvm(funcs: list[PrimFunc], target="llvm"):
         sources = {"ll": ll, "asm": lambda: tm.emit_assembly(module)}
         infos = [function_info(f) for f in funcs]
         if not target.is_host:
+            from tessera.cross.link import export_settings
+
             functions = {i.name: _NotRunnable(i, target) for i in infos}
-            return Module(functions, sources, objects=[obj])
+            return Module(functions, sources, objects=[obj], **export_settings(target))
         _load_runtime_if_needed(ll)
         addresses, engine = _jit(obj, target, [f.name for f in funcs])
     return Module.from_addresses(addresses, infos, sources, objects=[obj], keepalive=engine)

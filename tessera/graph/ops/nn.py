@@ -145,9 +145,7 @@ def _conv_transpose_compute(x, w, *, strides, padding, dilation, groups=1, outpu
 
 
 def _pool_compute(kind):
-    def compute(
-        x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0
-    ):
+    def compute(x, *, pool_size, strides, padding, dilation=None, ceil_mode=0, count_include_pad=0):
         return topi_nn.pool(
             x, kind, pool_size, strides, padding, dilation, ceil_mode, count_include_pad
         )
@@ -380,6 +378,7 @@ lrn.reference(nn_ref.lrn)
 @lrn.compute
 def _(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     return topi_nn.lrn(x, size, alpha, beta, bias)
+
 
 # -- activations ------------------------------------------------------------------------------
 
