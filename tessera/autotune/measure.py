@@ -11,10 +11,10 @@ the task, run on random inputs (seeded: every config sees the same inputs) and t
 executor's benchmark loop (median over repeats). Layout transforms the graph passes insert
 around the kernel are part of the one-op graph and of its time.
 
-Every build and run happens in a worker process (a fresh interpreter, no inherited state): a config whose build or kernel crashes the process, or runs past `timeout`,
-costs the worker, which is replaced, and is returned as a failed result; it never reaches the
-tuning process. A config whose outputs differ from the reference (the default config's) fails
-as "wrong".
+Every build and run happens in a worker process (a fresh interpreter, no inherited state): a
+config whose build or kernel crashes the process, or runs past `timeout`, costs the worker,
+which is replaced, and is returned as a failed result; it never reaches the tuning process. A
+config whose outputs differ from the reference (the default config's) fails as "wrong".
 """
 
 from __future__ import annotations
