@@ -3,9 +3,15 @@ without measuring a config twice, a build with the database matches ONNX Runtime
 that crash the worker, hang or compute wrong values are recorded as failed while tuning goes on.
 (No timing is asserted: the machine is shared.)"""
 
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
+import onnx
 
 import tessera
 from tessera import autotune
@@ -92,3 +98,51 @@ def test_crashing_hanging_and_wrong_configs_are_recorded_as_failed(tiny, tmp_pat
     assert by_config[wrong].error.startswith("wrong")
     assert result.failed == 3 and result.best not in {crash, hang, wrong}
     assert all(rec.ok for c, rec in by_config.items() if c not in {crash, hang, wrong})
+
+
+KILLED_RUN = """
+import sys, onnx, tessera
+from tessera import autotune
+from tessera.autotune.testing import Faulty
+from tessera.frontend import from_onnx
+mod, params = from_onnx(onnx.load(sys.argv[1]))
+host = tessera.Target("llvm")
+[dense] = [t for t in autotune.extract_tasks(mod, params, host) if t.workload.op == "nn.dense"]
+others = [c for c in dense.configs(host) if c != dense.default(host)]
+# every config but two hangs: the run measures the default and whichever of the two comes
+# first, then waits for ever, as a long tuning run would be when it is killed
+run = autotune.Measurer(timeout=600, run=Faulty(hang=frozenset(others[2:])))
+autotune.tune_tasks([dense], host, autotune.Database(sys.argv[2]), 600, measurer=run)
+"""
+
+
+def test_a_killed_run_loses_no_measurement_and_a_rerun_resumes(tiny, tmp_path):
+    model, mod, params, _ = tiny
+    onnx.save(model, tmp_path / "tiny.onnx")
+    path = tmp_path / "tune.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN, str(tmp_path / "tiny.onnx"), str(path)],
+        start_new_session=True,  # its own process group: the kill takes its worker too
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists() and len(path.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)  # let it reach the hanging candidate
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed, not finished
+    killed = Database(path).records
+    assert len(killed) >= 2 and all(rec.ok for rec in killed)
+
+    dense = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.dense"
+    )
+    autotune.tune_tasks([dense], HOST, Database(path), budget=120, max_trials=2)
+    records = Database(path).records
+    assert records[: len(killed)] == killed and len(records) == len(killed) + 2
+    keys = [rec.config for rec in records]
+    assert len(set(keys)) == len(keys)  # the rerun measured nothing twice
