@@ -81,19 +81,24 @@ def run_config(
     target: str,
     reference: list | None = None,
     seed: int = 0,
+    context: tuple = (2, ()),
     number: int = 5,
     repeat: int = 5,
 ) -> MeasureResult:
     """Build and time `config` of `task` here (the worker calls this). With `reference`, the
-    outputs must match it; without, they are returned (this is the default, the reference)."""
+    outputs must match it; without, they are returned (this is the default, the reference).
+    `context`: (opt level, disabled passes) of the tuning process's PassContext, under which the
+    graph passes run as they do for the model (they decide which kernel a task becomes)."""
     import tessera
     from tessera.runtime import GraphModule, cpu
     from tessera.topi import strategy
+    from tessera.transform import PassContext
 
     # a fresh worker has not loaded the target's strategies, which Task.strategy reads
     strategy.find_strategy(task.workload.op, tessera.Target(target))
     func, params, inputs = kernel_graph(task, seed)
-    with strategy.record_tasks() as seen:
+    opt_level, disabled = context
+    with PassContext(opt_level=opt_level, disabled_pass=disabled), strategy.record_tasks() as seen:
         lib = tessera.build(func, target=target, params=params, configs={task: config})
     if task not in seen:
         # the one-op graph is not the kernel the model asked for: its time would say nothing
@@ -137,7 +142,7 @@ def _recv(f):
 class Measurer:
     """Measures configs in a worker process (`python -m tessera.autotune.worker`), one at a
     time, replacing the worker when a config crashes it or runs past `timeout` seconds. `run`:
-    the function the worker calls with (task, config, target, reference, seed) — `run_config`,
+    what the worker calls with (task, config, target, reference, seed, context): `run_config`,
     or a picklable wrapper of it (tessera.autotune.testing).
 
     A subprocess rather than multiprocessing: a spawned multiprocessing child re-imports the
@@ -200,11 +205,14 @@ class Measurer:
 
     def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
         """Build and time `config` in the worker; a crash or a timeout is a failed result."""
+        from tessera.transform import PassContext
+
         self.warm_up()
+        ctx = PassContext.current()
+        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
+        args = (task, config, str(target), reference, self.seed, context)
         try:
-            return self._call(
-                self.run, (task, config, str(target), reference, self.seed), self.timeout
-            )
+            return self._call(self.run, args, self.timeout)
         except TimeoutError:
             self._kill()
             return MeasureResult(error=f"timeout: no result in {self.timeout:g} s")

@@ -208,15 +208,16 @@ class apply_history_best:
         self.used = [t for t in seen if t in self.configs]
         self.fallback = [t for t in seen if t not in self.configs]
         if seen:
-            log.info(
-                "tuning database %s: %d of %d tasks tuned", self.path, len(self.used), len(seen)
-            )
+            log.info("%d of %d tasks tuned (database %s)", len(self.used), len(seen), self.path)
         for t in self.fallback:
             log.info("no tuning record for %s: it takes its default config", t)
 
 
 def _valid(task: Task, config: Config, target) -> bool:
     try:
+        # loads the target's strategies, which a fresh process has not yet (Task.strategy reads)
+        if strategy.find_strategy(task.workload.op, target) is None:
+            return False
         return task.valid(config, target)
     except Exception:  # the op or its strategy is gone
         return False

@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from tessera.autotune.measure import MeasureResult, run_config
+from tessera.autotune.measure import run_config
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Faulty:
     hang: frozenset = field(default_factory=frozenset)
     wrong: frozenset = field(default_factory=frozenset)
 
-    def __call__(self, task, config, target, reference=None, seed=0) -> MeasureResult:
+    def __call__(self, task, config, target, reference=None, seed=0, context=(2, ())):
         if config in self.crash:
             os.abort()  # as a segfaulting kernel would: the process is gone, no exception
         if config in self.hang:
@@ -32,5 +32,5 @@ class Faulty:
                 time.sleep(60)
         if config in self.wrong and reference is not None:
             bad = [r + 1.0 for r in reference]
-            return run_config(task, config, target, bad, seed)
-        return run_config(task, config, target, reference, seed)
+            return run_config(task, config, target, bad, seed, context)
+        return run_config(task, config, target, reference, seed, context)

@@ -73,18 +73,19 @@ def _distinct_kernels(ir) -> int:
     return len({group_key(g) for g in groups}) or len(func.body)
 
 
-def _build(mod, params, target, opt_level, instrument):
+def _build(mod, params, target, opt_level, instrument, db=None):
     import tessera
     from tessera.transform import PassContext
 
     try:
-        with PassContext(opt_level=opt_level, instruments=[instrument]):
+        config = {"tuning.database": db} if db else {}  # tuned configs: `tessera tune`
+        with PassContext(opt_level=opt_level, instruments=[instrument], config=config):
             return tessera.build(mod, target=target, params=params)
     except (ValueError, TypeError, NotImplementedError) as e:
         raise ModelError(f"compiling the model failed: {e}") from e
 
 
-def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
+def compile_model(model_path, output, target, input_shape, opt_level, dump_ir, db=None):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
@@ -98,10 +99,10 @@ def compile_model(model_path, output, target, input_shape, opt_level, dump_ir):
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=stderr_console(), transient=True) as bar:
             inst = _Progress(bar, dump_ir)
-            lib = _build(mod, params, target, opt_level, inst)
+            lib = _build(mod, params, target, opt_level, inst, db)
     else:
         inst = _Progress(None, dump_ir)
-        lib = _build(mod, params, target, opt_level, inst)
+        lib = _build(mod, params, target, opt_level, inst, db)
     seconds = time.perf_counter() - start
     plan = lib.plan
     n_ops = sum(op_histogram(mod["main"]).values())
@@ -151,8 +152,11 @@ def print_summary(rows, title="compiled") -> None:
 @click.option(
     "--dump-ir", type=click.Path(file_okay=False), help="Write the IR after every pass to DIR."
 )
+@click.option(
+    "--db", type=click.Path(exists=True, dir_okay=False), help="Tuning records (tessera tune)."
+)
 @verbosity_options
-def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
+def compile_cmd(model, output, target, input_shape, opt_level, dump_ir, db):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
     The artifact holds the kernels, the executor plan and the weights; `tessera run` and
@@ -161,7 +165,7 @@ def compile_cmd(model, output, target, input_shape, opt_level, dump_ir):
     if output is None:
         stem = os.path.splitext(os.path.basename(model))[0] if model else "resnet50"
         output = f"{stem}.so"
-    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir)
+    _, _, summary = compile_model(model, output, target, input_shape, opt_level, dump_ir, db)
     if not quiet():
         print_summary(summary)
     else:

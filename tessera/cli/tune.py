@@ -1,7 +1,7 @@
 """`tessera tune`: tune a model's kernels within a time budget, into a records database.
 
     tessera tune model.onnx --budget 10m --db tune.db
-    tessera compile model.onnx --db tune.db          # (use the records: PassContext config)
+    tessera compile model.onnx --db tune.db          # build with the best records
 
 Shows a live line per measurement (task, trials, best time, estimated model gain, time left)
 and ends with a table: each task's calls, default and tuned kernel time, speedup, trials and
@@ -15,7 +15,13 @@ import time
 
 import click
 
-from tessera.cli.common import import_model, parse_input_shapes, read_model, stdout_console
+from tessera.cli.common import (
+    DEFAULT_OPT_LEVEL,
+    import_model,
+    parse_input_shapes,
+    read_model,
+    stdout_console,
+)
 from tessera.cli.options import input_shape_option, quiet, verbosity_options
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -117,22 +123,34 @@ def print_table(results, console) -> None:
     "--trials", type=click.IntRange(min=1), default=None, help="At most this many per task."
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
+)
 @verbosity_options
-def tune(model, budget, db, target, input_shape, timeout, trials, seed):
+def tune(model, budget, db, target, input_shape, timeout, trials, seed, opt_level):
     """Tune MODEL's kernels within BUDGET; every measurement goes to the database DB.
 
     The default config of every task is measured first and kept unless a candidate beats it.
     Build with the records: `PassContext(config={"tuning.database": DB})` or
     `tessera.autotune.apply_history_best(DB)`.
     """
-    from rich.progress import BarColumn, Progress, TextColumn
-
     from tessera.autotune import tune as run_tune
+    from tessera.transform import PassContext
 
     seconds = parse_budget(budget)
     onnx_model, _ = read_model(model)
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
     console = stdout_console()
+    # the graph passes decide which tasks there are: tune under the opt level compile uses
+    with PassContext(opt_level=opt_level):
+        results = _run(run_tune, mod, params, target, db, seconds, timeout, trials, seed, console)
+    print_table(results, console)
+    console.print(f"records: {db}")
+
+
+def _run(run_tune, mod, params, target, db, seconds, timeout, trials, seed, console):
+    from rich.progress import BarColumn, Progress, TextColumn
+
     if quiet():
         results = run_tune(mod, params, target, db, seconds, timeout, trials, seed)
     else:
@@ -140,5 +158,4 @@ def tune(model, budget, db, target, input_shape, timeout, trials, seed):
         with Progress(*columns, console=console, transient=True) as progress:
             display = _Display(seconds, progress)
             results = run_tune(mod, params, target, db, seconds, timeout, trials, seed, display)
-    print_table(results, console)
-    console.print(f"records: {db}")
+    return results
