@@ -9,8 +9,9 @@ reference every candidate must match, and it stays the answer unless a candidate
 tuned is never slower than the default, as measured). The rest of the budget is split over the
 tasks in proportion to their share of the model's time (default time x how many calls run it),
 and each task's share is spent by `EvolutionarySearch`: random configs first, then mutations of
-the fastest so far. Every measurement is appended to the database as it arrives; configs the
-database already holds for the task and target are not measured again (a rerun resumes).
+the fastest so far, ranked by a cost model fit to the measurements. Every measurement is
+appended to the database as it arrives; configs the database already holds for the task and
+target are not measured again (a rerun resumes).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tessera.autotune.cost_model import KnobRidge
 from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import Database, Record
 from tessera.logging import get_logger
@@ -74,26 +76,42 @@ class TaskResult:
 
 class EvolutionarySearch:
     """Proposes configs of one task: random ones while fewer than `population` have been
-    measured, then, most of the time, a mutation (one knob changed) of one of the `population`
-    fastest, sometimes a fresh random config (to leave a local optimum). Measured configs are
-    never proposed again; None when no new config turned up in `tries` draws."""
+    measured; then, one time in five, a random config (to leave a local optimum), else the
+    candidate a cost model (`KnobRidge`, refit on every measurement so far) ranks first among
+    `batch` fresh mutations (one knob changed) of the `population` fastest. Measured configs
+    are never proposed again; None when no new config turned up in `tries` draws."""
 
-    def __init__(self, task: Task, target, rng: random.Random, population: int = 8):
+    def __init__(self, task: Task, target, rng: random.Random, population: int = 8, batch=16):
         self.task = task
         self.target = target
         self.rng = rng
         self.population = population
+        self.batch = batch
         self.spaces = task.implementations(target)
+        self.model = KnobRidge(task, target)
 
     def propose(self, measured: dict[Config, float | None], tries: int = 200) -> Config | None:
         ok = sorted((s, i, c) for i, (c, s) in enumerate(measured.items()) if s is not None)
+        if len(ok) < self.population or self.rng.random() < 0.2:
+            return self._fresh(measured, tries, lambda: self.task.sample(self.target, self.rng))
         parents = [c for _, _, c in ok[: self.population]]
+        candidates: set[Config] = set()
         for _ in range(tries):
-            if len(ok) < self.population or self.rng.random() < 0.2:
-                config = self.task.sample(self.target, self.rng)
-            else:
-                config = self.mutate(self.rng.choice(parents))
+            config = self.mutate(self.rng.choice(parents))
             if config is not None and config not in measured:
+                candidates.add(config)
+                if len(candidates) == self.batch:
+                    break
+        if not candidates:  # the neighbourhood is measured: look further
+            return self._fresh(measured, tries, lambda: self.task.sample(self.target, self.rng))
+        self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
+        # sorted first: set order varies between runs, the ranking must not
+        return self.model.rank(sorted(candidates, key=repr))[0]
+
+    def _fresh(self, measured, tries, draw) -> Config | None:
+        for _ in range(tries):
+            config = draw()
+            if config not in measured:
                 return config
         return None
 

@@ -48,7 +48,7 @@ def test_search_proposes_only_new_valid_configs(tiny):
     measured = {}
     while (config := search.propose(measured)) is not None:
         assert dense.valid(config, HOST) and config not in measured
-        measured[config] = float(len(measured) % 5)  # fake times: parents exist from the third
+        measured[config] = 1.0 + len(measured) % 5  # fake times
     assert set(measured) == set(dense.configs(HOST))  # the whole (small) space, each once
 
 
