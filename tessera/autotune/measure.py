@@ -109,7 +109,10 @@ def run_config(
     outputs = [m.get_output(i).numpy().copy() for i in range(m.get_num_outputs())]
     if reference is not None:
         for got, want in zip(outputs, reference, strict=True):
-            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+            # atol scales with the output: a long float32 reduction summed in another order
+            # (another tiling, Winograd) differs by rounding, not by a bug
+            atol = 1e-4 * max(1.0, float(np.abs(want).max(initial=0)))
+            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=atol):
                 diff = (
                     np.max(np.abs(got.astype(np.float64) - want))
                     if got.shape == want.shape
