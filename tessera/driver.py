@@ -174,7 +174,14 @@ def build_graph(
     mod: IRModule, target: Target, params: dict | None = None, configs: dict | None = None
 ) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model;
-    `configs`: {autotune Task: Config} for the tasks whose default config is not wanted."""
+    `configs`: {autotune Task: Config} for the tasks whose default config is not wanted;
+    without them, PassContext config "tuning.database" (a path) gives each task its best record."""
+    database = PassContext.current().config.get("tuning.database")
+    if configs is None and database is not None:
+        from tessera.autotune.records import apply_history_best
+
+        with apply_history_best(database, target):
+            return build_graph(mod, target, params, {})
     with use_configs(configs, target):  # graph passes and lowering ask the strategies
         func = fused_function(mod, target, params)
         # per distinct group, unless the compile cache has it: compute rules, schedule,

@@ -1,17 +1,39 @@
-"""Auto-tuning: the tasks of a model and their config spaces (the tuner itself comes later).
+"""Auto-tuning: the tasks of a model, their config spaces, measurement, search and records.
 
     tasks = tessera.autotune.extract_tasks(mod, params, target="llvm")
     for task in tasks:
         print(task, task.default(target), len(list(task.configs(target))))
-    configs = {task: task.sample(target, random.Random(0)) for task in tasks}
-    lib = tessera.build(mod, target="llvm", params=params, configs=configs)
+    results = tessera.autotune.tune(mod, params, "llvm", db="tune.db", budget=600)
+    with tessera.autotune.apply_history_best("tune.db"):
+        lib = tessera.build(mod, target="llvm", params=params)
 
 A task is a kernel workload (an op call's op, input types and attributes) for a strategy key
 (tessera.topi.strategy.Task); a config is a small frozen mapping of its knobs
-(tessera.topi.strategy.Config). A tuning record will be (task, target fingerprint, config).
+(tessera.topi.strategy.Config); a tuning record is (task, target fingerprint, config, seconds
+or error), one JSON line in the database (records.py). See docs/tuning.md.
 """
 
+from tessera.autotune.measure import Measurer, MeasureResult
+from tessera.autotune.records import Database, Record, apply_history_best, target_fingerprint
 from tessera.autotune.tasks import extract_tasks
+from tessera.autotune.tuner import TaskResult, task_counts, tune, tune_tasks
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Task, Workload
 
-__all__ = ["Config", "ConfigSpace", "Knob", "Task", "Workload", "extract_tasks"]
+__all__ = [
+    "Config",
+    "ConfigSpace",
+    "Database",
+    "Knob",
+    "MeasureResult",
+    "Measurer",
+    "Record",
+    "Task",
+    "TaskResult",
+    "Workload",
+    "apply_history_best",
+    "extract_tasks",
+    "target_fingerprint",
+    "task_counts",
+    "tune",
+    "tune_tasks",
+]

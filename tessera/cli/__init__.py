@@ -32,13 +32,14 @@ def cli():
 
 
 def _register():
-    from tessera.cli import bench, build, show
+    from tessera.cli import bench, build, show, tune
 
     cli.add_command(build.compile_cmd, "compile")
     cli.add_command(build.run)
     cli.add_command(bench.bench)
     cli.add_command(show.show)
     cli.add_command(show.ops)
+    cli.add_command(tune.tune)
     from tessera.cli.detect import detect
 
     cli.add_command(detect)

@@ -231,8 +231,13 @@ def _print_table(results: dict[str, dict], title: str) -> None:
 @target_option
 @input_shape_option
 @opt_level_option(DEFAULT_OPT_LEVEL)
+@click.option(
+    "--db", type=click.Path(exists=True, dir_okay=False), help="Tuning records (tessera tune)."
+)
 @verbosity_options
-def bench(model, compare, threads, repeat, warmup, duration, block, target, input_shape, opt_level):
+def bench(
+    model, compare, threads, repeat, warmup, duration, block, target, input_shape, opt_level, db
+):
     """Compile MODEL (default: the built-in ResNet-50) and measure its latency, side by side
     with ONNX Runtime."""
     from tessera.models import random_array
@@ -240,7 +245,7 @@ def bench(model, compare, threads, repeat, warmup, duration, block, target, inpu
 
     threads = threads or num_threads()
     set_num_threads(threads)
-    lib, onnx_model, summary = compile_model(model, None, target, input_shape, opt_level, None)
+    lib, onnx_model, summary = compile_model(model, None, target, input_shape, opt_level, None, db)
     if not quiet():
         print_summary(summary)
     module = GraphModule(lib["default"](cpu(0)))

@@ -83,12 +83,13 @@ def _distinct_kernels(ir) -> int:
     return len({group_key(g) for g in groups}) or len(func.body)
 
 
-def _build(mod, params, target, opt_level, instrument):
+def _build(mod, params, target, opt_level, instrument, db=None):
     import tessera
     from tessera.transform import PassContext
 
     try:
-        with PassContext(opt_level=opt_level, instruments=[instrument]):
+        config = {"tuning.database": db} if db else {}  # tuned configs: `tessera tune`
+        with PassContext(opt_level=opt_level, instruments=[instrument], config=config):
             return tessera.build(mod, target=target, params=params)
     except (ValueError, TypeError, NotImplementedError) as e:
         raise ModelError(f"compiling the model failed: {e}") from e
@@ -101,14 +102,16 @@ def compile_model(
     input_shape,
     opt_level,
     dump_ir,
+    db=None,
     key=None,
     quantize=None,
     calibrate=None,
     board=None,
 ):
-    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `key`: sign the
-    artifact written to `output` with it; `quantize`/`calibrate`: post-training quantization;
-    `board`: a micro model's sources are exported as a project for that board (docs/micro.md)."""
+    """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `db`: tuning
+    records (`tessera tune`); `key`: sign the artifact written to `output` with it;
+    `quantize`/`calibrate`: post-training quantization; `board`: a micro model's sources are
+    exported as a project for that board (docs/micro.md)."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
@@ -125,10 +128,10 @@ def compile_model(
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=stderr_console(), transient=True) as bar:
             inst = _Progress(bar, dump_ir)
-            lib = _build(mod, params, target, opt_level, inst)
+            lib = _build(mod, params, target, opt_level, inst, db)
     else:
         inst = _Progress(None, dump_ir)
-        lib = _build(mod, params, target, opt_level, inst)
+        lib = _build(mod, params, target, opt_level, inst, db)
     seconds = time.perf_counter() - start
     plan = lib.plan
     n_ops = sum(op_histogram(mod["main"]).values())
@@ -225,6 +228,9 @@ def print_summary(rows, title="compiled") -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Calibration data for --quantize: .npz, one array per input, samples stacked.",
 )
+@click.option(
+    "--db", type=click.Path(exists=True, dir_okay=False), help="Tuning records (tessera tune)."
+)
 @verbosity_options
 def compile_cmd(
     model,
@@ -238,6 +244,7 @@ def compile_cmd(
     key_file,
     quantize,
     calibrate,
+    db,
 ):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
@@ -262,6 +269,7 @@ def compile_cmd(
         input_shape,
         opt_level,
         dump_ir,
+        db=db,
         key=key,
         quantize=quantize,
         calibrate=calibrate,

@@ -1,0 +1,185 @@
+"""Benchmark of issue 11: each model tuned within a budget, then untuned, tuned and ONNX Runtime
+measured in turns in the same process, batch 1, float32.
+
+    .venv/bin/python bench/tune.py [--models resnet50,mobilenet_v2] [--budget 600] [--threads 2]
+                                   [--target "llvm -mcpu=haswell"] [--db-dir tune-dbs]
+                                   [--markdown docs/tune_table.md]
+
+Models: the suite of bench/models.py. Per model: `tessera.autotune.tune` under opt level 3 (the
+tessera command's), its records in DB_DIR/<model>.db (a rerun resumes them, so `--budget 0`
+measures an earlier tuning again); the untuned build (defaults) and the tuned build (the
+database via PassContext config "tuning.database") are then timed with ONNX Runtime in turns
+(`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all
+three). Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of
+the tuned build with ORT, and the issue's bars (tuned never slower than untuned; geometric mean
+tuned/untuned <= 0.85, <= 0.75 for the AVX2 target). Not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from models import SUITE, geometric_mean, ort_session, relative_error  # noqa: E402
+
+from tessera.cli.bench import measure_in_blocks  # noqa: E402
+
+OPT_LEVEL = 3
+
+
+@dataclass
+class Row:
+    name: str
+    tune_s: float | None = None
+    tasks: int = 0
+    trials: int = 0
+    failed: int = 0
+    times: dict = field(default_factory=dict)  # runner -> seconds per timed run
+    rel_err: float | None = None
+    notes: list = field(default_factory=list)
+
+    def median(self, runner: str) -> float | None:
+        t = self.times.get(runner)
+        return float(np.median(t)) if t is not None and len(t) else None
+
+    def ratio(self, a: str, b: str) -> float | None:
+        x, y = self.median(a), self.median(b)
+        return x / y if x and y else None
+
+
+def build(mod, params, target, db=None):
+    import tessera
+    from tessera.transform import PassContext
+
+    config = {"tuning.database": str(db)} if db else {}
+    with PassContext(opt_level=OPT_LEVEL, config=config):
+        return tessera.build(mod, target=target, params=params)
+
+
+def run_model(name: str, args) -> Row:
+    from tessera import autotune
+    from tessera.frontend import from_onnx
+    from tessera.runtime import GraphModule, cpu
+    from tessera.transform import PassContext
+
+    row = Row(name)
+    case = SUITE[name]
+    model = case.build()
+    feeds = case.feeds(model, 0)
+    mod, params = from_onnx(model)
+    db = args.db_dir / f"{name}.db"
+    start = time.perf_counter()
+    with PassContext(opt_level=OPT_LEVEL):
+        results = autotune.tune(mod, params, args.target, db, args.budget, args.timeout)
+    row.tune_s = time.perf_counter() - start
+    row.tasks = len(results)
+    row.trials = sum(r.trials for r in results)
+    row.failed = sum(r.failed for r in results)
+    modules = {
+        "untuned": GraphModule(build(mod, params, args.target)["default"](cpu(0))),
+        "tuned": GraphModule(build(mod, params, args.target, db)["default"](cpu(0))),
+    }
+    runners = {}
+    for runner, m in modules.items():
+        m.set_input(**feeds)
+        runners[runner] = m.run
+    session = ort_session(model, args.threads)
+    runners["ort"] = lambda: session.run(None, feeds)
+    times, _ = measure_in_blocks(runners, args.repeat, 3, args.max_seconds)
+    row.times = {k: list(v) for k, v in times.items()}
+    tuned = modules["tuned"]
+    got = [tuned.get_output(k).numpy() for k in range(tuned.get_num_outputs())]
+    row.rel_err = relative_error(got, session.run(None, feeds))
+    return row
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.2f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def report(rows: list[Row], args) -> str:
+    lines = [
+        f"tessera tune: budget {args.budget:.0f} s per model, {args.threads} threads, "
+        f"target {args.target!r}",
+        "",
+        "| model | tune (s) | tasks | trials (failed) | untuned ms | tuned ms | ORT ms "
+        "| tuned/untuned | tuned/ORT | rel err | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.name} | {r.tune_s or 0:.0f} | {r.tasks} | {r.trials} ({r.failed}) "
+            f"| {_ms(r.median('untuned'))} | {_ms(r.median('tuned'))} | {_ms(r.median('ort'))} "
+            f"| {_x(r.ratio('tuned', 'untuned'))} | {_x(r.ratio('tuned', 'ort'))} "
+            f"| {r.rel_err if r.rel_err is None else f'{r.rel_err:.1e}'} | {'; '.join(r.notes)} |"
+        )
+    ratios = [r.ratio("tuned", "untuned") for r in rows if r.ratio("tuned", "untuned")]
+    gm = geometric_mean(ratios)
+    avx2 = "haswell" in args.target
+    bar = 0.75 if avx2 else 0.85
+    lines += [
+        "",
+        f"- tuned never slower than untuned: {'yes' if all(x <= 1.0 for x in ratios) else 'NO'}"
+        f" (worst {max(ratios) if ratios else float('nan'):.3f})",
+        f"- geometric mean tuned/untuned: {_x(gm)} (bar <= {bar})",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(SUITE), help="from: " + ", ".join(SUITE))
+    p.add_argument("--budget", type=float, default=600.0, help="tuning seconds per model")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--max-seconds", type=float, default=60.0, help="measuring budget per model")
+    p.add_argument("--db-dir", type=Path, default=Path("tune-dbs"))
+    p.add_argument("--markdown", type=Path)
+    args = p.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in args.models if m not in SUITE]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(SUITE)}")
+    args.db_dir.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    # the measurement workers read the thread count from the environment they inherit
+    os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
+    from tessera.runtime import set_num_threads
+
+    set_num_threads(args.threads)
+    rows = []
+    for name in args.models:
+        try:
+            rows.append(run_model(name, args))
+        except Exception as e:  # one model's failure is its row's note; the suite goes on
+            rows.append(Row(name, notes=[f"{type(e).__name__}: {e}"]))
+        print(f"{name}: done", file=sys.stderr, flush=True)
+        gc.collect()
+    text = report(rows, args)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

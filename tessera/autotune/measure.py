@@ -1,0 +1,231 @@
+"""Measuring a config: a task's kernel alone, built and timed in a worker process.
+
+    with Measurer(timeout=30) as m:
+        ref = m.measure(task, task.default(target), target)           # MeasureResult
+        res = m.measure(task, config, target, reference=ref.outputs)   # checked against ref
+
+The kernel of a task is built as a one-op graph of its workload (`kernel_graph`: the task's op,
+its input types and attributes, the inputs that were weights in the model bound as random
+constants so that graph passes re-pack them as they do in the model) with the config given for
+the task, run on random inputs (seeded: every config sees the same inputs) and timed with the
+executor's benchmark loop (median over repeats). Layout transforms the graph passes insert
+around the kernel are part of the one-op graph and of its time.
+
+Every build and run happens in a worker process (a fresh interpreter, no inherited state): a
+config whose build or kernel crashes the process, or runs past `timeout`, costs the worker,
+which is replaced, and is returned as a failed result; it never reaches the tuning process. A
+config whose outputs differ from the reference (the default config's) fails as "wrong".
+"""
+
+from __future__ import annotations
+
+import pickle
+import select
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.topi.strategy import Config, Task
+
+
+@dataclass
+class MeasureResult:
+    """`seconds`: the median time of one run; `error` when it failed ("timeout", "crash: ...",
+    "wrong: ...", or the exception); `outputs`: the kernel's outputs (kept for the default,
+    whose outputs are the reference)."""
+
+    seconds: float | None = None
+    error: str | None = None
+    outputs: list | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def kernel_graph(task: Task, seed: int = 0):
+    """(one-op graph Function, params, inputs): the task's workload as a graph of one call,
+    random weights for the inputs that were constants in the model, random inputs for the rest."""
+    from tessera.graph.builder import GraphBuilder
+
+    rng = np.random.default_rng(seed)
+    wl = task.workload
+    b = GraphBuilder(fold=False)
+    values, params, inputs = [], {}, {}
+    for i, (shape, dtype) in enumerate(wl.inputs):
+        array = _random(rng, shape, dtype)
+        name = f"in{i}"
+        values.append(b.param(name, shape, dtype))
+        is_weight = i < len(wl.constant) and wl.constant[i]
+        (params if is_weight else inputs)[name] = array
+    out = b.call(wl.op, *values, **dict(wl.attrs))
+    outs = list(out) if isinstance(out, tuple) else [out]
+    return b.finish(outs), params, inputs
+
+
+def _random(rng, shape, dtype) -> np.ndarray:
+    if dtype.startswith("float"):
+        # scaled so that reductions stay near 1 and a tolerance check means something
+        return (rng.standard_normal(shape) * 0.5).astype(dtype)
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(0, 4, shape).astype(dtype)
+
+
+def run_config(
+    task: Task,
+    config: Config,
+    target: str,
+    reference: list | None = None,
+    seed: int = 0,
+    context: tuple = (2, ()),
+    number: int = 5,
+    repeat: int = 5,
+) -> MeasureResult:
+    """Build and time `config` of `task` here (the worker calls this). With `reference`, the
+    outputs must match it; without, they are returned (this is the default, the reference).
+    `context`: (opt level, disabled passes) of the tuning process's PassContext, under which the
+    graph passes run as they do for the model (they decide which kernel a task becomes)."""
+    import tessera
+    from tessera.runtime import GraphModule, cpu
+    from tessera.topi import strategy
+    from tessera.transform import PassContext
+
+    # a fresh worker has not loaded the target's strategies, which Task.strategy reads
+    strategy.find_strategy(task.workload.op, tessera.Target(target))
+    func, params, inputs = kernel_graph(task, seed)
+    opt_level, disabled = context
+    with PassContext(opt_level=opt_level, disabled_pass=disabled), strategy.record_tasks() as seen:
+        lib = tessera.build(func, target=target, params=params, configs={task: config})
+    if task not in seen:
+        # the one-op graph is not the kernel the model asked for: its time would say nothing
+        return MeasureResult(error=f"the one-op graph of {task} does not ask for that task")
+    m = GraphModule(lib["default"](cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    outputs = [m.get_output(i).numpy().copy() for i in range(m.get_num_outputs())]
+    if reference is not None:
+        for got, want in zip(outputs, reference, strict=True):
+            # atol scales with the output: a long float32 reduction summed in another order
+            # (another tiling, Winograd) differs by rounding, not by a bug
+            atol = 1e-4 * max(1.0, float(np.abs(want).max(initial=0)))
+            if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=atol):
+                diff = (
+                    np.max(np.abs(got.astype(np.float64) - want))
+                    if got.shape == want.shape
+                    else None
+                )
+                return MeasureResult(
+                    error=f"wrong: outputs differ from the default's (max |diff| {diff})"
+                )
+    seconds = m.benchmark(number=number, repeat=repeat).median
+    return MeasureResult(seconds, outputs=None if reference is not None else outputs)
+
+
+def _send(f, obj) -> None:
+    data = pickle.dumps(obj)
+    f.write(struct.pack("<Q", len(data)) + data)
+    f.flush()
+
+
+def _recv(f):
+    head = f.read(8)
+    if len(head) < 8:
+        raise EOFError("the other side closed the pipe")
+    (n,) = struct.unpack("<Q", head)
+    data = f.read(n)
+    if len(data) < n:
+        raise EOFError("the other side closed the pipe mid-message")
+    return pickle.loads(data)
+
+
+class Measurer:
+    """Measures configs in a worker process (`python -m tessera.autotune.worker`), one at a
+    time, replacing the worker when a config crashes it or runs past `timeout` seconds. `run`:
+    what the worker calls with (task, config, target, reference, seed, context): `run_config`,
+    or a picklable wrapper of it (tessera.autotune.testing).
+
+    A subprocess rather than multiprocessing: a spawned multiprocessing child re-imports the
+    caller's main script, which a user's script without a `__main__` guard does not survive."""
+
+    def __init__(self, timeout: float = 60.0, run=run_config, seed: int = 0):
+        self.timeout = timeout
+        self.run = run
+        self.seed = seed
+        self._proc: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tessera.autotune.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(10)
+            self._proc.stdin.close()
+            self._proc.stdout.close()
+            self._proc = None
+            self.restarts += 1
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                _send(self._proc.stdin, None)
+                self._proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait(10)
+            self._proc.stdin.close()
+            self._proc.stdout.close()
+            self._proc = None
+
+    def _call(self, fn, args, timeout: float | None):
+        """Send a job; its result, or raise TimeoutError / EOFError (the worker died)."""
+        _send(self._proc.stdin, (fn, args))
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        return _recv(self._proc.stdout)
+
+    def warm_up(self) -> None:
+        """Start the worker and wait for its imports (so that they do not count in a timeout)."""
+        if self._proc is None:
+            self._start()
+            self._call(ping, (), None)
+
+    def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
+        """Build and time `config` in the worker; a crash or a timeout is a failed result."""
+        from tessera.transform import PassContext
+
+        self.warm_up()
+        ctx = PassContext.current()
+        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
+        args = (task, config, str(target), reference, self.seed, context)
+        try:
+            return self._call(self.run, args, self.timeout)
+        except TimeoutError:
+            self._kill()
+            return MeasureResult(error=f"timeout: no result in {self.timeout:g} s")
+        except (EOFError, OSError):
+            code = self._proc.wait(10)
+            self._kill()
+            return MeasureResult(error=f"crash: the worker died (exit code {code})")
+
+
+def ping() -> bool:
+    import tessera  # noqa: F401  (the imports a measurement needs, done before any timeout)
+
+    return True

@@ -1,0 +1,223 @@
+"""The tuning records database: one JSON line per measurement, keyed by (task, target).
+
+    db = Database("tune.db")
+    db.append(Record.of(task, target, config, seconds=2.1e-4))      # written and flushed at once
+    db.best(task, target)                                            # the fastest valid config
+    with apply_history_best("tune.db"):                              # builds use the best records
+        lib = tessera.build(mod, target="llvm", params=params)
+
+A record holds the task (its strategy key and workload, as plain JSON, so that a record is read
+back into the very Task that `extract_tasks` gives), the target fingerprint, the config, and the
+measured seconds or the error that failed it. The file is only ever appended to, one line per
+record and flushed (and fsynced) as it is written: a tuning run killed at any point loses no
+finished measurement, and a half-written last line (the kill came mid-write) is skipped on
+reading. A rerun reads the file and does not measure a (task, target, config) twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tessera.logging import get_logger
+from tessera.topi import strategy
+from tessera.topi.strategy import Config, Task, Workload
+
+log = get_logger(__name__)
+
+
+def target_fingerprint(target) -> str:
+    """What a record's target is keyed by: the target string and the CPU it compiles for (so
+    that `llvm` tuned on one machine is not taken for `llvm` on another)."""
+    from tessera.target import Target
+
+    target = target if isinstance(target, Target) else Target(str(target))
+    cpu = target.llvm_cpu if target.kind == "llvm" else ""
+    return f"{target} cpu={cpu} vector_bits={target.vector_width_bits}"
+
+
+def _tuples(v):
+    """JSON lists back into the tuples a Workload holds."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def task_to_json(task: Task) -> dict:
+    wl = task.workload
+    return {
+        "key": task.key,
+        "op": wl.op,
+        "inputs": wl.inputs,
+        "attrs": wl.attrs,
+        "output": wl.output,
+        "constant": wl.constant,
+    }
+
+
+def task_from_json(d: dict) -> Task:
+    wl = Workload(
+        d["op"],
+        _tuples(d["inputs"]),
+        _tuples(d["attrs"]),
+        _tuples(d.get("constant", [])),
+        _tuples(d["output"]),
+    )
+    return Task(wl, d["key"])
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement: `seconds` (median) when it ran and matched the default's output, else
+    `error` (why it failed: "crash", "timeout", "wrong", or the exception)."""
+
+    task: Task
+    target: str  # the target fingerprint
+    config: Config
+    seconds: float | None = None
+    error: str | None = None
+    timestamp: float = 0.0
+
+    @staticmethod
+    def of(task, target, config, seconds=None, error=None) -> Record:
+        return Record(task, target_fingerprint(target), config, seconds, error, time.time())
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.seconds is not None
+
+    def to_json(self) -> str:
+        d = {
+            "task": task_to_json(self.task),
+            "digest": self.task.digest(),
+            "target": self.target,
+            "config": dict(self.config.as_attr()),
+            "seconds": self.seconds,
+            "error": self.error,
+            "timestamp": self.timestamp,
+        }
+        return json.dumps(d, sort_keys=True)
+
+    @staticmethod
+    def from_json(line: str) -> Record:
+        d = json.loads(line)
+        config = dict(d["config"])
+        config = Config(config.pop("impl"), {k: _tuples(v) for k, v in config.items()})
+        task = task_from_json(d["task"])
+        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"])
+
+
+class Database:
+    """A JSON-lines file of records, read once on opening and appended to as records come."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.records: list[Record] = []
+        self.skipped_lines = 0
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    self.records.append(Record.from_json(line))
+                except (ValueError, KeyError, TypeError):
+                    # a line cut short by a killed run, or written by a newer tessera
+                    self.skipped_lines += 1
+            if self.skipped_lines:
+                log.warning("%s: skipped %d unreadable lines", self.path, self.skipped_lines)
+
+    def append(self, record: Record) -> None:
+        """Write `record` as one line, flushed and synced before returning."""
+        self.records.append(record)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            # a killed writer may have left a partial line: start ours on a line of its own
+            if f.tell() > 0 and not self._ends_with_newline():
+                f.write("\n")
+            f.write(record.to_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+
+    def of(self, task: Task, target) -> list[Record]:
+        """The records of `task` on `target`, oldest first."""
+        fp = target_fingerprint(target)
+        return [r for r in self.records if r.target == fp and r.task == task]
+
+    def measured(self, task: Task, target) -> dict[Config, Record]:
+        """Each config of `task` measured on `target` (passed or failed), with its record."""
+        return {r.config: r for r in self.of(task, target)}
+
+    def best(self, task: Task, target) -> Record | None:
+        """The fastest passing record of `task` on `target`, or None."""
+        ok = [r for r in self.of(task, target) if r.ok]
+        return min(ok, key=lambda r: r.seconds) if ok else None
+
+    def best_configs(self, target) -> dict[Task, Config]:
+        """{task: its best config} for every task with a passing record on `target`."""
+        fp = target_fingerprint(target)
+        best: dict[Task, Record] = {}
+        for r in self.records:
+            if r.target == fp and r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
+                best[r.task] = r
+        return {t: r.config for t, r in best.items()}
+
+
+class apply_history_best:
+    """`with apply_history_best("tune.db"):` builds inside take each task's best record for
+    their target, and the default config for tasks without one (logged at INFO when the block
+    ends: which tasks the database covered, which fell back to their defaults).
+
+    The target is the one the build is for: the database is read when the block is entered,
+    for every target it holds a record of, and `use_configs` is given the configs of the
+    target `target` (default: the host "llvm")."""
+
+    def __init__(self, path, target="llvm"):
+        from tessera.target import Target
+
+        self.path = Path(path)
+        self.target = target if isinstance(target, Target) else Target(str(target))
+        self.configs: dict[Task, Config] = {}
+        self.used: list[Task] = []
+        self.fallback: list[Task] = []
+
+    def __enter__(self):
+        db = Database(self.path) if self.path.exists() else None
+        if db is None:
+            log.warning(
+                "tuning database %s does not exist: every task takes its default", self.path
+            )
+        self.configs = db.best_configs(self.target) if db is not None else {}
+        # configs not valid for today's spaces (a knob changed since tuning) are dropped
+        self.configs = {t: c for t, c in self.configs.items() if _valid(t, c, self.target)}
+        self._scope = strategy.use_configs(self.configs)
+        self._recorder = strategy.record_tasks()
+        self._scope.__enter__()
+        self._seen = self._recorder.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._recorder.__exit__(*exc)
+        self._scope.__exit__(*exc)
+        seen = list(dict.fromkeys(self._seen))
+        self.used = [t for t in seen if t in self.configs]
+        self.fallback = [t for t in seen if t not in self.configs]
+        if seen:
+            log.info("%d of %d tasks tuned (database %s)", len(self.used), len(seen), self.path)
+        for t in self.fallback:
+            log.info("no tuning record for %s: it takes its default config", t)
+
+
+def _valid(task: Task, config: Config, target) -> bool:
+    try:
+        # loads the target's strategies, which a fresh process has not yet (Task.strategy reads)
+        if strategy.find_strategy(task.workload.op, target) is None:
+            return False
+        return task.valid(config, target)
+    except Exception:  # the op or its strategy is gone
+        return False

@@ -1,0 +1,260 @@
+"""The tuner: a model's tasks, a time budget split by where time goes, an evolutionary search.
+
+    results = tessera.autotune.tune(mod, params, "llvm", db="tune.db", budget=600)
+    with PassContext(config={"tuning.database": "tune.db"}):
+        lib = tessera.build(mod, target="llvm", params=params)
+
+For every task the default config is measured first: its time is the baseline, its outputs the
+reference every candidate must match, and it stays the answer unless a candidate beats it (so
+tuned is never slower than the default, as measured). The rest of the budget is split over the
+tasks in proportion to their share of the model's time (default time x how many calls run it),
+and each task's share is spent by `EvolutionarySearch`: random configs first, then mutations of
+the fastest so far, ranked by a cost model fit to the measurements. Every measurement is
+appended to the database as it arrives; configs the database already holds for the task and
+target are not measured again (a rerun resumes).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tessera.autotune.cost_model import KnobRidge
+from tessera.autotune.measure import Measurer, MeasureResult
+from tessera.autotune.records import Database, Record
+from tessera.logging import get_logger
+from tessera.topi import strategy
+from tessera.topi.strategy import Config, Task
+
+log = get_logger(__name__)
+
+
+def task_counts(mod, params, target) -> Counter:
+    """How many calls of the model run each task: graph passes ask once per call they rewrite
+    (convs, dense with constant weights), lowering once per fused group it schedules; a call
+    asked in both phases counts once."""
+    from tessera.driver import fused_function
+    from tessera.graph_build.lower_group import distinct_groups, group_config
+    from tessera.ir.module import IRModule
+
+    if not isinstance(mod, IRModule):
+        mod = IRModule({"main": mod})
+    with strategy.record_tasks() as passes:
+        func = fused_function(mod, target, params)
+    with strategy.record_tasks() as lowering:
+        distinct_groups(func)  # checks every call is in a group, as a build does
+        for call in func.body:
+            group_config(call.attrs["func"], target)
+    a, b = Counter(passes), Counter(lowering)
+    return Counter({t: max(a[t], b[t]) for t in a.keys() | b.keys()})
+
+
+@dataclass
+class TaskResult:
+    """What tuning found for one task."""
+
+    task: Task
+    count: int  # calls of the model that run it
+    default: Config
+    default_seconds: float | None = None
+    best: Config | None = None
+    best_seconds: float | None = None
+    trials: int = 0  # measured in this run
+    failed: int = 0
+    history: list = field(default_factory=list)  # (trial, best seconds so far)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_seconds and self.best_seconds:
+            return self.default_seconds / self.best_seconds
+        return None
+
+
+class EvolutionarySearch:
+    """Proposes configs of one task: random ones while fewer than `population` have been
+    measured; then, one time in five, a random config (to leave a local optimum), else the
+    candidate a cost model (`KnobRidge`, refit on every measurement so far) ranks first among
+    `batch` fresh mutations (one knob changed) of the `population` fastest. Measured configs
+    are never proposed again; None when no new config turned up in `tries` draws."""
+
+    def __init__(self, task: Task, target, rng: random.Random, population: int = 8, batch=16):
+        self.task = task
+        self.target = target
+        self.rng = rng
+        self.population = population
+        self.batch = batch
+        self.spaces = task.implementations(target)
+        self.model = KnobRidge(task, target)
+
+    def propose(self, measured: dict[Config, float | None], tries: int = 200) -> Config | None:
+        ok = sorted((s, i, c) for i, (c, s) in enumerate(measured.items()) if s is not None)
+        if len(ok) < self.population or self.rng.random() < 0.2:
+            return self._fresh(measured, tries, lambda: self.task.sample(self.target, self.rng))
+        parents = [c for _, _, c in ok[: self.population]]
+        candidates: set[Config] = set()
+        for _ in range(tries):
+            config = self.mutate(self.rng.choice(parents))
+            if config is not None and config not in measured:
+                candidates.add(config)
+                if len(candidates) == self.batch:
+                    break
+        if not candidates:  # the neighbourhood is measured: look further
+            return self._fresh(measured, tries, lambda: self.task.sample(self.target, self.rng))
+        self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
+        # sorted first: set order varies between runs, the ranking must not
+        return self.model.rank(sorted(candidates, key=repr))[0]
+
+    def _fresh(self, measured, tries, draw) -> Config | None:
+        for _ in range(tries):
+            config = draw()
+            if config not in measured:
+                return config
+        return None
+
+    def mutate(self, config: Config) -> Config | None:
+        space = self.spaces.get(config.impl)
+        if space is None or not space.knobs:
+            return None
+        knob = self.rng.choice(space.knobs)
+        values = config.knobs()
+        values[knob.name] = self.rng.choice(knob.candidates)
+        return Config(config.impl, values) if space.valid(values) else None
+
+
+def _weights(results: list[TaskResult]) -> dict[Task, float]:
+    """Each task's share of the model's time: default seconds x calls (tasks whose default
+    failed are not searched)."""
+    return {r.task: r.count * r.default_seconds for r in results if r.default_seconds}
+
+
+def tune_tasks(
+    tasks: list[Task],
+    target,
+    db: Database,
+    budget: float,
+    counts: Counter | None = None,
+    measurer: Measurer | None = None,
+    max_trials: int | None = None,
+    seed: int = 0,
+    progress: Callable[[TaskResult, Record | None], None] | None = None,
+) -> list[TaskResult]:
+    """Tune `tasks` on `target` within `budget` seconds (wall time, defaults included), writing
+    every measurement to `db`. `max_trials`: at most this many new configs per task (besides the
+    default). `progress(result, record)` is called after every measurement."""
+    start = time.monotonic()
+    counts = counts or Counter()
+    own = measurer is None
+    measurer = measurer or Measurer()
+    try:
+        results = [TaskResult(t, max(1, counts[t]), t.default(target)) for t in tasks]
+        references = {}
+        for r in results:  # the defaults: baseline, reference outputs, the answer to beat
+            references[r.task] = _measure_default(r, target, db, measurer, progress)
+        # each task in turn gets its weight's share of the time left, so that time a task
+        # did not need (a small space, exhausted) goes to the tasks after it
+        weights = _weights(results)
+        rng = random.Random(seed)
+        for r in sorted(results, key=lambda r: -weights.get(r.task, 0)):
+            if r.task not in weights:
+                continue
+            left = budget - (time.monotonic() - start)
+            share = left * weights[r.task] / sum(weights.values())
+            del weights[r.task]
+            deadline = time.monotonic() + max(0.0, share)
+            _search(
+                r, target, db, measurer, references[r.task], deadline, max_trials, rng, progress
+            )
+        return results
+    finally:
+        if own:
+            measurer.close()
+
+
+def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | None:
+    """Measure the default (always: its outputs are the reference); record it once."""
+    res = measurer.measure(r.task, r.default, target)
+    known = db.measured(r.task, target).get(r.default)
+    record = None
+    if known is None:
+        record = Record.of(r.task, target, r.default, res.seconds, res.error)
+        db.append(record)
+        r.trials += 1
+    if not res.ok:
+        log.warning("default config of %s failed (%s): the task is not tuned", r.task, res.error)
+        r.failed += 1
+        return None
+    # the baseline is this run's time, and so is the best's when the database holds one, so
+    # that both are compared on today's machine load
+    r.default_seconds = r.best_seconds = res.seconds
+    r.best = r.default
+    best = db.best(r.task, target)
+    if best is not None and best.config != r.default:
+        again = measurer.measure(r.task, best.config, target, reference=res.outputs)
+        if again.ok and again.seconds < r.best_seconds:
+            r.best, r.best_seconds = best.config, again.seconds
+    r.history.append((r.trials, r.best_seconds))
+    if progress:
+        progress(r, record)
+    return res.outputs
+
+
+def _search(r, target, db, measurer, reference, deadline, max_trials, rng, progress) -> None:
+    measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
+    search = EvolutionarySearch(r.task, target, rng)
+    new = 0
+    while time.monotonic() < deadline and (max_trials is None or new < max_trials):
+        config = search.propose(measured)
+        if config is None:
+            log.info("%s: no new config to try (%d measured)", r.task, len(measured))
+            return
+        res: MeasureResult = measurer.measure(r.task, config, target, reference=reference)
+        record = Record.of(r.task, target, config, res.seconds, res.error)
+        db.append(record)
+        measured[config] = res.seconds
+        new += 1
+        r.trials += 1
+        if not res.ok:
+            r.failed += 1
+            log.info("%s: %s failed: %s", r.task, config, res.error)
+        elif res.seconds < r.best_seconds:
+            r.best, r.best_seconds = config, res.seconds
+        r.history.append((r.trials, r.best_seconds))
+        if progress:
+            progress(r, record)
+
+
+def tune(
+    mod,
+    params=None,
+    target="llvm",
+    db="tune.db",
+    budget: float = 600.0,
+    timeout: float = 60.0,
+    max_trials: int | None = None,
+    seed: int = 0,
+    progress=None,
+) -> list[TaskResult]:
+    """Tune every task of a graph module for `target` within `budget` seconds; the records go
+    to the database file `db` (created, or resumed)."""
+    from tessera.autotune.tasks import extract_tasks
+    from tessera.driver import resolve_target
+    from tessera.target import Target
+
+    target = resolve_target(target if isinstance(target, Target) else Target(target), None)
+    tasks = extract_tasks(mod, params, target)
+    counts = task_counts(mod, params, target)
+    log.info("tuning %d tasks for %s within %.0f s", len(tasks), target, budget)
+    database = db if isinstance(db, Database) else Database(db)
+    with Measurer(timeout=timeout, seed=seed) as measurer:
+        return tune_tasks(
+            tasks, target, database, budget, counts, measurer, max_trials, seed, progress
+        )
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

@@ -1,0 +1,148 @@
+"""The tuner with tiny budgets: records are written as measurements arrive, a rerun resumes
+without measuring a config twice, a build with the database matches ONNX Runtime, and configs
+that crash the worker, hang or compute wrong values are recorded as failed while tuning goes on.
+(No timing is asserted: the machine is shared.)"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+
+import tessera
+from tessera import autotune
+from tessera.autotune import Database, Measurer
+from tessera.autotune.testing import Faulty
+from tessera.autotune.tuner import EvolutionarySearch
+from tessera.frontend.testing import run_ort
+from tessera.runtime import GraphModule, cpu
+from tessera.transform import PassContext
+
+HOST = tessera.Target("llvm")
+
+
+def run(lib, feeds):
+    m = GraphModule(lib["default"](cpu(0)))
+    m.set_input(**feeds)
+    m.run()
+    return m.get_output(0).numpy()
+
+
+def test_task_counts_count_the_calls_of_each_task(tiny):
+    _, mod, params, _ = tiny
+    counts = autotune.task_counts(mod, params, HOST)
+    assert sorted(t.workload.op for t in counts) == ["nn.conv2d", "nn.dense"]
+    assert set(counts.values()) == {1}
+
+
+def test_search_proposes_only_new_valid_configs(tiny):
+    _, mod, params, _ = tiny
+    dense = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.dense"
+    )
+    search = EvolutionarySearch(dense, HOST, random.Random(0), population=2)
+    measured = {}
+    while (config := search.propose(measured)) is not None:
+        assert dense.valid(config, HOST) and config not in measured
+        measured[config] = 1.0 + len(measured) % 5  # fake times
+    assert set(measured) == set(dense.configs(HOST))  # the whole (small) space, each once
+
+
+def test_tune_writes_records_resumes_and_the_build_matches_ort(tiny, tmp_path):
+    model, mod, params, feeds = tiny
+    path = tmp_path / "tune.db"
+    results = autotune.tune(mod, params, HOST, db=path, budget=120, max_trials=2, timeout=120)
+    assert len(results) == 2
+    first = Database(path).records
+    assert len(first) == 2 * 3  # each task: its default and two candidates, each on one line
+    for r in results:
+        assert r.default_seconds is not None and r.best_seconds <= r.default_seconds
+        assert r.best == r.default or r.best_seconds < r.default_seconds
+        assert {rec.config for rec in first if rec.task == r.task} >= {r.default}
+
+    # a rerun keeps every record, adds only configs not measured before
+    again = autotune.tune(mod, params, HOST, db=path, budget=120, max_trials=2, timeout=120)
+    records = Database(path).records
+    assert records[: len(first)] == first and len(records) == len(first) + 2 * 2
+    keys = [(rec.task, rec.config) for rec in records]
+    assert len(set(keys)) == len(keys)
+    assert all(r.best_seconds <= r.default_seconds for r in again)
+
+    with PassContext(config={"tuning.database": str(path)}):
+        lib = tessera.build(mod, target=HOST, params=params)
+    np.testing.assert_allclose(run(lib, feeds), run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_crashing_hanging_and_wrong_configs_are_recorded_as_failed(tiny, tmp_path):
+    _, mod, params, _ = tiny
+    dense = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.dense"
+    )
+    others = [c for c in dense.configs(HOST) if c != dense.default(HOST)]
+    crash, hang, wrong = others[0], others[1], others[2]
+    faulty = Faulty(crash=frozenset({crash}), hang=frozenset({hang}), wrong=frozenset({wrong}))
+    db = Database(tmp_path / "tune.db")
+    with Measurer(timeout=8, run=faulty) as measurer:
+        [result] = autotune.tune_tasks(
+            [dense], HOST, db, budget=300, measurer=measurer, max_trials=len(others)
+        )
+        assert measurer.restarts == 2  # the crash and the hang cost a worker each
+    by_config = {rec.config: rec for rec in db.records}
+    assert set(by_config) == set(dense.configs(HOST))  # tuning went on through the whole space
+    assert by_config[crash].error.startswith("crash")
+    assert by_config[hang].error.startswith("timeout")
+    assert by_config[wrong].error.startswith("wrong")
+    assert result.failed == 3 and result.best not in {crash, hang, wrong}
+    assert all(rec.ok for c, rec in by_config.items() if c not in {crash, hang, wrong})
+
+
+KILLED_RUN = """
+import sys, onnx, tessera
+from tessera import autotune
+from tessera.autotune.testing import Faulty
+from tessera.frontend import from_onnx
+mod, params = from_onnx(onnx.load(sys.argv[1]))
+host = tessera.Target("llvm")
+[dense] = [t for t in autotune.extract_tasks(mod, params, host) if t.workload.op == "nn.dense"]
+others = [c for c in dense.configs(host) if c != dense.default(host)]
+# every config but two hangs: the run measures the default and whichever of the two comes
+# first, then waits for ever, as a long tuning run would be when it is killed
+run = autotune.Measurer(timeout=600, run=Faulty(hang=frozenset(others[2:])))
+autotune.tune_tasks([dense], host, autotune.Database(sys.argv[2]), 600, measurer=run)
+"""
+
+
+def test_a_killed_run_loses_no_measurement_and_a_rerun_resumes(tiny, tmp_path):
+    model, mod, params, _ = tiny
+    onnx.save(model, tmp_path / "tiny.onnx")
+    path = tmp_path / "tune.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN, str(tmp_path / "tiny.onnx"), str(path)],
+        start_new_session=True,  # its own process group: the kill takes its worker too
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists() and len(path.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)  # let it reach the hanging candidate
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed, not finished
+    killed = Database(path).records
+    assert len(killed) >= 2 and all(rec.ok for rec in killed)
+
+    dense = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.dense"
+    )
+    autotune.tune_tasks([dense], HOST, Database(path), budget=120, max_trials=2)
+    records = Database(path).records
+    assert records[: len(killed)] == killed and len(records) == len(killed) + 2
+    keys = [rec.config for rec in records]
+    assert len(set(keys)) == len(keys)  # the rerun measured nothing twice

@@ -1,0 +1,53 @@
+"""`tessera tune` for real in a subprocess: a tiny budget writes records and prints the table,
+a rerun resumes, and `tessera compile --db` builds with the records (saying so with -v)."""
+
+import json
+import re
+from collections import Counter
+
+import pytest
+
+from tessera.cli.tune import parse_budget
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("10m", 600), ("90s", 90), ("1h30m", 5400), ("45", 45), ("2.5m", 150)]
+)
+def test_parse_budget(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10x", "m10", "", "10m5"])
+def test_parse_budget_refuses_what_is_not_a_duration(text):
+    import click
+
+    with pytest.raises(click.BadParameter):
+        parse_budget(text)
+
+
+def test_tune_then_compile_with_the_database(cli, tmp_path, cnn_path):
+    db = tmp_path / "tune.db"
+    result = cli("tune", cnn_path, "--budget", "60s", "--trials", "2", "--db", db)
+    assert result.returncode == 0, result.stderr
+    assert "default" in result.stdout and "tuned" in result.stdout and "speedup" in result.stdout
+    lines = db.read_text().splitlines()
+    per_task = Counter(json.loads(line)["digest"] for line in lines)
+    # every task has its default; the budget goes by share of time, so a task whose kernel
+    # takes almost none may get no candidate at all
+    assert max(per_task.values()) == 3 and min(per_task.values()) >= 1
+
+    again = cli("tune", cnn_path, "--budget", "60s", "--trials", "1", "--db", db, "-q")
+    assert again.returncode == 0, again.stderr
+    now = db.read_text().splitlines()
+    assert now[: len(lines)] == lines and len(now) > len(lines)
+    keys = [(r["digest"], json.dumps(r["config"])) for r in map(json.loads, now)]
+    assert len(set(keys)) == len(keys)  # the rerun measured nothing twice
+
+    out = tmp_path / "m.so"
+    built = cli("-v", "compile", cnn_path, "--db", db, "-o", out)
+    assert built.returncode == 0, built.stderr
+    # the tasks with a record are built with it; which tasks a build asks depends on the
+    # configs (a pool is asked its layout only after a conv that packs its output, and a pool
+    # is not measurable alone: it has no passing record), so only a lower bound is certain
+    asked = re.search(r"(\d+) of (\d+) tasks tuned", built.stderr)
+    assert asked and int(asked[1]) >= 3, built.stderr
