@@ -86,6 +86,7 @@ def test_layer_norm_schedule_computes_moments_per_row():
     assert moments.attach_stage is s[y]
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # the reference's inf - inf
 @pytest.mark.parametrize("name", ["nn.softmax", "nn.log_softmax"])
 def test_softmax_of_a_slice_holding_inf_is_nan_on_every_axis(name):
     # exp(x - max) is exp(inf - inf) = NaN where max is +inf: numpy and ONNX Runtime give NaN
