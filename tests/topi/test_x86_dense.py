@@ -154,3 +154,28 @@ def test_mlp_with_fused_epilogues_matches_onnxruntime(rows, hidden, ffn):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (want,) = sess.run(None, feeds)
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("a_shape", [(9, 1, 33, 16), (2, 1, 3, 1, 5, 16)])
+def test_matmul_of_a_constant_with_extent_one_axes_between_the_rows(a_shape):
+    """Batch axes of extent 1 between others ([9, 1, 33] rows) leave the fused rows; the rows
+    that remain are made adjacent before they fuse (was: 'i0 and i2 are not adjacent loops')."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    a, b = randn(*a_shape), randn(16, 7)
+    y_shape = [*a_shape[:-1], 7]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, list(a_shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = tessera.frontend.from_onnx(model)
+    with tessera.transform.PassContext(opt_level=3):
+        lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("A", a)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), a @ b, rtol=1e-5, atol=1e-5)

@@ -177,6 +177,8 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     # constant 0, which bound inference could not relate to the fused row index
     batch += [iv for iv in rows if _extent(iv) == 1]
     rows = [iv for iv in rows if _extent(iv) != 1]
+    if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
+        stage.reorder(*batch, *rows, col)
     if rows:
         row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
         ro, no, ri, ni = stage.tile(row, col, blk.mr, blk.nr)
