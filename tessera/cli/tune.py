@@ -22,7 +22,7 @@ from tessera.cli.common import (
     read_model,
     stdout_console,
 )
-from tessera.cli.options import input_shape_option, quiet, verbosity_options
+from tessera.cli.options import input_shape_option, opt_level_option, quiet, verbosity_options
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -109,7 +109,14 @@ def print_table(results, console) -> None:
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--budget", default="10m", show_default=True, help="Time to spend, e.g. 90s, 10m.")
-@click.option("--db", "db", default="tune.db", show_default=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--db",
+    "db",
+    default="tune.db",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Tuning records: appended as measurements arrive; a rerun resumes from them.",
+)
 @click.option("--target", default="llvm", show_default=True, help="Target string.")
 @input_shape_option
 @click.option(
@@ -122,10 +129,10 @@ def print_table(results, console) -> None:
 @click.option(
     "--trials", type=click.IntRange(min=1), default=None, help="At most this many per task."
 )
-@click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
-    "--opt-level", type=click.IntRange(0, 3), default=DEFAULT_OPT_LEVEL, show_default=True
+    "--seed", type=int, default=0, show_default=True, help="Seed of the search's random choices."
 )
+@opt_level_option(DEFAULT_OPT_LEVEL)
 @verbosity_options
 def tune(model, budget, db, target, input_shape, timeout, trials, seed, opt_level):
     """Tune MODEL's kernels within BUDGET; every measurement goes to the database DB.
