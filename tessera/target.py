@@ -143,6 +143,8 @@ class TargetKind:
       kind's tir passes and `build`;
     - build_graph: (graph IRModule, Target, params) -> a compiled model, for a kind with its
       own graph build (GPUs: one device arena, launches); None: the CPU executor plan;
+    - gpu_backend: a GPU kind's `codegen.gpu.GPUBackend` (C dialect, warp shuffles, how source
+      becomes device code);
     - compile_kernel: PrimFunc, Target -> codegen.aot.CompiledKernel (object code);
     - link: kernels, executor plan, Target -> (runtime.Module, entry address or None);
     - cross_link: the same, for a target of another architecture than this machine's (its
@@ -166,6 +168,7 @@ class TargetKind:
     compile_kernel: str | None = None
     link: str | None = None
     cross_link: str | None = None
+    gpu_backend: str | None = None
     toolchain: str | None = None
     fingerprint: str | None = None
 
@@ -243,6 +246,7 @@ register_target_kind(
         strategy_keys=lambda target: ("cuda", "generic"),
         build_kernels="tessera.codegen.gpu:build_gpu",
         build_graph="tessera.codegen.gpu_graph:build_graph_gpu",
+        gpu_backend="tessera.codegen.gpu:CUDA_BACKEND",
     )
 )
 register_target_kind(
@@ -254,6 +258,7 @@ register_target_kind(
         strategy_keys=lambda target: ("opencl", "generic"),
         build_kernels="tessera.codegen.gpu:build_gpu",
         build_graph="tessera.codegen.gpu_graph:build_graph_gpu",
+        gpu_backend="tessera.codegen.gpu:OPENCL_BACKEND",
     )
 )
 

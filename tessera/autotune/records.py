@@ -35,7 +35,7 @@ def target_fingerprint(target) -> str:
     from tessera.target import Target
 
     target = target if isinstance(target, Target) else Target(str(target))
-    cpu = target.llvm_cpu if target.kind == "llvm" else ""
+    cpu = target.llvm_cpu if target.kind_info.cpu else ""
     return f"{target} cpu={cpu} vector_bits={target.vector_width_bits}"
 
 

@@ -17,6 +17,9 @@ with nothing from the compiler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from tessera import te, tir
 from tessera.codegen.gpu_c import CUDA, OPENCL, emit_kernels
 from tessera.ir.module import IRModule
@@ -48,7 +51,7 @@ def lower_gpu(func: tir.PrimFunc, target: Target) -> tuple[list[tir.PrimFunc], G
     max_threads = target.to_dict().get("max_num_threads", MAX_THREADS_PER_BLOCK)
     out = []
     for k in kernels:
-        k = lower_thread_allreduce(k, warp_shuffle=target.kind == "cuda")
+        k = lower_thread_allreduce(k, warp_shuffle=backend_of(target).warp_shuffle)
         k = run_passes(KERNEL_PASSES, k, ctx)
         verify_gpu(k, max_threads, MAX_SHARED_BYTES)
         out.append(k)
@@ -95,18 +98,42 @@ def _static(dim, buf) -> int:
     return dim.value
 
 
+@dataclass(frozen=True)
+class GPUBackend:
+    """What differs between GPU kinds after the shared lowering: the C dialect, whether
+    cross-thread reductions may use warp shuffles, and how source becomes device code. A GPU
+    kind's row of the target table names its backend (`TargetKind.gpu_backend`)."""
+
+    dialect: object
+    warp_shuffle: bool
+    compile: Callable[[str, Target], dict]
+
+
+def _compile_opencl(source: str, target: Target) -> dict:
+    return {"opencl": source}  # OpenCL C as text: the driver builds it when the module loads
+
+
+def _compile_cuda(source: str, target: Target) -> dict:
+    from tessera.codegen.cuda import compile_cuda
+
+    return compile_cuda(source, target.arch or "sm_80")  # a cubin for -arch, PTX as fallback
+
+
+OPENCL_BACKEND = GPUBackend(OPENCL, warp_shuffle=False, compile=_compile_opencl)
+CUDA_BACKEND = GPUBackend(CUDA, warp_shuffle=True, compile=_compile_cuda)
+
+
+def backend_of(target: Target) -> GPUBackend:
+    return target.kind_info.resolve("gpu_backend")
+
+
 def dialect_of(target: Target):
-    return OPENCL if target.kind == "opencl" else CUDA
+    return backend_of(target).dialect
 
 
 def compile_source(source: str, target: Target) -> dict:
-    """The device code a GPUModule carries: OpenCL C as text (built by the driver at load);
-    for CUDA the cubin NVRTC makes for -arch (default sm_80) and PTX as the fallback."""
-    if target.kind == "opencl":
-        return {"opencl": source}
-    from tessera.codegen.cuda import compile_cuda
-
-    return compile_cuda(source, target.arch or "sm_80")
+    """The device code a GPUModule carries (the target's GPU backend decides its form)."""
+    return backend_of(target).compile(source, target)
 
 
 def _to_funcs(inputs, args, name: str) -> list[tir.PrimFunc]:
