@@ -220,8 +220,7 @@ def build(
     target = resolve_target(target, target_host)
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
-        build_graph_of_kind = target.kind_info.build_graph
-        if build_graph_of_kind is not None:  # a kind with its own graph build (GPUs)
+        if target.kind_info.build_graph is not None:  # a kind with its own graph build (GPUs)
             if configs is not None:
                 raise TypeError(f"build: configs are not supported for {target.kind} targets yet")
             return target.kind_info.resolve("build_graph")(mod, target, params)
