@@ -38,11 +38,9 @@ from tessera.frontend import (  # noqa: F401
 from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
 from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
-from tessera.graph.builder import rename_values
-from tessera.graph.ir import Function, Value
+from tessera.frontend.params import PARAM_MIN_ELEMENTS, constants_to_params  # noqa: F401
+from tessera.graph.ir import Value
 from tessera.ir.module import IRModule
-
-PARAM_MIN_ELEMENTS = 64
 
 
 class UnsupportedOpError(ValueError):
@@ -315,35 +313,9 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
         outputs.append(v)
     names = {id(env[vi.name]): vi.name for vi in reversed(graph.output)}
     func = b.finish(outputs, names=names)
-    func, params = _constants_to_params(func, init_ids)
+    func, params = constants_to_params(func, init_ids)
     func.verify()
     return IRModule({"main": func}), params
-
-
-def _constants_to_params(func: Function, init_ids: set[int]):
-    """Initializers and large constants become parameters (after the model's inputs)."""
-    keep, params, mapping = [], {}, {}
-    for c in func.constants:
-        if id(c) in init_ids or c.array.size > PARAM_MIN_ELEMENTS:
-            p = Value(c.name, c.type)
-            mapping[id(c)] = p
-            params[c.name] = np.array(c.array)
-        else:
-            keep.append(c)
-    new_params = tuple(func.params) + tuple(mapping.values())
-    body = tuple(
-        type(call)(
-            call.op,
-            tuple(mapping.get(id(v), v) for v in call.inputs),
-            call.attrs,
-            call.outputs,
-            call.span,
-        )
-        for call in func.body
-    )
-    outputs = tuple(mapping.get(id(v), v) for v in func.outputs)
-    func = Function(func.name, new_params, body, outputs, tuple(keep))
-    return rename_values(func, {}), params
 
 
 __all__ = ["UnsupportedOpError", "from_onnx"]

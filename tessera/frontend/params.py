@@ -24,6 +24,12 @@ def constants_to_params(func: Function, weight_ids: set[int]):
             params[c.name] = np.array(c.array)
         else:
             keep.append(c)
+    return rename_values(with_params(func, mapping, keep), {}), params
+
+
+def with_params(func: Function, mapping: dict, keep) -> Function:
+    """`func` with each constant in `mapping` (id -> its new parameter Value) read as that
+    parameter (appended after the inputs), and `keep` as its constants."""
     body = tuple(
         Call(
             call.op,
@@ -36,5 +42,4 @@ def constants_to_params(func: Function, weight_ids: set[int]):
     )
     outputs = tuple(mapping.get(id(v), v) for v in func.outputs)
     new_params = tuple(func.params) + tuple(mapping.values())
-    func = Function(func.name, new_params, body, outputs, tuple(keep))
-    return rename_values(func, {}), params
+    return Function(func.name, new_params, body, outputs, tuple(keep))

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tessera.frontend.params import PARAM_MIN_ELEMENTS, with_params
 from tessera.frontend.tflite_reader import Model, Operator, Quantization, read_model
 from tessera.graph.builder import GraphBuilder, rename_values
 from tessera.graph.ir import Constant, Function, Value
 from tessera.ir.module import IRModule
-
-PARAM_MIN_ELEMENTS = 64
 
 # Note [lazy layouts]: env[tensor] maps (layout, real) to a graph value, layout "nhwc" (the
 # tensor as TFLite stores it, any rank) or "nchw" (rank 4, channels second), real=True for the
@@ -321,14 +320,7 @@ def _constants_to_params(func: Function):
         used.add(name)
         mapping[id(c)] = Value(name, c.type)
         params[name] = np.array(c.array)
-    body = tuple(
-        type(call)(call.op, tuple(mapping.get(id(v), v) for v in call.inputs), call.attrs,
-                   call.outputs, call.span)
-        for call in func.body
-    )  # fmt: skip
-    outputs = tuple(mapping.get(id(v), v) for v in func.outputs)
-    new = Function(func.name, tuple(func.params) + tuple(mapping.values()), body, outputs,
-                   tuple(keep))  # fmt: skip
+    new = with_params(func, mapping, keep)
     return rename_values(new, {id(c): re.sub(r"_\d+$", "", c.name) for c in keep}), params
 
 
