@@ -26,6 +26,7 @@ from tessera.frontend.onnx_rnn import (
     _outputs,
     _parts,
     _peepholes,
+    lstm_cell,
 )
 from tessera.frontend.onnx_scatter import reverse_sequence
 from tessera.graph.ir import Constant
@@ -51,20 +52,8 @@ def _dq_matmul(b, x2d, w_int8, w_scale, w_zp):
 
 
 def _cell_step(cell, x, h, c, r, r_scale, r_zp, peep):
-    b, hid = cell.b, cell.hidden
-    gates = b.call("add", x, _dq_matmul(b, h, r, r_scale, r_zp))
-    gi, go, gf, gc = _parts(b, gates, 1, (hid,) * 4)
-    if peep is not None:
-        pi, po, pf = peep
-        gi = b.call("add", gi, b.call("multiply", pi, c))
-        gf = b.call("add", gf, b.call("multiply", pf, c))
-    i = cell.act(0, gi)
-    f = b.call("subtract", b.scalar(1, i), i) if cell.input_forget else cell.act(0, gf)
-    c_new = b.call("add", b.call("multiply", f, c), b.call("multiply", i, cell.act(1, gc)))
-    if peep is not None:
-        go = b.call("add", go, b.call("multiply", po, c_new))
-    o = cell.act(0, go)
-    return b.call("multiply", o, cell.fns[2](c_new)), c_new
+    gates = cell.b.call("add", x, _dq_matmul(cell.b, h, r, r_scale, r_zp))
+    return lstm_cell(cell, gates, c, peep)
 
 
 def _direction_run(b, cell, X, w, r, quant, B, lens, h, c, d, ndir, reverse, peep):

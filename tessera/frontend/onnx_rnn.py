@@ -153,9 +153,15 @@ def _gru_step(cell, x, state, r, rb):
 
 
 def _lstm_step(cell, x, state, r, peep):
-    b, hid = cell.b, cell.hidden
     h, c = state
-    gi, go, gf, gc = _parts(b, b.call("add", x, b.call("matmul", h, r)), 1, (hid,) * 4)
+    return lstm_cell(cell, cell.b.call("add", x, cell.b.call("matmul", h, r)), c, peep)
+
+
+def lstm_cell(cell, gates, c, peep):
+    """(h, c) after one LSTM step from its gate pre-activations (x W + h R + biases, in ONNX's
+    iofc order) and the previous cell state; shared with the quantized LSTM."""
+    b, hid = cell.b, cell.hidden
+    gi, go, gf, gc = _parts(b, gates, 1, (hid,) * 4)
     if peep is not None:
         pi, po, pf = peep
         gi = b.call("add", gi, b.call("multiply", pi, c))
