@@ -239,14 +239,10 @@ class GraphExecutor:
     def _storage(self, kind: str, index: int, dtype: str, shape) -> NDArray:
         """The array behind an argument [kind, index] (a view into the arena for "arena")."""
         tables = {"input": self.inputs, "param": self.params, "output": self.outputs}
-        if kind in tables and not 0 <= index < len(tables[kind]):
-            raise ValueError(f"executor plan: there is no {kind} {index}")
-        if kind == "input":
-            return self.inputs[index]
-        if kind == "param":
-            return self.params[index]
-        if kind == "output":
-            return self.outputs[index]
+        if kind in tables:
+            if not 0 <= index < len(tables[kind]):
+                raise ValueError(f"executor plan: there is no {kind} {index}")
+            return tables[kind][index]
         if kind == "arena":
             if index % ALIGNMENT or index + nbytes_of(dtype, shape) > self.arena.nbytes:
                 raise ValueError(f"executor plan: arena slot at {index} is out of the arena")
