@@ -167,6 +167,11 @@ def _no_trailer(f, name: str) -> str:
             f"{name!r} is a shared library without a tessera trailer: it is truncated, "
             "was changed after export, or was not written by tessera's export_library"
         )
+    if start == b"PK\x03\x04":
+        return (
+            f"{name!r} is a zip archive without a tessera trailer: a GPU module written by an "
+            "older tessera (export it again), or one changed after export"
+        )
     return f"{name!r} is not a tessera artifact (no tessera trailer at its end)"
 
 

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 
-from tessera.runtime.gpu_module import GPUArray, GPUModule, device_api, load_gpu_module
+from tessera.runtime.gpu_module import (
+    GPUArray,
+    GPUModule,
+    device_api,
+    load_gpu_module,
+    write_sealed,
+)
 from tessera.runtime.ndarray import Device
 
 
@@ -55,25 +62,27 @@ class GPUGraphFactory:
             out[p["name"]] = data.view(storage).reshape(p["shape"])
         return out
 
-    def export_library(self, path) -> None:
-        """One file: device code, kernel plans, executor plan and the weights."""
-        self.module.export_library(path)
-        with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as z:
+    def export_library(self, path, *, key=None) -> Path:
+        """One sealed file: device code, kernel plans, executor plan and the weights."""
+
+        def entries(z: zipfile.ZipFile) -> None:
+            self.module.write_entries(z)
             z.writestr("graph.json", json.dumps(self.plan))
             z.writestr("params.bin", self.blob.tobytes())
+
+        return write_sealed(path, self.module.kind, entries, key)
 
     def __repr__(self) -> str:
         return f"<GPUGraphFactory {self.module.kind}: {len(self.plan['calls'])} calls>"
 
 
-def load_gpu_library(path):
-    """A GPUModule, or for a compiled model a GPUGraphFactory (magic checked by the loader)."""
-    module = load_gpu_module(path)
-    with zipfile.ZipFile(path) as z:
-        if "graph.json" not in z.namelist():
-            return module
-        plan = json.loads(z.read("graph.json"))
-        blob = np.frombuffer(z.read("params.bin"), np.uint8)
+def load_gpu_library(z: zipfile.ZipFile, name: str):
+    """A GPUModule, or for a compiled model a GPUGraphFactory, from an exported archive."""
+    module = load_gpu_module(z, name)
+    if "graph.json" not in z.namelist():
+        return module
+    plan = json.loads(z.read("graph.json"))
+    blob = np.frombuffer(z.read("params.bin"), np.uint8)
     return GPUGraphFactory(module, plan, blob)
 
 

@@ -6,6 +6,11 @@
     f(a, b); b.numpy()                                  # numpy arguments work too (copied)
     f.export_library("add.tsgpu"); tessera.runtime.load_module("add.tsgpu")
 
+An exported GPU module is a zip archive (meta.json, source.txt, code/<kind>; a compiled model
+adds graph.json and params.bin) sealed with the same trailer as a CPU library (runtime/
+artifact.py: format, tessera's version, the target, a sha256 of the archive, an optional
+signature): load_module checks it before it reads a byte of the archive.
+
 A backend (runtime/opencl_device.py, runtime/cuda_device.py) is imported only when a device
 of its kind is used; it gives a `DeviceAPI`: alloc/free, upload/download, load(code) -> program,
 launch(program, kernel, buffers, grid, block), sync. A host plan is plain data (made by
@@ -16,11 +21,15 @@ in order, so this file imports nothing from the compiler.
 from __future__ import annotations
 
 import importlib
+import io
 import json
+import tempfile
 import zipfile
+from pathlib import Path
 
 import numpy as np
 
+from tessera.runtime import artifact
 from tessera.runtime.ndarray import (
     STORAGE,
     Device,
@@ -176,38 +185,54 @@ class GPUModule:
             self._programs[dev] = device_api(dev).load(self.code)
         return self._programs[dev]
 
-    def export_library(self, path) -> None:
-        """One file with the device code, the host plans and the source."""
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-            meta = {"magic": _MAGIC, "kind": self.kind, "plans": self.plans}
-            z.writestr("meta.json", json.dumps(meta))
-            z.writestr("source.txt", self.source)
-            for key, blob in self.code.items():
-                z.writestr(f"code/{key}", blob)
+    def export_library(self, path, *, key=None) -> Path:
+        """One sealed file with the device code, the host plans and the source (`key`: sign it,
+        as Module.export_library)."""
+        return write_sealed(path, self.kind, self.write_entries, key)
+
+    def write_entries(self, z: zipfile.ZipFile) -> None:
+        meta = {"magic": _MAGIC, "kind": self.kind, "plans": self.plans}
+        z.writestr("meta.json", json.dumps(meta))
+        z.writestr("source.txt", self.source)
+        for key, blob in self.code.items():
+            z.writestr(f"code/{key}", blob)
 
     def __repr__(self) -> str:
         return f"<GPUModule {self.kind}: {', '.join(self.function_names)}>"
 
 
-def is_gpu_library(path) -> bool:
-    if not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as z:
-        return "meta.json" in z.namelist()
+def write_sealed(path, kind: str, write_entries, key=None) -> Path:
+    """A zip archive filled by `write_entries(zipfile)`, sealed at `path` (artifact.seal)."""
+    with tempfile.TemporaryDirectory(prefix="tessera-export-") as tmp:
+        archive = Path(tmp) / "module.zip"
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+            write_entries(z)
+        return artifact.seal(archive, path, target={"target": kind, "device": kind}, key=key)
 
 
-def load_gpu_module(path) -> GPUModule:
-    """A GPUModule from export_library's file. Loading needs no device; running says clearly
-    when its device (or the driver library) is missing."""
-    with zipfile.ZipFile(path) as z:
+def is_gpu_archive(payload: bytes) -> bool:
+    """Whether the library bytes of an artifact are a GPU module's archive (a zip)."""
+    return payload[:4] == b"PK\x03\x04"
+
+
+def open_archive(payload: bytes) -> zipfile.ZipFile:
+    return zipfile.ZipFile(io.BytesIO(payload))
+
+
+def load_gpu_module(z: zipfile.ZipFile, name: str) -> GPUModule:
+    """A GPUModule from an exported archive. Loading needs no device; running says clearly when
+    its device (or the driver library) is missing."""
+    try:
         meta = json.loads(z.read("meta.json"))
-        if meta.get("magic") != _MAGIC:
-            raise ValueError(f"{path} is not a tessera GPU module")
-        code = {}
-        for n in z.namelist():
-            if n.startswith("code/"):
-                blob = z.read(n)
-                key = n[len("code/") :]
-                code[key] = blob.decode() if key in ("opencl", "ptx") else blob
-        source = z.read("source.txt").decode()
+    except (KeyError, ValueError):
+        raise ValueError(f"{name!r} is not a tessera GPU module (no readable meta.json)") from None
+    if meta.get("magic") != _MAGIC:
+        raise ValueError(f"{name!r} is not a tessera GPU module")
+    code = {}
+    for n in z.namelist():
+        if n.startswith("code/"):
+            blob = z.read(n)
+            key = n[len("code/") :]
+            code[key] = blob.decode() if key in ("opencl", "ptx") else blob
+    source = z.read("source.txt").decode()
     return GPUModule(meta["kind"], code, meta["plans"], source)

@@ -255,6 +255,10 @@ def _open_library(path, key=None) -> tuple[ctypes.CDLL, str]:
     library: (the handle, the copy's file name). Damage, another format, a wrong signature or a
     host that cannot run it raise a clear error before dlopen (Note [artifact trailer])."""
     verified, _ = artifact.open_verified(path, key=key)
+    return _dlopen(verified, path)
+
+
+def _dlopen(verified: str, path) -> tuple[ctypes.CDLL, str]:
     native.load()
     try:
         return ctypes.CDLL(verified), verified
@@ -272,17 +276,22 @@ def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
 
 def load_module(path, key=None):
     """Load a library written by `Module.export_library` (needs numpy and ctypes only): a
-    Module, or for a compiled model a `graph_executor.GraphExecutorFactory`.
+    Module, or for a compiled model a `graph_executor.GraphExecutorFactory`; for the GPU
+    targets a `gpu_module.GPUModule` or `gpu_graph.GPUGraphFactory`.
 
     Its trailer is checked before the library is opened: a damaged or foreign file, or one
     built for CPU features this machine lacks, raises `artifact.ArtifactError` (a ValueError).
     With `key`, the artifact must be signed with that key (export_library(path, key=...)).
     Opening a library runs its code: load only artifacts you trust (docs/trust.md)."""
+    verified, header = artifact.open_verified(path, key=key)
     from tessera.runtime import gpu_graph, gpu_module  # GPU (issue 17): device code + plans
 
-    if gpu_module.is_gpu_library(path):
-        return gpu_graph.load_gpu_library(path)
-    lib, opened = _open_library(path, key)
+    with open(verified, "rb") as f:
+        if gpu_module.is_gpu_archive(f.read(4)):
+            f.seek(0)
+            with gpu_module.open_archive(f.read(header["payload_nbytes"])) as z:
+                return gpu_graph.load_gpu_library(z, str(path))
+    lib, opened = _dlopen(verified, path)
     try:
         symbol = ctypes.c_char.in_dll(lib, METADATA_SYMBOL)
     except ValueError:

@@ -138,6 +138,30 @@ def test_export_and_load_the_device_code(cl_dev, bind, tmp_path):
     np.testing.assert_array_equal(c, np.full(256, 2.5, np.float32))
 
 
+def test_exported_device_code_is_sealed_and_signed(bind, tmp_path):
+    # needs no device: the OpenCL source is built on the device when it first runs
+    from tessera.runtime.artifact import ArtifactError, read_header
+
+    A, B, C = _elementwise(256)
+    s = te.create_schedule(C.op)
+    bind(s, C, C.op.axis[0], 64)
+    f = tessera.build(s, [A, B, C], target="opencl", name="fma")
+    path = f.export_library(tmp_path / "f.tsgpu", key="k1")
+    assert read_header(path)["target"] == {"target": "opencl", "device": "opencl"}
+    assert tessera.runtime.load_module(path, key="k1").function_names == ["fma"]
+    with pytest.raises(ArtifactError, match="signature does not match"):
+        tessera.runtime.load_module(path, key="k2")
+    data = bytearray(path.read_bytes())
+    data[100] ^= 1
+    (tmp_path / "flipped.tsgpu").write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="damaged"):
+        tessera.runtime.load_module(tmp_path / "flipped.tsgpu")
+    header_len = len(data) - read_header(path)["payload_nbytes"]
+    (tmp_path / "bare.tsgpu").write_bytes(path.read_bytes()[:-header_len])  # an old, bare zip
+    with pytest.raises(ArtifactError, match="zip archive without a tessera trailer"):
+        tessera.runtime.load_module(tmp_path / "bare.tsgpu")
+
+
 @pytest.mark.parametrize(
     "n, c, h, w, f, k, stride, pad",
     [
