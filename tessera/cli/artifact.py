@@ -10,9 +10,9 @@ from tessera.cli.options import quiet
 def show_artifact(path: str) -> None:
     from rich.table import Table
 
-    from tessera.cli.build import load_artifact
+    from tessera.cli.build import load_factory
 
-    factory, _ = load_artifact(path)
+    factory = load_factory(path)
     plan = factory.plan
     console = stdout_console()
     console.print(

@@ -295,17 +295,32 @@ def _read_key(path) -> bytes | None:
     return key
 
 
-def load_artifact(path, key=None):
-    """(factory, GraphModule) of a compiled artifact, with clear errors; with `key`, it must be
-    signed with it."""
-    from tessera.runtime import GraphModule, cpu, load_module
+def load_factory(path, key=None):
+    """The factory of a compiled artifact (a CPU GraphExecutorFactory or a GPUGraphFactory),
+    with clear errors; with `key`, it must be signed with it."""
+    from tessera.runtime import load_module
+    from tessera.runtime.gpu_graph import GPUGraphFactory
 
     try:
         lib = load_module(path, key=key)
-        factory = _factory_of(lib)
-        return factory, GraphModule(factory["default"](cpu(0)))
+        return lib if isinstance(lib, GPUGraphFactory) else _factory_of(lib)
     except (ValueError, TypeError, OSError, KeyError) as e:
         raise ModelError(f"cannot load {path} as a tessera artifact: {e}") from e
+
+
+def load_artifact(path, key=None):
+    """(factory, module) of a compiled artifact: a GraphModule on the CPU, or the GPU model on
+    device 0 of its kind (an error naming what is missing where there is none)."""
+    from tessera.runtime import GraphModule, cpu
+    from tessera.runtime.gpu_graph import GPUGraphFactory
+
+    factory = load_factory(path, key)
+    if not isinstance(factory, GPUGraphFactory):
+        return factory, GraphModule(factory["default"](cpu(0)))
+    try:
+        return factory, factory.create()
+    except NotImplementedError as e:  # CUDAUnavailable / OpenCLUnavailable
+        raise ModelError(f"cannot run {path} here: {e}") from e
 
 
 def _factory_of(lib):
@@ -388,9 +403,12 @@ def set_inputs(module, feeds) -> None:
 def run(artifact, inputs_path, outputs_path, profile, profile_json, repeat, threads, key_file):
     """Run a compiled ARTIFACT on --inputs (an .npz by input name) or on random inputs."""
     from tessera.cli.profile import print_profile, profile_kernels, write_profile
+    from tessera.runtime import GraphModule
 
     _set_threads(threads)
     factory, module = load_artifact(artifact, _read_key(key_file))
+    if (profile or profile_json) and not isinstance(module, GraphModule):
+        raise ModelError(f"--profile times CPU kernel calls; {artifact} runs on {module.device}")
     set_inputs(module, read_inputs(inputs_path, module))
     start = time.perf_counter()
     module.run()

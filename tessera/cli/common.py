@@ -44,9 +44,18 @@ def stderr_console():
 
 
 def is_artifact(path: str) -> bool:
-    """A compiled artifact (a shared library) rather than an ONNX file: by its ELF magic."""
+    """A compiled artifact (a shared library, or a GPU module's zip) rather than an ONNX file:
+    by its ELF magic or its tessera trailer (runtime/artifact.py)."""
+    from tessera.runtime.artifact import ArtifactError, read_header
+
     with open(path, "rb") as f:
-        return f.read(4) == b"\x7fELF"
+        if f.read(4) == b"\x7fELF":
+            return True
+    try:
+        read_header(path)
+    except ArtifactError:
+        return False
+    return True
 
 
 def read_model(path: str | None):

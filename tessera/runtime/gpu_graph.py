@@ -178,6 +178,11 @@ class GPUGraphModule:
                 self.api.launch(self.program, kernel, bufs, grid, block)
         self.api.sync()
 
+    def get_input_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
+        """(shapes by input name, dtypes by input name), as GraphModule gives them."""
+        specs = self.factory.plan["inputs"]
+        return {i["name"]: tuple(i["shape"]) for i in specs}, {i["name"]: i["dtype"] for i in specs}
+
     def get_num_outputs(self) -> int:
         return len(self.outputs)
 
