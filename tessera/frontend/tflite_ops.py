@@ -13,6 +13,8 @@ Convolutions and pools run in NCHW; elementwise ops in the layout their inputs h
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from tessera.frontend import tflite_quant as tq
@@ -118,6 +120,38 @@ def transpose_conv(ctx: Context, op: Operator):
                  groups=1, output_padding=tuple(extra))  # fmt: skip
     y = _bias(ctx, y, op.inputs[3] if len(op.inputs) > 3 else -1)
     ctx.set(op.outputs[0], activation(ctx, y, opts.get("FusedActivationFunction", 0)), "nchw")
+
+
+@tflite_op("CUSTOM:Convolution2DTransposeBias")
+def transpose_conv_bias(ctx: Context, op: Operator):
+    """MediaPipe's transposed conv with a bias (segmentation decoders): inputs (data NHWC,
+    weights OHWI, bias), options a raw TfLiteTransposeConvParams (int32 padding — 1 SAME, 2
+    VALID — stride_w, stride_h). SAME trims k - 1 - (in - 1) % s of the full output, the
+    smaller half at the start, so the output is s * (in - 1) + k minus that."""
+    if len(op.custom_options) < 12 or len(op.inputs) != 3:
+        raise ValueError(
+            "Convolution2DTransposeBias takes (data, weights, bias) and 12 bytes of options "
+            f"(padding, stride_w, stride_h); got {len(op.inputs)} inputs and "
+            f"{len(op.custom_options)} bytes"
+        )
+    padding, stride_w, stride_h = struct.unpack("<iii", op.custom_options[:12])
+    if padding not in (1, 2) or stride_w < 1 or stride_h < 1:
+        raise ValueError(
+            f"Convolution2DTransposeBias: padding {padding} (1 SAME or 2 VALID) and strides "
+            f"({stride_h}, {stride_w}) must be positive"
+        )
+    w = ctx.weight(op.inputs[1], (3, 0, 1, 2))  # OHWI -> IOHW
+    x = ctx.get(op.inputs[0], "nchw")
+    strides = (stride_h, stride_w)
+    trim = []
+    for axis in (0, 1):
+        size, k, st = x.type.shape[2 + axis], w.type.shape[2 + axis], strides[axis]
+        total = max(0, k - (size - 1) % st - 1) if padding == 1 else 0
+        trim.append((total // 2, total - total // 2))
+    y = ctx.call("nn.conv2d_transpose", x, w, strides=strides,
+                 padding=(trim[0][0], trim[1][0], trim[0][1], trim[1][1]), dilation=(1, 1),
+                 groups=1, output_padding=(0, 0))  # fmt: skip
+    ctx.set(op.outputs[0], _bias(ctx, y, op.inputs[2]), "nchw")
 
 
 @tflite_op("AVERAGE_POOL_2D", "MAX_POOL_2D")

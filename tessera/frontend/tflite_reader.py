@@ -67,6 +67,7 @@ class Operator:
     inputs: list[int]  # -1 marks a missing optional input
     outputs: list[int]
     options: dict = field(default_factory=dict)
+    custom_options: bytes = b""  # a custom op's raw options (their format is the op's own)
 
 
 @dataclass
@@ -227,7 +228,8 @@ def _subgraph(m, buf: bytes, g, names, option_classes) -> Subgraph:
         for i in ins + outs:
             if i >= len(tensors):
                 raise ValueError(f"operator {k} ({name}) uses tensor {i}, which does not exist")
-        operators.append(Operator(k, name, ins, outs, options))
+        custom = op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b""
+        operators.append(Operator(k, name, ins, outs, options, custom))
     inputs = [int(i) for i in g.InputsAsNumpy()] if g.InputsLength() else []
     outputs = [int(i) for i in g.OutputsAsNumpy()] if g.OutputsLength() else []
     return Subgraph(tensors, operators, inputs, outputs)

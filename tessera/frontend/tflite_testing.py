@@ -46,14 +46,24 @@ class ModelBuilder:
         return index
 
     def op(
-        self, name: str, inputs, outputs, options: str | None = None, custom: str = "", **fields
+        self,
+        name: str,
+        inputs,
+        outputs,
+        options: str | None = None,
+        custom: str = "",
+        custom_options: bytes = b"",
+        **fields,
     ):
-        """Add operator `name` (a BuiltinOperator name, or "CUSTOM" with `custom`), with its
-        options table `options` (e.g. "Conv2DOptions") holding `fields`."""
+        """Add operator `name` (a BuiltinOperator name, or "CUSTOM" with `custom` and its raw
+        `custom_options` bytes), with its options table `options` (e.g. "Conv2DOptions")
+        holding `fields`."""
         key = (name, custom)
         if key not in self.codes:
             self.codes.append(key)
-        self.ops.append((self.codes.index(key), list(inputs), list(outputs), options, fields))
+        self.ops.append(
+            (self.codes.index(key), list(inputs), list(outputs), options, fields, custom_options)
+        )
 
     # -- serialization ------------------------------------------------------------------------
 
@@ -142,9 +152,10 @@ class ModelBuilder:
                 tfl.TensorAddSparsity(b, sparse)
             tensor_offsets.append(tfl.TensorEnd(b))
         op_offsets = []
-        for code_index, ins, outs, options, fields in self.ops:
+        for code_index, ins, outs, options, fields, custom_options in self.ops:
             opts = self._options(b, options, fields) if options else None
             iv, ov = self._vector(b, ins, np.int32), self._vector(b, outs, np.int32)
+            cv = self._vector(b, np.frombuffer(custom_options, np.uint8), np.uint8)
             tfl.OperatorStart(b)
             tfl.OperatorAddOpcodeIndex(b, code_index)
             tfl.OperatorAddInputs(b, iv)
@@ -152,6 +163,8 @@ class ModelBuilder:
             if opts is not None:
                 tfl.OperatorAddBuiltinOptionsType(b, getattr(tfl.BuiltinOptions, options))
                 tfl.OperatorAddBuiltinOptions(b, opts)
+            if custom_options:
+                tfl.OperatorAddCustomOptions(b, cv)
             op_offsets.append(tfl.OperatorEnd(b))
         sub_name = b.CreateString("main")
         tv, ov = self._table_vector(b, tensor_offsets), self._table_vector(b, op_offsets)

@@ -15,6 +15,8 @@ pytest.importorskip("ai_edge_litert")
 import tessera  # noqa: E402
 from tessera.frontend.tflite import UnsupportedOpError, from_tflite  # noqa: E402
 from tessera.frontend.tflite_testing import ModelBuilder, check_model, run_interpreter  # noqa: E402
+from tessera.graph import run_function  # noqa: E402
+from tessera.runtime import GraphModule  # noqa: E402
 
 RNG = np.random.default_rng(0)
 
@@ -217,6 +219,62 @@ def test_transpose_conv():
     m.op("TRANSPOSE_CONV", [shape, w, x, b], [y], "TransposeConvOptions", Padding=0, StrideW=2,
          StrideH=2)  # fmt: skip
     check_model(m.finish([x], [y]), [normal(1, 3, 3, 2)])
+
+
+def transpose_conv_bias_reference(x, w, b, padding, stride_w, stride_h):
+    """MediaPipe's Convolution2DTransposeBias, as its reference kernel computes it (NHWC data,
+    OHWI weights): every input pixel scatters its products into the output."""
+    n, h, wd, _ = x.shape
+    o, kh, kw, _ = w.shape
+    trim_h = max(0, kh - (h - 1) % stride_h - 1) if padding == 1 else 0
+    trim_w = max(0, kw - (wd - 1) % stride_w - 1) if padding == 1 else 0
+    oh, ow = stride_h * (h - 1) + kh - trim_h, stride_w * (wd - 1) + kw - trim_w
+    out = np.broadcast_to(b, (n, oh, ow, o)).astype(np.float64)
+    for iy in range(h):
+        for ix in range(wd):
+            for fy in range(kh):
+                for fx in range(kw):
+                    y, xx = iy * stride_h - trim_h // 2 + fy, ix * stride_w - trim_w // 2 + fx
+                    if 0 <= y < oh and 0 <= xx < ow:
+                        out[:, y, xx, :] += x[:, iy, ix, :] @ w[:, fy, fx, :].T
+    return out.astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "size, kernel, stride, padding",
+    [((4, 5), (2, 2), (2, 2), 1), ((3, 4), (4, 4), (2, 2), 1), ((5, 3), (3, 2), (2, 3), 1),
+     ((3, 3), (3, 3), (2, 1), 2), ((2, 5), (4, 3), (3, 2), 2)],
+)  # fmt: skip
+def test_mediapipe_transpose_conv_bias(size, kernel, stride, padding):
+    import struct
+
+    x_data, w, b = normal(1, *size, 3), normal(5, *kernel, 3), normal(5)
+    expected = transpose_conv_bias_reference(x_data, w, b, padding, stride[1], stride[0])
+    m = ModelBuilder()
+    x = m.tensor((1, *size, 3), name="x")
+    wt, bt = m.tensor(w.shape, data=w), m.tensor((5,), data=b)
+    y = m.tensor(expected.shape, name="y")
+    m.op("CUSTOM", [x, wt, bt], [y], custom="Convolution2DTransposeBias",
+         custom_options=struct.pack("<iii", padding, stride[1], stride[0]))  # fmt: skip
+    mod, params = from_tflite(m.finish([x], [y]))
+    (got,) = run_function(mod["main"], [x_data], params)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    lib = tessera.build(mod, target="llvm", params=params)
+    gm = GraphModule(lib["default"](tessera.cpu(0)))
+    gm.set_input("x", x_data)
+    gm.run()
+    np.testing.assert_allclose(gm.get_output(0).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_mediapipe_transpose_conv_bias_with_bad_options_is_refused():
+    m = ModelBuilder()
+    x = m.tensor((1, 3, 3, 2), name="x")
+    wt, bt = m.tensor((2, 2, 2, 2), data=normal(2, 2, 2, 2)), m.tensor((2,), data=normal(2))
+    y = m.tensor((1, 6, 6, 2), name="y")
+    m.op("CUSTOM", [x, wt, bt], [y], custom="Convolution2DTransposeBias",
+         custom_options=b"\x01\x00\x00\x00")  # fmt: skip
+    with pytest.raises(ValueError, match="12 bytes of options"):
+        from_tflite(m.finish([x], [y]))
 
 
 # -- quantized models ---------------------------------------------------------------------------

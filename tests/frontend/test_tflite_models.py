@@ -85,9 +85,30 @@ def test_shipped_models(name):
 
 
 def test_models_with_mediapipe_custom_ops_name_them():
-    buffer = _model("selfie_segmentation/selfie_segmentation")
-    with pytest.raises(UnsupportedOpError, match="CUSTOM:Convolution2DTransposeBias"):
+    buffer = _model("face_landmark/face_landmark_with_attention")
+    with pytest.raises(UnsupportedOpError, match="CUSTOM:TransformTensorBilinear") as err:
         from_tflite(buffer)
+    assert "CUSTOM:Landmarks2TransformMatrix" in str(err.value)  # all of them, at once
+
+
+@pytest.mark.slow
+def test_selfie_segmentation_with_mediapipe_transposed_convs():
+    # The interpreter cannot run it (MediaPipe's custom Convolution2DTransposeBias, checked
+    # against a numpy reference of MediaPipe's kernel in test_tflite.py): the compiled model
+    # against tessera's graph interpreter, and a mask in [0, 1].
+    import tessera
+    from tessera.runtime import GraphModule
+
+    mod, params = from_tflite(_model("selfie_segmentation/selfie_segmentation"))
+    func = mod["main"]
+    x = np.random.default_rng(0).uniform(0, 1, func.params[0].type.shape).astype(np.float32)
+    (expected,) = run_function(func, [x], params)
+    m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"](tessera.cpu(0)))
+    m.set_input(0, x)
+    m.run()
+    got = m.get_output(0).numpy()
+    assert got.shape == (1, 256, 256, 1) and 0 <= got.min() and got.max() <= 1
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
 # -- int8 streaming wake-word models (pymicro-wakeword) -----------------------------------------
