@@ -93,22 +93,26 @@ def test_models_with_mediapipe_custom_ops_name_them():
 
 @pytest.mark.slow
 def test_selfie_segmentation_with_mediapipe_transposed_convs():
-    # The interpreter cannot run it (MediaPipe's custom Convolution2DTransposeBias, checked
-    # against a numpy reference of MediaPipe's kernel in test_tflite.py): the compiled model
-    # against tessera's graph interpreter, and a mask in [0, 1].
+    # MediaPipe's custom Convolution2DTransposeBias (checked against a numpy reference of
+    # MediaPipe's kernel in test_tflite.py): the interpreter's reference kernels lack it, its
+    # XNNPACK delegate has it. The compiled model against both XNNPACK and tessera's graph
+    # interpreter.
     import tessera
     from tessera.runtime import GraphModule
 
-    mod, params = from_tflite(_model("selfie_segmentation/selfie_segmentation"))
+    buffer = _model("selfie_segmentation/selfie_segmentation")
+    mod, params = from_tflite(buffer)
     func = mod["main"]
     x = np.random.default_rng(0).uniform(0, 1, func.params[0].type.shape).astype(np.float32)
-    (expected,) = run_function(func, [x], params)
+    (interpreted,) = run_function(func, [x], params)
+    (expected,) = _xnnpack(buffer, x)
     m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"](tessera.cpu(0)))
     m.set_input(0, x)
     m.run()
     got = m.get_output(0).numpy()
-    assert got.shape == (1, 256, 256, 1) and 0 <= got.min() and got.max() <= 1
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert got.shape == expected.shape == (1, 256, 256, 1)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got, interpreted, rtol=1e-4, atol=1e-6)
 
 
 # -- int8 streaming wake-word models (pymicro-wakeword) -----------------------------------------
