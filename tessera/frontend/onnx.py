@@ -39,7 +39,7 @@ from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_ops
 from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.frontend.params import PARAM_MIN_ELEMENTS, constants_to_params  # noqa: F401
-from tessera.graph.ir import Value
+from tessera.graph.ir import Constant, Value
 from tessera.ir.module import IRModule
 
 
@@ -214,6 +214,10 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     b.span = (node.name or next((o for o in node.output if o), node.op_type),)
     try:
         inputs = [env[i] if i else None for i in node.input]
+        for v in inputs:
+            if id(v) in b.partial_rows:
+                why = b.partial_rows[id(v)]
+                raise NodeError(f"reads {why}: tessera supports that only as a graph output")
         attrs = _attributes(node)
         check_int_attrs(attrs, node.op_type)
         out = fn(b, *inputs, **attrs)
@@ -256,6 +260,40 @@ def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
     return outs
 
 
+def free_names(graph) -> list[str]:
+    """The outer-scope names a subgraph reads, in order of first use."""
+    inner = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    inner |= {o for n in graph.node for o in n.output}
+    names = {}
+    for n in graph.node:
+        for i in sorted(_uses(n)):
+            if i and i not in inner:
+                names.setdefault(i, None)
+    return list(names)
+
+
+def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: str, opsets):
+    """A subgraph as a graph Function of its own (a branch or a loop body, run by a control
+    op): its inputs typed by `inputs` [(shape, dtype)], then one parameter per outer name in
+    `outer` (values computed at run time); outer constants are copied in, where they fold."""
+    sub = ConvertContext()
+    sub.convert_subgraph = lambda g, bindings: _convert_subgraph(sub, g, bindings, opsets)
+    sub.convert_function = lambda g, i, o, n: _convert_function(sub, g, i, o, n, opsets)
+    env = {}
+    for vi, (shape, dtype) in zip(graph.input, inputs, strict=True):
+        env[vi.name] = sub.param(vi.name, shape, dtype)
+    for k, n in enumerate(outer):
+        v = b.env[n]
+        env[n] = sub.param(f"{name}_outer{k}", v.type.shape, v.type.dtype)
+    for n in free_names(graph):
+        v = b.env.get(n)
+        if n not in env and isinstance(v, Constant):
+            env[n] = sub.const(v.array, name=n)
+    sub.env = env
+    outs = _convert_subgraph(sub, graph, {}, opsets)
+    return sub.finish(outs, name=name)
+
+
 class _Unavailable:
     """An optional node output that tessera does not compute (e.g. BatchNorm's running mean)."""
 
@@ -289,6 +327,7 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
             )
     b = ConvertContext()
     b.convert_subgraph = lambda g, bindings: _convert_subgraph(b, g, bindings, opsets)
+    b.convert_function = lambda g, i, o, n: _convert_function(b, g, i, o, n, opsets)
     env: dict[str, object] = {}
     for vi in inputs:
         if vi.name in values:

@@ -2,7 +2,18 @@
 its body converted once per step with the step's slices and the carried states bound.
 
     Scan(s0, xs; body: (s, x_t) -> (s', y_t))  ->  s' after the last step, ys stacked
-    If(cond; then, else)  ->  the branch cond selects, inlined (cond must be known)
+
+and control flow decided at run time, each subgraph a graph function of its own that a control
+op (graph/ops/control.py) runs natively in the compiled model:
+
+    If(cond; then, else)         ->  control.if (inlined when cond is known when converting)
+    Loop(M, cond, v0; body)      ->  control.loop (folded away when every input is known)
+
+A subgraph reads outer values: those known when converting are copied into its function (they
+fold there), the others become its parameters after its own inputs. Branch outputs and
+loop-carried values keep one static type; a Loop's scan outputs need a known trip count (their
+room), and when the loop may stop early only the rows below its step count are defined, so such
+a scan output may only be a graph output (the executor returns those rows).
 """
 
 from __future__ import annotations
@@ -10,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.graph.ir import Constant, Value
 
 
 def _take(b, x, axis, index):
@@ -61,9 +73,131 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
     return (*states, *stacked)
 
 
+
+def _outer(b, *graphs) -> list[str]:
+    """The outer names the subgraphs read whose values are computed at run time."""
+    from tessera.frontend.onnx import free_names
+
+    names = dict.fromkeys(n for g in graphs for n in free_names(g))
+    out = []
+    for n in names:
+        v = b.env.get(n)
+        if isinstance(v, Value) and not isinstance(v, Constant):
+            if id(v) in b.partial_rows:
+                raise NodeError(f"a subgraph reads {b.partial_rows[id(v)]}")
+            out.append(n)
+    return out
+
+
+def _scalar(b, v, dtype: str, what: str):
+    """v as a scalar of `dtype` (ONNX allows a one-element tensor)."""
+    if v.type.is_static and v.type.size != 1:
+        raise NodeError(f"{what} must hold one element, got {v.type}")
+    v = b.reshape(v, ())
+    return v if str(v.type.dtype) == dtype else b.call("cast", v, dtype=dtype)
+
+
 @onnx_op("If")
 def if_(b, cond, *, then_branch, else_branch):
-    """The branch is chosen when converting: `cond` must be known (the ONNX backend binds a
-    condition fed as an input by value and compiles once per value)."""
-    taken = bool(np.asarray(b.known(cond, "cond")).reshape(-1)[0])
-    return tuple(b.convert_subgraph(then_branch if taken else else_branch, {}))
+    """A known condition inlines its branch; otherwise both branches are compiled and the
+    executor runs the one the condition selects."""
+    if isinstance(cond, Constant):
+        taken = bool(np.asarray(cond.array).reshape(-1)[0])
+        return tuple(b.convert_subgraph(then_branch if taken else else_branch, {}))
+    cond = _scalar(b, cond, "bool", "the condition")
+    outer = _outer(b, then_branch, else_branch)
+    name = b.fresh_name(f"{b.name_hint}_then")
+    then_f = b.convert_function(then_branch, [], outer, name)
+    else_f = b.convert_function(else_branch, [], outer, b.fresh_name(f"{b.name_hint}_else"))
+    for k, (t, e) in enumerate(zip(then_f.outputs, else_f.outputs, strict=True)):
+        if t.type != e.type:
+            raise NodeError(
+                f"output {k}: the then branch gives {t.type}, the else branch {e.type}; "
+                "tessera needs one static type per output of an If"
+            )
+    out = b.call("control.if", cond, *(b.env[n] for n in outer), then_branch=then_f,
+                 else_branch=else_f)  # fmt: skip
+    return out if isinstance(out, tuple) else (out,)
+
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _passes_condition_through(body) -> bool:
+    """The body's next condition is its condition input (directly or by Identity)."""
+    cond_in, cond_out = body.input[1].name, body.output[0].name
+    producers = {o: n for n in body.node for o in n.output}
+    while cond_out != cond_in:
+        node = producers.get(cond_out)
+        if node is None or node.op_type != "Identity":
+            return False
+        cond_out = node.input[0]
+    return True
+
+
+@onnx_op("Loop")
+def loop(b, M=None, cond=None, *v_initial, body):
+    """Run `body` while the step is below M and the condition holds (ONNX Loop)."""
+    n = len(v_initial)
+    if len(body.input) != 2 + n or len(body.output) < 1 + n:
+        raise NodeError(
+            f"the body takes {len(body.input)} inputs and returns {len(body.output)} outputs; "
+            f"with {n} carried values it takes {2 + n} and returns at least {1 + n}"
+        )
+    if any(v is None for v in v_initial):
+        raise NodeError("a loop-carried value without an initial value is not supported")
+    trips = b.const(np.int64(INT64_MAX)) if M is None else _scalar(b, M, "int64", "M")
+    first = b.const(np.bool_(True)) if cond is None else _scalar(b, cond, "bool", "cond")
+    known_trips = int(trips.array) if isinstance(trips, Constant) else None
+    exact = (
+        known_trips is not None
+        and isinstance(first, Constant)
+        and bool(first.array)
+        and _passes_condition_through(body)
+    )
+    outer = _outer(b, body)
+    types = [((), "int64"), ((), "bool")] + [(v.type.shape, v.type.dtype) for v in v_initial]
+    func = b.convert_function(body, types, outer, b.fresh_name(f"{b.name_hint}_body"))
+    func = _loop_body_signature(b, func, n)
+    num_scans = len(func.outputs) - 1 - n
+    capacity = 0
+    if num_scans:
+        if known_trips is None or known_trips == INT64_MAX:
+            raise NodeError(
+                "a Loop with scan outputs needs a trip count M known when compiling (it sizes "
+                "the scan outputs); bind it (from_onnx's input_values) or make it a constant"
+            )
+        capacity = known_trips
+    outs = b.call("control.loop", trips, first, *v_initial, *(b.env[m] for m in outer),
+                  body=func, num_carried=n, capacity=capacity, exact=exact)  # fmt: skip
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    if not exact:
+        for v in outs[n : n + num_scans]:
+            b.partial_rows[id(v)] = (
+                f"a scan output of Loop {b.node_name or b.name_hint!r} (the loop may stop early)"
+            )
+    return outs[:-1]
+
+
+def _loop_body_signature(b, func, n: int):
+    """The body with a scalar bool condition output (ONNX allows a one-element tensor)."""
+    from dataclasses import replace
+
+    from tessera.graph.builder import GraphBuilder
+
+    c = func.outputs[0]
+    if str(c.type.dtype) != "bool" or (c.type.is_static and c.type.size != 1):
+        raise NodeError(f"the body's condition output must be one bool, got {c.type}")
+    for k, (p, o) in enumerate(zip(func.params[2 : 2 + n], func.outputs[1 : 1 + n], strict=True)):
+        if p.type != o.type:
+            raise NodeError(
+                f"loop-carried value {k} enters the body as {p.type} and leaves it as {o.type}; "
+                "tessera needs a carried value to keep its shape and dtype"
+            )
+    if c.type.shape == ():
+        return func
+    g = GraphBuilder()
+    g.params, g.body, g.constants = list(func.params), list(func.body), list(func.constants)
+    g._used = {v.name: 1 for call in func.body for v in call.outputs}
+    scalar = g.call("reshape", c, newshape=())
+    return replace(g.finish([scalar, *func.outputs[1:]], name=func.name))

@@ -66,6 +66,11 @@ class ConvertContext(GraphBuilder):
         self.node_name = ""
         self.env: dict = {}  # ONNX name -> value in the scope of the node being converted
         self.convert_subgraph = None  # (GraphProto, {input name: Value}) -> [Value], by from_onnx
+        # (GraphProto, [(shape, dtype)], [outer name], name) -> Function, by from_onnx
+        self.convert_function = None
+        # id(value) -> why its rows past a run-time count are unspecified (a Loop's scan output
+        # when the loop may stop early): such a value may only be a graph output
+        self.partial_rows: dict[int, str] = {}
 
     def param(self, name: str, shape, dtype) -> Value:
         v = super().param(name, shape, dtype)
