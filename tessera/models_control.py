@@ -103,8 +103,9 @@ def branch_on_input(shape=(2, 3), seed: int = 0):
         out,
     )
     else_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["out"])], "else", [], out)
+    zero = helper.make_tensor("z", TP.FLOAT, [], [0])
     nodes = [
-        helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TP.FLOAT, [], [0])),
+        helper.make_node("Constant", [], ["zero"], value=zero),
         helper.make_node("Greater", ["flag", "zero"], ["c"]),
         helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
     ]
