@@ -52,6 +52,16 @@ class NodeError(ValueError):
     """A problem with one node's inputs or attributes (the frontend adds the node's name)."""
 
 
+def value_dtype(dtype):
+    """The numpy dtype that holds values of `dtype` (bfloat16: ml_dtypes' type, not its uint16
+    storage, so that 0.35 stays 0.35)."""
+    if dtype.code == "bfloat":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return dtype.dtype
+
+
 def _is_param(b: GraphBuilder, v: Value) -> bool:
     return any(v is p for p in b.params)
 
@@ -104,7 +114,7 @@ class ConvertContext(GraphBuilder):
 
     def scalar(self, value, like: Value) -> Constant:
         """A scalar constant of the dtype of `like`."""
-        return self.const(np.asarray(value, dtype=like.type.dtype.numpy_name))
+        return self.const(np.asarray(value, dtype=value_dtype(like.type.dtype)))
 
     def reshape(self, x: Value, shape) -> Value:
         shape = tuple(int(d) for d in shape)

@@ -1,0 +1,131 @@
+"""ONNX converters for ops that are element-wise formulas of existing ops: SwiGLU, the
+optimizer steps of the `ai.onnx.preview.training` domain (Adagrad, Adam, Momentum: one update
+of weights from gradients, as inference-time graphs can hold them) and the `ai.onnx.ml`
+Binarizer and ArrayFeatureExtractor.
+
+    Adagrad(R, T, X..., G..., H...)  ->  X' = X - R / (1 + T * decay) * G' / (sqrt(H') + eps)
+"""
+
+from __future__ import annotations
+
+from tessera.frontend.onnx_compose import swish
+from tessera.frontend.onnx_registry import NodeError, onnx_op
+
+TRAINING = "ai.onnx.preview.training"
+ML = "ai.onnx.ml"
+
+
+@onnx_op("SwiGLU", since=28)
+def swiglu(b, A, B, *, alpha=1.0):
+    """Y = Swish_alpha(A) * B (A and B of one shape)."""
+    if A.type.shape != B.type.shape:
+        raise NodeError(f"A {A.type} and B {B.type} must have one shape")
+    return b.call("multiply", swish(b, A, alpha=alpha), B)
+
+
+def _groups(inputs, k: int, op: str):
+    n, rest = divmod(len(inputs), k)
+    if rest or n == 0:
+        raise NodeError(f"{op} takes R, T and {k} groups of tensors, got {len(inputs) + 2} inputs")
+    return [inputs[i * n : (i + 1) * n] for i in range(k)]
+
+
+def _f(b, value, like):
+    return b.scalar(value, like)
+
+
+def _t_as(b, T, like):
+    """The step count T as a scalar of like's dtype."""
+    return b.call("cast", b.reshape(T, ()), dtype=like.type.dtype)
+
+
+def _regularized(b, x, g, coefficient):
+    return g if coefficient == 0 else b.call("add", b.call("multiply", _f(b, coefficient, x), x), g)
+
+
+@onnx_op("Adagrad", domain=TRAINING)
+def adagrad(b, R, T, *inputs, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0):
+    xs, gs, hs = _groups(inputs, 3, "Adagrad")
+    r = b.reshape(R, ())
+    decay = b.call("multiply", _t_as(b, T, r), _f(b, decay_factor, r))
+    rate = b.call("divide", r, b.call("add", _f(b, 1.0, r), decay))
+    new_x, new_h = [], []
+    for x, g, h in zip(xs, gs, hs, strict=True):
+        g = _regularized(b, x, g, norm_coefficient)
+        h2 = b.call("add", h, b.call("multiply", g, g))
+        root = b.call("add", b.call("sqrt", h2), _f(b, epsilon, h2))
+        scaled = b.call("multiply", b.call("cast", rate, dtype=g.type.dtype), g)
+        step = b.call("divide", scaled, root)
+        new_x.append(b.call("subtract", x, step))
+        new_h.append(h2)
+    return (*new_x, *new_h)
+
+
+@onnx_op("Adam", domain=TRAINING)
+def adam(b, R, T, *inputs, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0,
+         norm_coefficient_post=0.0):  # fmt: skip
+    xs, gs, vs, hs = _groups(inputs, 4, "Adam")
+    r = b.reshape(R, ())
+    t = _t_as(b, T, r)
+    # bias correction when T > 0: r * sqrt(1 - beta^T) / (1 - alpha^T)
+    corr = b.call(
+        "divide",
+        b.call("sqrt", b.call("subtract", _f(b, 1.0, r), b.call("power", _f(b, beta, r), t))),
+        b.call("subtract", _f(b, 1.0, r), b.call("power", _f(b, alpha, r), t)),
+    )
+    positive = b.call("greater", b.reshape(T, ()), b.scalar(0, b.reshape(T, ())))
+    rate = b.call("where", positive, b.call("multiply", r, corr), r)
+    outs = ([], [], [])
+    for x, g, v, h in zip(xs, gs, vs, hs, strict=True):
+        g = _regularized(b, x, g, norm_coefficient)
+        v2 = b.call("add", b.call("multiply", _f(b, alpha, v), v),
+                    b.call("multiply", _f(b, 1 - alpha, g), g))  # fmt: skip
+        gg = b.call("multiply", g, g)
+        h2 = b.call("add", b.call("multiply", _f(b, beta, h), h),
+                    b.call("multiply", _f(b, 1 - beta, gg), gg))  # fmt: skip
+        root = b.call("add", b.call("sqrt", h2), _f(b, epsilon, h2))
+        step = b.call("multiply", b.call("cast", rate, dtype=x.type.dtype),
+                      b.call("divide", v2, root))  # fmt: skip
+        x2 = b.call("subtract", x, step)
+        if norm_coefficient_post:
+            x2 = b.call("multiply", _f(b, 1 - norm_coefficient_post, x2), x2)
+        for out, value in zip(outs, (x2, v2, h2), strict=True):
+            out.append(value)
+    return (*outs[0], *outs[1], *outs[2])
+
+
+@onnx_op("Momentum", domain=TRAINING)
+def momentum(b, R, T, *inputs, alpha, beta, mode, norm_coefficient):
+    if mode not in ("standard", "nesterov"):
+        raise NodeError(f"mode must be 'standard' or 'nesterov', got {mode!r}")
+    xs, gs, vs = _groups(inputs, 3, "Momentum")
+    r = b.reshape(R, ())
+    positive = b.call("greater", b.reshape(T, ()), b.scalar(0, b.reshape(T, ())))
+    beta_t = b.call("where", positive, _f(b, beta, r), _f(b, 1.0, r))
+    new_x, new_v = [], []
+    for x, g, v in zip(xs, gs, vs, strict=True):
+        g = _regularized(b, x, g, norm_coefficient)
+        v2 = b.call("add", b.call("multiply", _f(b, alpha, v), v),
+                    b.call("multiply", b.call("cast", beta_t, dtype=g.type.dtype), g))  # fmt: skip
+        direction = v2
+        if mode == "nesterov":
+            direction = b.call("add", g, b.call("multiply", _f(b, alpha, v2), v2))
+        rate = b.call("cast", r, dtype=x.type.dtype)
+        new_x.append(b.call("subtract", x, b.call("multiply", rate, direction)))
+        new_v.append(v2)
+    return (*new_x, *new_v)
+
+
+@onnx_op("Binarizer", domain=ML)
+def binarizer(b, X, *, threshold=0.0):
+    """1 where X > threshold, else 0, in X's dtype."""
+    return b.call("cast", b.call("greater", X, b.scalar(threshold, X)), dtype=X.type.dtype)
+
+
+@onnx_op("ArrayFeatureExtractor", domain=ML)
+def array_feature_extractor(b, X, Y):
+    """X[..., Y]: the columns Y of the last axis (a 1-D X gives a row of them)."""
+    idx = b.reshape(Y, (-1,)) if Y.type.ndim != 1 else Y
+    if X.type.ndim == 1:
+        return b.reshape(b.call("gather", X, idx, axis=0), (1, b.shape_of(idx)[0]))
+    return b.call("gather", X, idx, axis=X.type.ndim - 1)
