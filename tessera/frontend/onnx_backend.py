@@ -52,7 +52,9 @@ def _inputs_to_bind(message: str, free: dict[str, np.ndarray]) -> tuple[str, ...
     named = re.search(r"graph input '([^']+)'", message)
     if named and named.group(1) in free:
         return (named.group(1),)
-    return tuple(n for n, a in free.items() if a.dtype.kind in "iub")
+    integers = tuple(n for n, a in free.items() if a.dtype.kind in "iub")
+    # else the scalars (a Range's float limits that a Loop's trip count is computed from)
+    return integers or tuple(n for n, a in free.items() if a.size == 1)
 
 
 class TesseraRep(BackendRep):

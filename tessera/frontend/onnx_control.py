@@ -40,6 +40,22 @@ def _stack(b, items, axis):
     return parts[0] if len(parts) == 1 else b.call("concatenate", *parts, axis=axis)
 
 
+@onnx_op("Scan", since=8)
+def scan8(b, sequence_lens, *inputs, body, num_scan_inputs, directions=None):
+    """Scan-8: a batch axis 0 before the scan axis; each batch element scanned alone."""
+    if sequence_lens is not None:
+        raise NodeError("sequence_lens is not supported (every sequence runs its full length)")
+    batch = b.shape_of(inputs[0])[0]
+    results = []
+    for i in range(batch):
+        items = [_take(b, x, 0, i) for x in inputs]
+        outs = scan(b, *items, body=body, num_scan_inputs=num_scan_inputs,
+                    scan_input_directions=directions)  # fmt: skip
+        results.append(outs)
+    per_output = list(zip(*results, strict=True))
+    return tuple(_stack(b, list(items), 0) for items in per_output)
+
+
 @onnx_op("Scan", since=9)
 def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
          scan_output_axes=None, scan_output_directions=None):  # fmt: skip
@@ -157,15 +173,23 @@ def loop(b, M=None, cond=None, *v_initial, body):
     )
     outer = _outer(b, body)
     types = [((), "int64"), ((), "bool")] + [(v.type.shape, v.type.dtype) for v in v_initial]
-    func = b.convert_function(body, types, outer, b.fresh_name(f"{b.name_hint}_body"))
+    try:
+        func = b.convert_function(body, types, outer, b.fresh_name(f"{b.name_hint}_body"))
+    except ValueError as err:
+        # a body whose shapes depend on the step number (a Slice at the step) runs unrolled
+        # when the number of steps is known
+        if not exact or known_trips > UNROLL_LIMIT or "must be a constant" not in str(err):
+            raise
+        return _unrolled(b, body, known_trips, v_initial)
     func = _loop_body_signature(b, func, n)
     num_scans = len(func.outputs) - 1 - n
     capacity = 0
     if num_scans:
         if known_trips is None or known_trips == INT64_MAX:
             raise NodeError(
-                "a Loop with scan outputs needs a trip count M known when compiling (it sizes "
-                "the scan outputs); bind it (from_onnx's input_values) or make it a constant"
+                "the trip count M of a Loop with scan outputs must be a constant when "
+                "compiling (it sizes the scan outputs): bind the inputs it is computed from "
+                "(from_onnx's input_values)"
             )
         capacity = known_trips
     outs = b.call("control.loop", trips, first, *v_initial, *(b.env[m] for m in outer),
@@ -177,6 +201,29 @@ def loop(b, M=None, cond=None, *v_initial, body):
                 f"a scan output of Loop {b.node_name or b.name_hint!r} (the loop may stop early)"
             )
     return outs[:-1]
+
+
+UNROLL_LIMIT = 256  # steps of a Loop that may be unrolled when its body needs the step known
+
+
+def _unrolled(b, body, trips: int, v_initial):
+    """The Loop's body converted once per step, the step a constant (its trip count is exact)."""
+    names = [vi.name for vi in body.input]
+    n = len(v_initial)
+    carried, scans = list(v_initial), None
+    for step in range(trips):
+        bindings = {names[0]: b.const(np.int64(step)), names[1]: b.const(np.bool_(True))}
+        bindings.update(zip(names[2:], carried, strict=True))
+        outs = b.convert_subgraph(body, bindings)
+        carried = outs[1 : 1 + n]
+        scans = [[] for _ in outs[1 + n :]] if scans is None else scans
+        for items, y in zip(scans, outs[1 + n :], strict=True):
+            items.append(y)
+    if scans is None:  # no step: the scan outputs are empty
+        if len(body.output) > 1 + n:
+            raise NodeError("a Loop of 0 steps with scan outputs is not supported")
+        return tuple(carried)
+    return (*carried, *(_stack(b, items, 0) for items in scans))
 
 
 def _loop_body_signature(b, func, n: int):
