@@ -171,6 +171,13 @@ def loop(b, M=None, cond=None, *v_initial, body):
         and bool(first.array)
         and _passes_condition_through(body)
     )
+    if not all(isinstance(v, Value) for v in v_initial):  # a sequence: known when converting
+        if known_trips is None or not isinstance(first, Constant):
+            raise NodeError(
+                "a Loop that carries a sequence runs when converting: its trip count and "
+                "condition must be a constant (bind the inputs they come from)"
+            )
+        return _unrolled(b, body, known_trips, bool(first.array), v_initial)
     outer = _outer(b, body)
     types = [((), "int64"), ((), "bool")] + [(v.type.shape, v.type.dtype) for v in v_initial]
     try:
@@ -180,7 +187,7 @@ def loop(b, M=None, cond=None, *v_initial, body):
         # when the number of steps is known
         if not exact or known_trips > UNROLL_LIMIT or "must be a constant" not in str(err):
             raise
-        return _unrolled(b, body, known_trips, v_initial)
+        return _unrolled(b, body, known_trips, True, v_initial)
     func = _loop_body_signature(b, func, n)
     num_scans = len(func.outputs) - 1 - n
     capacity = 0
@@ -206,23 +213,27 @@ def loop(b, M=None, cond=None, *v_initial, body):
 UNROLL_LIMIT = 256  # steps of a Loop that may be unrolled when its body needs the step known
 
 
-def _unrolled(b, body, trips: int, v_initial):
-    """The Loop's body converted once per step, the step a constant (its trip count is exact)."""
+def _unrolled(b, body, trips: int, go: bool, v_initial):
+    """The Loop's body converted once per step, the step and condition constants: while the
+    step is below `trips` and the body's condition (which must fold) holds."""
     names = [vi.name for vi in body.input]
     n = len(v_initial)
-    carried, scans = list(v_initial), None
-    for step in range(trips):
-        bindings = {names[0]: b.const(np.int64(step)), names[1]: b.const(np.bool_(True))}
+    carried, scans, step = list(v_initial), [[] for _ in body.output[1 + n :]], 0
+    while step < trips and go:
+        if step >= UNROLL_LIMIT:
+            raise NodeError(f"the Loop runs more than {UNROLL_LIMIT} steps when unrolled")
+        bindings = {names[0]: b.const(np.int64(step)), names[1]: b.const(np.bool_(go))}
         bindings.update(zip(names[2:], carried, strict=True))
         outs = b.convert_subgraph(body, bindings)
+        if not isinstance(outs[0], Constant):
+            raise NodeError("the body's condition must be a constant when the Loop is unrolled")
+        go = bool(np.asarray(outs[0].array).reshape(-1)[0])
         carried = outs[1 : 1 + n]
-        scans = [[] for _ in outs[1 + n :]] if scans is None else scans
         for items, y in zip(scans, outs[1 + n :], strict=True):
             items.append(y)
-    if scans is None:  # no step: the scan outputs are empty
-        if len(body.output) > 1 + n:
-            raise NodeError("a Loop of 0 steps with scan outputs is not supported")
-        return tuple(carried)
+        step += 1
+    if scans and not step:
+        raise NodeError("a Loop of 0 steps with scan outputs is not supported")
     return (*carried, *(_stack(b, items, 0) for items in scans))
 
 
