@@ -1,12 +1,14 @@
-"""ONNX converters for ops that are element-wise formulas of existing ops: SwiGLU, the
-optimizer steps of the `ai.onnx.preview.training` domain (Adagrad, Adam, Momentum: one update
-of weights from gradients, as inference-time graphs can hold them) and the `ai.onnx.ml`
-Binarizer and ArrayFeatureExtractor.
+"""ONNX converters for ops that are formulas of existing ops: SwiGLU, the optimizer steps of
+the `ai.onnx.preview.training` domain (Adagrad, Adam, Momentum: one update of weights from
+gradients, as inference-time graphs can hold them), the `ai.onnx.ml` Binarizer and
+ArrayFeatureExtractor, and TfIdfVectorizer over integer tokens.
 
     Adagrad(R, T, X..., G..., H...)  ->  X' = X - R / (1 + T * decay) * G' / (sqrt(H') + eps)
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tessera.frontend.onnx_compose import swish
 from tessera.frontend.onnx_registry import NodeError, onnx_op
@@ -129,3 +131,60 @@ def array_feature_extractor(b, X, Y):
     if X.type.ndim == 1:
         return b.reshape(b.call("gather", X, idx, axis=0), (1, b.shape_of(idx)[0]))
     return b.call("gather", X, idx, axis=X.type.ndim - 1)
+
+
+@onnx_op("TfIdfVectorizer", since=9)
+def tfidf_vectorizer(b, X, *, max_gram_length, min_gram_length, max_skip_count, mode,
+                     ngram_counts, ngram_indexes, pool_int64s=None, pool_strings=None,
+                     weights=None):  # fmt: skip
+    """Counts of the pool's n-grams in each row of X (skips of 0..max_skip_count between the
+    items of an n-gram; a 1-gram counted once), weighted as `mode` says. For each n and skip:
+    one comparison of the row's shifted slices with every pool n-gram at once, AND-ed, summed
+    over positions; a constant one-hot matrix places each n-gram's count at its index."""
+    if pool_strings is not None or pool_int64s is None:
+        raise NodeError("string pools are not supported (tessera compiles numbers)")
+    if mode not in ("TF", "IDF", "TFIDF"):
+        raise NodeError(f"mode must be TF, IDF or TFIDF, got {mode!r}")
+    pool = np.asarray(pool_int64s, np.int64)
+    starts = [*ngram_counts, pool.size]
+    width = int(max(ngram_indexes)) + 1
+    rows = X if X.type.ndim == 2 else b.reshape(X, (1, *b.shape_of(X)))
+    length = b.shape_of(rows)[1]
+    x = b.call("cast", rows, dtype="int64")
+    total, first = None, 0
+    for n in range(1, max_gram_length + 1):
+        grams = pool[starts[n - 1] : starts[n]].reshape(-1, n)
+        index = list(ngram_indexes[first : first + len(grams)])
+        first += len(grams)
+        if n < min_gram_length or not len(grams):
+            continue
+        place = np.zeros((len(grams), width), np.float32)
+        place[np.arange(len(grams)), index] = 1
+        for skip in range(max_skip_count + 1 if n > 1 else 1):
+            span = (n - 1) * (skip + 1)
+            if span >= length:
+                break
+            match = None
+            for j in range(n):
+                start = j * (skip + 1)
+                end = (b.shape_of(x)[0], length - span + start)
+                part = b.call("slice", x, begin=(0, start), end=end, strides=(1, 1))
+                hit = b.call("equal", b.reshape(part, (*b.shape_of(part), 1)),
+                             b.const(grams[:, j].reshape(1, 1, -1)))  # fmt: skip
+                match = hit if match is None else b.call("logical_and", match, hit)
+            counts = b.call(
+                "sum", b.call("cast", match, dtype="float32"), axis=(1,), keepdims=False
+            )
+            placed = b.call("matmul", counts, b.const(place))
+            total = placed if total is None else b.call("add", total, placed)
+    if total is None:
+        total = b.const(np.zeros((b.shape_of(x)[0], width), np.float32))
+    w = np.ones(width, np.float32)
+    if weights is not None:  # one per pool n-gram: it weighs that n-gram's output
+        w[np.asarray(ngram_indexes, np.int64)] = np.asarray(weights, np.float32)
+    if mode == "IDF":
+        seen = b.call("cast", b.call("greater", total, b.scalar(0, total)), dtype="float32")
+        total = b.call("multiply", seen, b.const(w))
+    elif mode == "TFIDF":
+        total = b.call("multiply", total, b.const(w))
+    return total if X.type.ndim == 2 else b.reshape(total, (width,))

@@ -67,3 +67,24 @@ def test_swiglu_binarizer_and_feature_extractor_match_the_onnx_reference():
     node = helper.make_node("ArrayFeatureExtractor", ["a", "i"], ["y"], domain="ai.onnx.ml")
     got, want = _run_both(node, {"a": a, "i": np.array([4, 0, 2], np.int64)}, ml)
     np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+def test_tfidf_vectorizer_matches_onnxruntime(mode):
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node(
+        "TfIdfVectorizer", ["x"], ["y"], mode=mode, min_gram_length=1, max_gram_length=3,
+        max_skip_count=2, ngram_counts=[0, 3, 7], ngram_indexes=[4, 0, 1, 2, 3, 5, 6],
+        pool_int64s=[2, 3, 5, 2, 3, 5, 4, 2, 5, 3], weights=[0.5, 1, 2, 1.5, 3, 0.25, 4],
+    )  # fmt: skip
+    x = np.random.default_rng(3).integers(0, 7, (3, 12)).astype(np.int32)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TP.INT32, x.shape)],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = from_onnx(model)
+    m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(m(x=x)[0], want, rtol=1e-6)
+    assert want.any()
