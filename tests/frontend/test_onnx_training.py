@@ -88,3 +88,19 @@ def test_tfidf_vectorizer_matches_onnxruntime(mode):
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(m(x=x)[0], want, rtol=1e-6)
     assert want.any()
+
+
+def test_batch_norm_training_mode_matches_the_onnx_reference():
+    rng = np.random.default_rng(4)
+    feeds = {
+        "x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32),
+        "s": rng.random(3).astype(np.float32) + 0.5,
+        "b": rng.standard_normal(3).astype(np.float32),
+        "m": rng.standard_normal(3).astype(np.float32),
+        "v": rng.random(3).astype(np.float32) + 0.5,
+    }
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                            training_mode=1, momentum=0.8, epsilon=1e-3)  # fmt: skip
+    got, want = _run_both(node, feeds, [("", 15)])
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-5)
