@@ -188,3 +188,38 @@ def tfidf_vectorizer(b, X, *, max_gram_length, min_gram_length, max_skip_count, 
     elif mode == "TFIDF":
         total = b.call("multiply", total, b.const(w))
     return total if X.type.ndim == 2 else b.reshape(total, (width,))
+
+
+@onnx_op("Col2Im", since=18)
+def col2im(b, input, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    """Sum the columns of `input` [N, C * prod(block), L] back into images [N, C, *image]: a
+    scatter-add of every (block offset, column) to its pixel, the positions known constants."""
+    image = [int(d) for d in np.asarray(b.known(image_shape, "image_shape")).reshape(-1)]
+    block = [int(d) for d in np.asarray(b.known(block_shape, "block_shape")).reshape(-1)]
+    nd = len(image)
+    dil = list(dilations or [1] * nd)
+    stride = list(strides or [1] * nd)
+    pad = list(pads or [0] * 2 * nd)
+    n, ck, length = b.shape_of(input)
+    k = int(np.prod(block))
+    if len(block) != nd or ck % k:
+        raise NodeError(f"block_shape {block} does not fit image_shape {image} and {ck} channels")
+    padded = [image[d] + pad[d] + pad[d + nd] for d in range(nd)]
+    counts = [(padded[d] - dil[d] * (block[d] - 1) - 1) // stride[d] + 1 for d in range(nd)]
+    if int(np.prod(counts)) != length:
+        raise NodeError(f"{length} columns, the shapes give {int(np.prod(counts))}")
+    offsets = np.stack(np.meshgrid(*[np.arange(s) * g for s, g in zip(block, dil, strict=True)],
+                                   indexing="ij"), -1).reshape(k, 1, nd)  # fmt: skip
+    starts = np.stack(np.meshgrid(*[np.arange(c) * s for c, s in zip(counts, stride, strict=True)],
+                                  indexing="ij"), -1).reshape(1, length, nd)  # fmt: skip
+    c = ck // k
+    cols = b.call("transpose", b.reshape(input, (n, c, k, length)), axes=(2, 3, 0, 1))
+    zeros = b.const(np.zeros((*padded, n, c), input.type.dtype.numpy_name))
+    placed = b.call("scatter_nd", zeros, b.const((offsets + starts).astype(np.int64)), cols,
+                    reduction="add")  # fmt: skip
+    out = b.call("transpose", placed, axes=(nd, nd + 1, *range(nd)))
+    begin = (0, 0, *pad[:nd])
+    end = (n, c, *(pad[d] + image[d] for d in range(nd)))
+    if begin == (0,) * (nd + 2) and end == (n, c, *padded):
+        return out
+    return b.call("slice", out, begin=begin, end=end, strides=(1,) * (nd + 2))

@@ -104,3 +104,21 @@ def test_batch_norm_training_mode_matches_the_onnx_reference():
     got, want = _run_both(node, feeds, [("", 15)])
     for a, w in zip(got, want, strict=True):
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-5)
+
+
+def test_col2im_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    x = np.random.default_rng(5).standard_normal((2, 2 * 6, 6)).astype(np.float32)
+    node = helper.make_node("Col2Im", ["x", "img", "blk"], ["y"], dilations=[1, 2],
+                            pads=[1, 0, 0, 1], strides=[2, 1])  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+        [helper.make_tensor("img", TP.INT64, [2], [6, 5]),
+         helper.make_tensor("blk", TP.INT64, [2], [2, 3])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    mod, params = from_onnx(model)
+    m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(m(x=x)[0], want, rtol=1e-5, atol=1e-6)
