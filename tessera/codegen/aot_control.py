@@ -97,7 +97,10 @@ def llvm_control(b, fn, subs, call: dict, k: int, clock, plan: dict) -> None:
     i64 = ir.IntType(64)
     start = b.call(clock, []) if clock else None
     offsets = [int(p["offset"]) for p in plan["params"]]
-    if call["control"] == "if":
+    if call["control"] == "fail":  # a branch ruled out at the compiled shapes
+        b.ret(ir.Constant(ir.IntType(32), k + 1))
+        b.position_at_end(fn.append_basic_block(f"after_fail{k}"))  # unreachable
+    elif call["control"] == "if":
         _llvm_if(b, fn, subs, call, k, offsets)
     elif call["control"] == "loop":
         _llvm_loop(b, fn, subs, call, k, offsets)
@@ -223,6 +226,8 @@ def c_control(call: dict, k: int, plan: dict) -> list[str]:
     kind, fns = call["control"], [FUNCTION_SYMBOL.format(f) for f in call["functions"]]
     region = f"(void*)(A + {int(call['region'])})"
     lines = [f"    /* call {k}: control.{kind} ({', '.join(call.get('nodes', ()))}) */", "    {"]
+    if kind == "fail":  # a branch ruled out at the compiled shapes
+        return lines + [f"        return {k + 1};", "    }"]
     if kind == "if":
         cond = _c_ptr(call["args"][0], offsets)
         lines += _c_table("in_", call["args"][1:], offsets)

@@ -122,9 +122,23 @@ def if_(b, cond, *, then_branch, else_branch):
         return tuple(b.convert_subgraph(then_branch if taken else else_branch, {}))
     cond = _scalar(b, cond, "bool", "the condition")
     outer = _outer(b, then_branch, else_branch)
-    name = b.fresh_name(f"{b.name_hint}_then")
-    then_f = b.convert_function(then_branch, [], outer, name)
-    else_f = b.convert_function(else_branch, [], outer, b.fresh_name(f"{b.name_hint}_else"))
+    branches, errors = [], []
+    for graph, which in ((then_branch, "then"), (else_branch, "else")):
+        try:
+            name = b.fresh_name(f"{b.name_hint}_{which}")
+            branches.append(b.convert_function(graph, [], outer, name))
+            errors.append(None)
+        except ValueError as err:
+            branches.append(None)
+            errors.append(f"the {which} branch of If {b.node_name or b.name_hint!r} cannot run "
+                          f"at the compiled shapes: {err}")  # fmt: skip
+    if all(errors):
+        raise NodeError(errors[0])
+    if any(errors):  # the branch these shapes rule out fails if it is ever taken (control.fail)
+        ok = next(f for f in branches if f is not None)
+        k = branches.index(None)
+        branches[k] = _failing(ok, b.fresh_name(f"{b.name_hint}_fails"), errors[k])
+    then_f, else_f = branches
     for k, (t, e) in enumerate(zip(then_f.outputs, else_f.outputs, strict=True)):
         if t.type != e.type:
             raise NodeError(
@@ -134,6 +148,19 @@ def if_(b, cond, *, then_branch, else_branch):
     out = b.call("control.if", cond, *(b.env[n] for n in outer), then_branch=then_f,
                  else_branch=else_f)  # fmt: skip
     return out if isinstance(out, tuple) else (out,)
+
+
+def _failing(like, name: str, message: str):
+    """A function of `like`'s signature that fails with `message` when run."""
+    from tessera.graph.builder import GraphBuilder
+
+    g = GraphBuilder(fold=False)
+    for p in like.params:
+        g.param(p.name, p.type.shape, p.type.dtype)
+    types = tuple((tuple(v.type.shape), str(v.type.dtype)) for v in like.outputs)
+    outs = g.call("control.fail", message=message, types=types) if types else ()
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return g.finish(list(outs), name=name)
 
 
 INT64_MAX = np.iinfo(np.int64).max

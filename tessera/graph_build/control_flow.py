@@ -19,6 +19,8 @@ Note [control calls]
      "region": offset, "scratch": [step, cond, next cond, next carried...],
      "nbytes": [carried bytes...], "slice_nbytes": [scan slice bytes...], "capacity": rows,
      "nodes": [...]}
+    {"control": "fail", "args": [], "outputs": [out...], "functions": [], "message": text,
+     "region": offset, "nodes": [...]}      # a branch ruled out at the compiled shapes
 `region` is an arena offset past the planned values (shared with kernel workspaces: both live
 for one call): the loop's scratch slots, then the sub-function's own arena. A loop keeps its
 carried values in its final outputs' storage (copied in from the initial values, then from the
@@ -42,8 +44,12 @@ from tessera.runtime.ndarray import ALIGNMENT
 from tessera.transform.fuse_group import build_groups
 from tessera.transform.plan_memory import plan_memory
 
-CONTROL_OPS = ("control.if", "control.loop")
-BRANCH_ATTRS = {"control.if": ("then_branch", "else_branch"), "control.loop": ("body",)}
+CONTROL_OPS = ("control.if", "control.loop", "control.fail")
+BRANCH_ATTRS = {
+    "control.if": ("then_branch", "else_branch"),
+    "control.loop": ("body",),
+    "control.fail": (),
+}
 
 
 def _align(n: int) -> int:
@@ -181,7 +187,7 @@ def _function_plan(func: Function, is_main, kernel_of, param_of, scratch, sub_ar
                 raise ValueError(f"executor plan: %{v.name} has no storage (a planning bug)")
         if call.op.name in CONTROL_OPS:
             entry, size = _control_entry(call, where, region)
-            size += max(sub_arenas[k] for k in entry["functions"])
+            size += max([sub_arenas[k] for k in entry["functions"]], default=0)
             calls.append(entry)
             arena_bytes = max(arena_bytes, region + size)
             continue
@@ -236,8 +242,10 @@ def _control_entry(call: Call, where: dict, region: int) -> tuple[dict, int]:
         "functions": list(call.attrs["functions"]),
         "nodes": source_nodes(call),
     }
-    if call.op.name == "control.if":
+    if call.op.name != "control.loop":
         entry["region"] = region
+        if call.op.name == "control.fail":  # a branch ruled out at these shapes: it fails
+            entry["message"] = call.attrs["message"]
         return entry, 0  # the sub-function's arena starts at the region
     n = call.attrs["num_carried"]
     carried = call.outputs[:n]

@@ -337,6 +337,9 @@ class GraphExecutor:
 
     def _failed(self, k: int):
         nodes = f" (source nodes: {', '.join(self.nodes[k])})" if self.nodes[k] else ""
+        reasons = _fail_messages(self.factory.plan, self.factory.plan["calls"][k])
+        if reasons:
+            raise RuntimeError(f"call {k} of the plan{nodes} failed: {'; '.join(reasons)}")
         raise RuntimeError(
             f"kernel {self.calls[k][3]} failed in call {k} of the plan{nodes}: "
             "it returned a non-zero code"
@@ -359,6 +362,17 @@ class GraphExecutor:
             if code:
                 self._failed(k)
         return times
+
+
+def _fail_messages(plan: dict, call: dict) -> list[str]:
+    """The messages of the branches ruled out at the compiled shapes under a control call."""
+    if call.get("control") == "fail":
+        return [str(call.get("message", "a branch that cannot run was taken"))]
+    out = []
+    for k in call.get("functions", ()):
+        for inner in plan["functions"][k - 1]["calls"]:
+            out += _fail_messages(plan, inner)
+    return out
 
 
 def check_function_calls(factory: GraphExecutorFactory, plan: dict) -> None:

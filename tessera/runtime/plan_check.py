@@ -69,14 +69,15 @@ def _check_call(call, num_functions: int, need) -> None:
         need(isinstance(call.get("kernel"), str), "a call's kernel")
         need(all(isinstance(v, int) for v in call.get("vars", ())), "a call's vars")
         return
-    need(call["control"] in ("if", "loop"), f"control call {call['control']!r}")
+    need(call["control"] in ("if", "loop", "fail"), f"control call {call['control']!r}")
     outs = call.get("outputs")
     need(isinstance(outs, list) and all(_is_arg(a) for a in outs), "a control call's outputs")
     funcs = call.get("functions")
     ok = isinstance(funcs, list) and all(
         isinstance(f, int) and 1 <= f <= num_functions for f in funcs
     )
-    need(ok and len(funcs) == (2 if call["control"] == "if" else 1), "a control call's functions")
+    count = {"if": 2, "loop": 1, "fail": 0}[call["control"]]
+    need(ok and len(funcs) == count, "a control call's functions")
     need(isinstance(call.get("region"), int) and call["region"] >= 0, "a control call's region")
     if call["control"] == "loop":
         for key in ("scratch", "nbytes", "slice_nbytes"):

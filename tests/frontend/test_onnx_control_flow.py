@@ -140,3 +140,62 @@ def test_if_branches_of_different_shapes_are_refused_clearly():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ValueError, match="one static type per output of an If"):
         from_onnx(model)
+
+
+def _branch_ruled_out_by_shapes():
+    """then: x + 1; else: a Reshape to (3, 5) that a [2, 3] input cannot take."""
+    out = [helper.make_tensor_value_info("o", TP.FLOAT, None)]
+    one = helper.make_tensor("one", TP.FLOAT, [], [1.0])
+    then_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c1"], value=one),
+         helper.make_node("Add", ["x", "c1"], ["o"])], "t", [], out,
+    )  # fmt: skip
+    shape = helper.make_tensor("shape", TP.INT64, [2], [3, 5])
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["s"], value=shape),
+         helper.make_node("Reshape", ["x", "s"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["o"], keepdims=1)], "e", [], out,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "m",
+        [
+            helper.make_tensor_value_info("c", TP.BOOL, []),
+            helper.make_tensor_value_info("x", TP.FLOAT, [2, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_branch_the_shapes_rule_out_fails_clearly_only_when_taken():
+    m = GraphModule(_compile(_branch_ruled_out_by_shapes())["default"]())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(m(c=np.array(True), x=x)[0], x + 1)
+    with pytest.raises(RuntimeError, match="else branch of If .* cannot run at the compiled"):
+        m(c=np.array(False), x=x)
+
+
+SILERO = "/root/.cache/tessera-zoo/models/silero_vad.onnx"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("os").path.exists(SILERO), reason="silero_vad not fetched")
+def test_silero_vad_branching_on_the_sample_rate_matches_onnxruntime():
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # ORT's optimizer
+    sess = ort.InferenceSession(SILERO, so)  # rejects the 8 kHz branch's shapes at 512 samples
+    mod, params = from_onnx(onnx.load(SILERO), {"input": (1, 512), "state": (2, 1, 128), "sr": ()})
+    m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+    rng = np.random.default_rng(0)
+    state = np.zeros((2, 1, 128), np.float32)
+    for _ in range(3):
+        feeds = {
+            "input": (rng.standard_normal((1, 512)) * 0.1).astype(np.float32),
+            "state": state,
+            "sr": np.array(16000, np.int64),
+        }
+        got, want = m(**feeds), sess.run(None, feeds)
+        for a, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-3, atol=1e-4)
+        state = want[1]

@@ -116,3 +116,18 @@ def _(trips, cond, *inputs, body, num_carried: int, capacity: int, exact: bool):
             s[step] = y
         step += 1
     return (*carried, *scans, np.asarray(step, np.int64))
+
+
+fail = register_op("control.fail", kind=OpKind.OPAQUE, has_side_effects=True)
+
+
+@fail.type_rule
+def _(*inputs: TensorType, message: str, types):
+    """A branch that cannot run at the compiled shapes: it fails with `message` when taken;
+    `types` ((shape, dtype), ...) are the outputs it stands for."""
+    return tuple(TensorType(tuple(shape), dtype) for shape, dtype in types)
+
+
+@fail.reference
+def _(*inputs, message: str, types):
+    raise RuntimeError(message)
