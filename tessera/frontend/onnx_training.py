@@ -223,3 +223,49 @@ def col2im(b, input, image_shape, block_shape, *, dilations=None, pads=None, str
     if begin == (0,) * (nd + 2) and end == (n, c, *padded):
         return out
     return b.call("slice", out, begin=begin, end=end, strides=(1,) * (nd + 2))
+
+
+@onnx_op("Det", since=11)
+def det(b, X):
+    """The determinant of each [n, n] matrix of X [*, n, n]: Gaussian elimination with partial
+    pivoting, unrolled over the n columns (the row swaps gathered by the pivots' indices)."""
+    shape = b.shape_of(X)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise NodeError(f"X must hold square matrices, got {X.type}")
+    n, batch = shape[-1], int(np.prod(shape[:-2], dtype=np.int64))
+    a = b.reshape(X, (batch, n, n))
+    rows = b.const(np.arange(n, dtype=np.int64).reshape(1, n))
+    spread = b.const(np.zeros((1, 1, n), np.int64))
+    sign, pivots = b.const(np.ones((batch,), X.type.dtype.numpy_name)), []
+
+    def take(begin, end):
+        return b.call("slice", a, begin=begin, end=end, strides=(1, 1, 1))
+
+    for k in range(n):
+        column = b.reshape(take((0, k, k), (batch, n, k + 1)), (batch, n - k))
+        best = b.call("argmax", b.call("abs", column), axis=1, keepdims=True)
+        r = b.call("add", best, b.const(np.int64(k)))  # [batch, 1]
+        at_k = b.call("equal", rows, b.const(np.int64(k)))
+        perm = b.call(
+            "where", at_k, r, b.call("where", b.call("equal", rows, r), b.const(np.int64(k)), rows)
+        )
+        index = b.call("add", b.reshape(perm, (batch, n, 1)), spread)
+        a = b.call("gather_elements", a, index, axis=1)
+        swapped = b.call("not_equal", b.reshape(r, (batch,)), b.const(np.int64(k)))
+        sign = b.call("where", swapped, b.call("negative", sign), sign)
+        pivot = b.reshape(take((0, k, k), (batch, k + 1, k + 1)), (batch,))
+        pivots.append(pivot)
+        if k == n - 1:
+            break
+        zero = b.call("equal", pivot, b.scalar(0, pivot))
+        safe = b.call("where", zero, b.scalar(1, pivot), pivot)
+        below = b.reshape(take((0, k + 1, k), (batch, n, k + 1)), (batch, n - k - 1))
+        factors = b.call("divide", below, b.reshape(safe, (batch, 1)))
+        row_k = take((0, k, 0), (batch, k + 1, n))
+        update = b.call("multiply", b.reshape(factors, (batch, n - k - 1, 1)), row_k)
+        rest = b.call("subtract", take((0, k + 1, 0), (batch, n, n)), update)
+        a = b.call("concatenate", take((0, 0, 0), (batch, k + 1, n)), rest, axis=1)
+    out = sign
+    for p in pivots:
+        out = b.call("multiply", out, p)
+    return b.reshape(out, shape[:-2])

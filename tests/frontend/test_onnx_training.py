@@ -122,3 +122,21 @@ def test_col2im_matches_onnxruntime():
     m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     np.testing.assert_allclose(m(x=x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (2, 3, 5, 5)])
+def test_det_matches_numpy_with_pivoting_and_singular_matrices(shape):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    if len(shape) == 4:
+        x[0, 0, 1] = x[0, 0, 0]  # a singular matrix
+        x[1, 2, :, 0] = 0.0  # a zero first column: the pivot search must swap
+        x[1, 1, 0, 0] = 0.0
+    graph = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+    )  # fmt: skip
+    mod, params = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+    np.testing.assert_allclose(m(x=x)[0], np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
