@@ -22,12 +22,16 @@ Note [executor plan]
      "params_nbytes": int, "arena_nbytes": int,
      "calls":   [{"kernel": name, "args": [[kind, index], ...], "vars": [int, ...],
                   "nodes": [source node name, ...]}],
-     "entry": RUN_SYMBOL}                                 # optional: the native executor
+     "entry": RUN_SYMBOL,                                 # optional: the native executor
+     "functions": [{"inputs", "outputs", "calls", "arena_nbytes"}]}   # optional: control flow
 An argument (or an output's storage) is [kind, index]: "input" j, "param" j, "output" j (the
 output buffer j), or "arena" byte-offset (into the arena, 64-byte aligned, shared by values whose
 lifetimes do not overlap). An output whose storage is not its own output buffer is a model input,
 a weight, or a repeat of an earlier output. A call's "nodes" (optional) name the source (ONNX)
-nodes it computes, for profiles. Weights travel in an exported library as the symbol
+nodes it computes, for profiles. A model with control flow adds the plans of its branches and
+loop bodies ("functions") and control calls (Note [control calls] in
+graph_build/control_flow.py), which run in the native entry only; an output whose row count a
+loop decides at run time has "rows": the storage of that int64 count. Weights travel in an exported library as the symbol
 `tessera_params` (written by `.incbin`, no C literal), read back zero-copy.
 
 This module imports nothing from the compiler: a loaded artifact runs with numpy alone.
