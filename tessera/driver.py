@@ -20,6 +20,7 @@ from tessera.graph.ir import Call, Function, Value
 from tessera.graph.op import get_op
 from tessera.graph_build import make_executor_plan
 from tessera.graph_build.compile import compile_groups
+from tessera.graph_build.control_flow import has_control_flow, make_control_plan
 from tessera.ir.module import IRModule
 from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
@@ -184,12 +185,18 @@ def build_graph(
             return build_graph(mod, target, params, {})
     with use_configs(configs, target):  # graph passes and lowering ask the strategies
         func = fused_function(mod, target, params)
-        # per distinct group, unless the compile cache has it: compute rules, schedule,
-        # te.lower, the target's tir passes, codegen to an object
-        kernels, kernel_of_call = compile_groups(
-            func, target, functools.partial(optimize, target=target)
-        )
-    plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
+        if has_control_flow(func):  # branches and loop bodies: plans of their own
+            fuse = lambda f: fused_function(IRModule({"main": f}), target)  # noqa: E731
+            plan, weights, kernels = make_control_plan(
+                func, target, functools.partial(optimize, target=target), fuse
+            )
+        else:
+            # per distinct group, unless the compile cache has it: compute rules, schedule,
+            # te.lower, the target's tir passes, codegen to an object
+            kernels, kernel_of_call = compile_groups(
+                func, target, functools.partial(optimize, target=target)
+            )
+            plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     check_arena(plan["arena_nbytes"])
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     if getattr(target, "device", None) == "micro":  # + C sources for a board (docs/micro.md)

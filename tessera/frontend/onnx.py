@@ -32,14 +32,17 @@ from tessera.frontend import (  # noqa: F401
     onnx_quant,
     onnx_rnn,
     onnx_scatter,
+    onnx_sequence,
     onnx_shape,
     onnx_signal,
+    onnx_training,
 )
 from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
 from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
+from tessera.frontend.onnx_sequence import Seq, is_value_or_seq
 from tessera.frontend.params import PARAM_MIN_ELEMENTS, constants_to_params  # noqa: F401
-from tessera.graph.ir import Value
+from tessera.graph.ir import Constant, Value
 from tessera.ir.module import IRModule
 
 
@@ -214,6 +217,10 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     b.span = (node.name or next((o for o in node.output if o), node.op_type),)
     try:
         inputs = [env[i] if i else None for i in node.input]
+        for v in inputs:
+            if id(v) in b.partial_rows:
+                why = b.partial_rows[id(v)]
+                raise NodeError(f"reads {why}: tessera supports that only as a graph output")
         attrs = _attributes(node)
         check_int_attrs(attrs, node.op_type)
         out = fn(b, *inputs, **attrs)
@@ -226,7 +233,7 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
             f"{label}: tessera cannot convert this node (internal error: "
             f"{type(e).__name__}: {e}); please report it with the model"
         ) from e
-    outs = out if isinstance(out, tuple) else (out,)
+    outs = out if isinstance(out, tuple) and not isinstance(out, Seq) else (out,)
     for name, v in zip(node.output, outs, strict=False):
         if name:
             env[name] = v
@@ -251,9 +258,48 @@ def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
         b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env = saved
     outs = [env.get(vi.name) for vi in graph.output]
     for vi, v in zip(graph.output, outs, strict=True):
-        if not isinstance(v, Value):
+        if not is_value_or_seq(v):
             raise NodeError(f"subgraph output {vi.name!r} is not computed")
     return outs
+
+
+def free_names(graph) -> list[str]:
+    """The outer-scope names a subgraph reads, in order of first use."""
+    inner = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    inner |= {o for n in graph.node for o in n.output}
+    names = {}
+    for n in graph.node:
+        for i in sorted(_uses(n)):
+            if i and i not in inner:
+                names.setdefault(i, None)
+    return list(names)
+
+
+def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: str, opsets):
+    """A subgraph as a graph Function of its own (a branch or a loop body, run by a control
+    op): its inputs typed by `inputs` [(shape, dtype)], then one parameter per outer name in
+    `outer` (values computed at run time); outer constants are copied in, where they fold."""
+    sub = ConvertContext()
+    sub.convert_subgraph = lambda g, bindings: _convert_subgraph(sub, g, bindings, opsets)
+    sub.convert_function = lambda g, i, o, n: _convert_function(sub, g, i, o, n, opsets)
+    env = {}
+    for vi, (shape, dtype) in zip(graph.input, inputs, strict=True):
+        env[vi.name] = sub.param(vi.name, shape, dtype)
+    for k, n in enumerate(outer):
+        v = b.env[n]
+        env[n] = sub.param(f"{name}_outer{k}", v.type.shape, v.type.dtype)
+    for n in free_names(graph):
+        v = b.env.get(n)
+        if n not in env and isinstance(v, Constant):
+            env[n] = sub.const(v.array, name=n)
+    sub.env = env
+    outs = _convert_subgraph(sub, graph, {}, opsets)
+    if not all(isinstance(v, Value) for v in outs):
+        raise NodeError(
+            "the subgraph returns a sequence, which exists only when converting: what decides "
+            "which branch or how many steps run must be a constant"
+        )
+    return sub.finish(outs, name=name)
 
 
 class _Unavailable:
@@ -268,7 +314,38 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
 
     `input_values` ({name: array}) binds inputs to values at conversion: they become constants
     and are no longer inputs of the function. It is for models whose shapes depend on input
-    values (a Reshape's shape, Expand's shape, a Range's limits fed as inputs)."""
+    values (a Reshape's shape, Expand's shape, a Range's limits fed as inputs). A sequence
+    input is one input per element ("x.0", "x.1", ...): shape_dict gives it a list of shapes
+    (onnx_sequence.py); an optional input given the shape None is absent."""
+    mod, params, _ = convert_onnx(model, shape_dict, dtype, input_values)
+    return mod, params
+
+
+def _sequence_input(b, vi, shape_dict: dict, dtype):
+    """The values of a sequence (or optional) input: None when absent, a Seq, or a value."""
+    kind = vi.type.WhichOneof("value")
+    inner = vi.type.optional_type.elem_type if kind == "optional_type" else vi.type
+    if kind == "optional_type" and shape_dict.get(vi.name, ()) is None:
+        return None
+    if inner.WhichOneof("value") != "sequence_type":
+        element = onnx.ValueInfoProto(name=vi.name, type=inner)
+        shape, elem = _input_type(element, shape_dict, dtype)
+        return b.param(vi.name, shape, elem)
+    shapes = shape_dict.get(vi.name)
+    if not isinstance(shapes, list | tuple) or any(isinstance(d, int) for d in shapes):
+        raise ValueError(f"input {vi.name!r} is a sequence: give a list of shapes in shape_dict")
+    element = onnx.ValueInfoProto(name=vi.name, type=inner.sequence_type.elem_type)
+    items = []
+    for k, shape in enumerate(shapes):
+        dims, elem = _input_type(element, {vi.name: shape}, dtype)
+        items.append(b.param(f"{vi.name}.{k}", dims, elem))
+    return Seq(items)
+
+
+def convert_onnx(model, shape_dict=None, dtype="float32", input_values=None):
+    """from_onnx, plus the layout of the outputs: per graph output, None for a tensor, the
+    number of elements for a sequence (its elements are consecutive outputs), or -1 for an
+    empty optional (no output)."""
     model = _load(model)
     if not model.HasField("graph"):
         raise ValueError("the ONNX model has no graph")
@@ -289,10 +366,14 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
             )
     b = ConvertContext()
     b.convert_subgraph = lambda g, bindings: _convert_subgraph(b, g, bindings, opsets)
+    b.convert_function = lambda g, i, o, n: _convert_function(b, g, i, o, n, opsets)
     env: dict[str, object] = {}
     for vi in inputs:
         if vi.name in values:
             env[vi.name] = b.const(values[vi.name], name=vi.name)
+            continue
+        if vi.type.WhichOneof("value") in ("sequence_type", "optional_type"):
+            env[vi.name] = _sequence_input(b, vi, shape_dict, dtype)
             continue
         shape, elem = _input_type(vi, shape_dict, dtype)
         env[vi.name] = b.param(vi.name, shape, elem)
@@ -305,17 +386,27 @@ def from_onnx(model, shape_dict: dict | None = None, dtype="float32", input_valu
                 raise ValueError(f"{env[i].label}: output {i!r} is used but not supported")
         domain = "" if node.domain == "ai.onnx" else node.domain
         _convert_node(b, node, env, opsets[domain])
-    outputs = []
+    outputs, layout, names = [], [], {}
     for vi in graph.output:
         v = env.get(vi.name)
-        if not isinstance(v, Value):
+        if v is None and vi.type.WhichOneof("value") == "optional_type":
+            layout.append(-1)
+        elif isinstance(v, Seq) and all(isinstance(x, Value) for x in v):
+            layout.append(len(v))
+            outputs.extend(v)
+            names.update({id(x): f"{vi.name}.{k}" for k, x in enumerate(v)})
+        elif isinstance(v, Value):
+            layout.append(None)
+            outputs.append(v)
+        else:
             raise ValueError(f"graph output {vi.name!r} is not computed by the model")
-        outputs.append(v)
-    names = {id(env[vi.name]): vi.name for vi in reversed(graph.output)}
+    for vi in reversed(graph.output):
+        if isinstance(env.get(vi.name), Value):
+            names[id(env[vi.name])] = vi.name
     func = b.finish(outputs, names=names)
     func, params = constants_to_params(func, init_ids)
     func.verify()
-    return IRModule({"main": func}), params
+    return IRModule({"main": func}), params, layout
 
 
-__all__ = ["UnsupportedOpError", "from_onnx"]
+__all__ = ["UnsupportedOpError", "convert_onnx", "from_onnx"]

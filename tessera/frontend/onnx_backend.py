@@ -52,7 +52,9 @@ def _inputs_to_bind(message: str, free: dict[str, np.ndarray]) -> tuple[str, ...
     named = re.search(r"graph input '([^']+)'", message)
     if named and named.group(1) in free:
         return (named.group(1),)
-    return tuple(n for n, a in free.items() if a.dtype.kind in "iub")
+    integers = tuple(n for n, a in free.items() if a.dtype.kind in "iub")
+    # else the scalars (a Range's float limits that a Loop's trip count is computed from)
+    return integers or tuple(n for n, a in free.items() if a.size == 1)
 
 
 class TesseraRep(BackendRep):
@@ -66,6 +68,7 @@ class TesseraRep(BackendRep):
         self.output_names = [vi.name for vi in model.graph.output]
         self._compiled: dict[tuple, object] = {}
         self._bound: dict[tuple, tuple[str, ...]] = {}  # input signature -> inputs bound
+        self._layouts: dict[int, list] = {}  # id(compiled) -> its outputs' layout (convert_onnx)
 
     def _feeds(self, inputs) -> dict[str, np.ndarray]:
         names = [vi.name for vi in self.inputs]
@@ -84,13 +87,13 @@ class TesseraRep(BackendRep):
         missing = [n for n in names if n not in feeds]
         if missing:
             raise ValueError(f"input {missing[0]!r} is missing (inputs: {names})")
-        return {n: np.asarray(v) for n, v in feeds.items()}
+        return {n: _feed(v) for n, v in feeds.items()}
 
     def compiled(self, feeds: dict[str, np.ndarray]):
         """(compiled model, names of the inputs bound by value) for these inputs' shapes and
         dtypes, built on first use. Inputs that the model's shapes depend on (a Reshape's shape
         fed as an input) are bound to their values, which then join the cache key."""
-        sig = tuple((n, a.shape, a.dtype.str) for n, a in feeds.items())
+        sig = tuple((n, _signature(a)) for n, a in feeds.items())
         bound = self._bound.get(sig, ())
         key = (sig, tuple(feeds[n].tobytes() for n in bound))
         if key not in self._compiled:
@@ -103,28 +106,32 @@ class TesseraRep(BackendRep):
     def _build(self, feeds, bound: tuple[str, ...]):
         """Convert and compile, binding more inputs by value while the conversion asks for it."""
         import tessera
-        from tessera.frontend import from_onnx
+        from tessera.frontend.onnx import convert_onnx
         from tessera.transform import PassContext
 
         for vi in self.inputs:
-            _check_declared(vi, feeds[vi.name])
+            if isinstance(feeds[vi.name], np.ndarray):
+                _check_declared(vi, feeds[vi.name])
         while True:
             free = {n: a for n, a in feeds.items() if n not in bound}
+            arrays = {n: a for n, a in free.items() if isinstance(a, np.ndarray)}
             try:
-                mod, params = from_onnx(
+                mod, params, layout = convert_onnx(
                     self.model,
-                    {n: a.shape for n, a in free.items()},
-                    {n: a.dtype for n, a in free.items()},
+                    {n: _shape_of(a) for n, a in free.items()},
+                    {n: a.dtype for n, a in arrays.items()},
                     input_values={n: feeds[n] for n in bound},
                 )
                 break
             except ValueError as e:
-                more = _inputs_to_bind(str(e), free)
+                more = _inputs_to_bind(str(e), arrays)
                 if not more:
                     raise
                 bound = (*bound, *more)
         with PassContext(opt_level=self.opt_level, config=self.config):
-            return tessera.build(mod, target=self.target, params=params), bound
+            lib = tessera.build(mod, target=self.target, params=params)
+        self._layouts[id(lib)] = layout
+        return lib, bound
 
     def run(self, inputs, **kwargs):
         """Run on `inputs` (a list in the order of the model's inputs, a dict by name, or one
@@ -135,10 +142,22 @@ class TesseraRep(BackendRep):
         lib, bound = self.compiled(feeds)
         m = GraphModule(lib["default"](cpu(0)))
         for name, value in feeds.items():
-            if name not in bound:
-                m.set_input(name, np.require(value, requirements="C"))  # keeps rank 0
+            if name in bound or value is None:
+                continue
+            items = value if isinstance(value, list) else [value]
+            for k, item in enumerate(items):
+                key = f"{name}.{k}" if isinstance(value, list) else name
+                m.set_input(key, np.require(item, requirements="C"))  # keeps rank 0
         m.run()
-        outs = [_as_onnx(m.get_output(i)) for i in range(m.get_num_outputs())]
+        flat = [_as_onnx(m.get_output(i)) for i in range(m.get_num_outputs())]
+        outs = []
+        for length in self._layouts[id(lib)]:  # a sequence: its elements are consecutive outputs
+            if length is None:
+                outs.append(flat.pop(0))
+            elif length < 0:
+                outs.append(None)
+            else:
+                outs.append([flat.pop(0) for _ in range(length)])
         names = [n if n.isidentifier() else f"output_{i}" for i, n in enumerate(self.output_names)]
         return namedtuple("Outputs", names, rename=True)(*outs)
 
@@ -211,6 +230,29 @@ def _as_onnx(out) -> np.ndarray:
 
         return out.numpy().astype(ml_dtypes.bfloat16)
     return out.numpy().copy()
+
+
+def _feed(v):
+    """An input as the backend holds it: an array, a list of arrays (a sequence) or None."""
+    if v is None:
+        return None
+    if isinstance(v, list | tuple) and all(isinstance(x, np.ndarray) for x in v):
+        return [np.asarray(x) for x in v]
+    return np.asarray(v)
+
+
+def _signature(v):
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return tuple((x.shape, x.dtype.str) for x in v)
+    return (v.shape, v.dtype.str)
+
+
+def _shape_of(v):
+    if v is None:
+        return None
+    return [x.shape for x in v] if isinstance(v, list) else v.shape
 
 
 def _value_info(name: str, array: np.ndarray) -> onnx.ValueInfoProto:

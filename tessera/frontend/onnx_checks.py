@@ -75,6 +75,23 @@ def _context(opsets: dict[str, int], ir_version: int):
     return ctx
 
 
+def _with_outer_scope(node: onnx.NodeProto) -> onnx.NodeProto:
+    """`node` checked alone: the outer names its subgraphs read become placeholder
+    initializers of them (the checker knows no scope outside the node)."""
+    graphs = [a for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    if not graphs:
+        return node
+    from tessera.frontend.onnx import free_names
+
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    for a in copy.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            names = free_names(a.g)
+            a.g.initializer.extend(onnx.helper.make_tensor(n, 1, [], [0.0]) for n in names)
+    return copy
+
+
 def check_nodes(graph: onnx.GraphProto, opsets: dict[str, int], ir_version: int) -> None:
     """Check every node against its ONNX schema; one ValueError listing every bad node."""
     ctx = _context(opsets, ir_version)
@@ -82,7 +99,7 @@ def check_nodes(graph: onnx.GraphProto, opsets: dict[str, int], ir_version: int)
     for node in graph.node:
         name = node.name or (node.output[0] if node.output else "") or "<unnamed>"
         try:
-            checker.check_node(node, ctx)
+            checker.check_node(_with_outer_scope(node), ctx)
             why = _legacy(node, opsets.get("", MIN_OPSET))
         except checker.ValidationError as err:
             why = str(err).strip().splitlines()[0]

@@ -184,8 +184,31 @@ def matmul(b, A, B):
 def batch_norm(b, X, scale, B, input_mean, input_var, *, epsilon=1e-5, momentum=0.9,
                spatial=1, is_test=1, training_mode=0):  # fmt: skip
     if training_mode:
-        raise NodeError("training_mode=1 is not supported (inference only)")
+        return _batch_norm_training(b, X, scale, B, input_mean, input_var, epsilon, momentum)
     return b.call("nn.batch_norm", X, scale, B, input_mean, input_var, epsilon=epsilon, axis=1)
+
+
+def _batch_norm_training(b, X, scale, B, input_mean, input_var, epsilon, momentum):
+    """Normalized by the batch's statistics (over every axis but 1); the running mean and
+    variance move toward them by (1 - momentum)."""
+    axes = tuple(a for a in range(X.type.ndim) if a != 1)
+    mean = b.call("mean", X, axis=axes, keepdims=True)
+    centered = b.call("subtract", X, mean)
+    var = b.call("mean", b.call("multiply", centered, centered), axis=axes, keepdims=True)
+    channels = (1, b.shape_of(X)[1]) + (1,) * (X.type.ndim - 2)
+    inv = b.call("rsqrt", b.call("add", var, b.scalar(epsilon, var)))
+    y = b.call("multiply", centered, b.call("multiply", inv, b.reshape(scale, channels)))
+    y = b.call("add", y, b.reshape(B, channels))
+    if b.num_outputs == 1:
+        return y
+    c = b.shape_of(X)[1:2]
+
+    def running(old, batch):
+        kept = b.call("multiply", old, b.scalar(momentum, old))
+        moved = b.call("multiply", b.reshape(batch, c), b.scalar(1 - momentum, old))
+        return b.call("add", kept, moved)
+
+    return y, running(input_mean, mean), running(input_var, var)
 
 
 @onnx_op("InstanceNormalization")
@@ -224,8 +247,9 @@ def lrn(b, X, *, alpha=0.0001, beta=0.75, bias=1.0, size):
 
 @onnx_op("Dropout")
 def dropout(b, data, ratio=None, training_mode=None, *, seed=None, is_test=0):
-    if training_mode is not None and b.known(training_mode, "training_mode").item():
-        raise NodeError("training_mode=True is not supported (inference only)")
+    training = training_mode is not None and b.known(training_mode, "training_mode").item()
+    if training and (ratio is None or float(b.known(ratio, "ratio")) != 0.0):
+        raise NodeError("training_mode=True drops at random: only ratio 0 is supported")
     if b.num_outputs < 2:
         return data
     return data, b.const(np.ones(data.type.shape, dtype=bool))

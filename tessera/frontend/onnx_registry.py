@@ -52,6 +52,16 @@ class NodeError(ValueError):
     """A problem with one node's inputs or attributes (the frontend adds the node's name)."""
 
 
+def value_dtype(dtype):
+    """The numpy dtype that holds values of `dtype` (bfloat16: ml_dtypes' type, not its uint16
+    storage, so that 0.35 stays 0.35)."""
+    if dtype.code == "bfloat":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return dtype.dtype
+
+
 def _is_param(b: GraphBuilder, v: Value) -> bool:
     return any(v is p for p in b.params)
 
@@ -66,6 +76,11 @@ class ConvertContext(GraphBuilder):
         self.node_name = ""
         self.env: dict = {}  # ONNX name -> value in the scope of the node being converted
         self.convert_subgraph = None  # (GraphProto, {input name: Value}) -> [Value], by from_onnx
+        # (GraphProto, [(shape, dtype)], [outer name], name) -> Function, by from_onnx
+        self.convert_function = None
+        # id(value) -> why its rows past a run-time count are unspecified (a Loop's scan output
+        # when the loop may stop early): such a value may only be a graph output
+        self.partial_rows: dict[int, str] = {}
 
     def param(self, name: str, shape, dtype) -> Value:
         v = super().param(name, shape, dtype)
@@ -99,7 +114,7 @@ class ConvertContext(GraphBuilder):
 
     def scalar(self, value, like: Value) -> Constant:
         """A scalar constant of the dtype of `like`."""
-        return self.const(np.asarray(value, dtype=like.type.dtype.numpy_name))
+        return self.const(np.asarray(value, dtype=value_dtype(like.type.dtype)))
 
     def reshape(self, x: Value, shape) -> Value:
         shape = tuple(int(d) for d in shape)

@@ -22,12 +22,16 @@ Note [executor plan]
      "params_nbytes": int, "arena_nbytes": int,
      "calls":   [{"kernel": name, "args": [[kind, index], ...], "vars": [int, ...],
                   "nodes": [source node name, ...]}],
-     "entry": RUN_SYMBOL}                                 # optional: the native executor
+     "entry": RUN_SYMBOL,                                 # optional: the native executor
+     "functions": [{"inputs", "outputs", "calls", "arena_nbytes"}]}   # optional: control flow
 An argument (or an output's storage) is [kind, index]: "input" j, "param" j, "output" j (the
 output buffer j), or "arena" byte-offset (into the arena, 64-byte aligned, shared by values whose
 lifetimes do not overlap). An output whose storage is not its own output buffer is a model input,
 a weight, or a repeat of an earlier output. A call's "nodes" (optional) name the source (ONNX)
-nodes it computes, for profiles. Weights travel in an exported library as the symbol
+nodes it computes, for profiles. A model with control flow adds the plans of its branches and
+loop bodies ("functions") and control calls (Note [control calls] in
+graph_build/control_flow.py), which run in the native entry only; an output whose row count a
+loop decides at run time has "rows": the storage of that int64 count. Weights travel in an exported library as the symbol
 `tessera_params` (written by `.incbin`, no C literal), read back zero-copy.
 
 This module imports nothing from the compiler: a loaded artifact runs with numpy alone.
@@ -229,7 +233,16 @@ class GraphExecutor:
                 self.outputs.append(_empty(tuple(out["shape"]), out["dtype"], dev))
             else:
                 self.outputs.append(self._storage(kind, index, out["dtype"], out["shape"]))
-        self.calls = [self._prepare(call) for call in plan["calls"]]
+        self.calls = [
+            self._prepare(call) if "control" not in call else self._prepare_control(call)
+            for call in plan["calls"]
+        ]
+        self.has_control_flow = any(cfunc is None for cfunc, _, _, _ in self.calls)
+        # an output whose row count is decided at run time (Note [control calls])
+        self.rows = [
+            self._storage(*out["rows"], "int64", ()) if "rows" in out else None
+            for out in plan["outputs"]
+        ]
         self.nodes = [list(call.get("nodes", ())) for call in plan["calls"]]
         self._entry = factory._entry
         self.use_native = self._entry is not None  # False: the Python loop (for debugging)
@@ -286,6 +299,25 @@ class GraphExecutor:
         var_array = (ctypes.c_int64 * max(1, len(values)))(*values)
         return cfunc, buffer_array, var_array, call["kernel"]
 
+    def _prepare_control(self, call: dict):
+        """A control call (Note [control calls] in graph_build/control_flow.py): its functions'
+        kernel calls checked against their kernels' infos; it runs in the native entry only."""
+        functions = self.factory.plan.get("functions", [])
+        for k in call.get("functions", ()):
+            if not isinstance(k, int) or not 1 <= k <= len(functions):
+                raise ValueError(f"executor plan: a control call names no function {k!r}")
+            check_function_calls(self.factory, functions[k - 1])
+        return None, None, None, f"control.{call['control']}"
+
+    def output(self, index: int) -> NDArray:
+        """Output `index` of the last run: its rows below the run's count when a loop decided
+        them (a scan output of a loop that stopped early)."""
+        array, rows = self.outputs[index], self.rows[index]
+        if rows is None:
+            return array
+        n = int(rows.numpy()[()])
+        return NDArray(array._array[: max(0, min(n, array.shape[0]))], array.dtype, self.device)
+
     def _native_args(self, factory: GraphExecutorFactory) -> tuple:
         """(inputs, outputs, params, arena) of the entry: pointers fixed for this executor."""
         inputs = [a.data_ptr for a in self.inputs]
@@ -301,12 +333,17 @@ class GraphExecutor:
             if code:
                 self._failed(code - 1)
             return
+        if self.has_control_flow:
+            raise RuntimeError("a model with control flow runs in its native entry only")
         for k, (cfunc, buffers, values, _) in enumerate(self.calls):
             if cfunc(buffers, values):
                 self._failed(k)
 
     def _failed(self, k: int):
         nodes = f" (source nodes: {', '.join(self.nodes[k])})" if self.nodes[k] else ""
+        reasons = _fail_messages(self.factory.plan, self.factory.plan["calls"][k])
+        if reasons:
+            raise RuntimeError(f"call {k} of the plan{nodes} failed: {'; '.join(reasons)}")
         raise RuntimeError(
             f"kernel {self.calls[k][3]} failed in call {k} of the plan{nodes}: "
             "it returned a non-zero code"
@@ -319,6 +356,8 @@ class GraphExecutor:
             if code:
                 self._failed(code - 1)
             return np.ctypeslib.as_array(self._call_ns)[: len(self.calls)] * 1e-9
+        if self.has_control_flow:
+            raise RuntimeError("a model with control flow runs in its native entry only")
         times = np.zeros(len(self.calls))
         for k, (cfunc, buffers, values, _) in enumerate(self.calls):
             start = time.perf_counter()
@@ -327,6 +366,47 @@ class GraphExecutor:
             if code:
                 self._failed(k)
         return times
+
+
+def _fail_messages(plan: dict, call: dict) -> list[str]:
+    """The messages of the branches ruled out at the compiled shapes under a control call."""
+    if call.get("control") == "fail":
+        return [str(call.get("message", "a branch that cannot run was taken"))]
+    out = []
+    for k in call.get("functions", ()):
+        for inner in plan["functions"][k - 1]["calls"]:
+            out += _fail_messages(plan, inner)
+    return out
+
+
+def check_function_calls(factory: GraphExecutorFactory, plan: dict) -> None:
+    """Check every kernel call of a sub-function's plan against its kernel's info: each
+    argument's dtype and shape are those of what it names (the function's inputs and outputs,
+    a weight) or it lies in the function's arena."""
+    params = factory.plan["params"]
+    for call in plan["calls"]:
+        if "control" in call:
+            continue
+        name = call["kernel"]
+        info = factory.get_lib()[name].info
+        buffers = [p for p in info.params if p.kind == "buffer"]
+        if len(buffers) != len(call["args"]) or info.vars:
+            raise ValueError(f"executor plan: a sub-function's call of {name} does not fit it")
+        for param, (kind, index) in zip(buffers, call["args"], strict=True):
+            specs = {"input": plan["inputs"], "output": plan["outputs"], "param": params}
+            if kind == "arena":
+                ok = index + nbytes_of(param.dtype, param.shape) <= plan["arena_nbytes"]
+            else:
+                spec = specs[kind][index] if 0 <= index < len(specs[kind]) else None
+                ok = spec is not None and (spec["dtype"], list(spec["shape"])) == (
+                    param.dtype,
+                    list(param.shape),
+                )
+            if not ok:
+                raise ValueError(
+                    f"executor plan: argument {param.name!r} of {name} in a sub-function does "
+                    f"not fit [{kind}, {index}]"
+                )
 
 
 def _empty(shape, dtype: str, dev: Device) -> NDArray:
@@ -439,7 +519,8 @@ class GraphModule:
         """Set `inputs` ({name: array}), run, and return copies of the outputs: one call that
         is safe from many threads at once (Note [threads])."""
         self.run(**{**(inputs or {}), **more})
-        return [out.numpy().copy() for out in self._state().executor.outputs]
+        executor = self._state().executor
+        return [executor.output(k).numpy().copy() for k in range(len(executor.outputs))]
 
     def __call__(self, *args, **inputs) -> list[np.ndarray]:
         """`m(x)` or `m(x=x, mask=m)`: run_with the inputs, positional ones in model order."""
@@ -462,7 +543,7 @@ class GraphModule:
         if not isinstance(index, int | np.integer) or not 0 <= index < count:
             what = f"{count} output" + ("" if count == 1 else "s")
             raise ValueError(f"output index {index!r} out of range (the model has {what})")
-        array = outputs[int(index)]
+        array = self._ex.output(int(index))
         return out.copyfrom(array) if out is not None else array
 
     def benchmark(self, dev=None, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0):

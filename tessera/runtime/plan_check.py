@@ -47,11 +47,45 @@ def check_plan(plan, where) -> None:
     for out in plan["outputs"]:
         storage = out.get("storage")
         need(isinstance(storage, list) and len(storage) == 2, "an output has no storage")
-    for call in plan["calls"]:
-        need(isinstance(call, dict) and isinstance(call.get("kernel"), str), "a call's kernel")
-        args = call.get("args")
-        need(isinstance(args, list) and all(_is_arg(a) for a in args), "a call's arguments")
+    functions = plan.get("functions", [])
+    need(isinstance(functions, list), "functions is not a list")
+    for k, func in enumerate([plan, *functions]):
+        need(isinstance(func, dict), f"function {k} is not an object")
+        for key in ("inputs", "outputs", "calls"):
+            need(isinstance(func.get(key), list), f"function {k}: {key} is not a list")
+        need(isinstance(func.get("arena_nbytes"), int), f"function {k}: arena_nbytes")
+        for call in func["calls"]:
+            _check_call(call, len(functions), need)
+    for out in plan["outputs"]:
+        need("rows" not in out or _is_arg(out["rows"]), "an output's rows")
+
+
+def _check_call(call, num_functions: int, need) -> None:
+    """A kernel call, or a control call (Note [control calls] in graph_build/control_flow.py)."""
+    need(isinstance(call, dict), "a call is not an object")
+    args = call.get("args")
+    need(isinstance(args, list) and all(_is_arg(a) for a in args), "a call's arguments")
+    if "control" not in call:
+        need(isinstance(call.get("kernel"), str), "a call's kernel")
         need(all(isinstance(v, int) for v in call.get("vars", ())), "a call's vars")
+        return
+    need(call["control"] in ("if", "loop", "fail"), f"control call {call['control']!r}")
+    outs = call.get("outputs")
+    need(isinstance(outs, list) and all(_is_arg(a) for a in outs), "a control call's outputs")
+    funcs = call.get("functions")
+    ok = isinstance(funcs, list) and all(
+        isinstance(f, int) and 1 <= f <= num_functions for f in funcs
+    )
+    count = {"if": 2, "loop": 1, "fail": 0}[call["control"]]
+    need(ok and len(funcs) == count, "a control call's functions")
+    need(isinstance(call.get("region"), int) and call["region"] >= 0, "a control call's region")
+    if call["control"] == "loop":
+        for key in ("scratch", "nbytes", "slice_nbytes"):
+            values = call.get(key)
+            ok = isinstance(values, list) and all(isinstance(v, int) and v >= 0 for v in values)
+            need(ok, f"a loop's {key}")
+        need(isinstance(call.get("num_carried"), int), "a loop's num_carried")
+        need(isinstance(call.get("capacity"), int), "a loop's capacity")
 
 
 def _is_arg(arg) -> bool:

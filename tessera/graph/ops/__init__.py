@@ -2,6 +2,7 @@
 
 from tessera.graph.ops import (  # noqa: F401
     bits,
+    control,
     fused,
     image,
     layout,
