@@ -10,12 +10,20 @@ micro-kernel streams a panel with aligned vector loads and broadcasts one elemen
 and step of k into mr x nv vector accumulators that stay in registers for the whole k loop.
 Tiles run in parallel, panel-major (a thread reuses its panel from L2 across row tiles). The
 group's element-wise epilogue (bias, GELU, residual add) is applied to each tile right after its
-k loop, while the tile is in cache. Row and column tails are guarded (peeled by partition_loop);
-the zero padding of the last panel makes its k loop uniform.
+k loop, while the tile is in cache. Row and column tails are guarded, and the guards are peeled
+off a guard-free main part by partition_loop (Note [tails]).
 
 Note [row view]: x's leading axes are rows of one matrix (M = their product). The reduction is
 computed on a 2-D (M, N) view and the output stage reads it back with the leading index raveled,
 so fusing the output's leading loops gives the row loop that is tiled by mr.
+
+Note [tails]: when the rows (M) or columns (N) do not divide into mr x nr tiles, the partial
+tiles' guards (`ro*mr + ri < M`, `no*nr + ni < N`) must stay affine in one loop var each, or
+partition_loop cannot peel them and every tile keeps per-element guards in its register block
+(LLVM then spills the accumulators: 20x slower, e.g. [40 x 120] x [120 x 18710]). So the tile
+loops are not fused into one parallel loop then; the parallel loop is the first of the batch
+(fused), the column panels or the row tiles that has PARALLEL_TASKS iterations (else the
+largest), and the others run inside it, each peeled into its whole tiles and its tail.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
 PACKED_TAG = "dense_packed"
+PARALLEL_TASKS = 8  # Note [tails]: enough loop iterations to balance a few threads
 
 
 @dataclass(frozen=True)
@@ -179,20 +188,46 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     rows = [iv for iv in rows if _extent(iv) != 1]
     if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
         stage.reorder(*batch, *rows, col)
+    n_rows = math.prod(_extent(iv) or 0 for iv in rows) if rows else 1
+    n_cols = _extent(col) or 0
     if rows:
         row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
         ro, no, ri, ni = stage.tile(row, col, blk.mr, blk.nr)
         stage.reorder(*batch, no, ro, ri, ni)
-        outer = [*batch, no, ro]
+        tiles = [no, ro]
     else:
         no, ni = stage.split(col, factor=blk.nr)
-        outer = [*batch, no]
-    tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
-    stage.parallel(tile)
+        tiles = [no]
+    if n_rows % blk.mr == 0 and n_cols % blk.nr == 0:
+        outer = [*batch, *tiles]
+        tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+        stage.parallel(tile)
+    else:
+        tile = _parallel_with_tails(stage, batch, tiles, n_rows, n_cols, blk)
     if blk.lanes > 1:
         _, lanes = stage.split(ni, factor=blk.lanes)
         stage.vectorize(lanes)
     return tile
+
+
+def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blocking):
+    """Note [tails]: the loops over tiles when rows or columns do not divide into whole tiles.
+    No tile loop is fused with another, so that each tail guard stays affine in one loop var and
+    partition_loop peels the partial tiles off a guard-free main part; the parallel loop is the
+    batch (fused), the panels or the row tiles: the first with PARALLEL_TASKS iterations (else
+    the one with the most). Returns the innermost tile loop (where the micro-kernel goes)."""
+    n_batch = math.prod(_extent(iv) or 1 for iv in batch)
+    if len(batch) > 1:
+        batch = [stage.fuse(*batch)]
+    counts = {"batch": n_batch if batch else 0, "cols": -(-n_cols // blk.nr)}
+    counts["rows"] = -(-n_rows // blk.mr) if len(tiles) > 1 else 0
+    ready = [name for name, c in counts.items() if c >= PARALLEL_TASKS]
+    pick = ready[0] if ready else max(counts, key=counts.get)
+    no, ro = tiles[0], tiles[-1]
+    if pick == "rows":
+        stage.reorder(*batch, ro, no)
+    stage.parallel({"batch": batch[0] if batch else None, "cols": no, "rows": ro}[pick])
+    return no if pick == "rows" else ro
 
 
 def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
