@@ -9,6 +9,7 @@ Cases (each an ONNX model of one node; float32; constant weights are initializer
     gemm    Gemm [32 x 1024] x [1024 x 8210]^T          (transB=1, with a bias)
     vocab   MatMul [1 x 768] x [768 x 30522]           (a language model's vocabulary, one token)
     vit_qk  MatMul [1,12,197,64] x [1,12,64,197]       (both operands inputs)
+    vit_qkt MatMul [1,12,197,64] x Transpose([1,12,197,64])   (q @ k^T as exported)
     vit_av  MatMul [1,12,197,197] x [1,12,197,64]
     clip_qk MatMul [1,8,77,64] x [1,8,64,77]
 
@@ -59,13 +60,18 @@ def _gemm_const(m: int, k: int, n: int, seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _batch_matmul(a_shape, b_shape) -> onnx.ModelProto:
-    out = [*a_shape[:-1], b_shape[-1]]
+def _batch_matmul(a_shape, b_shape, transpose_b=False) -> onnx.ModelProto:
+    """a @ b, or a @ b^T (b given as (..., N, K) and transposed by a Transpose node, as
+    attention's q @ k^T is exported)."""
+    out = [*a_shape[:-1], b_shape[-2 if transpose_b else -1]]
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape))
     b = helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, out)
-    node = helper.make_node("MatMul", ["a", "b"], ["y"])
-    graph = helper.make_graph([node], "batch_matmul", [a, b], [y])
+    nodes = [helper.make_node("MatMul", ["a", "bt" if transpose_b else "b"], ["y"])]
+    if transpose_b:
+        perm = [*range(len(b_shape) - 2), len(b_shape) - 1, len(b_shape) - 2]
+        nodes.insert(0, helper.make_node("Transpose", ["b"], ["bt"], perm=perm))
+    graph = helper.make_graph(nodes, "batch_matmul", [a, b], [y])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -76,6 +82,11 @@ CASES = {
     "vocab": (lambda: _matmul_const(1, 768, 30522), 2 * 768 * 30522, 768 * 30522 * 4),
     "vit_qk": (
         lambda: _batch_matmul((1, 12, 197, 64), (1, 12, 64, 197)),
+        2 * 12 * 197**2 * 64,
+        None,
+    ),
+    "vit_qkt": (
+        lambda: _batch_matmul((1, 12, 197, 64), (1, 12, 197, 64), transpose_b=True),
         2 * 12 * 197**2 * 64,
         None,
     ),

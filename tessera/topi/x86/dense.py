@@ -41,6 +41,8 @@ from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
 PACKED_TAG = "dense_packed"
+TILE_INTENSITY = 0.8  # Note [tile waste]: a tile keeps this share of the best FMAs per load
+TILE_GAIN = 0.1  # ... and replaces the densest tile only when it wastes this much less
 PARALLEL_TASKS = 8  # Note [tails]: enough loop iterations to balance a few threads
 
 
@@ -97,8 +99,63 @@ def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None 
         nv = min(nv, -(-N // lanes))  # no tile wider than the matrix
     mr = max(1, min((regs - nv - 1) // nv, M))
     l1 = caches.get(1, DEFAULT_CACHES[1])
+    kc = _k_block(l1, mr, nv, lanes, K)
+    return Blocking(lanes, regs, mr, nv, kc, l1, caches.get(2, DEFAULT_CACHES[2]))
+
+
+def _k_block(l1: int, mr: int, nv: int, lanes: int, K: int) -> int:
+    """The largest power of two whose B slice (kc x nr) and A slice (mr x kc) fit in L1."""
     kc = 1 << max(3, int(math.log2(max(8, l1 // ((mr + nv * lanes) * 4)))))
-    return Blocking(lanes, regs, mr, nv, min(kc, K), l1, caches.get(2, DEFAULT_CACHES[2]))
+    return min(kc, K)
+
+
+def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Blocking:
+    """Note [tile waste]: choose_blocking's register tile rechosen for the tiles' waste.
+
+    A partial tile costs a whole one (its rows and vectors run, their results are dropped), so
+    with M = 197 or N = 77 the most FMAs per load is not the fastest tile. Each (mr, nv) that
+    fits the registers is rated by the useful share of its FMA slots: mr*nv FMAs per k step
+    against mr + nv loads (whichever takes longer), times M*N over the rows and columns its
+    tiles cover. Tiles with under TILE_INTENSITY of the best FMAs per load are left out (few
+    accumulators hide FMA latency badly), and so are those that make fewer tiles than
+    PARALLEL_TASKS (or than choose_blocking's tile makes) to share among threads, and those
+    with more vectors than rows (the B row's registers and LLVM's loads of the next k step
+    push it to spill: 3 x 7 did on AVX-512). Among the
+    rest the highest rate (in percent) wins, then the most FMAs per load; it replaces
+    choose_blocking's tile only when its rate is TILE_GAIN higher (a few percent of waste is
+    not worth a smaller register block). `nv` given: the panel width is fixed (packed weights).
+    """
+    base = choose_blocking(target, M, N, K, nv=nv)
+    lanes, regs = base.lanes, base.registers
+    widths = [nv] if nv is not None else range(1, min(regs - 2, -(-N // lanes)) + 1)
+    tiles = [(mr, v) for v in widths for mr in range(1, min((regs - v - 1) // v, M) + 1)]
+    if not tiles:
+        return base
+
+    def intensity(tile):
+        return tile[0] * tile[1] / (tile[0] + tile[1])
+
+    def rate(tile):
+        mr, v = tile
+        covered = -(-M // mr) * mr * -(-N // (v * lanes)) * v * lanes
+        return mr * v * M * N / covered / max(mr * v, mr + v)
+
+    def count(tile):
+        return -(-M // tile[0]) * -(-N // (tile[1] * lanes))
+
+    best = max(intensity(t) for t in tiles)
+    enough = min(PARALLEL_TASKS, count((base.mr, base.nv)))
+    tiles = [
+        t
+        for t in tiles
+        if intensity(t) >= TILE_INTENSITY * best and count(t) >= enough and t[0] >= min(t[1], M)
+    ]
+    if not tiles:
+        return base
+    mr, v = max(tiles, key=lambda t: (round(100 * rate(t)), intensity(t)))
+    if rate((mr, v)) < (1 + TILE_GAIN) * rate((base.mr, base.nv)):
+        return base
+    return dataclasses.replace(base, mr=mr, nv=v, kc=_k_block(base.l1, mr, v, lanes, K))
 
 
 def panel_width(target, N: int) -> int:
@@ -289,7 +346,7 @@ def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
     M, N = _static(anchor.shape)
     nr = int(anchor.op.attrs["nr"])
     K = int(anchor.op.reduce_axis[0].dom.extent.value)
-    blk = with_config(blocking_for_panel(target, M, N, K, nr), config)
+    blk = with_config(blocking_for_panel(target, M, N, K, nr, fit=True), config)
     record_config(s, Config("packed", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))
     return schedule_gemm(s, outs, anchor, blk, target)
 
@@ -301,11 +358,12 @@ def with_config(blk: Blocking, config) -> Blocking:
     return dataclasses.replace(blk, mr=config["mr"], kc=config["kc"])
 
 
-def blocking_for_panel(target, M: int, N: int, K: int, nr: int) -> Blocking:
+def blocking_for_panel(target, M: int, N: int, K: int, nr: int, fit: bool = False) -> Blocking:
     """The blocking of a kernel whose weight panels are nr wide (packed for this target, or not:
-    then vectors as wide as divide nr)."""
+    then vectors as wide as divide nr); `fit`: rows chosen for the tiles' waste (fit_blocking)."""
     lanes = _lanes(target)
     while nr % lanes:
         lanes //= 2
-    blk = choose_blocking(target, M, N, K, nv=nr // lanes)
+    choose = fit_blocking if fit and lanes == _lanes(target) else choose_blocking
+    blk = choose(target, M, N, K, nv=nr // lanes)
     return Blocking(lanes, blk.registers, blk.mr, nr // lanes, blk.kc, blk.l1, blk.l2)
