@@ -9,7 +9,10 @@ import pytest
 
 import tessera
 from tessera import te
+from tessera.topi import nn as topi_nn
+from tessera.topi.strategy import ConfigRecord
 from tessera.topi.testing import check_ops
+from tessera.topi.x86 import batch_matmul as x86_bmm
 from tessera.topi.x86 import dense as x86_dense
 from tessera.topi.x86.asm import fma_loops, loop_summary
 from tessera.topi.x86.cpu import vector_registers
@@ -47,6 +50,21 @@ def test_blocking_fills_the_registers_by_rule(target):
         x86_dense.choose_blocking(t, 0, 5, 3)
 
 
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver4", "llvm -mcpu=haswell", "llvm -mcpu=x86-64"])
+def test_fit_blocking_wastes_less_of_the_tiles(target):
+    """Note [tile waste]: the tile always fits the registers, is the densest where the tiles
+    are whole, and covers 77 columns with 5 vectors rather than 64 + 13."""
+    t = tessera.Target(target)
+    for M, N, K in [(77, 77, 64), (197, 197, 64), (40, 18710, 120), (9, 23, 7), (1, 1000, 512)]:
+        fit = x86_dense.fit_blocking(t, M, N, K)
+        assert fit.mr * fit.nv + fit.nv + 1 <= vector_registers(t)
+        assert fit.mr <= M and fit.nv <= math.ceil(N / fit.lanes)
+    for M, N, K in [(128, 768, 768), (1024, 1024, 1024)]:  # whole tiles: the densest
+        assert x86_dense.fit_blocking(t, M, N, K) == x86_dense.choose_blocking(t, M, N, K)
+    if t.vector_lanes("float32") == 16:
+        assert x86_dense.fit_blocking(t, 77, 77, 64).nr == 80  # 5 vectors, not 64 + 13
+
+
 def test_pack_weight_np_pads_the_last_panel():
     w = randn(5, 7)  # (K, N)
     p = x86_dense.pack_weight_np(w, 4, transposed=False)
@@ -57,7 +75,15 @@ def test_pack_weight_np_pads_the_last_panel():
 
 
 # (data shape, units): 128 rows (21 full tiles of 6 and a tail), N and K off the blocks
-DENSE_SHAPES = [((1, 128, 96), 100), ((7, 33), 17), ((2, 7, 300), 64), ((9,), 5), ((3, 1), 40)]
+DENSE_SHAPES = [
+    ((1, 128, 96), 100),
+    ((7, 33), 17),
+    ((2, 7, 300), 64),
+    ((9,), 5),
+    ((3, 1), 40),
+    ((70, 16), 20),
+    ((40, 24), 530),
+]  # tails with rows, then panels, in parallel
 
 
 @pytest.mark.parametrize("target", runnable_targets())
@@ -74,6 +100,7 @@ def test_dense_packed_matches_reference(target):
 MATMUL = [
     ("matmul", [randn(1, 4, 37, 16), randn(1, 4, 16, 41)], {}),  # attention-like, 4-D
     ("matmul", [randn(3, 20, 9), randn(9, 70)], {}),  # a 2-D weight broadcast over batches
+    ("matmul", [randn(9, 13, 8), randn(9, 8, 21)], {}),  # tails, the batch in parallel
     ("matmul", [randn(2, 1, 3, 4), randn(5, 4, 2)], {}),  # broadcast batch dims
     ("matmul", [randn(6), randn(6, 5)], {}),  # 1-D operands keep the generic schedule
     ("matmul", [randn(3, 6), randn(6)], {}),
@@ -104,6 +131,54 @@ def test_k_loop_keeps_the_accumulators_in_registers():
     assert any(loop["fma"] >= blk.mr * blk.nv for loop in loops)
     for loop in loops:
         assert loop["stores"] == 0 and loop["stack"] == 0, loop
+
+
+TAIL_PRODUCTS = [  # Note [tails]: rows and columns that do not fill whole tiles
+    lambda: x86_dense.dense_packed(
+        te.placeholder((40, 120), name="x"), te.placeholder((5, 120, 64), name="wp"), 290
+    ),
+    lambda: topi_nn.batch_matmul(
+        te.placeholder((12, 197, 64), name="a"),
+        te.placeholder((12, 197, 64), name="b"),
+        transpose_b=True,
+    ),
+    lambda: topi_nn.matmul(
+        te.placeholder((2, 77, 64), name="a"), te.placeholder((2, 64, 77), name="b")
+    ),
+]
+
+
+@pytest.mark.parametrize("product", range(len(TAIL_PRODUCTS)))
+def test_tails_keep_a_full_micro_kernel(product):
+    """Partial tiles are peeled off: the main k loop is the whole mr x nv register block with
+    its accumulators in registers (a tail's partial vector may cost LLVM a register or two)."""
+    if "fma" not in HOST.features or not HOST.llvm_triple.startswith("x86_64"):
+        pytest.skip("the assembly check reads x86 FMA code")
+    y = TAIL_PRODUCTS[product]()
+    args = [*y.op.input_tensors, y]
+    while any(isinstance(t.op, te.ComputeOp) for t in args[:-1]):  # the transposing stage
+        args = [u for t in args[:-1] for u in (t.op.input_tensors or [t])] + [y]
+    with HOST:
+        if y.op.tag == "injective":
+            s = x86_dense.schedule_dense_packed([y], HOST)
+        else:
+            s = x86_bmm.schedule_matmul([y], HOST)
+        f = tessera.build(s, args, target=HOST)
+    cfg = dict(next(step for step in s.steps if isinstance(step, ConfigRecord)).values)
+    loops = [loop_summary(body) for body in fma_loops(f.get_source("asm"))]
+    main = max(loops, key=lambda loop: loop["fma"])
+    assert main["fma"] >= cfg["mr"] * cfg["nv"], (cfg, loops)
+    # a guarded tile spills its accumulators: stores in the k loop
+    assert main["stores"] == 0 and main["stack"] == 0, (cfg, main)
+    arrays = [randn(*[int(d.value) for d in t.shape]) for t in args[:-1]]
+    out = tessera.nd.array(np.zeros([int(d.value) for d in y.shape], "float32"))
+    f(*[tessera.nd.array(a) for a in arrays], out)
+    a, b = arrays
+    if product == 0:
+        want = a @ b.transpose(1, 0, 2).reshape(120, -1)[:, :290]
+    else:
+        want = a @ (b.transpose(0, 2, 1) if product == 1 else b)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 # -- fused epilogues, end to end against ONNX Runtime -------------------------------------------

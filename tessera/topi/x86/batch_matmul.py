@@ -22,7 +22,7 @@ from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.nn.dense import PACK_TAG
 from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
 from tessera.topi.strategy import Config, record_config
-from tessera.topi.x86.dense import choose_blocking, schedule_gemm, with_config
+from tessera.topi.x86.dense import choose_blocking, fit_blocking, schedule_gemm, with_config
 
 ANCHOR_TAGS = ("dense", "matmul", "batch_matmul")
 
@@ -74,7 +74,7 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
             else:
                 s[t].compute_inline()
     if config is None:
-        blk = choose_blocking(target, M, N, K)
+        blk = fit_blocking(target, M, N, K)
     else:
         blk = with_config(choose_blocking(target, M, N, K, nv=config["nv"]), config)
     record_config(s, Config("blocked", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))

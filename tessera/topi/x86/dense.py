@@ -10,12 +10,20 @@ micro-kernel streams a panel with aligned vector loads and broadcasts one elemen
 and step of k into mr x nv vector accumulators that stay in registers for the whole k loop.
 Tiles run in parallel, panel-major (a thread reuses its panel from L2 across row tiles). The
 group's element-wise epilogue (bias, GELU, residual add) is applied to each tile right after its
-k loop, while the tile is in cache. Row and column tails are guarded (peeled by partition_loop);
-the zero padding of the last panel makes its k loop uniform.
+k loop, while the tile is in cache. Row and column tails are guarded, and the guards are peeled
+off a guard-free main part by partition_loop (Note [tails]).
 
 Note [row view]: x's leading axes are rows of one matrix (M = their product). The reduction is
 computed on a 2-D (M, N) view and the output stage reads it back with the leading index raveled,
 so fusing the output's leading loops gives the row loop that is tiled by mr.
+
+Note [tails]: when the rows (M) or columns (N) do not divide into mr x nr tiles, the partial
+tiles' guards (`ro*mr + ri < M`, `no*nr + ni < N`) must stay affine in one loop var each, or
+partition_loop cannot peel them and every tile keeps per-element guards in its register block
+(LLVM then spills the accumulators: 20x slower, e.g. [40 x 120] x [120 x 18710]). So the tile
+loops are not fused into one parallel loop then; the parallel loop is the first of the batch
+(fused), the column panels or the row tiles that has PARALLEL_TASKS iterations (else the
+largest), and the others run inside it, each peeled into its whole tiles and its tail.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
 PACKED_TAG = "dense_packed"
+TILE_INTENSITY = 0.8  # Note [tile waste]: a tile keeps this share of the best FMAs per load
+TILE_GAIN = 0.1  # ... and replaces the densest tile only when it wastes this much less
+PARALLEL_TASKS = 8  # Note [tails]: enough loop iterations to balance a few threads
 
 
 @dataclass(frozen=True)
@@ -88,8 +99,63 @@ def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None 
         nv = min(nv, -(-N // lanes))  # no tile wider than the matrix
     mr = max(1, min((regs - nv - 1) // nv, M))
     l1 = caches.get(1, DEFAULT_CACHES[1])
+    kc = _k_block(l1, mr, nv, lanes, K)
+    return Blocking(lanes, regs, mr, nv, kc, l1, caches.get(2, DEFAULT_CACHES[2]))
+
+
+def _k_block(l1: int, mr: int, nv: int, lanes: int, K: int) -> int:
+    """The largest power of two whose B slice (kc x nr) and A slice (mr x kc) fit in L1."""
     kc = 1 << max(3, int(math.log2(max(8, l1 // ((mr + nv * lanes) * 4)))))
-    return Blocking(lanes, regs, mr, nv, min(kc, K), l1, caches.get(2, DEFAULT_CACHES[2]))
+    return min(kc, K)
+
+
+def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Blocking:
+    """Note [tile waste]: choose_blocking's register tile rechosen for the tiles' waste.
+
+    A partial tile costs a whole one (its rows and vectors run, their results are dropped), so
+    with M = 197 or N = 77 the most FMAs per load is not the fastest tile. Each (mr, nv) that
+    fits the registers is rated by the useful share of its FMA slots: mr*nv FMAs per k step
+    against mr + nv loads (whichever takes longer), times M*N over the rows and columns its
+    tiles cover. Tiles with under TILE_INTENSITY of the best FMAs per load are left out (few
+    accumulators hide FMA latency badly), and so are those that make fewer tiles than
+    PARALLEL_TASKS (or than choose_blocking's tile makes) to share among threads, and those
+    with more vectors than rows (the B row's registers and LLVM's loads of the next k step
+    push it to spill: 3 x 7 did on AVX-512). Among the
+    rest the highest rate (in percent) wins, then the most FMAs per load; it replaces
+    choose_blocking's tile only when its rate is TILE_GAIN higher (a few percent of waste is
+    not worth a smaller register block). `nv` given: the panel width is fixed (packed weights).
+    """
+    base = choose_blocking(target, M, N, K, nv=nv)
+    lanes, regs = base.lanes, base.registers
+    widths = [nv] if nv is not None else range(1, min(regs - 2, -(-N // lanes)) + 1)
+    tiles = [(mr, v) for v in widths for mr in range(1, min((regs - v - 1) // v, M) + 1)]
+    if not tiles:
+        return base
+
+    def intensity(tile):
+        return tile[0] * tile[1] / (tile[0] + tile[1])
+
+    def rate(tile):
+        mr, v = tile
+        covered = -(-M // mr) * mr * -(-N // (v * lanes)) * v * lanes
+        return mr * v * M * N / covered / max(mr * v, mr + v)
+
+    def count(tile):
+        return -(-M // tile[0]) * -(-N // (tile[1] * lanes))
+
+    best = max(intensity(t) for t in tiles)
+    enough = min(PARALLEL_TASKS, count((base.mr, base.nv)))
+    tiles = [
+        t
+        for t in tiles
+        if intensity(t) >= TILE_INTENSITY * best and count(t) >= enough and t[0] >= min(t[1], M)
+    ]
+    if not tiles:
+        return base
+    mr, v = max(tiles, key=lambda t: (round(100 * rate(t)), intensity(t)))
+    if rate((mr, v)) < (1 + TILE_GAIN) * rate((base.mr, base.nv)):
+        return base
+    return dataclasses.replace(base, mr=mr, nv=v, kc=_k_block(base.l1, mr, v, lanes, K))
 
 
 def panel_width(target, N: int) -> int:
@@ -179,20 +245,46 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     rows = [iv for iv in rows if _extent(iv) != 1]
     if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
         stage.reorder(*batch, *rows, col)
+    n_rows = math.prod(_extent(iv) or 0 for iv in rows) if rows else 1
+    n_cols = _extent(col) or 0
     if rows:
         row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
         ro, no, ri, ni = stage.tile(row, col, blk.mr, blk.nr)
         stage.reorder(*batch, no, ro, ri, ni)
-        outer = [*batch, no, ro]
+        tiles = [no, ro]
     else:
         no, ni = stage.split(col, factor=blk.nr)
-        outer = [*batch, no]
-    tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
-    stage.parallel(tile)
+        tiles = [no]
+    if n_rows % blk.mr == 0 and n_cols % blk.nr == 0:
+        outer = [*batch, *tiles]
+        tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+        stage.parallel(tile)
+    else:
+        tile = _parallel_with_tails(stage, batch, tiles, n_rows, n_cols, blk)
     if blk.lanes > 1:
         _, lanes = stage.split(ni, factor=blk.lanes)
         stage.vectorize(lanes)
     return tile
+
+
+def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blocking):
+    """Note [tails]: the loops over tiles when rows or columns do not divide into whole tiles.
+    No tile loop is fused with another, so that each tail guard stays affine in one loop var and
+    partition_loop peels the partial tiles off a guard-free main part; the parallel loop is the
+    batch (fused), the panels or the row tiles: the first with PARALLEL_TASKS iterations (else
+    the one with the most). Returns the innermost tile loop (where the micro-kernel goes)."""
+    n_batch = math.prod(_extent(iv) or 1 for iv in batch)
+    if len(batch) > 1:
+        batch = [stage.fuse(*batch)]
+    counts = {"batch": n_batch if batch else 0, "cols": -(-n_cols // blk.nr)}
+    counts["rows"] = -(-n_rows // blk.mr) if len(tiles) > 1 else 0
+    ready = [name for name, c in counts.items() if c >= PARALLEL_TASKS]
+    pick = ready[0] if ready else max(counts, key=counts.get)
+    no, ro = tiles[0], tiles[-1]
+    if pick == "rows":
+        stage.reorder(*batch, ro, no)
+    stage.parallel({"batch": batch[0] if batch else None, "cols": no, "rows": ro}[pick])
+    return no if pick == "rows" else ro
 
 
 def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
@@ -254,7 +346,7 @@ def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
     M, N = _static(anchor.shape)
     nr = int(anchor.op.attrs["nr"])
     K = int(anchor.op.reduce_axis[0].dom.extent.value)
-    blk = with_config(blocking_for_panel(target, M, N, K, nr), config)
+    blk = with_config(blocking_for_panel(target, M, N, K, nr, fit=True), config)
     record_config(s, Config("packed", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))
     return schedule_gemm(s, outs, anchor, blk, target)
 
@@ -266,11 +358,12 @@ def with_config(blk: Blocking, config) -> Blocking:
     return dataclasses.replace(blk, mr=config["mr"], kc=config["kc"])
 
 
-def blocking_for_panel(target, M: int, N: int, K: int, nr: int) -> Blocking:
+def blocking_for_panel(target, M: int, N: int, K: int, nr: int, fit: bool = False) -> Blocking:
     """The blocking of a kernel whose weight panels are nr wide (packed for this target, or not:
-    then vectors as wide as divide nr)."""
+    then vectors as wide as divide nr); `fit`: rows chosen for the tiles' waste (fit_blocking)."""
     lanes = _lanes(target)
     while nr % lanes:
         lanes //= 2
-    blk = choose_blocking(target, M, N, K, nv=nr // lanes)
+    choose = fit_blocking if fit and lanes == _lanes(target) else choose_blocking
+    blk = choose(target, M, N, K, nv=nr // lanes)
     return Blocking(lanes, blk.registers, blk.mr, nr // lanes, blk.kc, blk.l1, blk.l2)

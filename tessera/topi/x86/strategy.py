@@ -48,7 +48,7 @@ from tessera.topi.x86.conv2d import (
 from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
 from tessera.topi.x86.dense import (
     blocking_for_panel,
-    choose_blocking,
+    fit_blocking,
     pack_weight_np,
     panel_width,
 )
@@ -395,7 +395,8 @@ def _packed_gemm(wl: Workload) -> _Gemm | None:
 
 def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
     regs, lanes = vector_registers(target), target.vector_lanes("float32")
-    nvs = sorted({1, 2, 4} | ({-(-g.N // lanes)} if -(-g.N // lanes) < 4 else set()))
+    widths = range(1, min(regs // 2, -(-g.N // lanes)) + 1)  # Note [tile waste] in dense.py
+    nvs = sorted({1, 2, 4, default_blocking(target).nv, *widths})
     kcs = sorted({min(1 << i, g.K) for i in range(3, 12)} | {default_blocking(target).kc})
     knobs = [
         Knob(
@@ -417,7 +418,7 @@ def _blocked_space(wl: Workload, target) -> ConfigSpace | None:
     g = _Gemm.of(wl)
     if g is None:
         return None
-    return _gemm_space(g, target, lambda t: choose_blocking(t, g.M, g.N, g.K))
+    return _gemm_space(g, target, lambda t: fit_blocking(t, g.M, g.N, g.K))
 
 
 def _packed_space(wl: Workload, target) -> ConfigSpace | None:
@@ -426,7 +427,7 @@ def _packed_space(wl: Workload, target) -> ConfigSpace | None:
         return None
 
     def blocking(t):
-        return blocking_for_panel(t, g.M, g.N, g.K, panel_width(t, g.N))
+        return blocking_for_panel(t, g.M, g.N, g.K, panel_width(t, g.N), fit=True)
 
     return _gemm_space(g, target, blocking)
 
