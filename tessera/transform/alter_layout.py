@@ -39,7 +39,7 @@ from tessera.transform.pass_context import PassContext
 # or the whole vector where narrower: narrower blocks leave the vector unit mostly idle, so
 # such a conv stays in NCHW, generic schedule). A conv's input block is that of its input when
 # the input is already blocked (no re-blocking between convs), else the rule's. Grouped convs
-# need blocks that divide the channels of a group. This pass only moves values between
+# take any blocks (Note [grouped blocks] in topi/x86/conv2d.py). This pass only moves values between
 # layouts; which layout a conv wants, and its weights in that layout, the strategy answers.
 
 # Note [channel padding]

@@ -307,3 +307,67 @@ def test_onnx_model_with_concat_and_pools_matches_ort(target):
     m.set_input("x", x)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def _shuffle_unit_model(channels, groups, hw):
+    """A ShuffleNet unit in ONNX: grouped 1x1, batch-norm, relu, channel shuffle
+    (Reshape-Transpose-Reshape), depthwise 3x3, grouped 1x1, residual add, relu."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c, g = channels, groups
+
+    def init(name, array):
+        return numpy_helper.from_array(np.asarray(array, "f4"), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], group=g),
+        helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("Reshape", ["r1", "split"], ["s1"]),
+        helper.make_node("Transpose", ["s1"], ["t1"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t1", "merge"], ["s2"]),
+        helper.make_node("Conv", ["s2", "wd"], ["c2"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w2"], ["c3"], group=g),
+        helper.make_node("Add", ["c3", "x"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    inits = [
+        init("w1", RNG.standard_normal((c, c // g, 1, 1)) * 0.3),
+        init("wd", RNG.standard_normal((c, 1, 3, 3)) * 0.3),
+        init("w2", RNG.standard_normal((c, c // g, 1, 1)) * 0.3),
+        init("s", RNG.uniform(0.5, 1.5, c)), init("b", RNG.standard_normal(c)),
+        init("m", RNG.standard_normal(c) * 0.1), init("v", RNG.uniform(0.5, 2, c)),
+        numpy_helper.from_array(np.array([1, g, c // g, hw, hw], "i8"), "split"),
+        numpy_helper.from_array(np.array([1, c, hw, hw], "i8"), "merge"),
+    ]  # fmt: skip
+    shape = [1, c, hw, hw]
+    graph = helper.make_graph(
+        nodes,
+        "shuffle_unit",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("channels, groups", [(4 * 34, 4), (6 * 20, 6), (8 * 12, 8)])
+def test_shuffle_unit_with_groups_the_blocks_do_not_divide_matches_ort(target, channels, groups):
+    """Note [grouped blocks]: groups of 34, 20 and 12 channels run blocked (no NCHW grouped
+    conv left) and match ONNX Runtime on AVX-512 and AVX2 code."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _shuffle_unit_model(channels, groups, 6)
+    x = RNG.standard_normal((1, channels, 6, 6)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, tessera.Target(target), params)
+    ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
+    convs = [name for name in ops if name.startswith("nn.conv2d")]
+    assert convs == ["nn.conv2d_nchwc"] * 3, convs
+    lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)

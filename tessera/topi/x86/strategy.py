@@ -40,6 +40,7 @@ from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_
 from tessera.topi.x86 import ops  # noqa: F401  (registers the x86 ops and schedules)
 from tessera.topi.x86.conv2d import (
     PREFETCH_MAX_REUSE,
+    GroupWindow,
     _accumulator_budget,
     choose_conv_tile,
     pad_per_tile_rule,
@@ -120,21 +121,38 @@ class _Conv:
 
     def out_blocks(self) -> list[int]:
         """Candidate output blocks: powers of two from min_block to the lanes dividing the
-        (per-group) output channels, and the lanes with padded channels where the rule pads."""
+        output channels, and the lanes with padded channels where the rule pads (not for
+        groups: Note [grouped blocks] in conv2d.py)."""
         if self.groups > 1:
-            return [
-                b for b in _powers(self.min_block, self.lanes) if (self.oc // self.groups) % b == 0
-            ]
+            return [b for b in _powers(self.min_block, self.lanes) if self.oc % b == 0]
         blocks = [b for b in _powers(self.min_block, self.lanes) if self.oc % b == 0]
         block, padded = output_block(self.oc, self.lanes)
         if padded != self.oc:
             blocks.append(block)
         return blocks
 
-    def default_out_block(self) -> int:
+    def default_out_block(self, context=None) -> int:
         if self.groups > 1:
-            return channel_block(self.oc // self.groups, self.lanes)
+            return self.group_blocks(context or {})[1]
         return output_block(self.oc, self.lanes)[0]
+
+    def group_blocks(self, context) -> tuple[int, int]:
+        """(input block, output block) of a grouped conv (Note [grouped blocks] in conv2d.py).
+        Blocks that divide the channels of a group when the output's fills a vector (no
+        wasted work); else the input's own block and the output block doing the least work per
+        lane, kept only while it wastes less than half the vector: a wider span of groups per
+        block does more multiply-adds by zero weights. An output block under min_block: NCHW."""
+        cg, og = self.ic // self.groups, self.oc // self.groups
+        aligned = channel_block(og, self.lanes)
+        if aligned >= self.min_block:
+            return channel_block(cg, self.lanes), aligned
+        ib = context.get("in_block") or channel_block(self.ic, self.lanes)
+        best, best_cost = (ib, aligned), math.inf
+        for ob in self.out_blocks():
+            work = GroupWindow.of(self.ic, self.oc, self.groups, ib, ob).work()
+            if work <= ob / 2 and work / ob < best_cost:
+                best, best_cost = (ib, ob), work / ob
+        return best
 
     def padded_out(self, block: int) -> int:
         return -(-self.oc // block) * block
@@ -163,7 +181,8 @@ def _tile_knobs(c: _Conv) -> list[Knob]:
 def _default_tile(field: int):
     def rule(wl, target, context):
         c = _Conv.of(wl, target)
-        ocb = c.padded_out(c.default_out_block()) // c.default_out_block()
+        ob = c.default_out_block(context)
+        ocb = c.padded_out(ob) // ob
         tile = choose_conv_tile(c.ow, ocb, c.registers, c.depthwise)
         return (tile.ow_block, tile.oc_vectors)[field]
 
@@ -174,7 +193,7 @@ def _default_prefetch(wl, target, context) -> bool:
     """Note [weight prefetch] in conv2d.py: weights larger than L2, two chunks within half of
     it, few outputs reusing each weight (of the default tile)."""
     c = _Conv.of(wl, target)
-    ob = c.default_out_block()
+    ob = c.default_out_block(context)
     ocp = c.padded_out(ob)
     icp = context.get("in_channels", c.ic)
     total = ocp * (icp // c.groups) * c.kh * c.kw * 4
@@ -189,7 +208,7 @@ def _default_pad_per_tile(wl, target, context) -> bool:
     c = _Conv.of(wl, target)
     ib = context.get("in_block") or channel_block(c.ic, c.lanes)
     if c.groups > 1:
-        ib = channel_block(c.ic // c.groups, c.lanes)
+        ib = c.group_blocks(context)[0]
     window_h = (c.kh - 1) * c.dilation[0] + 1
     window_w = (c.kw - 1) * c.dilation[1] + 1
     owb = _default_tile(0)(wl, target, context)
@@ -201,7 +220,7 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
     if c is None or c.depthwise or not c.out_blocks():
         return None
     knobs = [
-        Knob("out_block", tuple(c.out_blocks()), default=lambda *a: c.default_out_block()),
+        Knob("out_block", tuple(c.out_blocks()), default=lambda *a: c.default_out_block(a[2])),
         *_tile_knobs(c),
         Knob("oc_vectors", (1, 2, 3, 4), default=_default_tile(1)),
         Knob("prefetch", (False, True), default=_default_prefetch),
@@ -262,7 +281,7 @@ def _conv_default(wl: Workload, target, context) -> str:
         return "nchw" if ob < c.min_block or ob % c.min_block else "depthwise_nchwc"
     if c.groups > 1 and context.get("in_padded"):
         return "nchw"
-    ob = c.default_out_block()
+    ob = c.default_out_block(context)
     if ob < c.min_block:
         return "nchw"
     ib = context.get("in_block") or channel_block(c.ic, c.lanes)
@@ -285,13 +304,12 @@ def _direct_layout(wl: Workload, config: Config, context, target, w: np.ndarray)
     if c.groups > 1:
         if context.get("in_padded"):
             return None  # channel offsets of groups need the true channels
-        ib = channel_block(c.ic // c.groups, c.lanes)
-        icp, ocp = c.ic, c.oc
+        ib = c.group_blocks(context)[0]
+        weight = GroupWindow.of(c.ic, c.oc, c.groups, ib, ob).pack(w)
     else:
         ib = context.get("in_block") or channel_block(c.ic, c.lanes)
         icp, ocp = context.get("in_channels", c.ic), c.padded_out(ob)
-    array = _padded_weight(c, w, ocp, icp)
-    weight = transform_array(array, "OIHW", f"OIHW{ib}i{ob}o")
+        weight = transform_array(_padded_weight(c, w, ocp, icp), "OIHW", f"OIHW{ib}i{ob}o")
     attrs = dict(wl.attrs, config=config.as_attr())
     return {
         "op": "nn.conv2d_nchwc",
