@@ -10,7 +10,9 @@
 sizes. What stays blocked: element-wise ops, broadcasts with per-channel or scalar operands
 (bias, batch-norm leftovers), residual adds of two blocked tensors, max/avg/global pools,
 concatenation along channels. Any other op gets its input back in NCHW (one transform per
-value, inserted before its first such use), and so do the function's outputs. Which layout a
+value, inserted before its first such use), and so do the function's outputs. A channel shuffle
+(reshape to (N, g, C/g, H, W), transpose(0, 2, 1, 3, 4), reshape back) of a blocked value
+becomes one blocked `channel_shuffle`. Which layout a
 conv or a pool takes, and its weight in that layout, is its strategy's answer
 (`topi.strategy.plan_layout`: the chosen config's layout hook); this pass only moves values
 between layouts. It needs the target (`with target:` around the graph passes, as `build` does,
@@ -27,7 +29,7 @@ from tessera.graph.op import OpKind, get_op
 from tessera.target import Target
 from tessera.topi import strategy
 from tessera.topi.layout import transform_array
-from tessera.transform.graph_pass import graph_pass
+from tessera.transform.graph_pass import graph_pass, uses
 from tessera.transform.pass_context import PassContext
 
 # Note [block rule]
@@ -85,6 +87,8 @@ class _Rewriter:
         self.defined: set[int] = {id(v) for v in (*func.params, *func.constants)}
         self.span: tuple[str, ...] = ()
         self.count = 0
+        self.shuffles = _shuffle_chains(func)  # id(first reshape) -> (its chain, groups)
+        self.skip: set[int] = set()  # calls a rewrite of an earlier call took over
 
     # -- values in either layout --------------------------------------------------------------
 
@@ -171,7 +175,9 @@ class _Rewriter:
     def run(self) -> Function:
         for call in self.func.body:
             self.span = call.span
-            if not self.rewrite(call):
+            if id(call) in self.skip:
+                continue
+            if not (self.shuffle(call) or self.rewrite(call)):
                 inputs = [self.plain(v) if id(v) in self.blocked else v for v in call.inputs]
                 same = all(a is b for a, b in zip(inputs, call.inputs, strict=True))
                 self.body.append(
@@ -223,6 +229,22 @@ class _Rewriter:
         suffix = "wino" if "winograd" in plan["op"] else "nchwc"
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
         self.set_blocked(out, yb, plan["out_block"])
+        return True
+
+    def shuffle(self, call: Call) -> bool:
+        """The chain of a channel shuffle whose input is blocked: one blocked channel_shuffle."""
+        if id(call) not in self.shuffles:
+            return False
+        (x,) = call.inputs
+        block = self.block_of(x)
+        if block is None or self.is_padded(x):
+            return False
+        chain, groups = self.shuffles[id(call)]
+        out = chain[-1].outputs[0]
+        xb, attrs = self.to_block(x, block), {"groups": groups}
+        yb = self.emit("channel_shuffle", [xb], attrs, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
+        self.skip.update(id(c) for c in chain[1:])
         return True
 
     def pool(self, call: Call) -> bool:
@@ -308,6 +330,35 @@ class _Rewriter:
         yb = self.emit("concatenate", inputs, {"axis": 1}, name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, block)
         return True
+
+
+def _shuffle_chains(func: Function) -> dict[int, tuple[tuple[Call, Call, Call], int]]:
+    """The channel shuffles of `func`: reshape (N, C, H, W) -> (N, g, C/g, H, W), transpose
+    (0, 2, 1, 3, 4), reshape back, the two inner values used once and not outputs."""
+    used = uses(func)
+    outputs = {id(v) for v in func.outputs}
+    only = {}  # id(value) -> its one user
+
+    for call in func.body:
+        for v in call.inputs:
+            if len(used[id(v)]) == 1 and id(v) not in outputs:
+                only[id(v)] = call
+    found = {}
+    for r1 in func.body:
+        if r1.op.name != "reshape" or len(r1.outputs) != 1 or not _is_plain_4d(r1.inputs[0].type):
+            continue
+        n, c, h, w = r1.inputs[0].type.shape
+        split = tuple(r1.outputs[0].type.shape)
+        if len(split) != 5 or (split[0], split[1] * split[2], *split[3:]) != (n, c, h, w):
+            continue
+        t = only.get(id(r1.outputs[0]))
+        if t is None or t.op.name != "transpose" or list(t.attrs["axes"]) != [0, 2, 1, 3, 4]:
+            continue
+        r2 = only.get(id(t.outputs[0]))
+        if r2 is None or r2.op.name != "reshape" or r2.outputs[0].type.shape != (n, c, h, w):
+            continue
+        found[id(r1)] = ((r1, t, r2), split[1])
+    return found
 
 
 @graph_pass(opt_level=2)

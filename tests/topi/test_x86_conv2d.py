@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tessera
+from tessera.graph.op import get_op
 from tessera.topi.testing import build_cases, check_ops
 from tessera.topi.x86.asm import fma_loops, loop_summary
 from tessera.topi.x86.conv2d import GroupWindow, choose_conv_tile
@@ -338,3 +339,20 @@ def test_group_window_packs_weights_and_counts_work(ic, oc, groups, ib, ob):
     if win.aligned:
         assert win.work() == 1 and win.blocks == ic // groups // ib
     assert win.work() == pytest.approx({272: 1.34, 24: 2.48, 96: 1.0}[ic], abs=0.01)
+
+
+def test_channel_shuffle_matches_reference_in_both_layouts():
+    """ShuffleNet's shuffle as one op: NCHW, and blocked where groups and blocks do not divide
+    each other (68 channels a group on blocks of 16, 3 groups on blocks of 8)."""
+    x = RNG.standard_normal((1, 272, 5, 3), dtype=np.float32)
+    y = RNG.standard_normal((2, 24, 4, 4), dtype=np.float32)
+    cases = [
+        ("channel_shuffle", [x], {"groups": 4}),
+        ("channel_shuffle", [transform_array(x, "NCHW", "NCHW16c")], {"groups": 4}),
+        ("channel_shuffle", [transform_array(y, "NCHW", "NCHW8c")], {"groups": 3}),
+    ]
+    check_ops(cases, schedule_target="x86", rtol=0, atol=0)
+    n, c, h, w = x.shape
+    want = x.reshape(n, 4, c // 4, h, w).transpose(0, 2, 1, 3, 4).reshape(x.shape)
+    (got,) = get_op("channel_shuffle").evaluate([x], {"groups": 4})
+    np.testing.assert_array_equal(got, want)

@@ -355,7 +355,8 @@ def _shuffle_unit_model(channels, groups, hw):
 @pytest.mark.parametrize("channels, groups", [(4 * 34, 4), (6 * 20, 6), (8 * 12, 8)])
 def test_shuffle_unit_with_groups_the_blocks_do_not_divide_matches_ort(target, channels, groups):
     """Note [grouped blocks]: groups of 34, 20 and 12 channels run blocked (no NCHW grouped
-    conv left) and match ONNX Runtime on AVX-512 and AVX2 code."""
+    conv left), the channel shuffle between them too (one blocked channel_shuffle), and the
+    unit matches ONNX Runtime on AVX-512 and AVX2 code."""
     ort = pytest.importorskip("onnxruntime")
     model = _shuffle_unit_model(channels, groups, 6)
     x = RNG.standard_normal((1, channels, 6, 6)).astype("f4")
@@ -366,6 +367,7 @@ def test_shuffle_unit_with_groups_the_blocks_do_not_divide_matches_ort(target, c
     ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
     convs = [name for name in ops if name.startswith("nn.conv2d")]
     assert convs == ["nn.conv2d_nchwc"] * 3, convs
+    assert "channel_shuffle" in ops and "transpose" not in ops  # the shuffle stays blocked
     lib = tessera.build(mod, target=target, params=params)
     m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
     m.set_input("x", x)
