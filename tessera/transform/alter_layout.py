@@ -75,6 +75,22 @@ def _is_plain_4d(t: TensorType) -> bool:
     return t.ndim == 4 and t.is_static and str(t.dtype) == "float32"
 
 
+def _is_plain(t: TensorType) -> bool:
+    """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
+    return t.ndim in (3, 4) and t.is_static and str(t.dtype) == "float32"
+
+
+def _as_4d_shape(shape) -> tuple[int, ...]:
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+
+
+# Note [1-D convs]
+# A 1-D conv (speech and audio models) is the 2-d conv of its data seen as (N, C, 1, L) with a
+# (1, K) kernel: same memory, and then the blocked kernels, the strategy and its knobs serve it
+# unchanged. Its NCL values are blocked as NCHW[x]c of height 1; going back to NCL is the layout
+# transform and a reshape (free: the same memory order).
+
+
 class _Rewriter:
     def __init__(self, func: Function, target: Target, use_winograd: bool = True):
         self.func = func
@@ -113,14 +129,31 @@ class _Rewriter:
         if id(v) not in self.defined:
             vb, b = self.blocked[id(v)]
             attrs = {"src_layout": _layout(b), "dst_layout": "NCHW"}
-            if not self.is_padded(v):
+            if not self.is_padded(v) and v.type.ndim == 4:
                 self.emit("layout_transform", [vb], attrs, out=v)
                 return v
-            full = self.emit("layout_transform", [vb], attrs, name=self._name(v, "padded"))
-            shape = v.type.shape
-            attrs = {"begin": [0] * 4, "end": list(shape), "strides": [1] * 4}
-            self.emit("slice", [full], attrs, out=v)
+            full = self.emit("layout_transform", [vb], attrs, name=self._name(v, "nchw"))
+            if self.is_padded(v):
+                shape = _as_4d_shape(v.type.shape)
+                attrs = {"begin": [0] * 4, "end": list(shape), "strides": [1] * 4}
+                out = v if v.type.ndim == 4 else None
+                full = self.emit("slice", [full], attrs, out=out, name=self._name(v, "sliced"))
+            if v.type.ndim == 3:  # Note [1-D convs]
+                self.emit("reshape", [full], {"newshape": list(v.type.shape)}, out=v)
         return v
+
+    def as_4d(self, v: Value) -> Value:
+        """A plain NCL value seen as NCHW, (N, C, 1, L) (Note [1-D convs]); 4-d ones as they are."""
+        if v.type.ndim == 4:
+            return v
+        shape = list(_as_4d_shape(v.type.shape))
+        if isinstance(v, Constant):
+            return self.constant(v.name, v.array.reshape(shape))
+        key = (id(v), 0)
+        if key not in self.reblocked:
+            attrs = {"newshape": shape}
+            self.reblocked[key] = self.emit("reshape", [v], attrs, name=self._name(v, "2d"))
+        return self.reblocked[key]
 
     def is_padded(self, v: Value) -> bool:
         """v is blocked with padded channels (Note [channel padding])."""
@@ -138,11 +171,12 @@ class _Rewriter:
         if id(v) in self.blocked and self.blocked[id(v)][1] == block:
             return self.blocked[id(v)][0]
         if block == 1:  # NCHW1c is NCHW's memory: convs read it as it is (no transform)
-            return self.plain(v) if id(v) in self.blocked else v
+            return self.as_4d(self.plain(v) if id(v) in self.blocked else v)
         key = (id(v), block)
         if key not in self.reblocked:
             if isinstance(v, Constant):
-                array = transform_array(v.array, "NCHW", _layout(block))
+                array = v.array.reshape(_as_4d_shape(v.array.shape))
+                array = transform_array(array, "NCHW", _layout(block))
                 self.reblocked[key] = self.constant(v.name, array)
             else:
                 src, layout = v, "NCHW"
@@ -151,6 +185,7 @@ class _Rewriter:
                 elif id(v) in self.blocked and id(v) not in self.defined:
                     src, b = self.blocked[id(v)]
                     layout = _layout(b)
+                src = self.as_4d(src) if layout == "NCHW" else src
                 attrs = {"src_layout": layout, "dst_layout": _layout(block)}
                 self.reblocked[key] = self.emit(
                     "layout_transform", [src], attrs, name=self._name(v, f"nchw{block}c")
@@ -194,14 +229,18 @@ class _Rewriter:
 
     def rewrite(self, call: Call) -> bool:
         """Emit a blocked form of `call` and record its output as blocked; False: not done."""
-        if len(call.outputs) != 1 or not _is_plain_4d(call.outputs[0].type):
+        if len(call.outputs) != 1 or not _is_plain(call.outputs[0].type):
             return False
         name = call.op.name
         if name == "nn.conv2d":
             return self.conv(call)
-        if name in _POOLS:
+        if name == "nn.conv1d":
+            return self.conv1d(call)
+        if call.outputs[0].type.ndim != 4:
+            pass  # NCL values: convs and the element-wise and broadcast ops between them
+        elif name in _POOLS:
             return self.pool(call)
-        if name == "concatenate":
+        elif name == "concatenate":
             return self.concatenate(call)
         if call.op.kind == OpKind.ELEMWISE and len(call.inputs) == 1:
             return self.elementwise(call)
@@ -209,12 +248,14 @@ class _Rewriter:
             return self.broadcast(call)
         return False
 
-    def conv(self, call: Call) -> bool:
-        """Ask the conv's strategy which layout its config wants; emit that op."""
-        x, w = call.inputs
-        (out,) = call.outputs
-        if not (_is_plain_4d(x.type) and isinstance(w, Constant)):
+    def conv(self, call: Call, x: Value | None = None, out: Value | None = None) -> bool:
+        """Ask the conv's strategy which layout its config wants; emit that op. `x`, `out`:
+        the NCL data and result of a 1-D conv seen as this 2-d one (Note [1-D convs])."""
+        if not (_is_plain_4d(call.inputs[0].type) and isinstance(call.inputs[1], Constant)):
             return False
+        x = call.inputs[0] if x is None else x
+        out = call.outputs[0] if out is None else out
+        w = call.inputs[1]
         context = {
             "in_block": self.block_of(x),
             "in_channels": self.blocked_channels(x),
@@ -230,6 +271,25 @@ class _Rewriter:
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
         self.set_blocked(out, yb, plan["out_block"])
         return True
+
+    def conv1d(self, call: Call) -> bool:
+        """A 1-D conv as the 2-d conv of (N, C, 1, L) data (Note [1-D convs])."""
+        x, w = call.inputs
+        (out,) = call.outputs
+        if not (_is_plain(x.type) and x.type.ndim == 3 and isinstance(w, Constant)):
+            return False
+        a = call.attrs
+        attrs = {
+            "strides": [1, *a["strides"]],
+            "padding": [0, a["padding"][0], 0, a["padding"][1]],
+            "dilation": [1, *a["dilation"]],
+            "groups": a.get("groups", 1),
+        }
+        x4 = Value(x.name, x.type.with_shape(_as_4d_shape(x.type.shape)))
+        w4 = Constant.of(w.name, w.array[:, :, None, :])
+        y4 = Value(out.name, out.type.with_shape(_as_4d_shape(out.type.shape)))
+        conv2d = Call(get_op("nn.conv2d"), (x4, w4), attrs, (y4,), call.span)
+        return self.conv(conv2d, x, out)
 
     def shuffle(self, call: Call) -> bool:
         """The chain of a channel shuffle whose input is blocked: one blocked channel_shuffle."""
@@ -307,11 +367,13 @@ class _Rewriter:
         if padded != shape[1] and not isinstance(v, Constant):
             return None
         per_channel = isinstance(v, Constant) and t.is_static and t.size == shape[1]
-        if per_channel and t.ndim in (3, 4) and t.shape[-3] == shape[1]:  # (C, 1, 1), (1, C, 1, 1)
+        axis = t.ndim - len(shape) + 1  # the operand's channel axis, broadcast from the right
+        if per_channel and axis >= 0 and t.shape[axis] == shape[1]:  # (C, 1, 1), (1, C, 1, 1)
             array = np.pad(v.array.reshape(-1), (0, padded - shape[1]))  # zeros: Note
             array = array.reshape(1, padded // block, 1, 1, block)
             return self.constant(v.name, np.ascontiguousarray(array))
-        if t.ndim == 4 and t.is_static and t.shape[1] == shape[1] and shape[1] % block == 0:
+        same_rank = t.ndim == len(shape) and t.is_static
+        if same_rank and t.shape[1] == shape[1] and shape[1] % block == 0:
             if all(a in (1, b) for a, b in zip(t.shape, shape, strict=True)):
                 return self.to_block(v, block)
         return None
@@ -367,7 +429,7 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
         return func  # the target's kernels do not take blocked layouts (its table row)
-    if not any(c.op.name == "nn.conv2d" for c in func.body):
+    if not any(c.op.name in ("nn.conv2d", "nn.conv1d") for c in func.body):
         return func
     use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
     new = _Rewriter(func, target, use_winograd).run()

@@ -373,3 +373,53 @@ def test_shuffle_unit_with_groups_the_blocks_do_not_divide_matches_ort(target, c
     m.set_input("x", x)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_1d_convs_run_blocked_and_match_ort(target):
+    """Note [1-D convs]: a speech front end (a strided STFT-like conv of one channel, odd
+    channel counts 129 and 24, kernels 3 and 1, batch-norm, relu, a residual add) runs as
+    blocked 2-d convs of height 1 and matches ONNX Runtime."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    def init(name, shape, scale=0.2):
+        return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype("f4"), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[32], strides=[16]),
+        helper.make_node("Conv", ["c0", "w1", "b1"], ["c1"], pads=[1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1], strides=[2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], pads=[2, 2], dilations=[2]),
+        helper.make_node("Add", ["c3", "r2"], ["a"]),
+        helper.make_node("Conv", ["a", "w4"], ["y"]),
+    ]
+    inits = [
+        init("w0", (129, 1, 32)), init("w1", (24, 129, 3)), init("b1", (24,)),
+        init("s", (24,)), init("b", (24,)), init("m", (24,)),
+        numpy_helper.from_array(RNG.uniform(0.5, 2, 24).astype("f4"), "v"),
+        init("w2", (32, 24, 3)), init("w3", (32, 32, 3)), init("w4", (16, 32, 1)),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "speech",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = RNG.standard_normal((2, 1, 512)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, tessera.Target(target), params)
+    ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
+    assert "nn.conv1d" not in ops and ops.count("nn.conv2d_nchwc") == 5, ops
+    lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
