@@ -253,6 +253,7 @@ class _Rewriter:
         the NCL data and result of a 1-D conv seen as this 2-d one (Note [1-D convs])."""
         if not (_is_plain_4d(call.inputs[0].type) and isinstance(call.inputs[1], Constant)):
             return False
+        call = _trim_dead_taps(call)
         x = call.inputs[0] if x is None else x
         out = call.outputs[0] if out is None else out
         w = call.inputs[1]
@@ -392,6 +393,50 @@ class _Rewriter:
         yb = self.emit("concatenate", inputs, {"axis": 1}, name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, block)
         return True
+
+
+# Note [dead taps]
+# A kernel tap that reads only padding for every output (a dilated conv on a map smaller than
+# its dilation: DeepLabV3's ASPP, dilations 12/24/36 on a 28x28 map) adds zeros: the conv
+# without it, its padding cut by the taps dropped before, is the same conv. Only leading and
+# trailing taps can be dead (the taps of an axis read increasing positions), and they are
+# dropped only where the padding that remains is >= 0 and gives the same output size.
+
+
+def _alive_taps(size, out, k, stride, dilation, pad_before) -> tuple[int, int]:
+    """[first, last] taps of one spatial axis that read some input position."""
+    alive = [
+        t
+        for t in range(k)
+        if any(0 <= i * stride + t * dilation - pad_before < size for i in range(out))
+    ]
+    return (alive[0], alive[-1]) if alive else (0, k - 1)
+
+
+def _trim_dead_taps(call: Call) -> Call:
+    """`call` (nn.conv2d, constant weight) without the taps that read only padding."""
+    (x, w), (y,) = call.inputs, call.outputs
+    a = call.attrs
+    pads, dilation, kernel = list(a["padding"]), list(a["dilation"]), list(w.type.shape[2:])
+    cut = []
+    for axis in range(2):
+        size, out = x.type.shape[2 + axis], y.type.shape[2 + axis]
+        s, d, k, pb = a["strides"][axis], dilation[axis], kernel[axis], pads[axis]
+        first, last = _alive_taps(size, out, k, s, d, pb)
+        before = pb - first * d
+        after = max(0, (out - 1) * s + (last - first) * d + 1 - size - before)
+        span = size + before + after - (last - first) * d - 1
+        if (first, last) == (0, k - 1) or before < 0 or span // s + 1 != out:
+            cut.append(slice(0, k))
+            continue
+        cut.append(slice(first, last + 1))
+        pads[axis], pads[2 + axis], kernel[axis] = before, after, last - first + 1
+        dilation[axis] = d if last > first else 1
+    if cut == [slice(0, k) for k in w.type.shape[2:]]:
+        return call
+    weight = np.ascontiguousarray(w.array[:, :, cut[0], cut[1]])
+    attrs = dict(a, padding=pads, dilation=dilation)
+    return Call(call.op, (x, Constant.of(w.name, weight)), attrs, call.outputs, call.span)
 
 
 def _shuffle_chains(func: Function) -> dict[int, tuple[tuple[Call, Call, Call], int]]:

@@ -423,3 +423,31 @@ def test_1d_convs_run_blocked_and_match_ort(target):
     m.set_input("x", x)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "dilation, pad, stride, kernel, kept",
+    [
+        (12, 12, 1, (3, 3), (1, 1)),  # only the centre tap reads the 6x6 map
+        (4, 4, 1, (3, 3), (3, 3)),  # every tap reads some position
+        (6, 6, 2, (3, 3), (1, 1)),
+        (7, 7, 1, (1, 3), (1, 1)),
+        (2, 0, 1, (3, 3), (3, 3)),  # no padding: no tap reads padding only
+    ],
+)
+def test_dead_taps_are_dropped_and_the_conv_is_unchanged(dilation, pad, stride, kernel, kept):
+    """Note [dead taps]: on a 6x6 map, dilation 12 leaves only the centre tap (a 1x1 conv),
+    dilation 4 keeps every tap; the result is the conv's either way (graph interpreter)."""
+    kh, kw = kernel
+    w = _w(16, 16, kh, kw)
+    pads = [pad * (kh > 1), pad, pad * (kh > 1), pad]
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[16, 16, {kh}, {kw}];
+          %1 = nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding={pads},
+                         dilation=[{dilation}, {dilation}]); return %1 }}""",
+        constants={"w": w},
+    )
+    after = alter_layout(before, target=AVX512)
+    (conv,) = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert conv.inputs[1].type.shape[2:4] == kept
+    _check_same(before, after)
