@@ -254,6 +254,8 @@ class _Rewriter:
         if not (_is_plain_4d(call.inputs[0].type) and isinstance(call.inputs[1], Constant)):
             return False
         call = _trim_dead_taps(call)
+        if x is None and _multiplier(call) > 1:
+            return self.depthwise_multiplier(call)
         x = call.inputs[0] if x is None else x
         out = call.outputs[0] if out is None else out
         w = call.inputs[1]
@@ -271,6 +273,29 @@ class _Rewriter:
         suffix = "wino" if "winograd" in plan["op"] else "nchwc"
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
         self.set_blocked(out, yb, plan["out_block"])
+        return True
+
+    def depthwise_multiplier(self, call: Call) -> bool:
+        """Note [depthwise multipliers]: k depthwise convs, concatenated, channels shuffled."""
+        (x, w), (out,) = call.inputs, call.outputs
+        k = _multiplier(call)
+        if self.is_padded(x):
+            return False  # the concatenation needs the true channels
+        t = out.type.with_shape((out.type.shape[0], x.type.shape[1], *out.type.shape[2:]))
+        parts = []
+        for j in range(k):
+            wj = Constant.of(w.name, np.ascontiguousarray(w.array[j::k]))
+            yj = Value(self._name(out, f"m{j}_"), t)
+            if not self.conv(Call(call.op, (x, wj), call.attrs, (yj,), call.span)):
+                return False  # only the first can refuse (they have one workload), emitting nothing
+            parts.append(yj)
+        cat = Value(self._name(out, "m"), out.type)
+        concat = Call(get_op("concatenate"), tuple(parts), {"axis": 1}, (cat,), call.span)
+        if not self.concatenate(concat):
+            return False
+        catb, block = self.blocked[id(cat)]
+        yb = self.emit("channel_shuffle", [catb], {"groups": k}, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
         return True
 
     def conv1d(self, call: Call) -> bool:
@@ -437,6 +462,24 @@ def _trim_dead_taps(call: Call) -> Call:
     weight = np.ascontiguousarray(w.array[:, :, cut[0], cut[1]])
     attrs = dict(a, padding=pads, dilation=dilation)
     return Call(call.op, (x, Constant.of(w.name, weight)), attrs, call.outputs, call.span)
+
+
+# Note [depthwise multipliers]
+# A depthwise conv with a channel multiplier k (groups = C inputs, k * C outputs; output
+# channel c * k + j reads input channel c) is k plain depthwise convs, the j-th with the
+# weights of outputs j, k + j, 2k + j, ..., concatenated (channel j * C + c) and shuffled back
+# with channel_shuffle(groups=k) (c * k + j <- j * C + c): all three blocked kernels, where the
+# NCHW grouped conv it was ran its generic schedule.
+
+
+def _multiplier(call: Call) -> int:
+    """k of a depthwise conv with channel multiplier k (groups = input channels, k * groups
+    outputs); 1 for any other conv."""
+    (x, w), groups = call.inputs, call.attrs.get("groups", 1)
+    c, o = x.type.shape[1], w.type.shape[0]
+    if groups > 1 and groups == c and w.type.shape[1] == 1 and o % c == 0:
+        return o // c
+    return 1
 
 
 def _shuffle_chains(func: Function) -> dict[int, tuple[tuple[Call, Call, Call], int]]:

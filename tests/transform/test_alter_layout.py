@@ -451,3 +451,44 @@ def test_dead_taps_are_dropped_and_the_conv_is_unchanged(dilation, pad, stride, 
     (conv,) = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
     assert conv.inputs[1].type.shape[2:4] == kept
     _check_same(before, after)
+
+
+@pytest.mark.parametrize("channels, k, stride", [(16, 2, 1), (24, 3, 2)])
+def test_depthwise_with_channel_multiplier_runs_blocked_and_matches_ort(channels, k, stride):
+    """Note [depthwise multipliers]: k blocked depthwise convs, a concatenation, a shuffle."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w0 = numpy_helper.from_array(_w(channels, 8, 1, 1) * 0.3, "w0")
+    wd = numpy_helper.from_array(_w(k * channels, 1, 3, 3) * 0.3, "wd")
+    bd = numpy_helper.from_array(_w(k * channels), "bd")
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node(
+            "Conv", ["r0", "wd", "bd"], ["c1"], group=channels, pads=[1, 1, 1, 1],
+            strides=[stride, stride],
+        ),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "dw_multiplier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w0, wd, bd],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = RNG.standard_normal((1, 8, 9, 9)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, AVX512, params)
+    ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
+    assert ops.count("nn.conv2d_nchwc") == 1 + k and "nn.conv2d" not in ops, ops
+    assert "channel_shuffle" in ops
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
