@@ -109,14 +109,35 @@ def test_block_rule():
     assert [channel_block(c, 8) for c in (64, 12)] == [8, 4]
 
 
-def test_narrow_output_blocks_stay_nchw():
-    """20 output channels: blocks of 4 would waste the vector unit; the conv stays as it is."""
+def test_one_output_channel_stays_nchw():
+    """1 output channel: padded to a block it would do 8x the work (Note [few output
+    channels]); the conv stays as it is."""
     before = parse(
-        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[20, 16, 3, 3];
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[1, 16, 3, 3];
           %1 = nn.conv2d(%x, %w, {CONV}); return %1 }}""",
-        constants={"w": _w(20, 16, 3, 3)},
+        constants={"w": _w(1, 16, 3, 3)},
     )
     assert alter_layout(before, target=AVX512) is before
+
+
+@pytest.mark.parametrize("channels, blocks", [(20, (8, 24)), (12, (16, 16)), (3, (8, 8))])
+def test_few_output_channels_are_padded_to_a_block(channels, blocks):
+    """Note [few output channels]: 20, 12 and 3 outputs are padded to a multiple of 8 (the
+    generic NCHW schedule was 10-50x slower); the next conv reads the padded channels."""
+    block, padded = blocks
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[{channels}, 16, 3, 3];
+          %w2 = constant(...) : f32[16, {channels}, 3, 3];
+          %1 = nn.conv2d(%x, %w, {CONV}); %2 = nn.relu(%1); %3 = nn.conv2d(%2, %w2, {CONV});
+          return %3, %2 }}""",
+        constants={"w": _w(channels, 16, 3, 3), "w2": _w(16, channels, 3, 3)},
+    )
+    after = alter_layout(before, target=AVX512)
+    convs = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert len(convs) == 2
+    assert convs[0].outputs[0].type.shape[1] * convs[0].outputs[0].type.shape[4] == padded
+    assert convs[0].outputs[0].type.shape[4] == block
+    _check_same(before, after)
 
 
 def test_first_conv_reads_nchw_input_without_a_transform():
