@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera import te
+from tessera.topi.generic import inline_injective, schedule_elementwise_stage
 
 _TOKEN = re.compile(r"(\d*)([A-Za-z])")
 
@@ -185,3 +186,44 @@ def _has_sub(layout: Layout, primal: str) -> bool:
 def blocked(layout: str, block: int) -> str:
     """'NCHW', 16 -> 'NCHW16c': the layout with its C axis split into blocks of `block`."""
     return f"{layout}{block}c"
+
+
+def channel_shuffle_source(channel, groups: int, channels: int):
+    """The input channel that output channel `channel` of a channel shuffle reads: the
+    channels as (groups, channels / groups) transposed, c' = j * groups + i <- i * cpg + j."""
+    return channel % groups * (channels // groups) + channel // groups
+
+
+def channel_shuffle(x: te.Tensor, groups: int) -> te.Tensor:
+    """te: ShuffleNet's channel shuffle of NCHW (4-d) or blocked NCHW[x]c (5-d) data, one
+    injective stage: y[.., c', ..] = x[.., c' % groups * (C / groups) + c' // groups, ..]."""
+    shape = tuple(int(d.value) for d in x.shape)
+    block = shape[4] if len(shape) == 5 else 1
+    channels = shape[1] * block
+
+    def f(n, c, *rest):
+        if block == 1:
+            return x(n, channel_shuffle_source(c, groups, channels), *rest)
+        *hw, k = rest
+        src = channel_shuffle_source(c * block + k, groups, channels)
+        return x(n, src // block, *hw, src % block)
+
+    return te.compute(shape, f, name="channel_shuffle", tag="injective")
+
+
+def schedule_channel_shuffle(outs, target=None) -> te.Schedule:
+    """A group anchored on `channel_shuffle`: blocked outputs loop over (n, c block) in
+    parallel, then a block's lanes, then the positions, so each lane's source channel (a
+    division and a remainder) is computed once per plane and the copy is a strided stream;
+    plain outputs as any injective group."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    for t in outs:
+        if len(t.shape) != 5:
+            schedule_elementwise_stage(s, t, target)
+            continue
+        n, c, h, w, k = s[t].op.axis
+        s[t].reorder(n, c, k, h, w)
+        s[t].parallel(s[t].fuse(n, c))
+    return s

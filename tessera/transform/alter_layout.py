@@ -10,7 +10,9 @@
 sizes. What stays blocked: element-wise ops, broadcasts with per-channel or scalar operands
 (bias, batch-norm leftovers), residual adds of two blocked tensors, max/avg/global pools,
 concatenation along channels. Any other op gets its input back in NCHW (one transform per
-value, inserted before its first such use), and so do the function's outputs. Which layout a
+value, inserted before its first such use), and so do the function's outputs. A channel shuffle
+(reshape to (N, g, C/g, H, W), transpose(0, 2, 1, 3, 4), reshape back) of a blocked value
+becomes one blocked `channel_shuffle`. Which layout a
 conv or a pool takes, and its weight in that layout, is its strategy's answer
 (`topi.strategy.plan_layout`: the chosen config's layout hook); this pass only moves values
 between layouts. It needs the target (`with target:` around the graph passes, as `build` does,
@@ -27,7 +29,7 @@ from tessera.graph.op import OpKind, get_op
 from tessera.target import Target
 from tessera.topi import strategy
 from tessera.topi.layout import transform_array
-from tessera.transform.graph_pass import graph_pass
+from tessera.transform.graph_pass import graph_pass, uses
 from tessera.transform.pass_context import PassContext
 
 # Note [block rule]
@@ -39,7 +41,7 @@ from tessera.transform.pass_context import PassContext
 # or the whole vector where narrower: narrower blocks leave the vector unit mostly idle, so
 # such a conv stays in NCHW, generic schedule). A conv's input block is that of its input when
 # the input is already blocked (no re-blocking between convs), else the rule's. Grouped convs
-# need blocks that divide the channels of a group. This pass only moves values between
+# take any blocks (Note [grouped blocks] in topi/x86/conv2d.py). This pass only moves values between
 # layouts; which layout a conv wants, and its weights in that layout, the strategy answers.
 
 # Note [channel padding]
@@ -73,6 +75,22 @@ def _is_plain_4d(t: TensorType) -> bool:
     return t.ndim == 4 and t.is_static and str(t.dtype) == "float32"
 
 
+def _is_plain(t: TensorType) -> bool:
+    """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
+    return t.ndim in (3, 4) and t.is_static and str(t.dtype) == "float32"
+
+
+def _as_4d_shape(shape) -> tuple[int, ...]:
+    return tuple(shape) if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+
+
+# Note [1-D convs]
+# A 1-D conv (speech and audio models) is the 2-d conv of its data seen as (N, C, 1, L) with a
+# (1, K) kernel: same memory, and then the blocked kernels, the strategy and its knobs serve it
+# unchanged. Its NCL values are blocked as NCHW[x]c of height 1; going back to NCL is the layout
+# transform and a reshape (free: the same memory order).
+
+
 class _Rewriter:
     def __init__(self, func: Function, target: Target, use_winograd: bool = True):
         self.func = func
@@ -85,6 +103,8 @@ class _Rewriter:
         self.defined: set[int] = {id(v) for v in (*func.params, *func.constants)}
         self.span: tuple[str, ...] = ()
         self.count = 0
+        self.shuffles = _shuffle_chains(func)  # id(first reshape) -> (its chain, groups)
+        self.skip: set[int] = set()  # calls a rewrite of an earlier call took over
 
     # -- values in either layout --------------------------------------------------------------
 
@@ -109,14 +129,31 @@ class _Rewriter:
         if id(v) not in self.defined:
             vb, b = self.blocked[id(v)]
             attrs = {"src_layout": _layout(b), "dst_layout": "NCHW"}
-            if not self.is_padded(v):
+            if not self.is_padded(v) and v.type.ndim == 4:
                 self.emit("layout_transform", [vb], attrs, out=v)
                 return v
-            full = self.emit("layout_transform", [vb], attrs, name=self._name(v, "padded"))
-            shape = v.type.shape
-            attrs = {"begin": [0] * 4, "end": list(shape), "strides": [1] * 4}
-            self.emit("slice", [full], attrs, out=v)
+            full = self.emit("layout_transform", [vb], attrs, name=self._name(v, "nchw"))
+            if self.is_padded(v):
+                shape = _as_4d_shape(v.type.shape)
+                attrs = {"begin": [0] * 4, "end": list(shape), "strides": [1] * 4}
+                out = v if v.type.ndim == 4 else None
+                full = self.emit("slice", [full], attrs, out=out, name=self._name(v, "sliced"))
+            if v.type.ndim == 3:  # Note [1-D convs]
+                self.emit("reshape", [full], {"newshape": list(v.type.shape)}, out=v)
         return v
+
+    def as_4d(self, v: Value) -> Value:
+        """A plain NCL value seen as NCHW, (N, C, 1, L) (Note [1-D convs]); 4-d ones as they are."""
+        if v.type.ndim == 4:
+            return v
+        shape = list(_as_4d_shape(v.type.shape))
+        if isinstance(v, Constant):
+            return self.constant(v.name, v.array.reshape(shape))
+        key = (id(v), 0)
+        if key not in self.reblocked:
+            attrs = {"newshape": shape}
+            self.reblocked[key] = self.emit("reshape", [v], attrs, name=self._name(v, "2d"))
+        return self.reblocked[key]
 
     def is_padded(self, v: Value) -> bool:
         """v is blocked with padded channels (Note [channel padding])."""
@@ -134,11 +171,12 @@ class _Rewriter:
         if id(v) in self.blocked and self.blocked[id(v)][1] == block:
             return self.blocked[id(v)][0]
         if block == 1:  # NCHW1c is NCHW's memory: convs read it as it is (no transform)
-            return self.plain(v) if id(v) in self.blocked else v
+            return self.as_4d(self.plain(v) if id(v) in self.blocked else v)
         key = (id(v), block)
         if key not in self.reblocked:
             if isinstance(v, Constant):
-                array = transform_array(v.array, "NCHW", _layout(block))
+                array = v.array.reshape(_as_4d_shape(v.array.shape))
+                array = transform_array(array, "NCHW", _layout(block))
                 self.reblocked[key] = self.constant(v.name, array)
             else:
                 src, layout = v, "NCHW"
@@ -147,6 +185,7 @@ class _Rewriter:
                 elif id(v) in self.blocked and id(v) not in self.defined:
                     src, b = self.blocked[id(v)]
                     layout = _layout(b)
+                src = self.as_4d(src) if layout == "NCHW" else src
                 attrs = {"src_layout": layout, "dst_layout": _layout(block)}
                 self.reblocked[key] = self.emit(
                     "layout_transform", [src], attrs, name=self._name(v, f"nchw{block}c")
@@ -171,7 +210,9 @@ class _Rewriter:
     def run(self) -> Function:
         for call in self.func.body:
             self.span = call.span
-            if not self.rewrite(call):
+            if id(call) in self.skip:
+                continue
+            if not (self.shuffle(call) or self.rewrite(call)):
                 inputs = [self.plain(v) if id(v) in self.blocked else v for v in call.inputs]
                 same = all(a is b for a, b in zip(inputs, call.inputs, strict=True))
                 self.body.append(
@@ -188,14 +229,18 @@ class _Rewriter:
 
     def rewrite(self, call: Call) -> bool:
         """Emit a blocked form of `call` and record its output as blocked; False: not done."""
-        if len(call.outputs) != 1 or not _is_plain_4d(call.outputs[0].type):
+        if len(call.outputs) != 1 or not _is_plain(call.outputs[0].type):
             return False
         name = call.op.name
         if name == "nn.conv2d":
             return self.conv(call)
-        if name in _POOLS:
+        if name == "nn.conv1d":
+            return self.conv1d(call)
+        if call.outputs[0].type.ndim != 4:
+            pass  # NCL values: convs and the element-wise and broadcast ops between them
+        elif name in _POOLS:
             return self.pool(call)
-        if name == "concatenate":
+        elif name == "concatenate":
             return self.concatenate(call)
         if call.op.kind == OpKind.ELEMWISE and len(call.inputs) == 1:
             return self.elementwise(call)
@@ -203,12 +248,17 @@ class _Rewriter:
             return self.broadcast(call)
         return False
 
-    def conv(self, call: Call) -> bool:
-        """Ask the conv's strategy which layout its config wants; emit that op."""
-        x, w = call.inputs
-        (out,) = call.outputs
-        if not (_is_plain_4d(x.type) and isinstance(w, Constant)):
+    def conv(self, call: Call, x: Value | None = None, out: Value | None = None) -> bool:
+        """Ask the conv's strategy which layout its config wants; emit that op. `x`, `out`:
+        the NCL data and result of a 1-D conv seen as this 2-d one (Note [1-D convs])."""
+        if not (_is_plain_4d(call.inputs[0].type) and isinstance(call.inputs[1], Constant)):
             return False
+        call = _trim_dead_taps(call)
+        if x is None and _multiplier(call) > 1:
+            return self.depthwise_multiplier(call)
+        x = call.inputs[0] if x is None else x
+        out = call.outputs[0] if out is None else out
+        w = call.inputs[1]
         context = {
             "in_block": self.block_of(x),
             "in_channels": self.blocked_channels(x),
@@ -223,6 +273,64 @@ class _Rewriter:
         suffix = "wino" if "winograd" in plan["op"] else "nchwc"
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
         self.set_blocked(out, yb, plan["out_block"])
+        return True
+
+    def depthwise_multiplier(self, call: Call) -> bool:
+        """Note [depthwise multipliers]: k depthwise convs, concatenated, channels shuffled."""
+        (x, w), (out,) = call.inputs, call.outputs
+        k = _multiplier(call)
+        if self.is_padded(x):
+            return False  # the concatenation needs the true channels
+        t = out.type.with_shape((out.type.shape[0], x.type.shape[1], *out.type.shape[2:]))
+        parts = []
+        for j in range(k):
+            wj = Constant.of(w.name, np.ascontiguousarray(w.array[j::k]))
+            yj = Value(self._name(out, f"m{j}_"), t)
+            if not self.conv(Call(call.op, (x, wj), call.attrs, (yj,), call.span)):
+                return False  # only the first can refuse (they have one workload), emitting nothing
+            parts.append(yj)
+        cat = Value(self._name(out, "m"), out.type)
+        concat = Call(get_op("concatenate"), tuple(parts), {"axis": 1}, (cat,), call.span)
+        if not self.concatenate(concat):
+            return False
+        catb, block = self.blocked[id(cat)]
+        yb = self.emit("channel_shuffle", [catb], {"groups": k}, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
+        return True
+
+    def conv1d(self, call: Call) -> bool:
+        """A 1-D conv as the 2-d conv of (N, C, 1, L) data (Note [1-D convs])."""
+        x, w = call.inputs
+        (out,) = call.outputs
+        if not (_is_plain(x.type) and x.type.ndim == 3 and isinstance(w, Constant)):
+            return False
+        a = call.attrs
+        attrs = {
+            "strides": [1, *a["strides"]],
+            "padding": [0, a["padding"][0], 0, a["padding"][1]],
+            "dilation": [1, *a["dilation"]],
+            "groups": a.get("groups", 1),
+        }
+        x4 = Value(x.name, x.type.with_shape(_as_4d_shape(x.type.shape)))
+        w4 = Constant.of(w.name, w.array[:, :, None, :])
+        y4 = Value(out.name, out.type.with_shape(_as_4d_shape(out.type.shape)))
+        conv2d = Call(get_op("nn.conv2d"), (x4, w4), attrs, (y4,), call.span)
+        return self.conv(conv2d, x, out)
+
+    def shuffle(self, call: Call) -> bool:
+        """The chain of a channel shuffle whose input is blocked: one blocked channel_shuffle."""
+        if id(call) not in self.shuffles:
+            return False
+        (x,) = call.inputs
+        block = self.block_of(x)
+        if block is None or self.is_padded(x):
+            return False
+        chain, groups = self.shuffles[id(call)]
+        out = chain[-1].outputs[0]
+        xb, attrs = self.to_block(x, block), {"groups": groups}
+        yb = self.emit("channel_shuffle", [xb], attrs, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
+        self.skip.update(id(c) for c in chain[1:])
         return True
 
     def pool(self, call: Call) -> bool:
@@ -285,11 +393,13 @@ class _Rewriter:
         if padded != shape[1] and not isinstance(v, Constant):
             return None
         per_channel = isinstance(v, Constant) and t.is_static and t.size == shape[1]
-        if per_channel and t.ndim in (3, 4) and t.shape[-3] == shape[1]:  # (C, 1, 1), (1, C, 1, 1)
+        axis = t.ndim - len(shape) + 1  # the operand's channel axis, broadcast from the right
+        if per_channel and axis >= 0 and t.shape[axis] == shape[1]:  # (C, 1, 1), (1, C, 1, 1)
             array = np.pad(v.array.reshape(-1), (0, padded - shape[1]))  # zeros: Note
             array = array.reshape(1, padded // block, 1, 1, block)
             return self.constant(v.name, np.ascontiguousarray(array))
-        if t.ndim == 4 and t.is_static and t.shape[1] == shape[1] and shape[1] % block == 0:
+        same_rank = t.ndim == len(shape) and t.is_static
+        if same_rank and t.shape[1] == shape[1] and shape[1] % block == 0:
             if all(a in (1, b) for a, b in zip(t.shape, shape, strict=True)):
                 return self.to_block(v, block)
         return None
@@ -310,13 +420,104 @@ class _Rewriter:
         return True
 
 
+# Note [dead taps]
+# A kernel tap that reads only padding for every output (a dilated conv on a map smaller than
+# its dilation: DeepLabV3's ASPP, dilations 12/24/36 on a 28x28 map) adds zeros: the conv
+# without it, its padding cut by the taps dropped before, is the same conv. Only leading and
+# trailing taps can be dead (the taps of an axis read increasing positions), and they are
+# dropped only where the padding that remains is >= 0 and gives the same output size.
+
+
+def _alive_taps(size, out, k, stride, dilation, pad_before) -> tuple[int, int]:
+    """[first, last] taps of one spatial axis that read some input position."""
+    alive = [
+        t
+        for t in range(k)
+        if any(0 <= i * stride + t * dilation - pad_before < size for i in range(out))
+    ]
+    return (alive[0], alive[-1]) if alive else (0, k - 1)
+
+
+def _trim_dead_taps(call: Call) -> Call:
+    """`call` (nn.conv2d, constant weight) without the taps that read only padding."""
+    (x, w), (y,) = call.inputs, call.outputs
+    a = call.attrs
+    pads, dilation, kernel = list(a["padding"]), list(a["dilation"]), list(w.type.shape[2:])
+    cut = []
+    for axis in range(2):
+        size, out = x.type.shape[2 + axis], y.type.shape[2 + axis]
+        s, d, k, pb = a["strides"][axis], dilation[axis], kernel[axis], pads[axis]
+        first, last = _alive_taps(size, out, k, s, d, pb)
+        before = pb - first * d
+        after = max(0, (out - 1) * s + (last - first) * d + 1 - size - before)
+        span = size + before + after - (last - first) * d - 1
+        if (first, last) == (0, k - 1) or before < 0 or span // s + 1 != out:
+            cut.append(slice(0, k))
+            continue
+        cut.append(slice(first, last + 1))
+        pads[axis], pads[2 + axis], kernel[axis] = before, after, last - first + 1
+        dilation[axis] = d if last > first else 1
+    if cut == [slice(0, k) for k in w.type.shape[2:]]:
+        return call
+    weight = np.ascontiguousarray(w.array[:, :, cut[0], cut[1]])
+    attrs = dict(a, padding=pads, dilation=dilation)
+    return Call(call.op, (x, Constant.of(w.name, weight)), attrs, call.outputs, call.span)
+
+
+# Note [depthwise multipliers]
+# A depthwise conv with a channel multiplier k (groups = C inputs, k * C outputs; output
+# channel c * k + j reads input channel c) is k plain depthwise convs, the j-th with the
+# weights of outputs j, k + j, 2k + j, ..., concatenated (channel j * C + c) and shuffled back
+# with channel_shuffle(groups=k) (c * k + j <- j * C + c): all three blocked kernels, where the
+# NCHW grouped conv it was ran its generic schedule.
+
+
+def _multiplier(call: Call) -> int:
+    """k of a depthwise conv with channel multiplier k (groups = input channels, k * groups
+    outputs); 1 for any other conv."""
+    (x, w), groups = call.inputs, call.attrs.get("groups", 1)
+    c, o = x.type.shape[1], w.type.shape[0]
+    if groups > 1 and groups == c and w.type.shape[1] == 1 and o % c == 0:
+        return o // c
+    return 1
+
+
+def _shuffle_chains(func: Function) -> dict[int, tuple[tuple[Call, Call, Call], int]]:
+    """The channel shuffles of `func`: reshape (N, C, H, W) -> (N, g, C/g, H, W), transpose
+    (0, 2, 1, 3, 4), reshape back, the two inner values used once and not outputs."""
+    used = uses(func)
+    outputs = {id(v) for v in func.outputs}
+    only = {}  # id(value) -> its one user
+
+    for call in func.body:
+        for v in call.inputs:
+            if len(used[id(v)]) == 1 and id(v) not in outputs:
+                only[id(v)] = call
+    found = {}
+    for r1 in func.body:
+        if r1.op.name != "reshape" or len(r1.outputs) != 1 or not _is_plain_4d(r1.inputs[0].type):
+            continue
+        n, c, h, w = r1.inputs[0].type.shape
+        split = tuple(r1.outputs[0].type.shape)
+        if len(split) != 5 or (split[0], split[1] * split[2], *split[3:]) != (n, c, h, w):
+            continue
+        t = only.get(id(r1.outputs[0]))
+        if t is None or t.op.name != "transpose" or list(t.attrs["axes"]) != [0, 2, 1, 3, 4]:
+            continue
+        r2 = only.get(id(t.outputs[0]))
+        if r2 is None or r2.op.name != "reshape" or r2.outputs[0].type.shape != (n, c, h, w):
+            continue
+        found[id(r1)] = ((r1, t, r2), split[1])
+    return found
+
+
 @graph_pass(opt_level=2)
 def alter_layout(func: Function, target: Target | str | None = None) -> Function:
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
         return func  # the target's kernels do not take blocked layouts (its table row)
-    if not any(c.op.name == "nn.conv2d" for c in func.body):
+    if not any(c.op.name in ("nn.conv2d", "nn.conv1d") for c in func.body):
         return func
     use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
     new = _Rewriter(func, target, use_winograd).run()

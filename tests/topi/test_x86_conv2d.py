@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import tessera
+from tessera.graph.op import get_op
 from tessera.topi.testing import build_cases, check_ops
 from tessera.topi.x86.asm import fma_loops, loop_summary
-from tessera.topi.x86.conv2d import choose_conv_tile
+from tessera.topi.x86.conv2d import GroupWindow, choose_conv_tile
 from tessera.topi.x86.cpu import vector_registers
 from tessera.topi.x86.layout import Layout, transform_array, transform_shape
 
@@ -25,7 +26,10 @@ def _conv_case(n, c, hw, o, k, stride=1, pad=0, groups=1, ib=16, ob=16, dilation
     wt = RNG.standard_normal((o, c // groups, k, k), dtype=np.float32)
     depthwise = groups > 1 and groups == c == o
     xb = transform_array(x, "NCHW", f"NCHW{ib}c")
-    wb = transform_array(wt, "OIHW", f"OIHW{1 if depthwise else ib}i{ob}o")
+    if groups > 1 and not depthwise:  # Note [grouped blocks]
+        wb = GroupWindow.of(c, o, groups, ib, ob).pack(wt)
+    else:
+        wb = transform_array(wt, "OIHW", f"OIHW{1 if depthwise else ib}i{ob}o")
     attrs = dict(
         strides=(stride, stride),
         padding=pad if isinstance(pad, tuple) else (pad,) * 4,
@@ -51,6 +55,12 @@ def _cases(lanes):
         _conv_case(2, 3 * h, (9, 7), 2 * b, 3, stride=2, pad=1, ib=h, ob=b),  # padded per block
         _conv_case(1, 2 * b, (7, 6), b, 5, pad=(2, 1, 0, 2), ib=b, ob=b),  # 5x5, asym pads
         _conv_case(1, 4 * h, (7, 7), 2 * b, 3, stride=2, pad=1, groups=2, ib=h, ob=b),  # grouped
+        # groups whose channels the blocks do not divide (Note [grouped blocks]): ShuffleNet's
+        # 4 groups of 68 in miniature, spans that are clamped at the end, 3x3 with padding
+        _conv_case(1, 4 * 18, (5, 7), 4 * 18, 1, groups=4, ib=4, ob=h),
+        _conv_case(1, 24, (6, 6), 2 * b, 1, groups=4, ib=8, ob=b),
+        _conv_case(1, 3 * 10, (7, 5), 3 * 12, 3, pad=1, groups=3, ib=3, ob=4),
+        _conv_case(2, 5 * 4, (6, 6), 5 * 8, 3, stride=2, pad=(1, 0, 1, 1), groups=5, ib=4, ob=10),
     ]
 
 
@@ -312,3 +322,37 @@ def test_padding_too_wide_for_the_stack_pads_the_whole_input(monkeypatch):
     assert "allocate pad: float32[1936] scope global" in text  # 2 * 11 * 11 * 8
     cases = _cases(8)
     check_ops([cases[2], cases[4], cases[8]], schedule_target="x86", rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "ic, oc, groups, ib, ob", [(272, 272, 4, 16, 16), (24, 112, 4, 8, 16), (96, 192, 3, 16, 16)]
+)
+def test_group_window_packs_weights_and_counts_work(ic, oc, groups, ib, ob):
+    """Note [grouped blocks]: pack/unpack round-trip; blocks that divide the groups waste no
+    work, ShuffleNet's 4 groups of 68 on blocks of 16 do 1.34x the grouped multiply-adds."""
+    win = GroupWindow.of(ic, oc, groups, ib, ob)
+    w = RNG.standard_normal((oc, ic // groups, 1, 3), dtype=np.float32)
+    packed = win.pack(w)
+    assert packed.shape == (oc // ob, win.blocks, 1, 3, ib, ob)
+    np.testing.assert_array_equal(win.unpack(packed), w)
+    assert np.count_nonzero(packed) == w.size  # every weight once, zeros elsewhere
+    if win.aligned:
+        assert win.work() == 1 and win.blocks == ic // groups // ib
+    assert win.work() == pytest.approx({272: 1.34, 24: 2.48, 96: 1.0}[ic], abs=0.01)
+
+
+def test_channel_shuffle_matches_reference_in_both_layouts():
+    """ShuffleNet's shuffle as one op: NCHW, and blocked where groups and blocks do not divide
+    each other (68 channels a group on blocks of 16, 3 groups on blocks of 8)."""
+    x = RNG.standard_normal((1, 272, 5, 3), dtype=np.float32)
+    y = RNG.standard_normal((2, 24, 4, 4), dtype=np.float32)
+    cases = [
+        ("channel_shuffle", [x], {"groups": 4}),
+        ("channel_shuffle", [transform_array(x, "NCHW", "NCHW16c")], {"groups": 4}),
+        ("channel_shuffle", [transform_array(y, "NCHW", "NCHW8c")], {"groups": 3}),
+    ]
+    check_ops(cases, schedule_target="x86", rtol=0, atol=0)
+    n, c, h, w = x.shape
+    want = x.reshape(n, 4, c // 4, h, w).transpose(0, 2, 1, 3, 4).reshape(x.shape)
+    (got,) = get_op("channel_shuffle").evaluate([x], {"groups": 4})
+    np.testing.assert_array_equal(got, want)

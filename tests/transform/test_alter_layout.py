@@ -109,14 +109,35 @@ def test_block_rule():
     assert [channel_block(c, 8) for c in (64, 12)] == [8, 4]
 
 
-def test_narrow_output_blocks_stay_nchw():
-    """20 output channels: blocks of 4 would waste the vector unit; the conv stays as it is."""
+def test_one_output_channel_stays_nchw():
+    """1 output channel: padded to a block it would do 8x the work (Note [few output
+    channels]); the conv stays as it is."""
     before = parse(
-        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[20, 16, 3, 3];
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[1, 16, 3, 3];
           %1 = nn.conv2d(%x, %w, {CONV}); return %1 }}""",
-        constants={"w": _w(20, 16, 3, 3)},
+        constants={"w": _w(1, 16, 3, 3)},
     )
     assert alter_layout(before, target=AVX512) is before
+
+
+@pytest.mark.parametrize("channels, blocks", [(20, (8, 24)), (12, (16, 16)), (3, (8, 8))])
+def test_few_output_channels_are_padded_to_a_block(channels, blocks):
+    """Note [few output channels]: 20, 12 and 3 outputs are padded to a multiple of 8 (the
+    generic NCHW schedule was 10-50x slower); the next conv reads the padded channels."""
+    block, padded = blocks
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[{channels}, 16, 3, 3];
+          %w2 = constant(...) : f32[16, {channels}, 3, 3];
+          %1 = nn.conv2d(%x, %w, {CONV}); %2 = nn.relu(%1); %3 = nn.conv2d(%2, %w2, {CONV});
+          return %3, %2 }}""",
+        constants={"w": _w(channels, 16, 3, 3), "w2": _w(16, channels, 3, 3)},
+    )
+    after = alter_layout(before, target=AVX512)
+    convs = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert len(convs) == 2
+    assert convs[0].outputs[0].type.shape[1] * convs[0].outputs[0].type.shape[4] == padded
+    assert convs[0].outputs[0].type.shape[4] == block
+    _check_same(before, after)
 
 
 def test_first_conv_reads_nchw_input_without_a_transform():
@@ -303,6 +324,191 @@ def test_onnx_model_with_concat_and_pools_matches_ort(target):
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
     lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def _shuffle_unit_model(channels, groups, hw):
+    """A ShuffleNet unit in ONNX: grouped 1x1, batch-norm, relu, channel shuffle
+    (Reshape-Transpose-Reshape), depthwise 3x3, grouped 1x1, residual add, relu."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c, g = channels, groups
+
+    def init(name, array):
+        return numpy_helper.from_array(np.asarray(array, "f4"), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], group=g),
+        helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("Reshape", ["r1", "split"], ["s1"]),
+        helper.make_node("Transpose", ["s1"], ["t1"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t1", "merge"], ["s2"]),
+        helper.make_node("Conv", ["s2", "wd"], ["c2"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w2"], ["c3"], group=g),
+        helper.make_node("Add", ["c3", "x"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    inits = [
+        init("w1", RNG.standard_normal((c, c // g, 1, 1)) * 0.3),
+        init("wd", RNG.standard_normal((c, 1, 3, 3)) * 0.3),
+        init("w2", RNG.standard_normal((c, c // g, 1, 1)) * 0.3),
+        init("s", RNG.uniform(0.5, 1.5, c)), init("b", RNG.standard_normal(c)),
+        init("m", RNG.standard_normal(c) * 0.1), init("v", RNG.uniform(0.5, 2, c)),
+        numpy_helper.from_array(np.array([1, g, c // g, hw, hw], "i8"), "split"),
+        numpy_helper.from_array(np.array([1, c, hw, hw], "i8"), "merge"),
+    ]  # fmt: skip
+    shape = [1, c, hw, hw]
+    graph = helper.make_graph(
+        nodes,
+        "shuffle_unit",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("channels, groups", [(4 * 34, 4), (6 * 20, 6), (8 * 12, 8)])
+def test_shuffle_unit_with_groups_the_blocks_do_not_divide_matches_ort(target, channels, groups):
+    """Note [grouped blocks]: groups of 34, 20 and 12 channels run blocked (no NCHW grouped
+    conv left), the channel shuffle between them too (one blocked channel_shuffle), and the
+    unit matches ONNX Runtime on AVX-512 and AVX2 code."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _shuffle_unit_model(channels, groups, 6)
+    x = RNG.standard_normal((1, channels, 6, 6)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, tessera.Target(target), params)
+    ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
+    convs = [name for name in ops if name.startswith("nn.conv2d")]
+    assert convs == ["nn.conv2d_nchwc"] * 3, convs
+    assert "channel_shuffle" in ops and "transpose" not in ops  # the shuffle stays blocked
+    lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_1d_convs_run_blocked_and_match_ort(target):
+    """Note [1-D convs]: a speech front end (a strided STFT-like conv of one channel, odd
+    channel counts 129 and 24, kernels 3 and 1, batch-norm, relu, a residual add) runs as
+    blocked 2-d convs of height 1 and matches ONNX Runtime."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    def init(name, shape, scale=0.2):
+        return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype("f4"), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[32], strides=[16]),
+        helper.make_node("Conv", ["c0", "w1", "b1"], ["c1"], pads=[1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1], strides=[2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], pads=[2, 2], dilations=[2]),
+        helper.make_node("Add", ["c3", "r2"], ["a"]),
+        helper.make_node("Conv", ["a", "w4"], ["y"]),
+    ]
+    inits = [
+        init("w0", (129, 1, 32)), init("w1", (24, 129, 3)), init("b1", (24,)),
+        init("s", (24,)), init("b", (24,)), init("m", (24,)),
+        numpy_helper.from_array(RNG.uniform(0.5, 2, 24).astype("f4"), "v"),
+        init("w2", (32, 24, 3)), init("w3", (32, 32, 3)), init("w4", (16, 32, 1)),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "speech",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = RNG.standard_normal((2, 1, 512)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, tessera.Target(target), params)
+    ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
+    assert "nn.conv1d" not in ops and ops.count("nn.conv2d_nchwc") == 5, ops
+    lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "dilation, pad, stride, kernel, kept",
+    [
+        (12, 12, 1, (3, 3), (1, 1)),  # only the centre tap reads the 6x6 map
+        (4, 4, 1, (3, 3), (3, 3)),  # every tap reads some position
+        (6, 6, 2, (3, 3), (1, 1)),
+        (7, 7, 1, (1, 3), (1, 1)),
+        (2, 0, 1, (3, 3), (3, 3)),  # no padding: no tap reads padding only
+    ],
+)
+def test_dead_taps_are_dropped_and_the_conv_is_unchanged(dilation, pad, stride, kernel, kept):
+    """Note [dead taps]: on a 6x6 map, dilation 12 leaves only the centre tap (a 1x1 conv),
+    dilation 4 keeps every tap; the result is the conv's either way (graph interpreter)."""
+    kh, kw = kernel
+    w = _w(16, 16, kh, kw)
+    pads = [pad * (kh > 1), pad, pad * (kh > 1), pad]
+    before = parse(
+        f"""def main(%x: f32[1, 16, 6, 6]) {{ %w = constant(...) : f32[16, 16, {kh}, {kw}];
+          %1 = nn.conv2d(%x, %w, strides=[{stride}, {stride}], padding={pads},
+                         dilation=[{dilation}, {dilation}]); return %1 }}""",
+        constants={"w": w},
+    )
+    after = alter_layout(before, target=AVX512)
+    (conv,) = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert conv.inputs[1].type.shape[2:4] == kept
+    _check_same(before, after)
+
+
+@pytest.mark.parametrize("channels, k, stride", [(16, 2, 1), (24, 3, 2)])
+def test_depthwise_with_channel_multiplier_runs_blocked_and_matches_ort(channels, k, stride):
+    """Note [depthwise multipliers]: k blocked depthwise convs, a concatenation, a shuffle."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w0 = numpy_helper.from_array(_w(channels, 8, 1, 1) * 0.3, "w0")
+    wd = numpy_helper.from_array(_w(k * channels, 1, 3, 3) * 0.3, "wd")
+    bd = numpy_helper.from_array(_w(k * channels), "bd")
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node(
+            "Conv", ["r0", "wd", "bd"], ["c1"], group=channels, pads=[1, 1, 1, 1],
+            strides=[stride, stride],
+        ),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "dw_multiplier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w0, wd, bd],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = RNG.standard_normal((1, 8, 9, 9)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, AVX512, params)
+    ops = [c.op.name for group in func.body for c in group.attrs["func"].body]
+    assert ops.count("nn.conv2d_nchwc") == 1 + k and "nn.conv2d" not in ops, ops
+    assert "channel_shuffle" in ops
+    lib = tessera.build(mod, target="llvm", params=params)
     m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
     m.set_input("x", x)
     m.run()

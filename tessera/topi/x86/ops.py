@@ -87,7 +87,12 @@ def _(
 @conv2d_nchwc.reference
 def _(x, w, strides, padding, dilation, groups=1, config=None):
     xn = topi_layout.transform_array(x, data_layout(x.shape), "NCHW")
-    wn = topi_layout.transform_array(w, weight_layout(w.shape), "OIHW")
+    ib, ob = w.shape[4], w.shape[5]
+    ic, oc = xn.shape[1], w.shape[0] * ob
+    if groups > 1 and not (groups == ic == oc and w.shape[1] == 1):
+        wn = x86_conv2d.GroupWindow.of(ic, oc, groups, ib, ob).unpack(w)
+    else:
+        wn = topi_layout.transform_array(w, weight_layout(w.shape), "OIHW")
     y = nn_ref.conv(xn, wn, strides, padding, dilation, groups)
     return topi_layout.transform_array(y, "NCHW", f"NCHW{w.shape[5]}c")
 
