@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.frontend.conv_transpose import conv_transpose as emit_conv_transpose
 from tessera.frontend.keras_registry import LayerError, keras_layer
 
 # -- activations ------------------------------------------------------------------------------
@@ -303,8 +304,8 @@ def conv_transpose(b, config, x, **_):
     dilation = _tuple(config.get("dilation_rate", 1), nd)
     pads, extra = _transpose_pads(config, x_cf.type.shape[2:], kernel.type.shape[:nd], strides,
                                   dilation)  # fmt: skip
-    y = b.call(f"nn.conv{nd}d_transpose", x_cf, w, strides=strides, padding=pads,
-               dilation=dilation, groups=1, output_padding=extra)  # fmt: skip
+    y = emit_conv_transpose(b, x_cf, w, strides=strides, padding=pads, dilation=dilation,
+                            groups=1, output_padding=extra)  # fmt: skip
     return _finish_conv(b, config, y, weights[1] if use_bias else None)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.frontend.conv_transpose import conv_transpose as emit_conv_transpose
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 
 
@@ -115,8 +116,8 @@ def conv_transpose(b, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=
             half = total // 2
             upper = auto_pad == "SAME_UPPER"
             pads[i], pads[i + nd] = (half, total - half) if upper else (total - half, half)
-    y = b.call(f"nn.conv{nd}d_transpose", X, W, strides=strides, padding=tuple(pads),
-               dilation=dilations, groups=group, output_padding=output_padding)  # fmt: skip
+    y = emit_conv_transpose(b, X, W, strides=strides, padding=tuple(pads), dilation=dilations,
+                            groups=group, output_padding=output_padding)  # fmt: skip
     return _bias(b, y, B)
 
 

@@ -5,16 +5,24 @@ length known it is one real matrix: numpy's FFT applied to every basis signal bu
 the graph multiplies the signal (moved to the last axes) by it. That covers dft_length (zero
 padding or truncation), inverse (1/n), onesided (rfft) and inverse onesided (irfft) exactly as
 ONNX's reference computes them. STFT gathers the frames, applies the window, then does the
-same. One matrix costs O(n^2) per signal; a length with a divisor in [2, RADIX] takes the
-fast path instead (Note [four-step FFT]).
+same. One matrix costs O(n^2) per signal; a length above RADIX takes the fast path instead
+(Note [four-step FFT], Note [Bluestein]), any dft_length (the signal zero-padded or truncated
+first) and the inverse onesided transform (the Hermitian spectrum completed first) included.
 
 Note [four-step FFT]: for n = n1 * n2, with t = n2*t1 + t2 and k = k1 + n1*k2,
 X[k] = sum_t2 w_n2^(t2 k2) * (w_n^(t2 k1) * sum_t1 x[n2 t1 + t2] w_n1^(t1 k1)): a DFT of
 length n1 (one matrix of (2 n1)^2 on the real and imaginary parts) for each t2, a twiddle
 multiply, then a DFT of length n2 for each k1, recursively, and a transpose that puts k1 + n1 k2
 in order. n1 is the largest divisor of n up to RADIX, so any length factors (mixed radix);
-a prime factor above RADIX takes one matrix of its size. Work O(n (n1 + n2 + ...)) per signal,
-O(n log n) for lengths with small factors. The first stage takes real signals as they are.
+a prime factor above RADIX takes Bluestein's algorithm (Note [Bluestein]). Work
+O(n (n1 + n2 + ...)) per signal, O(n log n). The first stage takes real signals as they are.
+
+Note [Bluestein]: with the chirp c[j] = exp(-i pi j^2 / n) (conjugated for the inverse),
+t k = (t^2 + k^2 - (k - t)^2) / 2 turns X[k] = sum_t x[t] w_n^(t k) into
+X[k] = c[k] sum_t (x[t] c[t]) conj(c[k - t]): a convolution, done as a cyclic one of length
+m >= 2n - 1 whose prime factors are all at most RADIX, by two FFTs of length m (the
+four-step FFT) and a product with the constant FFT of conj(c) (computed here in numpy).
+O(m log m) with m < 4n, for a prime n where one matrix was O(n^2).
 """
 
 from __future__ import annotations
@@ -54,12 +62,58 @@ def _radix(n: int) -> int:
     return next((d for d in range(RADIX, 1, -1) if n % d == 0), 1)
 
 
+def _smooth_length(n: int) -> int:
+    """The least m >= n whose prime factors are all at most RADIX."""
+    m = n
+    while True:
+        k = m
+        for d in range(2, RADIX + 1):
+            while k % d == 0:
+                k //= d
+        if k == 1:
+            return m
+        m += 1
+
+
+def _times(b, y, z: np.ndarray, dtype: str):
+    """y [..., 2] (real and imaginary parts) times the complex constant z, broadcast."""
+    re = np.stack([z.real, z.real], axis=-1).astype(dtype)
+    im = np.stack([-z.imag, z.imag], axis=-1).astype(dtype)
+    swapped = b.call("gather", y, b.const(np.array([1, 0], np.int64)), axis=y.type.ndim - 1)
+    return b.call(
+        "add", b.call("multiply", y, b.const(re)), b.call("multiply", swapped, b.const(im))
+    )
+
+
+def _bluestein(b, x, n: int, inverse: bool, dtype: str):
+    """DFT of x [..., n, comps] along axis -2 as a convolution (Note [Bluestein])."""
+    *rest, _, comps = b.shape_of(x)
+    m = _smooth_length(2 * n - 1)
+    j = np.arange(n)
+    chirp = np.exp((1j if inverse else -1j) * np.pi * ((j * j) % (2 * n)) / n)
+    kernel = np.zeros(m, complex)
+    kernel[:n] = np.conj(chirp)
+    kernel[m - n + 1 :] = np.conj(chirp[1:][::-1])
+    if comps == 1:
+        x = b.call("pad", x, pad_width=(0,) * (len(rest) + 2) + (0,) * (len(rest) + 1) + (1,))
+    y = _times(b, x, chirp, dtype)
+    y = b.call("pad", y, pad_width=(0,) * (len(rest) + 2) + (0,) * len(rest) + (m - n, 0))
+    y = _complex_dft(b, y, m, False, dtype)
+    y = _times(b, y, np.fft.fft(kernel), dtype)
+    y = _complex_dft(b, y, m, True, dtype)  # the cyclic convolution (ifft scales by 1/m)
+    end = (*rest, n, 2)
+    y = b.call("slice", y, begin=(0,) * len(end), end=end, strides=(1,) * len(end))
+    return _times(b, y, chirp / n if inverse else chirp, dtype)
+
+
 def _complex_dft(b, x, n: int, inverse: bool, dtype: str):
     """DFT along the axis before last of x [..., n, comps], comps 1 (real) or 2: [..., n, 2]
     (Note [four-step FFT]); inverse scales by 1/n."""
     *rest, _, comps = b.shape_of(x)
     n1 = _radix(n)
-    if n1 in (1, n):  # one matrix: a short or a prime length
+    if n1 == 1 and n > RADIX:
+        return _bluestein(b, x, n, inverse, dtype)
+    if n1 in (1, n):  # one matrix: a short length
         matrix = _dft_matrix(n, comps, n, inverse, False).astype(dtype)
         y = b.call("matmul", b.reshape(x, (*rest, n * comps)), b.const(matrix))
         return b.reshape(y, (*rest, n, 2))
@@ -73,12 +127,7 @@ def _complex_dft(b, x, n: int, inverse: bool, dtype: str):
     y = b.reshape(y, (*rest, n2, n1, 2))  # [..., t2, k1, re/im]
     # times w_n^(t2 k1) (conjugated for the inverse): y * (c, c) + swap(y) * (-s, s)
     angle = (-2 if not inverse else 2) * np.pi * np.outer(np.arange(n2), np.arange(n1)) / n
-    cos = np.stack([np.cos(angle), np.cos(angle)], axis=-1).astype(dtype)
-    sin = np.stack([-np.sin(angle), np.sin(angle)], axis=-1).astype(dtype)
-    swapped = b.call("gather", y, b.const(np.array([1, 0], np.int64)), axis=lead + 2)
-    y = b.call(
-        "add", b.call("multiply", y, b.const(cos)), b.call("multiply", swapped, b.const(sin))
-    )
+    y = _times(b, y, np.exp(1j * angle), dtype)
     # a DFT of length n2 along t2 for each k1, then k = k1 + n1 k2 in order
     y = b.call("transpose", y, axes=(*range(lead), lead + 1, lead, lead + 2))  # [.., k1, t2, 2]
     y = _complex_dft(b, y, n2, inverse, dtype)  # [..., k1, k2, 2]
@@ -86,22 +135,53 @@ def _complex_dft(b, x, n: int, inverse: bool, dtype: str):
     return b.reshape(y, (*rest, n, 2))
 
 
+def _fit(b, x, length: int):
+    """x [..., m, comps] zero-padded or truncated to [..., length, comps]."""
+    *rest, m, comps = b.shape_of(x)
+    if m > length:
+        end = (*rest, length, comps)
+        return b.call("slice", x, begin=(0,) * len(end), end=end, strides=(1,) * len(end))
+    if m < length:
+        zeros = (0,) * (len(rest) + 2)
+        return b.call("pad", x, pad_width=zeros + (0,) * len(rest) + (length - m, 0))
+    return x
+
+
+def _hermitian(b, x, n: int, dtype: str):
+    """The n bins of a real signal's spectrum from its first n // 2 + 1 (x [..., h, comps]):
+    bin k >= h is the conjugate of bin n - k."""
+    half = n // 2 + 1
+    x = _fit(b, x, half)
+    rest = b.shape_of(x)[:-2]
+    if b.shape_of(x)[-1] == 1:
+        x = b.call("pad", x, pad_width=(0,) * (len(rest) + 2) + (0,) * (len(rest) + 1) + (1,))
+    k = np.arange(n)
+    x = b.call("gather", x, b.const(np.where(k < half, k, n - k).astype(np.int64)), axis=len(rest))
+    sign = np.stack([np.ones(n), np.where(k < half, 1.0, -1.0)], axis=-1).astype(dtype)
+    return b.call("multiply", x, b.const(sign))
+
+
 def _fast(b, x, n, axis, inverse, onesided):
-    """The DFT by the four-step FFT where it applies: the signal's own length (no dft_length
-    padding or truncation), not the inverse of a onesided transform, a length with a divisor in
-    [2, RADIX] above RADIX; else None."""
+    """The DFT by the four-step FFT (Note [four-step FFT]) for lengths above RADIX: the signal
+    padded or truncated to dft_length first, the inverse onesided transform from its completed
+    spectrum; None for short lengths (one matrix)."""
     shape = b.shape_of(x)
     ndim = len(shape)
     axis = axis % ndim
-    if shape[axis] != n or (inverse and onesided) or n <= RADIX or _radix(n) == 1:
+    if n <= RADIX:
         return None
+    dtype = x.type.dtype.numpy_name
     perm = [a for a in range(ndim - 1) if a != axis] + [axis, ndim - 1]
     xt = x if perm == list(range(ndim)) else b.call("transpose", x, axes=tuple(perm))
-    y = _complex_dft(b, xt, n, bool(inverse), x.type.dtype.numpy_name)
-    if onesided:
-        rest = b.shape_of(y)[:-2]
-        begin, end = (0,) * (len(rest) + 2), (*rest, n // 2 + 1, 2)
-        y = b.call("slice", y, begin=begin, end=end, strides=(1,) * len(end))
+    rest = b.shape_of(xt)[:-2]
+    if inverse and onesided:
+        y = _complex_dft(b, _hermitian(b, xt, n, dtype), n, True, dtype)
+        end = (*rest, n, 1)  # the real part
+    else:
+        y = _complex_dft(b, _fit(b, xt, n), n, bool(inverse), dtype)
+        end = (*rest, n // 2 + 1 if onesided else n, 2)
+    if tuple(end) != tuple(b.shape_of(y)):
+        y = b.call("slice", y, begin=(0,) * len(end), end=end, strides=(1,) * len(end))
     inv = [perm.index(a) for a in range(ndim)]
     return y if perm == list(range(ndim)) else b.call("transpose", y, axes=tuple(inv))
 

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from tessera.frontend.conv_transpose import conv_transpose as emit_conv_transpose
 from tessera.frontend.pytorch_registry import NodeError, aten_op
 
 
@@ -33,8 +34,7 @@ def convolution(b, input, weight, bias, stride, padding, dilation, transposed, o
         groups=int(groups),
     )
     if transposed:
-        y = b.call(f"nn.conv{nd}d_transpose", input, weight, output_padding=tuple(output_padding),
-                   **attrs)  # fmt: skip
+        y = emit_conv_transpose(b, input, weight, output_padding=tuple(output_padding), **attrs)
     else:
         y = b.call(f"nn.conv{nd}d", input, weight, **attrs)
     return _bias(b, y, bias)

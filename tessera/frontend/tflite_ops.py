@@ -18,6 +18,7 @@ import struct
 import numpy as np
 
 from tessera.frontend import tflite_quant as tq
+from tessera.frontend.conv_transpose import conv_transpose as emit_conv_transpose
 from tessera.frontend.tflite import Context, tflite_op
 from tessera.frontend.tflite_reader import Operator
 from tessera.graph.ir import Constant
@@ -115,9 +116,9 @@ def transpose_conv(ctx: Context, op: Operator):
         begin = total // 2 if opts.get("Padding", 0) == 0 else 0
         pads.append((begin, total - begin))
         extra.append(max(o - full, 0))
-    y = ctx.call("nn.conv2d_transpose", x, w, strides=strides,
-                 padding=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]), dilation=(1, 1),
-                 groups=1, output_padding=tuple(extra))  # fmt: skip
+    y = emit_conv_transpose(ctx, x, w, strides=strides,
+                            padding=(pads[0][0], pads[1][0], pads[0][1], pads[1][1]),
+                            dilation=(1, 1), groups=1, output_padding=tuple(extra))  # fmt: skip
     y = _bias(ctx, y, op.inputs[3] if len(op.inputs) > 3 else -1)
     ctx.set(op.outputs[0], activation(ctx, y, opts.get("FusedActivationFunction", 0)), "nchw")
 

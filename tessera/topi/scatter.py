@@ -5,9 +5,9 @@
 
 A te.compute reads, it cannot write somewhere else, so a scatter is turned around (Note
 [scatter as gather]): output position p reduces over every update position u whose index
-names p. That costs O(outputs * updates along the scattered axes) work, which is what static
-shapes allow without data-dependent writes; the models that use scatter (index_put, KV-cache
-writes, masked updates) scatter few rows.
+names p. That costs O(outputs * updates along the scattered axes) work: kept where it is the
+least work (few updates); many updates are sorted by target instead (Note [scatter by
+sorting]: O(m log^2 m + n log m), for ScatterElements along an axis and for ScatterND).
 
 Note [scatter as gather]: for reduction "none" the last update naming p wins (ONNX's reference
 applies updates in order), so a first stage finds the largest matching update position (-1:
@@ -208,8 +208,126 @@ def _scatter_elements_sorted(data, indices, updates, axis: int, reduction: str):
 
 def scatter_nd(data, indices, updates, reduction: str = "none"):
     """ONNX ScatterND: indices[u] (the last axis, q long) names data[indices[u], ...]; the
-    update updates[u, ...] is written (or reduced) there."""
+    update updates[u, ...] is written (or reduced) there. Many updates are sorted by target
+    (Note [scatter by sorting]); few gather (Note [scatter as gather]), whichever does less
+    work."""
     _check(reduction, data)
+    q = int(indices.shape[-1].value)
+    positions = _static_prod(data.shape[:q])
+    rest = _static_prod(data.shape[q:])
+    count = _static_prod(indices.shape[:-1])
+    if 4 * scatter_nd_sorted_work(positions, rest, count) >= positions * rest * count:
+        return _scatter_nd_gather(data, indices, updates, reduction)
+    return _scatter_nd_sorted(data, indices, updates, reduction)
+
+
+def _static_prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d.value) if hasattr(d, "value") else int(d)
+    return out
+
+
+def scatter_nd_sorted_work(positions: int, rest: int, count: int) -> int:
+    """Steps of _scatter_nd_sorted: sort the count targets once, search per position, scan
+    and pick per element."""
+    log_m = max(1, (count - 1).bit_length())
+    return bitonic_work(count, count) + positions * (log_m + 1) + rest * (count * log_m + positions)
+
+
+def _scatter_nd_sorted(data, indices, updates, reduction: str):
+    """Note [scatter by sorting], with one key per update: the linear position of its
+    target among data's first q axes (the slice after them goes along)."""
+    q = int(indices.shape[-1].value)
+    batch = [int(d.value) for d in indices.shape[:-1]]
+    m = _static_prod(batch)
+    n = _static_prod(data.shape[:q])
+    tail = list(data.shape[q:])
+
+    def unravel(p):
+        """The batch index of update p (p in [0, m), int32)."""
+        pos = []
+        for size in reversed(batch):
+            pos.append(te.floormod(p, size))
+            p = te.floordiv(p, size)
+        return list(reversed(pos))
+
+    def linear(idx):
+        out = te.const(0, "int32")
+        for v, size in zip(idx, data.shape[:q], strict=True):
+            out = out * te.const(int(size.value), "int32") + v
+        return out
+
+    def key(p):
+        """The target of update p; n (after every target) when out of range or p >= m."""
+        u = unravel(te.min(p, m - 1))
+        ok, target = p < m, []
+        for k in range(q):
+            t = _wrapped(indices(*u, te.const(k, "int32")), data.shape[k])
+            ok = te.logical_and(ok, te.logical_and(t >= 0, t < int(data.shape[k].value)))
+            target.append(t)
+        return te.select(ok, linear(target), te.const(n, "int32"))
+
+    def before(_, p, r):  # by target, then by position: a target's last update ends its run
+        kp, kr = key(p), key(r)
+        return te.logical_or(kp < kr, te.logical_and(kp == kr, p < r))
+
+    order = sorted_positions((te.const(m, "int32"),), 0, m, before)
+    slots = int(order.shape[0].value)
+
+    def sorted_key(slot):
+        return key(order(slot))
+
+    # found[t] = slots whose target <= t: a binary search, one bit per stage
+    found = te.compute((n,), lambda t: te.const(0, "int32"), name="scatter_count", tag=SCATTER)
+    bit = slots
+    while bit >= 1:
+
+        def step(*i, prev=found, bit=bit):
+            (t,) = i
+            c = prev(t)
+            probe = te.min(c + bit - 1, slots - 1)
+            take = te.logical_and(c + bit <= slots, sorted_key(probe) <= t)
+            return te.select(take, c + bit, c)
+
+        found = te.compute((n,), step, name=f"scatter_search_{bit}", tag=SCATTER)
+        bit //= 2
+
+    def update_of(slot, *r):
+        return updates(*unravel(te.min(order(slot), m - 1)), *r)
+
+    values = None
+    if reduction != "none":  # each target's updates folded in order: a segmented scan
+        values = te.compute((slots, *tail), update_of, name="scatter_runs", tag=SCATTER)
+        combine = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
+                   "max": te.max, "min": te.min}[reduction]  # fmt: skip
+        d = 1
+        while d < slots:
+
+            def scan(s, *r, prev=values, d=d):
+                back = te.max(s - d, 0)
+                same = te.logical_and(s >= d, sorted_key(back) == sorted_key(s))
+                return te.select(same, combine(prev(back, *r), prev(s, *r)), prev(s, *r))
+
+            values = te.compute((slots, *tail), scan, name=f"scatter_runs_{d}", tag=SCATTER)
+            d *= 2
+
+    def pick(*i):
+        t = linear(i[:q])
+        last = te.max(found(t) - 1, 0)
+        hit = te.logical_and(found(t) > 0, sorted_key(last) == t)
+        if values is None:
+            update = update_of(last, *i[q:])
+        else:
+            update = combine(data(*i), values(last, *i[q:]))
+        return te.select(hit, update, data(*i))
+
+    return te.compute(data.shape, pick, name="scatter_nd", tag=SCATTER)
+
+
+def _scatter_nd_gather(data, indices, updates, reduction: str):
+    """Each output position reduces over every update (Note [scatter as gather]):
+    O(positions x updates), the least work for few updates."""
     q = int(indices.shape[-1].value)
     batch = indices.shape[:-1]
     axes = [te.reduce_axis((0, n), name=f"u{d}") for d, n in enumerate(batch)]

@@ -88,7 +88,9 @@ def _matrix_elements(model) -> int:
         (1024, 2, 0, 0),
         (1024, 1, 0, 1),
         (360, 2, 1, 0),
-        pytest.param(97 * 2, 1, 0, 0, marks=pytest.mark.slow),
+        (37, 2, 0, 0),  # a prime: Bluestein's convolution of length 75
+        pytest.param(97, 1, 1, 0, marks=pytest.mark.slow),
+        pytest.param(1009 * 2, 1, 0, 1, marks=pytest.mark.slow),
         pytest.param(4096, 1, 0, 1, marks=pytest.mark.slow),
     ],  # fmt: skip
 )
@@ -97,10 +99,36 @@ def test_long_dfts_take_the_fft_and_match_numpy(n, comps, inverse, onesided):
     # (comps * n) x (2 * n) held 2-8 million elements for these lengths
     x = R.standard_normal((2, n, comps)).astype(np.float32)
     model = _dft_model(x, 1, inverse, onesided)
-    assert _matrix_elements(model) <= 4 * 64 * 64 + 2 * 97 * 2 * 97
+    assert _matrix_elements(model) <= 6 * 64 * 64
     z = x[..., 0] + (1j * x[..., 1] if comps == 2 else 0)
     out = np.fft.ifft(z, axis=1) if inverse else np.fft.fft(z, axis=1)
     expected = _as_pairs(out[:, : n // 2 + 1] if onesided else out)
     got = _run(model, {"x": x})
     scale = np.abs(expected).max()
     np.testing.assert_allclose(got, expected, atol=2e-6 * scale * np.log2(n), rtol=0)
+
+
+@pytest.mark.parametrize(
+    "length,comps,n,inverse,onesided",
+    [(100, 2, 64, 0, 0),   # truncated to dft_length
+     (40, 1, 48, 0, 1),    # zero-padded to dft_length
+     pytest.param(40, 1, 101, 0, 1, marks=pytest.mark.slow),  # ... a prime dft_length
+     (33, 2, None, 1, 1),  # inverse onesided: 64 real samples from 33 bins
+     (20, 2, 50, 1, 1)],   # inverse onesided with the spectrum zero-padded
+)  # fmt: skip
+def test_dft_length_and_inverse_onesided_take_the_fft(length, comps, n, inverse, onesided):
+    x = R.standard_normal((2, length, comps)).astype(np.float32)
+    inits = {"axis": np.array(1, np.int64)} | ({"n": np.array(n, np.int64)} if n else {})
+    node = helper.make_node("DFT", ["x", "n" if n else "", "axis"], ["y"], inverse=inverse,
+                            onesided=onesided)  # fmt: skip
+    model = make_model([node], {"x": x}, ["y"], inits, opset=20)
+    size = n or 2 * (length - 1)
+    assert _matrix_elements(model) < (2 * size) ** 2 / 2  # not one dense matrix
+    z = x[..., 0] + (1j * x[..., 1] if comps == 2 else 0)
+    if inverse:
+        expected = np.fft.irfft(z, n=size, axis=1)[..., None]
+    else:
+        expected = np.fft.fft(z, n=size, axis=1)
+        expected = _as_pairs(expected[:, : size // 2 + 1] if onesided else expected)
+    got = _run(model, {"x": x})
+    np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max(), rtol=0)

@@ -111,11 +111,23 @@ def test_window_one_stride_past_the_input_gives_an_empty_output(kind):
                pool_case(kind, data(1, 2, 4, 9), (5, 2), (2, 2), (0, 0, 0, 0))])  # fmt: skip
 
 
-@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
 def test_onnx_valid_pool_wider_than_its_input_matches_ort(op):
-    from tessera.frontend.testing import check_node
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    from tessera.frontend import from_onnx
+    from tessera.frontend.testing import check_node, make_model
 
     check_node(op, {"x": data(1, 2, 4, 4)}, {"kernel_shape": [5, 5], "auto_pad": "VALID"})
+    # ONNX's floor rule: (3 - 4) // 2 + 1 = 0 windows, as ONNX's reference implementation
+    # (ONNX Runtime truncates -1 / 2 to 0 and pools one partial window)
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[4, 2], strides=[2, 2])
+    model = make_model([node], {"x": data(1, 2, 3, 3)}, ["y"])
+    expected = ReferenceEvaluator(model).run(None, {"x": data(1, 2, 3, 3)})[0]
+    assert expected.shape == (1, 2, 0, 1)
+    mod, _ = from_onnx(model)
+    assert mod["main"].outputs[0].type.shape == expected.shape
 
 
 def test_pool_window_more_than_a_stride_past_the_input_is_an_error():

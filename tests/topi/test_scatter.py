@@ -113,3 +113,49 @@ def test_scatter_elements_along_long_axes_matches_reference(reduction):
     upd = RNG.standard_normal((2, 200)).astype("float32")
     check_ops([("scatter_elements", [data, idx, upd], {"axis": 1, "reduction": reduction})],
               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_scatter_nd_with_many_updates_sorts_them():
+    # O(m log^2 m + n log m + m log m x slice): the gather it replaces reduced all m = 300
+    # updates for each of the n = 500 positions' 4 elements (600,000 steps)
+    from tessera.topi.testing import loop_work
+
+    data = np.zeros((500, 4), "float32")
+    idx = RNG.integers(0, 500, (300, 1)).astype("int64")
+    work = loop_work("scatter_nd", [data, idx, np.zeros((300, 4), "float32")], {})
+    assert work <= 100_000
+
+
+def _sorted_nd(data, idx, upd, reduction):
+    import tessera
+    from tessera import te
+    from tessera.topi import reduce, scatter
+
+    args = [te.placeholder(a.shape, str(a.dtype), name=f"in{k}") for k, a in
+            enumerate((data, idx, upd))]  # fmt: skip
+    out = scatter._scatter_nd_sorted(*args, reduction)
+    fn = tessera.build(reduce.schedule_stages([out]), [*args, out], target="llvm")
+    got = np.empty_like(data)
+    fn(data, idx, upd, got)
+    return got
+
+
+@pytest.mark.parametrize(
+    "reduction",
+    ["none", "add", *(pytest.param(r, marks=pytest.mark.slow) for r in ("mul", "max", "min"))],
+)
+@pytest.mark.parametrize(
+    "q,batch",
+    [(1, (7,)), *(pytest.param(q, b, marks=pytest.mark.slow) for q, b in [(2, (3, 4)), (3, (5,))])],
+)
+def test_sorted_scatter_nd_matches_reference(reduction, q, batch):
+    # the sorted form on small shapes (the op picks it for many updates): duplicates, negative
+    # and out-of-order indices, whole slices (q < rank), one element each (q = rank)
+    data = RNG.standard_normal((4, 3, 5)).astype("float32")
+    idx = np.stack([RNG.integers(-n, n, batch) for n in data.shape[:q]], axis=-1).astype("int64")
+    idx.reshape(-1, q)[:3] = idx.reshape(-1, q)[0]  # one target updated three times
+    upd = RNG.uniform(0.5, 1.5, (*batch, *data.shape[q:])).astype("float32")
+    (expected,) = get_op("scatter_nd").evaluate([data, idx, upd], {"reduction": reduction})
+    np.testing.assert_allclose(
+        _sorted_nd(data, idx, upd, reduction), expected, rtol=1e-5, atol=1e-6
+    )

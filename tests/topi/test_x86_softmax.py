@@ -27,6 +27,7 @@ SHAPES = [
     (4, 33),
     (1,),  # one element: no row loop
     (2, 1, 40),
+    (2, 4099),  # a long row: several vector accumulators (Note [lane split]) and a tail
 ]
 
 
@@ -46,6 +47,33 @@ def test_narrower_vectors(mcpu):
     cases = [(n, [randn(6, 37)], {}) for n in ("nn.softmax", "nn.log_softmax")]
     cases.append(("nn.softmax", [randn(2, 64, 128)], {}))
     check_ops(cases, target=target, schedule_target="x86")
+
+
+def test_row_split_is_one_vector_for_short_rows_and_several_for_long_ones():
+    from tessera.topi.nn.softmax import ROW_ACCUMULATORS, ROW_LANES, row_split
+
+    assert row_split(1 << 15, "float32") == ROW_LANES * ROW_ACCUMULATORS  # no target: 16 lanes
+    with Target("llvm -mcpu=haswell"):  # AVX2: 8 float32 lanes, 4 float64
+        assert row_split(64, "float32") == 8
+        assert row_split(512, "float32") == 16  # 2 vectors of 32 steps each
+        assert row_split(1 << 15, "float32") == 8 * ROW_ACCUMULATORS
+        assert row_split(1 << 15, "float64") == 4 * ROW_ACCUMULATORS
+    with Target("llvm -mcpu=haswell"):  # the compute takes the rule: 32 lanes for 4099
+        x = tessera.te.placeholder((2, 4099), name="x")
+        partial = next(
+            t for t in _stages(topi_nn.softmax(x)) if getattr(t.op, "tag", "") == "row_partial"
+        )
+        assert [int(d.value) for d in partial.shape] == [2, 32]
+
+
+def _stages(t):
+    seen, todo = [], [t]
+    while todo:
+        t = todo.pop()
+        if all(t is not s for s in seen):
+            seen.append(t)
+            todo.extend(getattr(t.op, "input_tensors", []))
+    return seen
 
 
 def test_masked_rows():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.topi.nn.softmax import _normalize_axis, lane_split_reduce, row_stage
+from tessera.topi.nn.softmax import _normalize_axis, lane_split_reduce, row_split, row_stage
 
 
 def _acc(dtype: DType) -> DType:
@@ -90,7 +90,8 @@ def _layer_norm_last(x, epsilon, scale_shift) -> te.Tensor:
         d = te.cast(x(*i), acc) - te.cast(x(*i[:-1], 0), acc)
         return d, d * d
 
-    total, squares = lane_split_reduce(shifted, lead, n, _sums, "layer_norm_moments")
+    split = row_split(n, acc)
+    total, squares = lane_split_reduce(shifted, lead, n, _sums, "layer_norm_moments", split)
 
     def stats(*r):
         mean = total(*r) / float(n)

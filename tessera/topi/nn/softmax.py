@@ -5,11 +5,14 @@
     # other axes: (m, s) = online_max_sum_j x[.., j, ..];  y = exp(x - m) / s
 
 Note [lane split]: over the last axis each row reduction (the max, the sum) is two stages: a
-partial over (rows, ROW_SPLIT) whose lane l reduces x[.., l + ROW_SPLIT * k] over k (tag
+partial over (rows, split) whose lane l reduces x[.., l + split * k] over k (tag
 "row_partial": a schedule vectorizes l, so the partials live in vector registers and each step
-is one vector op), then the row (tag "row_combine") reduces the ROW_SPLIT partials and the
-n % ROW_SPLIT tail elements. ROW_SPLIT = 16 float32 is one AVX-512 register, two AVX2 / four
-SSE or NEON registers (independent accumulators). softmax keeps exp(x - m) in a row stage
+is one vector op), then the row (tag "row_combine") reduces the split partials and the
+n % split tail elements. `row_split` is the rule: one vector of the current target for short
+rows (the combine reduces every lane, serially, once per row), up to ROW_ACCUMULATORS vectors
+for long rows (independent accumulators: one chain of vector adds waits on each add's latency).
+Measured (bench/nn_ops.py, AVX-512): 4 x 32768 rows 15% faster at 64 lanes than 16, 12 x 64
+x 64 rows 2x slower at 64 lanes than 16. softmax keeps exp(x - m) in a row stage
 `softmax_exp` (attrs["row_stage"]) that the row sum and the output both read: one exp per
 element when a schedule computes it once per row (topi/x86/softmax.py); the generic schedule
 inlines it (tag "elemwise"), so it stays correct anywhere. The maximum's identity is the lowest
@@ -26,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera import te
+from tessera.target import Target
 
 
 def _normalize_axis(axis: int, ndim: int, op: str) -> int:
@@ -67,13 +71,25 @@ def row_max_sum(x: te.Tensor, axis: int, tag: str):
     return te.compute(shape, f, name=f"{tag}_max_sum", tag=tag, attrs={"n_outer": axis})
 
 
-ROW_SPLIT = 16  # see Note [lane split]
+ROW_ACCUMULATORS = 4  # vectors in flight for long rows (Note [lane split])
+ROW_LANES = 16  # the lanes of one vector where no CPU target is current (an AVX-512 float32)
+LONG_ROW_STEPS = 32  # steps per accumulator below which another accumulator does not pay
 
 
-def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int = ROW_SPLIT):
+def row_split(n: int, dtype) -> int:
+    """The lanes a row reduction of n elements is split into (Note [lane split]): one vector
+    of the current target, one more per LONG_ROW_STEPS vector steps, up to ROW_ACCUMULATORS."""
+    target = Target.current()
+    cpu = target is not None and target.kind_info.cpu
+    lanes = target.vector_lanes(dtype) if cpu else ROW_LANES
+    return lanes * max(1, min(ROW_ACCUMULATORS, n // (lanes * LONG_ROW_STEPS)))
+
+
+def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):
     """row[*r] = reducer over j in [0, n) of value(*r, j), as a partial over (lead, split)
-    lanes then a combine of the lanes and the tail (Note [lane split]); shaped `lead`. A value
-    that is a tuple (a tuple reducer) gives a tuple of rows."""
+    lanes then a combine of the lanes and the tail (Note [lane split]; `row_split` gives the
+    rule's split); shaped `lead`. A value that is a tuple (a tuple reducer) gives a tuple of
+    rows."""
     split = max(1, min(split, n))
     steps, tail = n // split, n % split
     attrs = {"n_outer": len(lead), "split": split}
@@ -113,14 +129,15 @@ _row_max = te.comm_reducer(te.max, _lowest_finite, name="row_max")
 def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
     op = "log_softmax" if log else "softmax"
     lead, n = list(x.shape[:-1]), int(x.shape[-1].value)
-    row_max = lane_split_reduce(lambda *i: x(*i), lead, n, _row_max, f"{op}_max")
+    split = row_split(n, x.dtype)
+    row_max = lane_split_reduce(lambda *i: x(*i), lead, n, _row_max, f"{op}_max", split)
     if log:  # the output needs no exp: the sum computes its own
         exp = lambda *i: te.exp(x(*i) - row_max(*i[:-1]))  # noqa: E731
-        total = lane_split_reduce(exp, lead, n, te.sum, f"{op}_sum")
+        total = lane_split_reduce(exp, lead, n, te.sum, f"{op}_sum", split)
         shift = row_stage(lead, lambda *r: row_max(*r) + te.log(total(*r)), f"{op}_shift")
         return te.compute(x.shape, lambda *i: x(*i) - shift(*i[:-1]), name=op, tag="elemwise")
     e = row_stage(x.shape, lambda *i: te.exp(x(*i) - row_max(*i[:-1])), f"{op}_exp")
-    total = lane_split_reduce(lambda *i: e(*i), lead, n, te.sum, f"{op}_sum")
+    total = lane_split_reduce(lambda *i: e(*i), lead, n, te.sum, f"{op}_sum", split)
     inv = row_stage(lead, lambda *r: te.const(1, x.dtype) / total(*r), f"{op}_inv")
     return te.compute(x.shape, lambda *i: e(*i) * inv(*i[:-1]), name=op, tag="elemwise")
 

@@ -10,8 +10,8 @@ uses it from norm.py): every row's stages computed once per row, inside one para
     # }
 
 The computes (topi/nn/softmax.py, Note [lane split]; topi/nn/norm.py) split each row reduction
-into a partial over ROW_SPLIT lanes and a combine; here the partial's lanes become vectors of the
-target's width (several accumulators where the target's vectors are narrower than ROW_SPLIT),
+into a partial over `row_split` lanes (one vector of the target, several for long rows) and a
+combine; here the partial's lanes become vectors of the target's width (one accumulator each),
 the k loop outside them. Row stages (attrs["row_stage"], e.g. softmax's exp(x - max)) are
 computed once per row for all their readers (te's Note [readers in scope]), in stack buffers
 when small. Groups of another shape (softmax over another axis) get the generic schedule.
