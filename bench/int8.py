@@ -1,6 +1,8 @@
 """Benchmark: int8 against fp32, tessera against ONNX Runtime, in one process, batch 1.
 
     .venv/bin/python bench/int8.py [--model resnet50] [--threads 2] [--runs 20] [--calib 8]
+    .venv/bin/python bench/int8.py --model mobilenet_v2
+    .venv/bin/python bench/int8.py --model bert          # BERT-base: ORT int8 is dynamic
 
 Five runners, taking turns of a few runs each (medians in ms): tessera fp32; tessera int8 (its own
 post-training quantization, tessera.quantize, min-max); ONNX Runtime fp32; ONNX Runtime int8
@@ -9,8 +11,12 @@ uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. 
 SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
 QDQ file are within one output quantization step of ORT's run of it.
 
-`--model` takes an onnx light model name (random weights: timings are real, accuracies are of
-a random network) or an .onnx path; calibration feeds are seeded uniform [0, 1) samples. A
+`--model` takes an onnx light model name, `mobilenet_v2` or `bert` (bench/model_zoo.py's
+MobileNetV2 and BERT-base encoder; random weights: timings are real, accuracies are of a random
+network) or an .onnx path; calibration feeds are seeded uniform [0, 1) samples (BERT: token
+ids, model_zoo.bert_inputs). For BERT, ORT's int8 is `quantize_dynamic` (MatMulInteger on its
+matmuls, activation scales at run time: ORT's recipe for transformers), and tessera runs that
+file; tessera's own int8 quantizes the same matmuls with calibrated scales. A
 benchmark, not a test: nothing here asserts a time. The machine may be shared: compare ratios
 from one run, not absolute times across runs.
 """
@@ -35,26 +41,50 @@ from tessera.runtime import GraphModule, cpu  # noqa: E402
 from tessera.transform import PassContext  # noqa: E402
 
 
+def _zoo():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_zoo.py")
+    spec = importlib.util.spec_from_file_location("bench_model_zoo", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load(name: str) -> onnx.ModelProto:
     if name.endswith(".onnx"):
         return onnx.load(name)
+    if name == "mobilenet_v2":
+        return _zoo().mobilenet_v2()
+    if name == "bert":
+        return _zoo().bert_encoder()
     from tessera.models import light_model
 
     return light_model(name)
 
 
-def input_spec(model: onnx.ModelProto) -> tuple[str, tuple[int, ...]]:
+def make_feeds(model: onnx.ModelProto, count: int, rng) -> list[dict]:
+    """Seeded feeds: uniform [0, 1) float inputs; a BERT encoder's token inputs."""
     inits = {t.name for t in model.graph.initializer}
-    vi = next(i for i in model.graph.input if i.name not in inits)
-    shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-    return vi.name, shape
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    if any(i.name == "input_ids" for i in inputs):
+        return [_zoo().bert_inputs(model, seed=int(rng.integers(1 << 30))) for _ in range(count)]
+    feeds = []
+    for _ in range(count):
+        feed = {}
+        for vi in inputs:
+            shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+            feed[vi.name] = rng.random(shape, dtype=np.float32)
+        feeds.append(feed)
+    return feeds
 
 
-def tessera_runner(mod, params, name, x):
+def tessera_runner(mod, params, feed):
     with PassContext(opt_level=3):
         lib = tessera.build(mod, target="llvm", params=params)
     m = GraphModule(lib["default"](cpu(0)))
-    m.set_input(name, x)
+    for name, x in feed.items():
+        m.set_input(name, x)
 
     def run():
         m.run()
@@ -63,18 +93,24 @@ def tessera_runner(mod, params, name, x):
     return run
 
 
-def ort_runner(path_or_bytes, threads, name, x):
+def ort_runner(path_or_bytes, threads, feed):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(path_or_bytes, opts, providers=["CPUExecutionProvider"])
-    return lambda: sess.run(None, {name: x})[0]
+    return lambda: sess.run(None, feed)[0]
 
 
-def ort_quantize(model, feeds, folder):
+def ort_quantize(model, feeds, folder, dynamic=False):
     from onnxruntime import quantization as q
+
+    if dynamic:  # ORT's recipe for transformers: int8 weights, activation scales at run time
+        src, dst = os.path.join(folder, "fp32.onnx"), os.path.join(folder, "dynamic.onnx")
+        onnx.save(model, src)
+        q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        return dst
 
     class Reader(q.CalibrationDataReader):
         def __init__(self):
@@ -123,7 +159,9 @@ def output_step(qdq: onnx.ModelProto) -> float:
     node = producer.get(out)
     while node is not None and node.op_type != "DequantizeLinear" and node.input:
         node = producer.get(node.input[0])
-    return float(inits[node.input[1]]) if node is not None else 0.0
+    if node is None or node.input[1] not in inits:
+        return 0.0
+    return float(inits[node.input[1]])
 
 
 def timed(runners: dict, runs: int) -> dict:
@@ -145,42 +183,46 @@ def main(argv=None) -> int:
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
     model = load(args.model)
-    name, shape = input_spec(model)
     rng = np.random.default_rng(0)
-    feeds = [{name: rng.random(shape, dtype=np.float32)} for _ in range(args.calib)]
-    x = rng.random(shape, dtype=np.float32)
+    feeds = make_feeds(model, args.calib, rng)
+    x = make_feeds(model, 1, rng)[0]
+    dynamic = "input_ids" in x
     t0 = time.perf_counter()
     mod, params = from_onnx(model)
     result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
     print(result)
     print(f"tessera.quantize: {time.perf_counter() - t0:.1f} s")
+    kind = "dynamic" if dynamic else "QDQ"
     with tempfile.TemporaryDirectory() as folder:
-        qdq_path = ort_quantize(model, feeds, folder)
+        qdq_path = ort_quantize(model, feeds, folder, dynamic)
         qdq = onnx.load(qdq_path)
         qmod, qparams = from_onnx(qdq)
         runners = {
-            "tessera fp32": tessera_runner(mod, params, name, x),
-            "tessera int8": tessera_runner(result.mod, {}, name, x),
-            "ORT fp32": ort_runner(model.SerializeToString(), args.threads, name, x),
-            "ORT int8 (QDQ)": ort_runner(qdq_path, args.threads, name, x),
-            "tessera on ORT QDQ": tessera_runner(qmod, qparams, name, x),
+            "tessera fp32": tessera_runner(mod, params, x),
+            "tessera int8": tessera_runner(result.mod, {}, x),
+            "ORT fp32": ort_runner(model.SerializeToString(), args.threads, x),
+            f"ORT int8 ({kind})": ort_runner(qdq_path, args.threads, x),
+            f"tessera on ORT {kind}": tessera_runner(qmod, qparams, x),
         }
         outs = {k: fn() for k, fn in runners.items()}
         ms = timed(runners, args.runs)
     print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
     for k, v in ms.items():
         print(f"  {k:<22} {v:8.2f} ms")
+    ort8, on_file = f"ORT int8 ({kind})", f"tessera on ORT {kind}"
     print(f"  int8 speed-up: tessera {ms['tessera fp32'] / ms['tessera int8']:.2f}x over its fp32,"
-          f" {ms['ORT int8 (QDQ)'] / ms['tessera int8']:.2f}x over ORT int8; on the QDQ file "
-          f"{ms['ORT int8 (QDQ)'] / ms['tessera on ORT QDQ']:.2f}x over ORT")  # fmt: skip
+          f" {ms[ort8] / ms['tessera int8']:.2f}x over ORT int8; on the {kind} file "
+          f"{ms[ort8] / ms[on_file]:.2f}x over ORT")  # fmt: skip
     step = output_step(qdq)
-    diff = np.abs(outs["tessera on ORT QDQ"] - outs["ORT int8 (QDQ)"])
+    diff = np.abs(outs[on_file] - outs[ort8])
     within = float(np.mean(diff <= step * 1.001)) if step else float("nan")
     print(f"  SQNR vs fp32: tessera int8 {sqnr_db(outs['tessera fp32'], outs['tessera int8']):.1f}"
-          f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs['ORT int8 (QDQ)']):.1f} dB")  # fmt: skip
+          f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs[ort8]):.1f} dB; tessera on the file "
+          f"vs ORT on it {sqnr_db(outs[ort8], outs[on_file]):.1f} dB")  # fmt: skip
     exact = 100 * np.mean(diff == 0)
-    print(f"  tessera vs ORT on the QDQ file: {100 * within:.2f}% of elements within one output "
-          f"step ({step:.4g}), max diff {diff.max():.4g}, bit-exact {exact:.2f}%")  # fmt: skip
+    print(f"  tessera vs ORT on the {kind} file: {100 * within:.2f}% of elements within one "
+          f"output step ({step:.4g}; 0: a float output), max diff {diff.max():.4g}, bit-exact "
+          f"{exact:.2f}%")  # fmt: skip
     return 0
 
 

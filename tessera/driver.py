@@ -41,6 +41,7 @@ from tessera.transform import (
 )
 from tessera.transform.check_limits import check_arena, check_limits
 from tessera.transform.fuse_group import build_groups
+from tessera.transform.pack_qnn_weights import pack_qnn_weights
 from tessera.transform.pack_weights import pack_weights
 from tessera.transform.pass_context import PassContext, run_passes
 
@@ -51,6 +52,7 @@ GRAPH_PASSES = [
     (infer_types, 0),
     (simplify_inference, 1),
     (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
+    (pack_qnn_weights, 1),  # llvm targets: int8 conv weights as their kernel reads them
     (fold_constant, 1),
     (alter_layout, 2),  # llvm targets: convs in NCHW[x]c, weights re-packed
     (eliminate_common_subexpr, 3),

@@ -191,19 +191,24 @@ def conv_out_size(size, k, stride, pad_begin, pad_end, dilation) -> int:
     return (size + pad_begin + pad_end - dilation * (k - 1) - 1) // stride + 1
 
 
-def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Tensor:
-    """NCHW uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW) -> (N, O, OH, OW) int32: the sum
-    of x_u w' over each window; padded positions read pad_value (the zero point, as x_u)."""
+def _conv_geometry(x, c4, kh, kw, groups, strides, padding, dilation):
     n, c, h, w = _static(x.shape)
-    oc, c4, kh, kw = _static(w4.shape)
-    cg = c // groups
-    if c4 != -(-cg // 4) or c % groups or oc % groups:
-        raise ValueError(f"qnn.conv2d: data {x.shape}, weight words {w4.shape}, groups {groups}")
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
-    hp, wp = h + pt + pb, w + pl + pr
     oh = conv_out_size(h, kh, sh, pt, pb, dh)
     ow = conv_out_size(w, kw, sw, pl, pr, dw)
+    return n, c, h, w, oh, ow
+
+
+def pack_conv_data(x, *, c4, kh, kw, strides, padding, dilation, groups, pad_value):
+    """The data of a conv as int32 words of 4 channels, padded, (N, groups * c4, sh, sw, hq, wq),
+    and `read(b, q, ty, tx, y, z)`: the word of channel word q under kernel tap offset (ty, tx)
+    (ry * dh, rx * dw) for output pixel (y, z)."""
+    n, c, h, w, oh, ow = _conv_geometry(x, c4, kh, kw, groups, strides, padding, dilation)
+    cg = c // groups
+    (sh, sw) = strides
+    pt, pl, pb, pr = padding
+    hp, wp = h + pt + pb, w + pl + pr
     dt = str(x.dtype)
     pad_u = int(pad_value)
     # Note [strided packing]: a strided conv's vector of output pixels would read every sh-th
@@ -232,18 +237,88 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
         return tir_op.if_then_else(inside, _word(get, 4, 0, dt), fill)
 
     xp = te.compute((n, groups * c4, sh, sw, hq, wq), word, name="x_words", tag=PACK_TAG)
+
+    def read(b, q, ty, tx, y, z):
+        return xp[b, q, ty % sh, tx % sw, y + ty // sh, z + tx // sw]
+
+    return xp, read
+
+
+def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Tensor:
+    """NCHW uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW) -> (N, O, OH, OW) int32: the sum
+    of x_u w' over each window; padded positions read pad_value (the zero point, as x_u)."""
+    n, c, h, w = _static(x.shape)
+    oc, c4, kh, kw = _static(w4.shape)
+    cg = c // groups
+    if c4 != -(-cg // 4) or c % groups or oc % groups:
+        raise ValueError(f"qnn.conv2d: data {x.shape}, weight words {w4.shape}, groups {groups}")
+    _, _, _, _, oh, ow = _conv_geometry(x, c4, kh, kw, groups, strides, padding, dilation)
+    _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
+                             dilation=dilation, groups=groups, pad_value=pad_value)  # fmt: skip
     rc = te.reduce_axis((0, c4), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     opg = oc // groups
+    dh, dw = dilation
 
     def body(b, o, y, z):
         q = (o // opg) * c4 + rc if groups > 1 else rc
-        ty, tx = ry * dh, rx * dw
-        word = xp[b, q, ty % sh, tx % sw, y + ty // sh, z + tx // sw]
+        word = read(b, q, ry * dh, rx * dw, y, z)
         return te.sum(tir_op.dot_u8i8(0, word, w4[o, rc, ry, rx]), axis=[rc, ry, rx])
 
     return te.compute((n, oc, oh, ow), body, name="qconv", tag=CONV_TAG)
+
+
+CONV_BLOCKED_TAG = "qnn_conv2d_packed"
+
+
+def pack_conv_weight_blocked(w: np.ndarray, block: int) -> np.ndarray:
+    """A conv weight (O, I, KH, KW) int8 as (ceil(O / block), ceil(I / 4), KH, KW, block) int32
+    words: for each tap and word of 4 input channels, `block` output channels side by side (one
+    vector operand of vpdpbusd); output channels past O have zero weights."""
+    words = pack_words_np(w, 1)  # (O, I4, KH, KW)
+    o = words.shape[0]
+    blocks = -(-o // block)
+    padded = np.zeros((blocks * block, *words.shape[1:]), np.int32)
+    padded[:o] = words
+    out = padded.reshape(blocks, block, *words.shape[1:]).transpose(0, 2, 3, 4, 1)
+    return np.ascontiguousarray(out)
+
+
+def unpack_conv_weight_blocked(wb: np.ndarray, channels: int, in_channels: int) -> np.ndarray:
+    """The inverse of pack_conv_weight_blocked: (O, I, KH, KW) int8."""
+    words = wb.transpose(0, 4, 1, 2, 3).reshape(-1, *wb.shape[1:4])[:channels]
+    return unpack_conv_weight(np.ascontiguousarray(words), in_channels)
+
+
+def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels) -> te.Tensor:
+    """qnn.conv2d (groups 1) with output channels innermost: NCHW uint8/int8 data and weight
+    blocks wb (OB, ceil(I/4), KH, KW, B) -> an (N, OB, OH, OW, B) int32 product (tagged
+    CONV_BLOCKED_TAG), read back as (N, channels, OH, OW). Each step of the reduction meets one
+    data word (4 channels of one pixel), broadcast, with a vector of B output channels."""
+    n, c, h, w = _static(x.shape)
+    ob, c4, kh, kw, block = _static(wb.shape)
+    if c4 != -(-c // 4) or ob * block < channels:
+        raise ValueError(f"qnn.conv2d_packed: data {x.shape}, weight blocks {wb.shape}")
+    _, _, _, _, oh, ow = _conv_geometry(x, c4, kh, kw, 1, strides, padding, dilation)
+    _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
+                             dilation=dilation, groups=1, pad_value=pad_value)  # fmt: skip
+    rc = te.reduce_axis((0, c4), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    dh, dw = dilation
+
+    def body(b, o, y, z, lane):
+        word = read(b, rc, ry * dh, rx * dw, y, z)
+        return te.sum(tir_op.dot_u8i8(0, word, wb[o, rc, ry, rx, lane]), axis=[rc, ry, rx])
+
+    acc = te.compute((n, ob, oh, ow, block), body, name="qconv_blocked", tag=CONV_BLOCKED_TAG)
+    return te.compute(
+        (n, channels, oh, ow),
+        lambda b, o, y, z: acc[b, o // block, y, z, o % block],
+        name="qconv_out",
+        tag="injective",
+    )
 
 
 def requantize(acc, scale, *, zero_point: int, dtype: str):

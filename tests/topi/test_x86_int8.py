@@ -155,3 +155,80 @@ def test_quantize_ties_and_saturation_match_the_reference(dtype, zp):
     np.testing.assert_array_equal(
         want, np.clip(np.round(x / 0.25) + zp, info.min, info.max).astype(dtype)
     )
+
+
+PACKED_CONVS = [  # (c, h, w, oc, k, stride, pad)
+    (16, 7, 7, 32, 3, 1, 1),  # 7-wide rows: the rule's case
+    (6, 10, 10, 20, 3, 2, 1),  # strided, channels not a multiple of 4, oc not of the block
+    (12, 8, 8, 16, 1, 2, 0),  # strided 1x1 (sampled while packing)
+    (8, 5, 13, 8, 1, 1, 0),  # a row of 13 in two tiles
+]
+
+
+def _block(t) -> int:
+    return max(1, min(16, t.vector_lanes("int32"))) if t.kind == "llvm" else 4
+
+
+def _packed_conv(t, case, xdt, config=None, two_outputs=False):
+    from tessera.topi.strategy import Config
+
+    c, h, w, oc, k, stride, pad = case
+    x8 = _data((1, c, h, w), xdt)
+    w8 = _data((oc, c, k, k), "int8")
+    wb = qnn.pack_conv_weight_blocked(w8, _block(t))
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), pad_value=5)
+    X = te.placeholder(x8.shape, xdt, name="x")
+    W = te.placeholder(wb.shape, "int32", name="w")
+    S = te.placeholder((oc, 1, 1), "float32", name="s")
+    acc = qnn.qnn_conv2d_packed(X, W, channels=oc, **attrs)
+    Y = qnn.requantize(acc, S, zero_point=3, dtype="uint8")
+    outs = [Y, acc] if two_outputs else [Y]
+    cfg = Config("channels", config) if config else None
+    s = int8_conv2d.schedule_qnn_conv2d_packed(outs, t, config=cfg)
+    f = tessera.build(s, [X, W, S, *outs], target=t)
+    scale = (R.random((oc, 1, 1)) * 2e-3).astype(np.float32)
+    ys = [np.zeros([int(d.value) for d in o.shape], o.dtype) for o in outs]
+    f(x8, wb, scale, *ys)
+    want = get_op("qnn.conv2d").evaluate([x8, qnn.pack_conv_weight(w8)], attrs)[0]
+    q = get_op("qnn.requantize").evaluate([want, scale], dict(zero_point=3, dtype="uint8"))[0]
+    np.testing.assert_array_equal(ys[0], q)
+    if two_outputs:
+        np.testing.assert_array_equal(ys[1], want)
+    # the op's own reference agrees with qnn.conv2d's
+    ref = get_op("qnn.conv2d_packed").evaluate([x8, wb], dict(attrs, channels=oc))[0]
+    np.testing.assert_array_equal(ref, want)
+    return f
+
+
+PACKED_RUNS = [("llvm -mcpu=cascadelake", c) for c in PACKED_CONVS] + [
+    (t, PACKED_CONVS[1]) for t in list(ISAS)[1:]
+]
+
+
+@pytest.mark.parametrize("target,case", PACKED_RUNS)
+def test_conv2d_packed_matches_integer_reference(target, case):
+    """qnn.conv2d with output channels in vectors ("channels", Note [int8 conv rule]): the
+    requantized output bit-exact with the integer reference on every ISA level."""
+    t = _target(target)
+    f = _packed_conv(t, case, "uint8")
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize(
+    "config,two_outputs",
+    [({"ow_block": 3, "oc_vectors": 1}, False), ({"ow_block": 7, "oc_vectors": 2}, True)],
+)
+def test_conv2d_packed_configs_and_a_second_output(config, two_outputs):
+    """Other register tiles (a row tail), int8 data, and the int32 product as a second output
+    (the product then computed at root, the epilogue reading it back)."""
+    t = _target("llvm -mcpu=cascadelake")
+    _packed_conv(t, PACKED_CONVS[0], "int8", config, two_outputs)
+
+
+def test_pack_conv_weight_blocked_round_trips():
+    w = _data((20, 6, 3, 3), "int8")
+    wb = qnn.pack_conv_weight_blocked(w, 16)
+    assert wb.shape == (2, 2, 3, 3, 16)
+    np.testing.assert_array_equal(qnn.unpack_conv_weight_blocked(wb, 20, 6), w)
+    assert not wb[1, :, :, :, 4:].any()  # output channels past 20: zero weights

@@ -141,6 +141,48 @@ def _(x, w4, *, strides, padding, dilation, groups=1, pad_value=0):
 conv2d.schedule("generic")(int8_conv2d.schedule_qnn_conv2d)
 conv2d.schedule("x86")(int8_conv2d.schedule_qnn_conv2d)
 
+# -- conv2d with output channels in vectors (the "channels" implementation of qnn.conv2d) ------
+
+conv2d_packed = register_op("qnn.conv2d_packed", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@conv2d_packed.type_rule
+def _(x: TensorType, wb: TensorType, strides, padding, dilation, channels, pad_value=0,
+      config=None):  # fmt: skip
+    _require_data("qnn.conv2d_packed", x)
+    if str(wb.dtype) != "int32" or x.ndim != 4 or wb.ndim != 5:
+        raise type_error("qnn.conv2d_packed", f"expects NCHW data and int32 weight blocks (OB, "
+                         f"I/4, KH, KW, B), got {x}, {wb}")  # fmt: skip
+    if wb.shape[1] != -(-x.shape[1] // 4) or wb.shape[0] * wb.shape[4] < channels:
+        raise type_error("qnn.conv2d_packed", f"weight blocks {wb} do not fit {x} ({channels})")
+    out = [
+        topi_qnn.conv_out_size(
+            x.shape[2 + i], wb.shape[2 + i], strides[i], padding[i], padding[i + 2], dilation[i]
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    if min(out) < 1:
+        raise type_error("qnn.conv2d_packed", f"kernel {wb.shape[2:4]} is larger than {x}")
+    return TensorType((x.shape[0], channels, *out), "int32")
+
+
+@conv2d_packed.reference
+def _(x, wb, strides, padding, dilation, channels, pad_value=0, config=None):
+    w = topi_qnn.unpack_conv_weight_blocked(wb, channels, x.shape[1])
+    w4 = topi_qnn.pack_conv_weight(w)
+    attrs = dict(strides=strides, padding=padding, dilation=dilation, pad_value=pad_value)
+    return conv2d.evaluate([x, w4], attrs)[0]
+
+
+@conv2d_packed.compute
+def _(x, wb, *, strides, padding, dilation, channels, pad_value=0, config=None):
+    return topi_qnn.qnn_conv2d_packed(x, wb, strides=strides, padding=padding, dilation=dilation,
+                                      pad_value=pad_value, channels=channels)  # fmt: skip
+
+
+conv2d_packed.schedule("generic")(int8_conv2d.schedule_qnn_conv2d_packed)
+conv2d_packed.schedule("x86")(int8_conv2d.schedule_qnn_conv2d_packed)
+
 # -- requantize -------------------------------------------------------------------------------
 
 requantize = register_op("qnn.requantize", kind=OpKind.BROADCAST)

@@ -92,3 +92,72 @@ def schedule_qnn_conv2d(outs, target=None) -> te.Schedule:
             schedule_elementwise_stage(s, t, target)
     _schedule_acc(s, acc, lanes)
     return s
+
+
+# -- output channels in vectors (qnn.conv2d_packed) --------------------------------------------
+
+
+def channel_tile(target, ow: int, blocks: int) -> tuple[int, int]:
+    """(ow_block, oc_vectors) of qnn.conv2d_packed: oc_vectors blocks of output channels (2
+    where the blocks pair up) times ow_block pixels of a row in registers, at most half of the
+    vector registers as accumulators (the rest hold weight vectors, the broadcast word and the
+    epilogue's temporaries: more spill); a row longer than that is cut into equal tiles."""
+    regs = vector_registers(target) if target is not None else 16
+    ocv = 2 if blocks % 2 == 0 else 1
+    most = max(1, regs // 2 // ocv)
+    tiles = -(-ow // most)
+    return -(-ow // tiles), ocv
+
+
+def schedule_qnn_conv2d_packed(outs, target=None, config=None) -> te.Schedule:
+    """The (N, OB, OH, OW, B) product in register tiles of ow_block pixels x oc_vectors
+    blocks (each pixel's data word broadcast, each block one vector of weights), computed
+    at root; the epilogue (compensation, requantize, ...) reads it back in NCHW."""
+    from tessera.topi.qnn import CONV_BLOCKED_TAG
+    from tessera.topi.strategy import record_config
+
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    schedule_pack(s, outs, target)
+    anchor = find_tagged(outs, CONV_BLOCKED_TAG)
+    _, blocks, _, ow, _ = (int(d.value) for d in anchor.shape)
+    owb, ocv = channel_tile(target, ow, blocks)
+    if config is not None:
+        owb, ocv = config["ow_block"], config["oc_vectors"]
+        record_config(s, config)
+    acc = s.cache_write(anchor, "local")
+    block = int(anchor.shape[4].value)
+    if len(outs) == 1 and len(outs[0].shape) == 4:
+        # the epilogue in the tile: each vector of `block` channels of one pixel is finished
+        # in registers and stored to its NCHW places (a strided store)
+        s[anchor].compute_inline()
+        stage = s[outs[0]]
+        n, o, oh, z = stage.op.axis
+        oo, oi = stage.split(o, factor=block * ocv)
+        obi, lane = stage.split(oi, factor=block)
+        zo, zi = stage.split(z, factor=owb)
+        stage.reorder(n, oo, oh, zo, obi, zi, lane)
+        stage.parallel(stage.fuse(n, oo, oh))
+        stage.unroll(obi)
+        stage.unroll(zi)
+        stage.vectorize(lane)
+    else:
+        stage = s[anchor]
+        n, ob, oh, z, lane = stage.op.axis
+        obo, obi = stage.split(ob, factor=ocv)
+        zo, zi = stage.split(z, factor=owb)
+        stage.reorder(n, obo, oh, zo, obi, zi, lane)
+        stage.parallel(stage.fuse(n, obo, oh))
+        stage.vectorize(lane)
+        for t in outs:
+            schedule_elementwise_stage(s, t, target)
+    s[acc].compute_at(stage, zo)
+    a = s[acc]
+    n, ob, oh, z, lane = a.op.axis
+    rc, ry, rx = a.op.reduce_axis
+    a.reorder(n, oh, rc, ry, rx, ob, z, lane)
+    a.unroll(ob)
+    a.unroll(z)
+    a.vectorize(lane)
+    return s

@@ -37,7 +37,10 @@ import numpy as np
 
 from tessera.topi.layout import transform_array
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
-from tessera.topi.x86 import ops  # noqa: F401  (registers the x86 ops and schedules)
+from tessera.topi.x86 import (
+    int8_strategy,  # noqa: F401  (qnn.conv2d's strategy)
+    ops,  # noqa: F401  (registers the x86 ops and schedules)
+)
 from tessera.topi.x86.conv2d import (
     PREFETCH_MAX_REUSE,
     GroupWindow,

@@ -1,0 +1,116 @@
+"""The CPU strategy of qnn.conv2d (int8 convs): two implementations and their knobs.
+
+    qnn.conv2d   rows      vectors along the output row, weight words broadcast
+                           (topi/x86/int8_conv2d.py: schedule_qnn_conv2d; no knobs yet)
+                 channels  vectors of output channels, data words broadcast: the weight
+                           re-packed (OB, I/4, KH, KW, B) for qnn.conv2d_packed
+                           (schedule_qnn_conv2d_packed); knobs ow_block, oc_vectors
+
+Which one runs by default is Note [int8 conv rule]. The layout hook answers the graph pass
+transform/pack_qnn_weights.py (the weight blocks of the chosen config). Registered under "cpu",
+like the float convs: the rules are over the vector width and the registers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
+from tessera.topi.x86.cpu import vector_registers
+from tessera.topi.x86.int8_conv2d import channel_tile
+
+# Note [int8 conv rule]
+# Both kernels do one vpdpbusd lane per word of 4 input channels per output: `words` = C/4 *
+# KH * KW per output. The rows kernel fills vectors of L lanes along the output row: a row of
+# OW pixels costs ceil(OW / L) * L lanes (7- and 14-wide rows waste lanes, and a partial vector
+# is shuffled in and out). The channels kernel fills vectors of L output channels (OC padded
+# to a multiple of L) and finishes each vector in registers, but stores it to L strided NCHW
+# places: one more instruction per output, as much as a vpdpbusd of L lanes. In lanes of
+# vpdpbusd work per output:
+#     rows:     words * ceil(OW / L) * L / OW
+#     channels: words * ceil(OC / L) * L / OC + L
+# The default is the cheaper one (ties: rows). The channels kernel takes groups == 1 only.
+
+
+def _lanes(target) -> int:
+    return max(1, min(16, target.vector_lanes("int32")))
+
+
+class _QConv:
+    """What the rule needs of a qnn.conv2d workload (None: not a static 2-d int8 conv)."""
+
+    @staticmethod
+    def of(wl: Workload, target) -> _QConv | None:
+        if len(wl.inputs) != 2 or len(wl.output) != 4:
+            return None
+        (xs, xd), (ws, wd) = wl.inputs
+        if len(xs) != 4 or len(ws) != 4 or xd not in ("uint8", "int8") or wd != "int32":
+            return None
+        if not all(isinstance(d, int) for d in (*xs, *ws, *wl.output)):
+            return None
+        q = _QConv()
+        q.oc, q.c4, q.kh, q.kw = ws
+        q.n, _, q.oh, q.ow = wl.output
+        q.groups = wl.attr("groups", 1)
+        q.lanes = _lanes(target)
+        q.blocks = -(-q.oc // q.lanes)
+        return q
+
+    def words(self) -> int:
+        return self.c4 * self.kh * self.kw
+
+    def rows_cost(self) -> float:
+        return self.words() * -(-self.ow // self.lanes) * self.lanes / self.ow
+
+    def channels_cost(self) -> float:
+        return self.words() * self.blocks * self.lanes / self.oc + self.lanes
+
+
+conv2d = register_strategy("qnn.conv2d", "cpu")
+
+
+@conv2d.implementation("rows", priority=1)
+def _rows_space(wl: Workload, target) -> ConfigSpace | None:
+    return ConfigSpace() if _QConv.of(wl, target) is not None else None
+
+
+def _channels_space(wl: Workload, target) -> ConfigSpace | None:
+    q = _QConv.of(wl, target)
+    if q is None or q.groups != 1 or not wl.constant or not wl.constant[1]:
+        return None
+    regs = vector_registers(target)
+
+    def default(field):
+        return lambda wl, target, context: channel_tile(target, q.ow, q.blocks)[field]
+
+    ocvs = tuple(v for v in (1, 2, 3, 4) if q.blocks % v == 0)
+    knobs = [
+        Knob("ow_block", tuple(range(1, min(q.ow, regs) + 1)), default=default(0)),
+        Knob("oc_vectors", ocvs, default=default(1)),
+    ]
+    return ConfigSpace(knobs, [lambda v: v["ow_block"] * v["oc_vectors"] + v["oc_vectors"] < regs])
+
+
+def _channels_layout(wl: Workload, config: Config, context, target, w4: np.ndarray):
+    """The weight words (O, I/4, KH, KW) as blocks (OB, I/4, KH, KW, L) of L output channels."""
+    if w4 is None:
+        return None
+    q = _QConv.of(wl, target)
+    padded = np.zeros((q.blocks * q.lanes, *w4.shape[1:]), np.int32)
+    padded[: q.oc] = w4
+    blocks = padded.reshape(q.blocks, q.lanes, *w4.shape[1:]).transpose(0, 2, 3, 4, 1)
+    attrs = {k: v for k, v in wl.attrs if k != "groups"}
+    attrs.update(channels=q.oc, config=config.as_attr())
+    return {"op": "qnn.conv2d_packed", "weight": np.ascontiguousarray(blocks), "attrs": attrs}
+
+
+conv2d.implementation("channels", priority=2, layout=_channels_layout)(_channels_space)
+
+
+@conv2d.choose_default
+def _default(wl: Workload, target, context) -> str:
+    """Note [int8 conv rule]."""
+    q = _QConv.of(wl, target)
+    if q is None or not context.get("rewrite", True) or _channels_space(wl, target) is None:
+        return "rows"
+    return "channels" if q.channels_cost() < q.rows_cost() else "rows"
