@@ -268,6 +268,7 @@ register_target_kind(
 STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
     "x86": ("tessera.topi.x86.strategy",),
     "cpu": ("tessera.topi.x86.strategy",),  # the x86 kernels' rules hold for any CPU
+    "arm": ("tessera.topi.arm.strategy",),  # ARM's register tile (docs/arm.md)
     "generic": (),
 }
 

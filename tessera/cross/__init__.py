@@ -10,6 +10,8 @@ docs/arm.md is the deploy story: build here, copy the one file, run it on the bo
 
 from tessera.cross.qemu import (
     count_instructions,
+    count_kernel_instructions,
+    read_metadata,
     read_plan,
     run_under_qemu,
     runner_args,
@@ -29,7 +31,9 @@ __all__ = [
     "CrossToolchain",
     "ToolchainMissing",
     "count_instructions",
+    "count_kernel_instructions",
     "is_foreign",
+    "read_metadata",
     "read_plan",
     "run_under_qemu",
     "runner_args",
