@@ -60,9 +60,13 @@ def test_count_kernel_instructions_of_a_user_kernel(tmp_path):
     require_toolchain("aarch64-neon")
     target, cpu = ARM_TARGETS["aarch64-neon"]
     counts = {}
+
+    def twice(a):
+        return te.compute(a.shape, lambda i: a[i] * 2.0, name="b")
+
     for n in (256, 512):
         a = te.placeholder((n,), name="a")
-        b = te.compute((n,), lambda i, a=a: a[i] * 2.0, name="b")
+        b = twice(a)
         lib = tessera.build(te.create_schedule(b.op), [a, b], target=target, name="twice")
         path = lib.export_library(tmp_path / f"twice{n}.so")
         counts[n] = count_kernel_instructions(path, cpu=cpu)
