@@ -9,7 +9,7 @@ from onnx import helper
 
 import tessera
 from tessera import te
-from tessera.cross import count_kernel_instructions
+from tessera.cross import count_instructions, count_kernel_instructions
 from tessera.cross.testing import (
     ARM_TARGETS,
     check_under_qemu,
@@ -113,3 +113,59 @@ def test_matmul_model_with_a_runtime_operand_builds_for_armv7():
     mod, params = tessera.frontend.from_onnx(model)
     lib = tessera.build(mod, target=ARM_TARGETS["armv7-neon"][0], params=params)
     assert "arm" in lib.get_source("ll")
+
+
+def int8_model(seed=0):
+    """QLinearConv (3x3, per-channel int8 weights, uint8 data) then MatMulInteger: both on the
+    dot_u8i8 kernels; full-range operands (a u8 x s8 product that saturated 16 bits, or swapped
+    signedness, would not match ORT bit for bit)."""
+    rng = np.random.default_rng(seed)
+    oc = 16
+    inits = {
+        "xs": np.float32(0.02),
+        "xz": np.array(3, np.uint8),
+        "w": rng.integers(-128, 128, (oc, 8, 3, 3)).astype(np.int8),
+        "ws": (rng.random(oc) * 0.01 + 0.001).astype(np.float32),
+        "wz": np.zeros(oc, np.int8),
+        "ys": np.float32(0.05),
+        "yz": np.array(120, np.uint8),
+        "shape": np.array([1, -1], np.int64),
+        "b": rng.integers(-128, 128, (oc * 36, 10)).astype(np.int8),
+        "az": np.array(120, np.uint8),
+    }
+    nodes = [
+        helper.make_node(
+            "QLinearConv",
+            ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+            ["c"],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+        ),
+        helper.make_node("Reshape", ["c", "shape"], ["f"]),
+        helper.make_node("MatMulInteger", ["f", "b", "az"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": ((1, 8, 12, 12), np.uint8)}, ["c", "y"], inits, opset=13)
+    return model, {"x": rng.integers(0, 256, (1, 8, 12, 12)).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("target_name", list(ARM_TARGETS))
+def test_int8_matches_ort_bit_for_bit_under_qemu(target_name, tmp_path):
+    require_toolchain(target_name)
+    model, feeds = int8_model()
+    check_under_qemu(model, feeds, target_name, tmp_path, rtol=0)
+
+
+def test_i8mm_int8_kernels_use_usdot(tmp_path):
+    """neoverse-v1 has FEAT_I8MM: dot_u8i8 is one usdot per 4 lanes (codegen/llvm/int8_dot.py)
+    instead of shifts, multiplies and adds; the same build without i8mm for comparison."""
+    require_toolchain("aarch64-sve")
+    model, feeds = int8_model()
+    mod, params = tessera.frontend.from_onnx(model)
+    counts = {}
+    for attr in ("", " -mattr=-i8mm"):
+        target = ARM_TARGETS["aarch64-sve"][0] + attr
+        lib = tessera.build(mod, target=target, params=params)
+        assert ("usdot" in lib.get_source("ll")) == (attr == "")
+        path = lib.export_library(tmp_path / f"int8{attr.strip()}.so")
+        counts[attr] = count_instructions(path, feeds, cpu="max")
+    assert counts[""] * 1.5 < counts[" -mattr=-i8mm"], counts

@@ -6,6 +6,7 @@ bytes of a with the four int8 bytes of b (Note [int8 dot]).
     lanes 8,  avxvnni or vnni+vl    vpdpbusd ymm        (llvm.x86.avx512.vpdpbusd.256)
     lanes 16, avx512bw              2 x vpmaddwd zmm    (exact 16-bit products, see below)
     lanes 8,  avx2                  2 x vpmaddwd ymm
+    lanes 4,  i8mm (AArch64)        usdot v.4s          (llvm.aarch64.neon.usdot: u8 x s8)
     otherwise                       shifts, multiplies and adds on int32 lanes
 
 The target's features decide (`Target.features`, read from LLVM for the host: never assumed).
@@ -63,6 +64,8 @@ def _native_width(feats) -> int:
         return 16
     if "avxvnni" in feats or "avx2" in feats:
         return 8
+    if "i8mm" in feats:
+        return 4
     return 0
 
 
@@ -71,9 +74,9 @@ def emit_dot(em, acc, a, b, lanes: int) -> ir.Value:
     the native width, so that a tail of a row still runs on vpdpbusd."""
     feats = _features(em)
     width = _native_width(feats)
-    if lanes in (8, 16) or width == 0 or lanes == 1:
+    if lanes in (8, 16, width) or width == 0 or lanes == 1:
         return _emit_native(em, feats, acc, a, b, lanes)
-    step = width if lanes > 8 or width == 8 else 8
+    step = width if lanes > 8 or width < 16 else 8
     pieces = []
     for start in range(0, lanes, step):
         n = min(step, lanes - start)
@@ -116,7 +119,18 @@ def _emit_native(em, feats, acc, a, b, lanes):
         return _madd_pairs(em, "llvm.x86.avx512.pmaddw.d.512", acc, a, b, lanes)
     if lanes == 8 and "avx2" in feats:
         return _madd_pairs(em, "llvm.x86.avx2.pmadd.wd", acc, a, b, lanes)
+    if lanes == 4 and "i8mm" in feats:
+        return _usdot(em, acc, a, b)
     return _generic(em, acc, a, b, lanes)
+
+
+def _usdot(em, acc, a, b):
+    """AArch64 USDOT (FEAT_I8MM): per int32 lane, acc + four uint8 x int8 products: exactly
+    dot_u8i8, in one instruction."""
+    bytes16 = ir.VectorType(T.I8, 16)
+    ty = _vec(T.I32, 4)
+    fn = em.ctx.declare("llvm.aarch64.neon.usdot.v4i32.v16i8", ty, [ty, bytes16, bytes16])
+    return em.b.call(fn, [acc, em.b.bitcast(a, bytes16), em.b.bitcast(b, bytes16)])
 
 
 def _vec(ty, lanes):
