@@ -9,7 +9,7 @@ from onnx import helper
 
 import tessera
 from tessera import te
-from tessera.cross import count_instructions, count_kernel_instructions
+from tessera.cross import count_instructions, count_kernel_instructions, run_under_qemu
 from tessera.cross.testing import (
     ARM_TARGETS,
     check_under_qemu,
@@ -18,7 +18,7 @@ from tessera.cross.testing import (
     missing_tools,
     naive_and_tessera_counts,
 )
-from tessera.frontend.testing import make_model
+from tessera.frontend.testing import make_model, run_ort
 
 
 def require_toolchain(target_name: str) -> None:
@@ -155,17 +155,33 @@ def test_int8_matches_ort_bit_for_bit_under_qemu(target_name, tmp_path):
     check_under_qemu(model, feeds, target_name, tmp_path, rtol=0)
 
 
-def test_i8mm_int8_kernels_use_usdot(tmp_path):
-    """neoverse-v1 has FEAT_I8MM: dot_u8i8 is one usdot per 4 lanes (codegen/llvm/int8_dot.py)
-    instead of shifts, multiplies and adds; the same build without i8mm for comparison."""
-    require_toolchain("aarch64-sve")
+AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
+INT8_CPUS = {"neoverse-v1": "usdot", "neoverse-n1": "sdot", "cortex-a72": None}
+
+
+@pytest.mark.parametrize("mcpu", list(INT8_CPUS))
+def test_int8_dot_instructions_match_ort(mcpu, tmp_path):
+    """dot_u8i8 on AArch64 (codegen/llvm/int8_dot.py): usdot with FEAT_I8MM (neoverse-v1), a
+    pair of sdot with FEAT_DotProd (neoverse-n1), else shifts, multiplies and adds; each bit for
+    bit with ORT (run on QEMU's max CPU, which has both)."""
+    require_toolchain("aarch64-neon")
+    model, feeds = int8_model()
+    mod, params = tessera.frontend.from_onnx(model)
+    lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
+    ll = lib.get_source("ll")
+    for name in ("usdot", "sdot"):
+        assert (f"aarch64.neon.{name}." in ll) == (name == INT8_CPUS[mcpu]), name
+    got = run_under_qemu(lib.export_library(tmp_path / "int8.so"), feeds, cpu="max")
+    for g, e in zip(got, run_ort(model, feeds), strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
+    require_toolchain("aarch64-neon")
     model, feeds = int8_model()
     mod, params = tessera.frontend.from_onnx(model)
     counts = {}
-    for attr in ("", " -mattr=-i8mm"):
-        target = ARM_TARGETS["aarch64-sve"][0] + attr
-        lib = tessera.build(mod, target=target, params=params)
-        assert ("usdot" in lib.get_source("ll")) == (attr == "")
-        path = lib.export_library(tmp_path / f"int8{attr.strip()}.so")
-        counts[attr] = count_instructions(path, feeds, cpu="max")
-    assert counts[""] * 1.5 < counts[" -mattr=-i8mm"], counts
+    for mcpu in INT8_CPUS:
+        lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
+        counts[mcpu] = count_instructions(lib.export_library(tmp_path / f"{mcpu}.so"), feeds)
+    assert counts["neoverse-v1"] < counts["neoverse-n1"] < counts["cortex-a72"] / 1.5, counts
