@@ -17,6 +17,7 @@ from tessera.cross.qemu import (
     runner_args,
     runner_path,
 )
+from tessera.cross.runtime_wheel import build_runtime_wheel
 from tessera.cross.toolchain import (
     TOOLCHAINS,
     CrossToolchain,
@@ -28,6 +29,7 @@ from tessera.cross.toolchain import (
 
 __all__ = [
     "TOOLCHAINS",
+    "build_runtime_wheel",
     "CrossToolchain",
     "ToolchainMissing",
     "count_instructions",
