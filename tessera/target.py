@@ -56,7 +56,8 @@ CPU_FEATURES: dict[str, frozenset[str]] = {
         (("cooperlake", "znver4"), _BF16),
         (("znver5",), _BF16 | {"avxvnni"}),
         (("sapphirerapids", "emeraldrapids", "graniterapids"), _AMX),
-        (("cortex-a53", "cortex-a55", "cortex-a57", "cortex-a72", "cortex-a76"), {"neon"}),
+        (("cortex-a53", "cortex-a57", "cortex-a72"), {"neon"}),
+        (("cortex-a55", "cortex-a76"), {"neon", "dotprod"}),  # Armv8.2-A with DotProd
         (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), {"neon", "dotprod"}),
         (("neoverse-v1", "neoverse-n2", "neoverse-v2"), {"neon", "dotprod", "sve", "i8mm"}),
         # microcontrollers ("c -device=micro -mcpu=cortex-m4", docs/micro.md)
@@ -268,6 +269,7 @@ register_target_kind(
 STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
     "x86": ("tessera.topi.x86.strategy",),
     "cpu": ("tessera.topi.x86.strategy",),  # the x86 kernels' rules hold for any CPU
+    "arm": ("tessera.topi.arm.strategy",),  # ARM's register tile (docs/arm.md)
     "generic": (),
 }
 

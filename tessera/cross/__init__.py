@@ -10,11 +10,14 @@ docs/arm.md is the deploy story: build here, copy the one file, run it on the bo
 
 from tessera.cross.qemu import (
     count_instructions,
+    count_kernel_instructions,
+    read_metadata,
     read_plan,
     run_under_qemu,
     runner_args,
     runner_path,
 )
+from tessera.cross.runtime_wheel import build_runtime_wheel
 from tessera.cross.toolchain import (
     TOOLCHAINS,
     CrossToolchain,
@@ -26,10 +29,13 @@ from tessera.cross.toolchain import (
 
 __all__ = [
     "TOOLCHAINS",
+    "build_runtime_wheel",
     "CrossToolchain",
     "ToolchainMissing",
     "count_instructions",
+    "count_kernel_instructions",
     "is_foreign",
+    "read_metadata",
     "read_plan",
     "run_under_qemu",
     "runner_args",

@@ -66,13 +66,19 @@ def _run(toolchain: CrossToolchain, args: list[str], cpu: str, count: bool = Fal
     return proc.stderr if count else proc.stdout
 
 
-def read_plan(lib_path, cpu: str = "max") -> dict:
-    """The executor plan stored in a cross-built model library (read by the runner under QEMU)."""
+def read_metadata(lib_path, cpu: str = "max") -> tuple[list, dict]:
+    """(the FunctionInfo of each kernel, the rest of the metadata) of a cross-built library."""
     from tessera.runtime import function_info
-    from tessera.runtime.graph_executor import PLAN_KEY
 
     toolchain = toolchain_of_library(lib_path)
-    _, extra = function_info.loads(_run(toolchain, [str(lib_path), "--metadata"], cpu))
+    return function_info.loads(_run(toolchain, [str(lib_path), "--metadata"], cpu))
+
+
+def read_plan(lib_path, cpu: str = "max") -> dict:
+    """The executor plan stored in a cross-built model library (read by the runner under QEMU)."""
+    from tessera.runtime.graph_executor import PLAN_KEY
+
+    _, extra = read_metadata(lib_path, cpu)
     if PLAN_KEY not in extra:
         raise ValueError(f"{str(lib_path)!r} holds kernels, not a compiled model")
     return extra[PLAN_KEY]
@@ -163,4 +169,35 @@ def count_instructions(lib_path, inputs, *, cpu: str = "max") -> int:
         for runs in (1, 2):
             log = _run(toolchain, [*args, "--runs", str(runs)], cpu, count=True)
             counts.append(int(log.rsplit("insns", 1)[1].split()[0]))
+    return counts[1] - counts[0]
+
+
+def count_kernel_instructions(lib_path, name: str | None = None, *, cpu: str = "max") -> int:
+    """The guest instructions one call of one kernel of `lib_path` executes under QEMU (two
+    calls minus one, one thread), on zero-filled buffers of the shapes its FunctionInfo gives:
+    one kernel of a model alone (no layout transforms, no executor), or a kernel built with
+    `tessera.build(schedule, ...)`. `name`: the kernel (None: the library's only one).
+    Instruction counts of these kernels do not depend on the data (no data-dependent branches)."""
+    from tessera.runtime.graph_executor import nbytes_of
+
+    lib_path = Path(lib_path).resolve()
+    toolchain = toolchain_of_library(lib_path)
+    infos = {info.name: info for info in read_metadata(lib_path, cpu)[0]}
+    if name is None and len(infos) != 1:
+        raise ValueError(f"{str(lib_path)!r} holds kernels {sorted(infos)}: name one")
+    info = infos.get(name) if name is not None else next(iter(infos.values()))
+    if info is None:
+        raise ValueError(f"{str(lib_path)!r} has no kernel {name!r}; it has {sorted(infos)}")
+    args = [str(lib_path), "--kernel", info.name]
+    for p in info.params:
+        if p.kind != "buffer" or not all(isinstance(d, int) for d in p.shape):
+            raise ValueError(
+                f"count_kernel_instructions: {info.name} takes {p.name} of shape {p.shape} "
+                "(kernels with scalar parameters or symbolic shapes are not supported)"
+            )
+        args += ["--buffer", str(nbytes_of(p.dtype, p.shape))]
+    counts = []
+    for runs in (1, 2):
+        log = _run(toolchain, [*args, "--threads", "1", "--runs", str(runs)], cpu, count=True)
+        counts.append(int(log.rsplit("insns", 1)[1].split()[0]))
     return counts[1] - counts[0]

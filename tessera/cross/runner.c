@@ -10,6 +10,11 @@
  *       --save's NBYTES to PATH: KIND is input, output (INDEX: its position) or param (INDEX:
  *       byte offset into tessera_params). Two runs minus one run is one run's instructions.
  *
+ *   runner LIB --kernel NAME [--threads N] [--runs N] --buffer NBYTES ... [--var N ...]
+ *       calls one kernel of the library, NAME(buffers, vars) (the calling convention of
+ *       docs/architecture.md), on zero-filled 64-byte aligned buffers of those sizes and the
+ *       int64 vars given: what count_kernel_instructions runs to count one kernel alone.
+ *
  * It exits 0 on success; 2 for a bad command line, 3 for a library or file error, 4 when the
  * entry returns nonzero (the failing call is printed). Errors go to stderr, one line each.
  */
@@ -25,6 +30,7 @@
 
 typedef int32_t (*entry_fn)(void**, void**, const void*, void*, int64_t*);
 typedef void (*set_threads_fn)(int32_t);
+typedef int32_t (*kernel_fn)(void**, int64_t*);
 
 static void* must_alloc(int64_t nbytes) {
     void* p = NULL;
@@ -90,9 +96,43 @@ static int save(char* spec, void** inputs, int n_in, void** outputs, int n_out, 
     return 0;
 }
 
+static int run_kernel(void* lib, int argc, char** argv) {
+    /* argv[2] == "--kernel", argv[3] = NAME, then flags */
+    void* buffers[MAX_BUFFERS];
+    int64_t vars[MAX_BUFFERS];
+    int n_buf = 0, n_var = 0, threads = 0, runs = 1;
+    for (int a = 4; a < argc; a += 2) {
+        if (a + 1 >= argc) return 2;
+        const char* flag = argv[a];
+        const char* value = argv[a + 1];
+        if (!strcmp(flag, "--buffer") && n_buf < MAX_BUFFERS) {
+            buffers[n_buf++] = must_alloc(atoll(value));
+        } else if (!strcmp(flag, "--var") && n_var < MAX_BUFFERS) {
+            vars[n_var++] = atoll(value);
+        } else if (!strcmp(flag, "--threads")) {
+            threads = atoi(value);
+        } else if (!strcmp(flag, "--runs")) {
+            runs = atoi(value);
+        } else {
+            fprintf(stderr, "runner: bad argument %s\n", flag);
+            return 2;
+        }
+    }
+    kernel_fn kernel = (kernel_fn)must_sym(lib, argv[3], 1);
+    if (threads > 0) ((set_threads_fn)must_sym(lib, "tessera_set_num_threads", 1))(threads);
+    for (int r = 0; r < runs; r++) {
+        if (kernel(buffers, vars) != 0) {
+            fprintf(stderr, "runner: kernel %s failed\n", argv[3]);
+            return 4;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s LIB --metadata | LIB --arena N [--threads N] --input PATH..."
+        fprintf(stderr, "usage: %s LIB --metadata | LIB --kernel NAME --buffer NBYTES..."
+                        " | LIB --arena N [--threads N] --input PATH..."
                         " --output NBYTES... --save KIND:INDEX:NBYTES:PATH...\n", argv[0]);
         return 2;
     }
@@ -108,6 +148,7 @@ int main(int argc, char** argv) {
         fputs((const char*)must_sym(lib, "tessera_metadata", 1), stdout);
         return 0;
     }
+    if (!strcmp(argv[2], "--kernel")) return argc < 4 ? 2 : run_kernel(lib, argc, argv);
     void* inputs[MAX_BUFFERS];
     void* outputs[MAX_BUFFERS];
     char* saves[MAX_BUFFERS];

@@ -76,3 +76,75 @@ def check_under_qemu(model, feeds, target_name, folder, rtol=1e-4):
         scale = max(1.0, float(np.abs(e).max()))
         np.testing.assert_allclose(g, e, rtol=0, atol=rtol * scale)
     return path
+
+
+# -- kernels against a naive build (bench/arm.py, tests/cross/test_arm_kernels.py) ----------------
+
+
+def conv_case(ic, oc, size, kernel, stride=1, groups=1, seed=0):
+    """A one-Conv ONNX model (pads kernel // 2) and the same conv as te tensors (x, w, y)."""
+    from onnx import helper
+
+    from tessera import te
+    from tessera.frontend.testing import make_model
+    from tessera.topi.nn.conv import conv
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((oc, ic // groups, kernel, kernel)) * 0.1).astype(np.float32)
+    pads = [kernel // 2] * 4
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], pads=pads, strides=[stride] * 2, group=groups
+    )
+    model = make_model([node], {"x": ((1, ic, size, size), np.float32)}, ["y"], {"w": w})
+    x = te.placeholder((1, ic, size, size), name="x")
+    wt = te.placeholder(w.shape, name="w")
+    return model, [x, wt, conv(x, wt, (stride, stride), pads, (1, 1), groups)]
+
+
+def matmul_case(m, k, n, constant_b=True, batch=0, seed=0):
+    """A one-MatMul ONNX model, (batch,) m x k @ k x n with B a weight (constant_b) or a second
+    input, and the same product as te tensors (a, b, y)."""
+    from onnx import helper
+
+    from tessera import te
+    from tessera.frontend.testing import make_model
+    from tessera.topi.nn.dense import matmul
+
+    rng = np.random.default_rng(seed)
+    lead = (batch,) if batch else ()
+    inputs = {"a": ((*lead, m, k), np.float32)}
+    weights = {}
+    if constant_b:
+        weights["b"] = (rng.standard_normal((k, n)) * 0.1).astype(np.float32)
+    else:
+        inputs["b"] = ((*lead, k, n), np.float32)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs, ["y"], weights)
+    a = te.placeholder((*lead, m, k), name="a")
+    b = te.placeholder((*lead, k, n), name="b")
+    return model, [a, b, matmul(a, b)]
+
+
+def naive_and_tessera_counts(case, target_name, folder) -> tuple[int, int]:
+    """Instructions under QEMU of one op: (the naive build: the op's compute with no schedule,
+    the loop nest as written, for the same target by the same LLVM; tessera's kernel of the
+    one-op model, built with the strategies' defaults, counted alone: without the layout
+    transforms of the model's input and output)."""
+    import tessera
+    from tessera import te
+    from tessera.cross.qemu import count_kernel_instructions, read_metadata
+    from tessera.frontend import from_onnx
+
+    model, tensors = case
+    target, cpu = ARM_TARGETS[target_name]
+    naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target, name="naive")
+    naive_path = naive.export_library(folder / f"naive-{target_name}.so")
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target=target, params=params)
+    path = lib.export_library(folder / f"tessera-{target_name}.so")
+    kernels = [f.name for f in read_metadata(path, cpu)[0] if "layout_transform" not in f.name]
+    if len(kernels) != 1:
+        raise ValueError(f"expected the op's one kernel besides layout transforms, got {kernels}")
+    return (
+        count_kernel_instructions(naive_path, "naive", cpu=cpu),
+        count_kernel_instructions(path, kernels[0], cpu=cpu),
+    )

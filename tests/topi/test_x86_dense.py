@@ -254,3 +254,23 @@ def test_matmul_of_a_constant_with_extent_one_axes_between_the_rows(a_shape):
     m.set_input("A", a)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_of_a_tensor_with_itself():
+    """MatMul(X, X): the product reads one tensor twice (was: 'not enough values to unpack')."""
+    from onnx import TensorProto, helper
+
+    x = randn(3, 5, 5)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "X"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 5, 5])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 5, 5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, params = tessera.frontend.from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("X", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), x @ x, rtol=1e-5, atol=1e-5)

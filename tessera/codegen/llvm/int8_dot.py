@@ -6,6 +6,8 @@ bytes of a with the four int8 bytes of b (Note [int8 dot]).
     lanes 8,  avxvnni or vnni+vl    vpdpbusd ymm        (llvm.x86.avx512.vpdpbusd.256)
     lanes 16, avx512bw              2 x vpmaddwd zmm    (exact 16-bit products, see below)
     lanes 8,  avx2                  2 x vpmaddwd ymm
+    lanes 4,  i8mm (AArch64)        usdot v.4s          (llvm.aarch64.neon.usdot: u8 x s8)
+    lanes 4,  dotprod (AArch64)     2 x sdot v.4s       (a - 128 as int8, see below)
     otherwise                       shifts, multiplies and adds on int32 lanes
 
 The target's features decide (`Target.features`, read from LLVM for the host: never assumed).
@@ -16,6 +18,9 @@ classic vpmaddubsw + vpmaddwd(1) sequence is not exact for full-range weights. W
 instead split each int32 lane into its even and odd bytes as 16-bit lanes (uint8 zero-extended,
 int8 sign-extended by shifts) and use two vpmaddwd (s16 x s16 -> s32, pairs summed), which never
 saturates: the result equals vpdpbusd's bit for bit, at one more multiply per four bytes.
+AArch64's sdot (FEAT_DotProd, without I8MM's usdot) multiplies int8 by int8: with a' = a - 128
+(the uint8 bytes with their top bit flipped, as int8), a . b = a' . b + 128 * sum(b) =
+sdot(a', b) - sdot(-128, b), exact in int32.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ def _native_width(feats) -> int:
         return 16
     if "avxvnni" in feats or "avx2" in feats:
         return 8
+    if "i8mm" in feats or "dotprod" in feats:
+        return 4
     return 0
 
 
@@ -71,9 +78,9 @@ def emit_dot(em, acc, a, b, lanes: int) -> ir.Value:
     the native width, so that a tail of a row still runs on vpdpbusd."""
     feats = _features(em)
     width = _native_width(feats)
-    if lanes in (8, 16) or width == 0 or lanes == 1:
+    if lanes in (8, 16, width) or width == 0 or lanes == 1:
         return _emit_native(em, feats, acc, a, b, lanes)
-    step = width if lanes > 8 or width == 8 else 8
+    step = width if lanes > 8 or width < 16 else 8
     pieces = []
     for start in range(0, lanes, step):
         n = min(step, lanes - start)
@@ -116,7 +123,32 @@ def _emit_native(em, feats, acc, a, b, lanes):
         return _madd_pairs(em, "llvm.x86.avx512.pmaddw.d.512", acc, a, b, lanes)
     if lanes == 8 and "avx2" in feats:
         return _madd_pairs(em, "llvm.x86.avx2.pmadd.wd", acc, a, b, lanes)
+    if lanes == 4 and "i8mm" in feats:
+        return _usdot(em, acc, a, b)
+    if lanes == 4 and "dotprod" in feats:
+        return _sdot_pair(em, acc, a, b)
     return _generic(em, acc, a, b, lanes)
+
+
+def _usdot(em, acc, a, b):
+    """AArch64 USDOT (FEAT_I8MM): per int32 lane, acc + four uint8 x int8 products: exactly
+    dot_u8i8, in one instruction."""
+    bytes16 = ir.VectorType(T.I8, 16)
+    ty = _vec(T.I32, 4)
+    fn = em.ctx.declare("llvm.aarch64.neon.usdot.v4i32.v16i8", ty, [ty, bytes16, bytes16])
+    return em.b.call(fn, [acc, em.b.bitcast(a, bytes16), em.b.bitcast(b, bytes16)])
+
+
+def _sdot_pair(em, acc, a, b):
+    """AArch64 SDOT (FEAT_DotProd): acc + sdot(a ^ 0x80, b) - sdot(-128, b) (Note [int8 dot])."""
+    bytes16 = ir.VectorType(T.I8, 16)
+    ty = _vec(T.I32, 4)
+    fn = em.ctx.declare("llvm.aarch64.neon.sdot.v4i32.v16i8", ty, [ty, bytes16, bytes16])
+    flipped = em.b.bitcast(em.b.xor(a, _const(em, -0x7F7F7F80, T.I32, 4)), bytes16)
+    b8 = em.b.bitcast(b, bytes16)
+    minus128 = ir.Constant(bytes16, [-128] * 16)
+    zero = _const(em, 0, T.I32, 4)
+    return em.b.sub(em.b.call(fn, [acc, flipped, b8]), em.b.call(fn, [zero, minus128, b8]))
 
 
 def _vec(ty, lanes):

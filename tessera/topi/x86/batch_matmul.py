@@ -43,7 +43,8 @@ def _is_matrix_product(anchor: te.Tensor) -> bool:
     if anchor.ndim < 2 or _static(anchor.shape) is None:
         return False
     if anchor.op.tag == "matmul":  # numpy.matmul drops the axis of a 1-D operand
-        a, b = anchor.op.input_tensors[:2]
+        inputs = anchor.op.input_tensors
+        a, b = (inputs[0], inputs[0]) if len(inputs) == 1 else inputs[:2]  # matmul(x, x)
         return a.ndim >= 2 and b.ndim >= 2
     return True
 

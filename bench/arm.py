@@ -1,0 +1,76 @@
+"""Benchmark: instructions executed under QEMU by tessera's ARM kernels against a naive build.
+
+    .venv/bin/python bench/arm.py [--targets aarch64-neon,aarch64-sve,armv7-neon] [--only dense]
+
+For each op and ARM target (tessera.cross.testing.ARM_TARGETS) two builds of the same op, each
+counted alone under QEMU user mode by the instruction-counting plugin (one call, one thread;
+tessera.cross.count_kernel_instructions, which runs a kernel on zero-filled buffers):
+
+- naive: the op's compute rule with no schedule at all (the loop nest as written, the padded
+  input as a stage of its own), compiled by the same LLVM for the same CPU (which may still
+  auto-vectorize it);
+- tessera: the kernel of the one-op ONNX model built with the strategies' defaults (for ARM
+  targets the "arm" strategies, then the "cpu" ones), without the layout transforms of the
+  model's input and output.
+
+Instruction counts are exact and repeatable, so one run suffices; they are not times (an
+emulator's wall clock says nothing of a board's), and the machine's load does not change them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tessera.cross.testing import (  # noqa: E402
+    ARM_TARGETS,
+    conv_case,
+    matmul_case,
+    missing_tools,
+    naive_and_tessera_counts,
+)
+
+# name -> builder of (ONNX model, te tensors); shapes from ResNet-50, MobileNetV2 and BERT
+CASES = {
+    "conv 3x3 64->64 28x28 (winograd)": lambda: conv_case(64, 64, 28, 3),
+    "conv 3x3 s2 64->128 28x28": lambda: conv_case(64, 128, 28, 3, stride=2),
+    "conv 1x1 64->256 28x28": lambda: conv_case(64, 256, 28, 1),
+    "depthwise 3x3 96 28x28": lambda: conv_case(96, 96, 28, 3, groups=96),
+    "dense 16x768 @ 768x768": lambda: matmul_case(16, 768, 768),
+    "dense 1x512 @ 512x1000": lambda: matmul_case(1, 512, 1000),
+    "matmul 4x(64x64 @ 64x64)": lambda: matmul_case(64, 64, 64, constant_b=False, batch=4),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--targets", default=",".join(ARM_TARGETS), help="of " + ", ".join(ARM_TARGETS))
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    args = ap.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
+        for target_name in args.targets.split(","):
+            target = ARM_TARGETS[target_name][0]
+            if missing_tools(target):
+                print(f"{target_name}: not installed: {missing_tools(target)}", file=sys.stderr)
+                continue
+            for name, build in CASES.items():
+                if args.only not in name:
+                    continue
+                naive, ours = naive_and_tessera_counts(build(), target_name, Path(tmp))
+                rows.append((name, target_name, naive, ours))
+                print(f"  {target_name:13s} {name:34s} {naive:>12,d} {ours:>12,d}", file=sys.stderr)
+    print("| kernel | target | naive | tessera | naive / tessera |")
+    print("|---|---|---:|---:|---:|")
+    for name, target_name, naive, ours in rows:
+        print(f"| {name} | {target_name} | {naive:,d} | {ours:,d} | {naive / ours:.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""The ARM kernels under QEMU: matrix products with the ARM register tile (topi/arm) match ONNX
+Runtime on every ARM target, with row and column tails; one kernel's instructions counted alone
+(count_kernel_instructions); the NEON conv and dense kernels execute >= 4x fewer instructions
+than a naive build of the same op (bench/arm.py prints the table for larger shapes)."""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tessera
+from tessera import te
+from tessera.cross import count_instructions, count_kernel_instructions, run_under_qemu
+from tessera.cross.testing import (
+    ARM_TARGETS,
+    check_under_qemu,
+    conv_case,
+    matmul_case,
+    missing_tools,
+    naive_and_tessera_counts,
+)
+from tessera.frontend.testing import make_model, run_ort
+
+
+def require_toolchain(target_name: str) -> None:
+    missing = missing_tools(ARM_TARGETS[target_name][0])
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)} (scripts/setup.d/45-arm.sh)")
+
+
+def products_model(m, k, n, seed=0):
+    """dense (Gemm with bias: packed weight), then a matmul of two runtime values (B read as it
+    is), then a batched matmul: every kind of the ARM strategies' products, with tails."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((n, k)) * 0.2).astype(np.float32),
+        "c": rng.standard_normal(n).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "c"], ["g"], transB=1),
+        helper.make_node("Relu", ["g"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["r", "rt"], ["s"]),
+        helper.make_node("Reshape", ["s", "shape"], ["s3"]),
+        helper.make_node("MatMul", ["s3", "s3"], ["y"]),
+    ]
+    weights["shape"] = np.array([1, m, m], np.int64)
+    model = make_model(nodes, {"x": ((m, k), np.float32)}, ["g", "y"], weights)
+    return model, {"x": rng.standard_normal((m, k)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("target_name", list(ARM_TARGETS))
+@pytest.mark.parametrize("m, k, n", [(16, 40, 24), (7, 33, 50)])
+def test_products_match_ort_under_qemu(target_name, m, k, n, tmp_path):
+    require_toolchain(target_name)
+    model, feeds = products_model(m, k, n)
+    check_under_qemu(model, feeds, target_name, tmp_path)
+
+
+def test_count_kernel_instructions_of_a_user_kernel(tmp_path):
+    require_toolchain("aarch64-neon")
+    target, cpu = ARM_TARGETS["aarch64-neon"]
+    counts = {}
+
+    def twice(a):
+        return te.compute(a.shape, lambda i: a[i] * 2.0, name="b")
+
+    for n in (256, 512):
+        a = te.placeholder((n,), name="a")
+        b = twice(a)
+        lib = tessera.build(te.create_schedule(b.op), [a, b], target=target, name="twice")
+        path = lib.export_library(tmp_path / f"twice{n}.so")
+        counts[n] = count_kernel_instructions(path, cpu=cpu)
+        assert count_kernel_instructions(path, "twice", cpu=cpu) == counts[n]  # repeatable
+    assert 0 < counts[256] < counts[512] < 3 * counts[256], counts
+    with pytest.raises(ValueError, match="no kernel 'other'"):
+        count_kernel_instructions(tmp_path / "twice256.so", "other", cpu=cpu)
+
+
+NEON_CASES = {
+    "conv3x3s2": lambda: conv_case(16, 32, 14, 3, stride=2),
+    "conv1x1": lambda: conv_case(32, 32, 14, 1),
+    "depthwise": lambda: conv_case(32, 32, 14, 3, groups=32),
+    "dense": lambda: matmul_case(16, 128, 128),
+}
+
+
+# aarch64's depthwise kernel is not in the list: LLVM vectorizes the naive depthwise loop along
+# the rows about as well (0.9x, docs/arm.md), and armv7's stride-2 3x3 conv reaches 3.2-3.5x
+@pytest.mark.parametrize(
+    "target_name, case",
+    [
+        ("aarch64-neon", "conv3x3s2"),
+        ("aarch64-neon", "conv1x1"),
+        ("aarch64-neon", "dense"),
+        ("armv7-neon", "conv1x1"),
+        ("armv7-neon", "depthwise"),
+        ("armv7-neon", "dense"),
+    ],
+)
+def test_neon_kernels_execute_4x_fewer_instructions_than_naive(target_name, case, tmp_path):
+    require_toolchain(target_name)
+    naive, ours = naive_and_tessera_counts(NEON_CASES[case](), target_name, tmp_path)
+    assert ours * 4 <= naive, (naive, ours)
+
+
+def test_matmul_model_with_a_runtime_operand_builds_for_armv7():
+    # the "arm" batch_matmul strategy's blocked kernel (no packing: B is an input)
+    model = make_model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        {"a": ((3, 9, 20), np.float32), "b": ((3, 20, 11), np.float32)},
+        ["y"],
+    )
+    mod, params = tessera.frontend.from_onnx(model)
+    lib = tessera.build(mod, target=ARM_TARGETS["armv7-neon"][0], params=params)
+    assert "arm" in lib.get_source("ll")
+
+
+def int8_model(seed=0):
+    """QLinearConv (3x3, per-channel int8 weights, uint8 data) then MatMulInteger: both on the
+    dot_u8i8 kernels; full-range operands (a u8 x s8 product that saturated 16 bits, or swapped
+    signedness, would not match ORT bit for bit)."""
+    rng = np.random.default_rng(seed)
+    oc = 16
+    inits = {
+        "xs": np.float32(0.02),
+        "xz": np.array(3, np.uint8),
+        "w": rng.integers(-128, 128, (oc, 8, 3, 3)).astype(np.int8),
+        "ws": (rng.random(oc) * 0.01 + 0.001).astype(np.float32),
+        "wz": np.zeros(oc, np.int8),
+        "ys": np.float32(0.05),
+        "yz": np.array(120, np.uint8),
+        "shape": np.array([1, -1], np.int64),
+        "b": rng.integers(-128, 128, (oc * 36, 10)).astype(np.int8),
+        "az": np.array(120, np.uint8),
+    }
+    nodes = [
+        helper.make_node(
+            "QLinearConv",
+            ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
+            ["c"],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+        ),
+        helper.make_node("Reshape", ["c", "shape"], ["f"]),
+        helper.make_node("MatMulInteger", ["f", "b", "az"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": ((1, 8, 12, 12), np.uint8)}, ["c", "y"], inits, opset=13)
+    return model, {"x": rng.integers(0, 256, (1, 8, 12, 12)).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("target_name", list(ARM_TARGETS))
+def test_int8_matches_ort_bit_for_bit_under_qemu(target_name, tmp_path):
+    require_toolchain(target_name)
+    model, feeds = int8_model()
+    check_under_qemu(model, feeds, target_name, tmp_path, rtol=0)
+
+
+AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
+INT8_CPUS = {"neoverse-v1": "usdot", "neoverse-n1": "sdot", "cortex-a72": None}
+
+
+@pytest.mark.parametrize("mcpu", list(INT8_CPUS))
+def test_int8_dot_instructions_match_ort(mcpu, tmp_path):
+    """dot_u8i8 on AArch64 (codegen/llvm/int8_dot.py): usdot with FEAT_I8MM (neoverse-v1), a
+    pair of sdot with FEAT_DotProd (neoverse-n1), else shifts, multiplies and adds; each bit for
+    bit with ORT (run on QEMU's max CPU, which has both)."""
+    require_toolchain("aarch64-neon")
+    model, feeds = int8_model()
+    mod, params = tessera.frontend.from_onnx(model)
+    lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
+    ll = lib.get_source("ll")
+    for name in ("usdot", "sdot"):
+        assert (f"aarch64.neon.{name}." in ll) == (name == INT8_CPUS[mcpu]), name
+    got = run_under_qemu(lib.export_library(tmp_path / "int8.so"), feeds, cpu="max")
+    for g, e in zip(got, run_ort(model, feeds), strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
+    require_toolchain("aarch64-neon")
+    model, feeds = int8_model()
+    mod, params = tessera.frontend.from_onnx(model)
+    counts = {}
+    for mcpu in INT8_CPUS:
+        lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
+        counts[mcpu] = count_instructions(lib.export_library(tmp_path / f"{mcpu}.so"), feeds)
+    assert counts["neoverse-v1"] < counts["neoverse-n1"] < counts["cortex-a72"] / 1.5, counts

@@ -1,0 +1,76 @@
+"""The ARM strategies (topi/arm/strategy.py): selected for ARM triples only, the register tile
+of Note [arm register tile] within the register file, defaults inside their config spaces, and
+the x86 targets' strategies and defaults untouched. Runs without cross tools (nothing is
+executed: QEMU runs are in tests/cross/test_arm_kernels.py)."""
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import tessera
+from tessera import autotune
+from tessera.frontend import from_onnx
+from tessera.frontend.testing import make_model
+from tessera.topi.arm.strategy import arm_blocking, arm_tile
+from tessera.topi.strategy import find_strategy
+from tessera.topi.x86.dense import choose_blocking
+
+AARCH64 = tessera.Target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76")
+ARMV7 = tessera.Target("llvm -mtriple=armv7a-linux-gnueabihf -mattr=+neon")
+X86 = tessera.Target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512")
+
+
+def matmul_model(m, k, n, constant_b=True):
+    rng = np.random.default_rng(0)
+    weights = {"b": rng.standard_normal((k, n)).astype(np.float32)} if constant_b else {}
+    inputs = {"a": ((m, k), np.float32)}
+    if not constant_b:
+        inputs["b"] = ((k, n), np.float32)
+    return make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs, ["y"], weights)
+
+
+@pytest.mark.parametrize("op", ["nn.dense", "matmul", "nn.batch_matmul"])
+def test_arm_targets_take_the_arm_strategy_and_x86_the_cpu_one(op):
+    assert find_strategy(op, AARCH64).key == "arm"
+    assert find_strategy(op, ARMV7).key == "arm"
+    assert find_strategy(op, X86).key == "cpu"
+    assert find_strategy("nn.conv2d", AARCH64).key == "cpu"  # convs share the cpu rules
+
+
+@pytest.mark.parametrize("target, registers", [(AARCH64, 32), (ARMV7, 16)])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 7, 16, 64, 100, 1024])
+def test_tile_fits_the_register_file(target, registers, m):
+    mr, nv = arm_tile(registers, 4, m, 1024)
+    assert 1 <= mr <= m and nv in (1, 2, 4)
+    assert mr * nv + nv + mr <= registers  # accumulators, B vectors, one A element per row
+
+
+def test_tile_rule_values():
+    # aarch64: 4x4 (the x86 rule's 6x4 needs 34 registers on ARM); armv7: 2x4
+    assert arm_tile(32, 4, 16, 256) == (4, 4)
+    assert arm_tile(16, 4, 16, 256) == (2, 4)
+    assert arm_tile(32, 4, 1, 1000) == (1, 4)
+    assert arm_tile(32, 4, 16, 4) == (8, 1)  # no panel wider than the matrix
+    assert arm_tile(32, 4, 16, 256, nv=2)[1] == 2  # a packed panel fixes nv
+    assert choose_blocking(AARCH64, 16, 256, 256).mr == 6  # the x86 rule, for comparison
+
+
+@pytest.mark.parametrize("target", [AARCH64, ARMV7])
+@pytest.mark.parametrize("constant_b", [True, False])
+def test_defaults_are_the_rule_and_inside_the_space(target, constant_b):
+    mod, params = from_onnx(matmul_model(16, 256, 256, constant_b))
+    (task,) = autotune.extract_tasks(mod, params, target)
+    assert str(task).startswith("arm:")
+    config = task.default(target)
+    assert task.valid(config, target)
+    blk = arm_blocking(target, 16, 256, 256)
+    assert (config["mr"], config["nv"], config["kc"]) == (blk.mr, blk.nv, blk.kc)
+
+
+def test_x86_defaults_unchanged():
+    mod, params = from_onnx(matmul_model(16, 256, 256, constant_b=False))
+    (task,) = autotune.extract_tasks(mod, params, X86)
+    assert str(task).startswith("cpu:")
+    blk = choose_blocking(X86, 16, 256, 256)
+    config = task.default(X86)
+    assert (config["mr"], config["nv"], config["kc"]) == (blk.mr, blk.nv, blk.kc)
