@@ -206,16 +206,12 @@ class Measurer:
             self._start()
             self._call(ping, (), None)
 
-    def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
-        """Build and time `config` in the worker; a crash or a timeout is a failed result."""
-        from tessera.transform import PassContext
-
+    def call(self, fn, args) -> MeasureResult:
+        """Run `fn(*args)` (picklable, returning a MeasureResult) in the worker; a crash or a
+        timeout is a failed result."""
         self.warm_up()
-        ctx = PassContext.current()
-        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
-        args = (task, config, str(target), reference, self.seed, context)
         try:
-            return self._call(self.run, args, self.timeout)
+            return self._call(fn, args, self.timeout)
         except TimeoutError:
             self._kill()
             return MeasureResult(error=f"timeout: no result in {self.timeout:g} s")
@@ -223,6 +219,15 @@ class Measurer:
             code = self._proc.wait(10)
             self._kill()
             return MeasureResult(error=f"crash: the worker died (exit code {code})")
+
+    def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
+        """Build and time `config` in the worker; a crash or a timeout is a failed result."""
+        from tessera.transform import PassContext
+
+        self.warm_up()
+        ctx = PassContext.current()
+        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
+        return self.call(self.run, (task, config, str(target), reference, self.seed, context))
 
 
 def ping() -> bool:
