@@ -8,7 +8,8 @@
 
 A record holds the task (its strategy key and workload, as plain JSON, so that a record is read
 back into the very Task that `extract_tasks` gives), the target fingerprint, the config, and the
-measured seconds or the error that failed it. The file is only ever appended to, one line per
+measured seconds or the error that failed it (and the features of its lowered loops, which train
+the cost model of later runs, of any model). The file is only ever appended to, one line per
 record and flushed (and fsynced) as it is written: a tuning run killed at any point loses no
 finished measurement, and a half-written last line (the kill came mid-write) is skipped on
 reading. A rerun reads the file and does not measure a (task, target, config) twice.
@@ -78,10 +79,14 @@ class Record:
     seconds: float | None = None
     error: str | None = None
     timestamp: float = 0.0
+    features: tuple | None = None  # of the lowered loop program (features.py), when known
 
     @staticmethod
-    def of(task, target, config, seconds=None, error=None) -> Record:
-        return Record(task, target_fingerprint(target), config, seconds, error, time.time())
+    def of(task, target, config, seconds=None, error=None, features=None) -> Record:
+        if features is not None:
+            features = tuple(round(float(v), 4) for v in features)
+        fp = target_fingerprint(target)
+        return Record(task, fp, config, seconds, error, time.time(), features)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +102,8 @@ class Record:
             "error": self.error,
             "timestamp": self.timestamp,
         }
+        if self.features is not None:
+            d["features"] = list(self.features)
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -105,7 +112,8 @@ class Record:
         config = dict(d["config"])
         config = Config(config.pop("impl"), {k: _tuples(v) for k, v in config.items()})
         task = task_from_json(d["task"])
-        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"])
+        features = tuple(d["features"]) if d.get("features") else None
+        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"], features)
 
 
 class Database:
