@@ -7,12 +7,13 @@ measured in turns in the same process, batch 1, float32.
 
 Models: any of bench/zoo.py's (`--models`); by default issue 11's suite: ResNet-50, MobileNetV2,
 ShuffleNet, BERT-base and three real pretrained models (bench/fetch_zoo.py, fetched once).
-Per model: `tessera.autotune.tune` under opt level 3 (the tessera command's), its records in DB_DIR/<model>.db (a rerun resumes them, so `--budget 0`
-measures an earlier tuning again); the untuned build (defaults) and the tuned build (the
-database via PassContext config "tuning.database") are then timed with ONNX Runtime in turns
-(`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all
-three). Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of
-the tuned build with ORT, and the issue's bars (tuned never slower than untuned; geometric mean
+Per model: `tessera.autotune.tune` under opt level 3 (the tessera command's), its records in
+DB_DIR/<model>.db (a rerun resumes them, so `--budget 0` measures an earlier tuning again); the
+untuned build (defaults) and the tuned build (the database via PassContext config
+"tuning.database") are then timed with ONNX Runtime in turns
+(`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all three).
+Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of the
+tuned build with ORT, and the issue's bars (tuned never slower than untuned; geometric mean
 tuned/untuned <= 0.85, <= 0.75 for the AVX2 target). Not a test: nothing here asserts a time.
 """
 
