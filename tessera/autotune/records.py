@@ -162,18 +162,25 @@ class Database:
         return {r.config: r for r in self.of(task, target)}
 
     def best(self, task: Task, target) -> Record | None:
-        """The fastest passing record of `task` on `target`, or None."""
-        ok = [r for r in self.of(task, target) if r.ok]
+        """The fastest passing config of `task` on `target` by its latest record (a config
+        measured again, as the tuner does to confirm a winner, is judged by the new time), or
+        None."""
+        ok = [r for r in _latest(self.of(task, target)).values() if r.ok]
         return min(ok, key=lambda r: r.seconds) if ok else None
 
     def best_configs(self, target) -> dict[Task, Config]:
         """{task: its best config} for every task with a passing record on `target`."""
         fp = target_fingerprint(target)
         best: dict[Task, Record] = {}
-        for r in self.records:
-            if r.target == fp and r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
+        for r in _latest([r for r in self.records if r.target == fp]).values():
+            if r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
                 best[r.task] = r
         return {t: r.config for t, r in best.items()}
+
+
+def _latest(records: list[Record]) -> dict:
+    """{(task, config): its last record} (records are in the order they were written)."""
+    return {(r.task, r.config): r for r in records}
 
 
 class apply_history_best:
