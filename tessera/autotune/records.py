@@ -80,13 +80,14 @@ class Record:
     error: str | None = None
     timestamp: float = 0.0
     features: tuple | None = None  # of the lowered loop program (features.py), when known
+    again: bool = False  # a config measured again to confirm a winner (tuner._confirm)
 
     @staticmethod
-    def of(task, target, config, seconds=None, error=None, features=None) -> Record:
+    def of(task, target, config, seconds=None, error=None, features=None, again=False) -> Record:
         if features is not None:
             features = tuple(round(float(v), 4) for v in features)
         fp = target_fingerprint(target)
-        return Record(task, fp, config, seconds, error, time.time(), features)
+        return Record(task, fp, config, seconds, error, time.time(), features, again)
 
     @property
     def ok(self) -> bool:
@@ -104,6 +105,8 @@ class Record:
         }
         if self.features is not None:
             d["features"] = list(self.features)
+        if self.again:
+            d["again"] = True
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -113,7 +116,16 @@ class Record:
         config = Config(config.pop("impl"), {k: _tuples(v) for k, v in config.items()})
         task = task_from_json(d["task"])
         features = tuple(d["features"]) if d.get("features") else None
-        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"], features)
+        return Record(
+            task,
+            d["target"],
+            config,
+            d["seconds"],
+            d["error"],
+            d["timestamp"],
+            features,
+            bool(d.get("again", False)),
+        )
 
 
 class Database:

@@ -299,7 +299,7 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
     for config, ts in times.items():
         ok = [t for t in ts if t != float("inf")]
         error = None if ok else "failed when measured again"
-        db.append(Record.of(r.task, target, config, min(ok) if ok else None, error))
+        db.append(Record.of(r.task, target, config, min(ok) if ok else None, error, again=True))
     default_s, best_s = min(times[r.default]), min(times[r.best])
     if best_s < default_s:
         r.default_seconds, r.best_seconds = default_s, best_s
