@@ -264,6 +264,12 @@ def tune_kernel(
         outputs = [s.op.output(0) for s in outputs.stages if s.is_output]
     start = time.monotonic()
     space = AutoSpace(outputs, args, target)
+    symbolic = [a.name for a in space.args if any(not hasattr(d, "value") for d in a.shape)]
+    if symbolic:
+        raise ValueError(
+            f"tune_kernel measures concrete kernels: {', '.join(symbolic)} has a symbolic shape; "
+            "tune a copy with the sizes you will run"
+        )
     rng = random.Random(seed)
     workers = workers or max(1, min(2, os.cpu_count() or 1))
     hist = _History(history, workload_key(space), space.kind)
@@ -279,8 +285,12 @@ def tune_kernel(
             with Measurer(timeout=timeout) as measurer:
                 naive = _measure_naive(space, tmp, inputs, outs, reference, measurer, budget)
                 result.naive_seconds = naive
-                if naive is None and not reference.exists():
-                    raise RuntimeError("the unscheduled computation failed to build or run")
+                if naive is None:
+                    raise RuntimeError(
+                        "tune_kernel: the unscheduled computation, which every candidate is "
+                        f"checked against, did not run within {max(timeout, budget / 2):g} s "
+                        "(half the budget, or the timeout): give a larger budget"
+                    )
                 counter = [0]
 
                 def run_batch(configs):

@@ -145,3 +145,30 @@ def test_tune_kernel_finds_a_correct_schedule_and_resumes(tmp_path):
     again = configs[len(lines) :]
     assert len(again) == r2.trials
     assert len(set(again[2:]) & set(configs[: len(lines)])) == 0
+
+
+def test_tune_kernel_refuses_symbolic_shapes_with_a_clear_error():
+    n = te.var("n")
+    A = te.placeholder((n, 8), name="A")
+    B = te.compute((n, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    with pytest.raises(ValueError, match="symbolic shape"):
+        tune_kernel([B], [A, B], HOST, budget=10)
+
+
+@pytest.mark.slow
+def test_a_config_that_fails_to_build_is_recorded_and_tuning_goes_on(tmp_path, monkeypatch):
+    """The build processes are forked: a fault patched in here reaches them."""
+    original = AutoSpace.apply
+
+    def faulty(self, config):
+        if config != self.default():
+            raise RuntimeError("injected build failure")
+        return original(self, config)
+
+    monkeypatch.setattr(AutoSpace, "apply", faulty)
+    outputs, args = matmul(16, 32, 8)
+    history = tmp_path / "h.jsonl"
+    r = tune_kernel(outputs, args, HOST, budget=60, max_trials=3, history=history, workers=2)
+    assert r.config == AutoSpace(outputs, args, HOST).default() and r.failed >= 3
+    errors = [json.loads(x)["error"] for x in history.read_text().splitlines()]
+    assert sum("injected build failure" in (e or "") for e in errors) == r.failed
