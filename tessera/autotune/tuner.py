@@ -206,19 +206,24 @@ def tune_tasks(
     seed: int = 0,
     progress: Callable[[TaskResult, Record | None], None] | None = None,
     builder: Builder | None = None,
+    contexts: dict | None = None,
 ) -> list[TaskResult]:
     """Tune `tasks` on `target` within `budget` seconds (wall time, defaults included), writing
     every measurement to `db`. `max_trials`: at most this many new configs per task (besides the
     default). `progress(result, record)` is called after every measurement. `builder`: the pool
     that lowers (features) and compiles candidates in parallel, a batch of its size at a time;
     without one, candidates are built by the measurement worker one at a time and ranked by
-    their knob values."""
+    their knob values. `contexts`: {task: the context the model asks it with} (extract_tasks),
+    so that the default measured is the model's default for that task."""
     start = time.monotonic()
     counts = counts or Counter()
     own = measurer is None
     measurer = measurer or Measurer()
     try:
-        results = [TaskResult(t, max(1, counts[t]), t.default(target)) for t in tasks]
+        contexts = contexts or {}
+        results = [
+            TaskResult(t, max(1, counts[t]), t.default(target, contexts.get(t))) for t in tasks
+        ]
         references = {}
         for r in results:  # the defaults: baseline, reference outputs, the answer to beat
             references[r.task] = _measure_default(r, target, db, measurer, progress)
@@ -377,7 +382,8 @@ def tune(
     from tessera.target import Target
 
     target = resolve_target(target if isinstance(target, Target) else Target(target), None)
-    tasks = extract_tasks(mod, params, target)
+    contexts: dict = {}
+    tasks = extract_tasks(mod, params, target, contexts=contexts)
     counts = task_counts(mod, params, target)
     log.info("tuning %d tasks for %s within %.0f s", len(tasks), target, budget)
     database = db if isinstance(db, Database) else Database(db)
@@ -397,6 +403,7 @@ def tune(
                 seed,
                 progress,
                 builder,
+                contexts,
             )
         finally:
             if builder is not None:

@@ -213,3 +213,17 @@ def test_configs_through_the_pass_context_and_over_a_database(tmp_path):
     with PassContext(config={"strategy.configs": {conv: Config("direct_nchwc", ow_block=10**6)}}):
         with pytest.raises(ValueError, match="not a valid config"):
             tessera.build(mod, target=HOST, params=params)
+
+
+def test_extract_tasks_gives_the_layout_context_of_the_model():
+    """A conv after a conv sees its input in blocks (alter_layout's context), and a task's
+    default depends on it: the pool after the convs wants its blocked kernel."""
+    mod, params = from_onnx(small_model())
+    contexts = {}
+    tasks = autotune.extract_tasks(mod, params, HOST, contexts=contexts)
+    assert set(contexts) == set(tasks)
+    convs = [t for t in tasks if t.workload.op == "nn.conv2d"]
+    assert contexts[convs[0]]["in_block"] is None  # the model's input: plain NCHW
+    assert all(contexts[t]["in_block"] for t in convs[1:])
+    pool = next(t for t in tasks if t.workload.op == "nn.max_pool2d")
+    assert pool.default(HOST, contexts[pool]) != pool.default(HOST)
