@@ -5,13 +5,15 @@ measured in turns in the same process, batch 1, float32.
                                    [--target "llvm -mcpu=haswell"] [--db-dir tune-dbs]
                                    [--markdown docs/tune_table.md]
 
-Models: the suite of bench/models.py. Per model: `tessera.autotune.tune` under opt level 3 (the
-tessera command's), its records in DB_DIR/<model>.db (a rerun resumes them, so `--budget 0`
-measures an earlier tuning again); the untuned build (defaults) and the tuned build (the
-database via PassContext config "tuning.database") are then timed with ONNX Runtime in turns
-(`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all
-three). Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of
-the tuned build with ORT, and the issue's bars (tuned never slower than untuned; geometric mean
+Models: any of bench/zoo.py's (`--models`); by default issue 11's suite: ResNet-50, MobileNetV2,
+ShuffleNet, BERT-base and three real pretrained models (bench/fetch_zoo.py, fetched once).
+Per model: `tessera.autotune.tune` under opt level 3 (the tessera command's), its records in
+DB_DIR/<model>.db (a rerun resumes them, so `--budget 0` measures an earlier tuning again); the
+untuned build (defaults) and the tuned build (the database via PassContext config
+"tuning.database") are then timed with ONNX Runtime in turns
+(`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all three).
+Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of the
+tuned build with ORT, and the issue's bars (tuned never slower than untuned; geometric mean
 tuned/untuned <= 0.85, <= 0.75 for the AVX2 target). Not a test: nothing here asserts a time.
 """
 
@@ -29,11 +31,21 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from models import SUITE, geometric_mean, ort_session, relative_error  # noqa: E402
+from models import geometric_mean, ort_session, relative_error  # noqa: E402
+from zoo import SUITE  # noqa: E402  (the light models, MobileNetV2, BERT-base, pretrained ones)
 
 from tessera.cli.bench import measure_in_blocks  # noqa: E402
 
 OPT_LEVEL = 3
+DEFAULT = (
+    "resnet50",
+    "mobilenet_v2",
+    "shufflenet",
+    "bert_base",
+    "ppocr_rec",
+    "mtcnn_onet",
+    "magika",
+)
 
 
 @dataclass
@@ -79,7 +91,9 @@ def run_model(name: str, args) -> Row:
     db = args.db_dir / f"{name}.db"
     start = time.perf_counter()
     with PassContext(opt_level=OPT_LEVEL):
-        results = autotune.tune(mod, params, args.target, db, args.budget, args.timeout)
+        results = autotune.tune(
+            mod, params, args.target, db, args.budget, args.timeout, workers=args.workers
+        )
     row.tune_s = time.perf_counter() - start
     row.tasks = len(results)
     row.trials = sum(r.trials for r in results)
@@ -141,7 +155,8 @@ def report(rows: list[Row], args) -> str:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(SUITE), help="from: " + ", ".join(SUITE))
+    p.add_argument("--models", default=",".join(DEFAULT), help="from: " + ", ".join(SUITE))
+    p.add_argument("--workers", type=int, default=2, help="build processes (0: none)")
     p.add_argument("--budget", type=float, default=600.0, help="tuning seconds per model")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per candidate")
     p.add_argument("--threads", type=int, default=2)

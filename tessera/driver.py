@@ -178,13 +178,16 @@ def build_graph(
 ) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model;
     `configs`: {autotune Task: Config} for the tasks whose default config is not wanted;
-    without them, PassContext config "tuning.database" (a path) gives each task its best record."""
-    database = PassContext.current().config.get("tuning.database")
-    if configs is None and database is not None:
-        from tessera.autotune.records import apply_history_best
+    without them, PassContext config "strategy.configs" (the same mapping) and "tuning.database"
+    (a path: each task's best record, for the tasks the mapping does not name)."""
+    if configs is None:
+        config = PassContext.current().config
+        configs, database = config.get("strategy.configs"), config.get("tuning.database")
+        if database is not None:
+            from tessera.autotune.records import apply_history_best
 
-        with apply_history_best(database, target):
-            return build_graph(mod, target, params, {})
+            with apply_history_best(database, target):  # the inner scope, `configs`, wins
+                return build_graph(mod, target, params, configs or {})
     with use_configs(configs, target):  # graph passes and lowering ask the strategies
         func = fused_function(mod, target, params)
         if has_control_flow(func):  # branches and loop bodies: plans of their own

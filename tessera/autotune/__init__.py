@@ -6,6 +6,7 @@
     results = tessera.autotune.tune(mod, params, "llvm", db="tune.db", budget=600)
     with tessera.autotune.apply_history_best("tune.db"):
         lib = tessera.build(mod, target="llvm", params=params)
+    result = tessera.autotune.tune_kernel([C], [A, B, C], budget=300)   # a te.compute, no schedule
 
 A task is a kernel workload (an op call's op, input types and attributes) for a strategy key
 (tessera.topi.strategy.Task); a config is a small frozen mapping of its knobs
@@ -13,6 +14,8 @@ A task is a kernel workload (an op call's op, input types and attributes) for a 
 or error), one JSON line in the database (records.py). See docs/tuning.md.
 """
 
+from tessera.autotune.auto_schedule import AutoSpace
+from tessera.autotune.kernel_tuner import KernelTuneResult, tune_kernel
 from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import Database, Record, apply_history_best, target_fingerprint
 from tessera.autotune.tasks import extract_tasks
@@ -20,6 +23,8 @@ from tessera.autotune.tuner import TaskResult, task_counts, tune, tune_tasks
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Task, Workload
 
 __all__ = [
+    "AutoSpace",
+    "KernelTuneResult",
     "Config",
     "ConfigSpace",
     "Database",
@@ -35,5 +40,6 @@ __all__ = [
     "target_fingerprint",
     "task_counts",
     "tune",
+    "tune_kernel",
     "tune_tasks",
 ]

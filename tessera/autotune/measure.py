@@ -125,6 +125,99 @@ def run_config(
     return MeasureResult(seconds, outputs=None if reference is not None else outputs)
 
 
+def _lowered(task: Task, config: Config, target, func, params) -> list:
+    """The PrimFuncs (after the tir passes) the one-op graph's groups lower to with `config`."""
+    import tessera
+    from tessera.driver import fused_function, optimize
+    from tessera.graph_build.lower_group import distinct_groups, lower_group
+    from tessera.ir.module import IRModule
+    from tessera.topi import strategy
+
+    target = tessera.Target(target)
+    with strategy.use_configs({task: config}, target):
+        fused = fused_function(IRModule({"main": func}), target, params)
+        groups, _ = distinct_groups(fused)
+        return [optimize(lower_group(g, target), target) for g in groups]
+
+
+def prepare_config(
+    task: Task, config: Config, target: str, seed: int = 0, context: tuple = (2, ()), build=True
+):
+    """In a build process: (features of the lowered loops, error). With `build`, the kernel is
+    also compiled, which leaves it in the compile cache, where the measurement worker's build
+    of the same config finds it (so builds run in parallel, measurements one at a time)."""
+    import tessera
+    from tessera.autotune.features import program_features
+    from tessera.graph_build.compile import JOBS_KEY
+    from tessera.topi import strategy
+    from tessera.transform import PassContext
+
+    try:
+        strategy.find_strategy(task.workload.op, tessera.Target(target))
+        func, params, _ = kernel_graph(task, seed)
+        opt_level, disabled = context
+        with PassContext(opt_level=opt_level, disabled_pass=disabled, config={JOBS_KEY: 1}):
+            features = program_features(_lowered(task, config, target, func, params))
+            if build:
+                tessera.build(func, target=target, params=params, configs={task: config})
+        return features, None
+    except Exception as e:  # the measurement worker meets (and records) the same failure
+        return None, f"{type(e).__name__}: {str(e)[:300]}"
+
+
+class Builder:
+    """A pool of `workers` build processes (forked) that lower and compile configs in
+    parallel: `features(...)` lowers only, `build(...)` compiles too (into the compile cache).
+    A build process that dies (a crashing compiler) is replaced; its configs get no features
+    and are left to the measurement worker, which records the crash."""
+
+    def __init__(self, workers: int = 2, seed: int = 0):
+        self.workers = max(1, workers)
+        self.seed = seed
+        self._pool = None
+
+    def __enter__(self) -> Builder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _map(self, task, configs, target, build: bool) -> list:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        from tessera.transform import PassContext
+
+        ctx = PassContext.current()
+        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
+        if self._pool is None:
+            fork = multiprocessing.get_context("fork")
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=fork)
+        args = [(task, c, str(target), self.seed, context, build) for c in configs]
+        try:
+            return list(self._pool.map(_prepare, args))
+        except BrokenProcessPool:
+            self._pool = None
+            return [(None, None)] * len(configs)
+
+    def features(self, task: Task, configs: list, target) -> list:
+        """[(features | None, error | None)] of each config, lowered (not compiled)."""
+        return self._map(task, configs, target, False)
+
+    def build(self, task: Task, configs: list, target) -> list:
+        return self._map(task, configs, target, True)
+
+
+def _prepare(args):
+    return prepare_config(*args)
+
+
 def _send(f, obj) -> None:
     data = pickle.dumps(obj)
     f.write(struct.pack("<Q", len(data)) + data)
@@ -206,16 +299,12 @@ class Measurer:
             self._start()
             self._call(ping, (), None)
 
-    def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
-        """Build and time `config` in the worker; a crash or a timeout is a failed result."""
-        from tessera.transform import PassContext
-
+    def call(self, fn, args) -> MeasureResult:
+        """Run `fn(*args)` (picklable, returning a MeasureResult) in the worker; a crash or a
+        timeout is a failed result."""
         self.warm_up()
-        ctx = PassContext.current()
-        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
-        args = (task, config, str(target), reference, self.seed, context)
         try:
-            return self._call(self.run, args, self.timeout)
+            return self._call(fn, args, self.timeout)
         except TimeoutError:
             self._kill()
             return MeasureResult(error=f"timeout: no result in {self.timeout:g} s")
@@ -223,6 +312,15 @@ class Measurer:
             code = self._proc.wait(10)
             self._kill()
             return MeasureResult(error=f"crash: the worker died (exit code {code})")
+
+    def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
+        """Build and time `config` in the worker; a crash or a timeout is a failed result."""
+        from tessera.transform import PassContext
+
+        self.warm_up()
+        ctx = PassContext.current()
+        context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
+        return self.call(self.run, (task, config, str(target), reference, self.seed, context))
 
 
 def ping() -> bool:

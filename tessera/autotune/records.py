@@ -8,7 +8,8 @@
 
 A record holds the task (its strategy key and workload, as plain JSON, so that a record is read
 back into the very Task that `extract_tasks` gives), the target fingerprint, the config, and the
-measured seconds or the error that failed it. The file is only ever appended to, one line per
+measured seconds or the error that failed it (and the features of its lowered loops, which train
+the cost model of later runs, of any model). The file is only ever appended to, one line per
 record and flushed (and fsynced) as it is written: a tuning run killed at any point loses no
 finished measurement, and a half-written last line (the kill came mid-write) is skipped on
 reading. A rerun reads the file and does not measure a (task, target, config) twice.
@@ -78,10 +79,15 @@ class Record:
     seconds: float | None = None
     error: str | None = None
     timestamp: float = 0.0
+    features: tuple | None = None  # of the lowered loop program (features.py), when known
+    again: bool = False  # a config measured again to confirm a winner (tuner._confirm)
 
     @staticmethod
-    def of(task, target, config, seconds=None, error=None) -> Record:
-        return Record(task, target_fingerprint(target), config, seconds, error, time.time())
+    def of(task, target, config, seconds=None, error=None, features=None, again=False) -> Record:
+        if features is not None:
+            features = tuple(round(float(v), 4) for v in features)
+        fp = target_fingerprint(target)
+        return Record(task, fp, config, seconds, error, time.time(), features, again)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +103,10 @@ class Record:
             "error": self.error,
             "timestamp": self.timestamp,
         }
+        if self.features is not None:
+            d["features"] = list(self.features)
+        if self.again:
+            d["again"] = True
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -105,7 +115,17 @@ class Record:
         config = dict(d["config"])
         config = Config(config.pop("impl"), {k: _tuples(v) for k, v in config.items()})
         task = task_from_json(d["task"])
-        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"])
+        features = tuple(d["features"]) if d.get("features") else None
+        return Record(
+            task,
+            d["target"],
+            config,
+            d["seconds"],
+            d["error"],
+            d["timestamp"],
+            features,
+            bool(d.get("again", False)),
+        )
 
 
 class Database:
@@ -154,18 +174,25 @@ class Database:
         return {r.config: r for r in self.of(task, target)}
 
     def best(self, task: Task, target) -> Record | None:
-        """The fastest passing record of `task` on `target`, or None."""
-        ok = [r for r in self.of(task, target) if r.ok]
+        """The fastest passing config of `task` on `target` by its latest record (a config
+        measured again, as the tuner does to confirm a winner, is judged by the new time), or
+        None."""
+        ok = [r for r in _latest(self.of(task, target)).values() if r.ok]
         return min(ok, key=lambda r: r.seconds) if ok else None
 
     def best_configs(self, target) -> dict[Task, Config]:
         """{task: its best config} for every task with a passing record on `target`."""
         fp = target_fingerprint(target)
         best: dict[Task, Record] = {}
-        for r in self.records:
-            if r.target == fp and r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
+        for r in _latest([r for r in self.records if r.target == fp]).values():
+            if r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
                 best[r.task] = r
         return {t: r.config for t, r in best.items()}
+
+
+def _latest(records: list[Record]) -> dict:
+    """{(task, config): its last record} (records are in the order they were written)."""
+    return {(r.task, r.config): r for r in records}
 
 
 class apply_history_best:

@@ -15,8 +15,13 @@ from tessera.topi import strategy
 from tessera.topi.strategy import Task
 
 
-def extract_tasks(mod, params: dict | None = None, target="llvm", target_host=None) -> list[Task]:
-    """The unique tasks of a graph module for `target`, in the order the build meets them."""
+def extract_tasks(
+    mod, params: dict | None = None, target="llvm", target_host=None, contexts=None
+) -> list[Task]:
+    """The unique tasks of a graph module for `target`, in the order the build meets them.
+    `contexts`: a dict to fill with {task: the context the build first asks it with}, the
+    layout alter_layout gives the op in the model (its input block, padded channels, ...),
+    on which a task's default config depends (`task.default(target, contexts[task])`)."""
     from tessera.driver import fused_function, resolve_target
     from tessera.graph.ir import Function
     from tessera.graph_build.lower_group import distinct_groups, group_config
@@ -30,4 +35,6 @@ def extract_tasks(mod, params: dict | None = None, target="llvm", target_host=No
         groups, _ = distinct_groups(func)
         for group in groups:
             group_config(group, target)
+    if contexts is not None:
+        contexts.update(seen.contexts)
     return list(dict.fromkeys(seen))

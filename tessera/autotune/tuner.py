@@ -17,14 +17,17 @@ target are not measured again (a rerun resumes).
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tessera.autotune.cost_model import KnobRidge
-from tessera.autotune.measure import Measurer, MeasureResult
+import numpy as np
+
+from tessera.autotune.cost_model import GBTRanker, KnobRidge, normalized_throughput
+from tessera.autotune.measure import Builder, Measurer, MeasureResult
 from tessera.autotune.records import Database, Record
 from tessera.logging import get_logger
 from tessera.topi import strategy
@@ -75,13 +78,25 @@ class TaskResult:
 
 
 class EvolutionarySearch:
-    """Proposes configs of one task: random ones while fewer than `population` have been
-    measured; then, one time in five, a random config (to leave a local optimum), else the
-    candidate a cost model (`KnobRidge`, refit on every measurement so far) ranks first among
-    `batch` fresh mutations (one knob changed) of the `population` fastest. Measured configs
-    are never proposed again; None when no new config turned up in `tries` draws."""
+    """Proposes configs of one task, a batch at a time: random ones while fewer than
+    `population` have been measured; then, one time in five, a random config (to leave a local
+    optimum), the rest the candidates a cost model ranks first among `batch` fresh mutations
+    (one knob changed) of the `population` fastest. The model is `GBTRanker` on the features of
+    the candidates' lowered loops (`features`: a function of a list of configs, the build pool's)
+    when there is data to train it (this task's measurements, and `transfer`: (features,
+    normalized throughput) of other tasks of the same op), else `KnobRidge` on knob values.
+    Measured configs are never proposed again."""
 
-    def __init__(self, task: Task, target, rng: random.Random, population: int = 8, batch=16):
+    def __init__(
+        self,
+        task: Task,
+        target,
+        rng: random.Random,
+        population: int = 8,
+        batch=16,
+        features=None,
+        transfer=(),
+    ):
         self.task = task
         self.target = target
         self.rng = rng
@@ -89,31 +104,62 @@ class EvolutionarySearch:
         self.batch = batch
         self.spaces = task.implementations(target)
         self.model = KnobRidge(task, target)
+        self.features = features
+        self.known: dict[Config, np.ndarray] = {}  # features of measured configs
+        self.transfer = list(transfer)
+        self.gbt = GBTRanker()
 
     def propose(self, measured: dict[Config, float | None], tries: int = 200) -> Config | None:
+        batch = self.propose_batch(measured, 1, tries)
+        return batch[0] if batch else None
+
+    def propose_batch(self, measured, n: int, tries: int = 200) -> list[Config]:
         ok = sorted((s, i, c) for i, (c, s) in enumerate(measured.items()) if s is not None)
-        if len(ok) < self.population or self.rng.random() < 0.2:
-            return self._fresh(measured, tries, lambda: self.task.sample(self.target, self.rng))
+        if len(ok) < self.population:
+            return self._fresh(measured, tries, n)
+        picks = self._fresh(measured, tries, 1) if self.rng.random() < 0.2 else []
         parents = [c for _, _, c in ok[: self.population]]
         candidates: set[Config] = set()
         for _ in range(tries):
             config = self.mutate(self.rng.choice(parents))
-            if config is not None and config not in measured:
+            if config is not None and config not in measured and config not in picks:
                 candidates.add(config)
                 if len(candidates) == self.batch:
                     break
         if not candidates:  # the neighbourhood is measured: look further
-            return self._fresh(measured, tries, lambda: self.task.sample(self.target, self.rng))
-        self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
+            return picks or self._fresh(measured, tries, n)
         # sorted first: set order varies between runs, the ranking must not
-        return self.model.rank(sorted(candidates, key=repr))[0]
+        ranked = self.rank(sorted(candidates, key=repr), ok)
+        return (picks + ranked)[:n]
 
-    def _fresh(self, measured, tries, draw) -> Config | None:
+    def rank(self, candidates: list[Config], ok) -> list[Config]:
+        own = [(self.known[c], s) for s, _, c in ok if c in self.known]
+        if self.features is not None and len(own) + len(self.transfer) >= 4:
+            y = list(normalized_throughput([s for _, s in own]))
+            X = [f for f, _ in own] + [f for f, _ in self.transfer]
+            self.gbt.fit(np.stack(X), y + [t for _, t in self.transfer])
+            feats = self.features(candidates)
+            scored = [
+                (c, f) for c, (f, err) in zip(candidates, feats, strict=True) if f is not None
+            ]
+            if scored:
+                pred = self.gbt.predict(np.stack([f for _, f in scored]))
+                order = np.argsort(-pred, kind="stable")
+                for c, f in scored:
+                    self.known.setdefault(c, f)
+                return [scored[i][0] for i in order]
+        self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
+        return self.model.rank(candidates)
+
+    def _fresh(self, measured, tries, n: int) -> list[Config]:
+        found: list[Config] = []
         for _ in range(tries):
-            config = draw()
-            if config not in measured:
-                return config
-        return None
+            config = self.task.sample(self.target, self.rng)
+            if config not in measured and config not in found:
+                found.append(config)
+                if len(found) == n:
+                    break
+        return found
 
     def mutate(self, config: Config) -> Config | None:
         space = self.spaces.get(config.impl)
@@ -123,6 +169,24 @@ class EvolutionarySearch:
         values = config.knobs()
         values[knob.name] = self.rng.choice(knob.candidates)
         return Config(config.impl, values) if space.valid(values) else None
+
+
+def transfer_data(db: Database, task: Task, target) -> list:
+    """(features, normalized throughput) of the measurements of the other tasks of the same op
+    on `target` in `db`: what the cost model knows before this task's first measurement."""
+    from tessera.autotune.records import target_fingerprint
+
+    fp = target_fingerprint(target)
+    groups: dict[Task, list[Record]] = {}
+    for r in db.records:
+        if r.target == fp and r.task != task and r.task.workload.op == task.workload.op:
+            if r.features is not None and r.ok:
+                groups.setdefault(r.task, []).append(r)
+    out = []
+    for recs in groups.values():
+        y = normalized_throughput([r.seconds for r in recs])
+        out += [(np.asarray(r.features), float(t)) for r, t in zip(recs, y, strict=True)]
+    return out
 
 
 def _weights(results: list[TaskResult]) -> dict[Task, float]:
@@ -141,16 +205,25 @@ def tune_tasks(
     max_trials: int | None = None,
     seed: int = 0,
     progress: Callable[[TaskResult, Record | None], None] | None = None,
+    builder: Builder | None = None,
+    contexts: dict | None = None,
 ) -> list[TaskResult]:
     """Tune `tasks` on `target` within `budget` seconds (wall time, defaults included), writing
     every measurement to `db`. `max_trials`: at most this many new configs per task (besides the
-    default). `progress(result, record)` is called after every measurement."""
+    default). `progress(result, record)` is called after every measurement. `builder`: the pool
+    that lowers (features) and compiles candidates in parallel, a batch of its size at a time;
+    without one, candidates are built by the measurement worker one at a time and ranked by
+    their knob values. `contexts`: {task: the context the model asks it with} (extract_tasks),
+    so that the default measured is the model's default for that task."""
     start = time.monotonic()
     counts = counts or Counter()
     own = measurer is None
     measurer = measurer or Measurer()
     try:
-        results = [TaskResult(t, max(1, counts[t]), t.default(target)) for t in tasks]
+        contexts = contexts or {}
+        results = [
+            TaskResult(t, max(1, counts[t]), t.default(target, contexts.get(t))) for t in tasks
+        ]
         references = {}
         for r in results:  # the defaults: baseline, reference outputs, the answer to beat
             references[r.task] = _measure_default(r, target, db, measurer, progress)
@@ -166,8 +239,18 @@ def tune_tasks(
             del weights[r.task]
             deadline = time.monotonic() + max(0.0, share)
             _search(
-                r, target, db, measurer, references[r.task], deadline, max_trials, rng, progress
+                r,
+                target,
+                db,
+                measurer,
+                references[r.task],
+                deadline,
+                max_trials,
+                rng,
+                progress,
+                builder,
             )
+            _confirm(r, target, db, measurer, references[r.task], progress)
         return results
     finally:
         if own:
@@ -202,29 +285,81 @@ def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | No
     return res.outputs
 
 
-def _search(r, target, db, measurer, reference, deadline, max_trials, rng, progress) -> None:
+def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: int = 2) -> None:
+    """Measure the default and the best candidate again, in turns, `rounds` times each, and keep
+    the candidate only if it is still faster (by its fastest run against the default's): a
+    candidate that won by the noise of a loaded machine must not make the model slower. The
+    new records are the latest of both configs, which the database judges them by."""
+    if r.best is None or r.best == r.default or r.default_seconds is None:
+        return
+    times = {r.default: [], r.best: []}
+    for _ in range(rounds):
+        for config in (r.default, r.best):
+            ref = None if config == r.default else reference
+            res = measurer.measure(r.task, config, target, reference=ref)
+            if not res.ok:
+                times[config].append(float("inf"))
+                continue
+            times[config].append(res.seconds)
+    for config, ts in times.items():
+        ok = [t for t in ts if t != float("inf")]
+        error = None if ok else "failed when measured again"
+        db.append(Record.of(r.task, target, config, min(ok) if ok else None, error, again=True))
+    default_s, best_s = min(times[r.default]), min(times[r.best])
+    if best_s < default_s:
+        r.default_seconds, r.best_seconds = default_s, best_s
+    else:
+        log.info("%s: %s did not beat the default when measured again", r.task, r.best)
+        r.default_seconds = r.best_seconds = default_s
+        r.best = r.default
+    r.history.append((r.trials, r.best_seconds))
+    if progress:
+        progress(r, None)
+
+
+def _search(
+    r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder=None
+) -> None:
     measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
-    search = EvolutionarySearch(r.task, target, rng)
+    features = None if builder is None else (lambda cs: builder.features(r.task, cs, target))
+    search = EvolutionarySearch(
+        r.task,
+        target,
+        rng,
+        features=features,
+        transfer=transfer_data(db, r.task, target) if builder is not None else (),
+    )
+    for rec in db.of(r.task, target):
+        if rec.features is not None:
+            search.known[rec.config] = np.asarray(rec.features)
+    width = builder.workers if builder is not None else 1
     new = 0
     while time.monotonic() < deadline and (max_trials is None or new < max_trials):
-        config = search.propose(measured)
-        if config is None:
+        n = width if max_trials is None else min(width, max_trials - new)
+        configs = search.propose_batch(measured, n)
+        if not configs:
             log.info("%s: no new config to try (%d measured)", r.task, len(measured))
             return
-        res: MeasureResult = measurer.measure(r.task, config, target, reference=reference)
-        record = Record.of(r.task, target, config, res.seconds, res.error)
-        db.append(record)
-        measured[config] = res.seconds
-        new += 1
-        r.trials += 1
-        if not res.ok:
-            r.failed += 1
-            log.info("%s: %s failed: %s", r.task, config, res.error)
-        elif res.seconds < r.best_seconds:
-            r.best, r.best_seconds = config, res.seconds
-        r.history.append((r.trials, r.best_seconds))
-        if progress:
-            progress(r, record)
+        built = builder.build(r.task, configs, target) if builder else [(None, None)] * n
+        for config, (feats, _) in zip(configs, built, strict=True):
+            # the measurement worker builds again: a hit in the compile cache the build pool
+            # filled; a config the pool could not build fails there too, and is recorded
+            res: MeasureResult = measurer.measure(r.task, config, target, reference=reference)
+            record = Record.of(r.task, target, config, res.seconds, res.error, feats)
+            db.append(record)
+            measured[config] = res.seconds
+            if feats is not None:
+                search.known[config] = feats
+            new += 1
+            r.trials += 1
+            if not res.ok:
+                r.failed += 1
+                log.info("%s: %s failed: %s", r.task, config, res.error)
+            elif res.seconds < r.best_seconds:
+                r.best, r.best_seconds = config, res.seconds
+            r.history.append((r.trials, r.best_seconds))
+            if progress:
+                progress(r, record)
 
 
 def tune(
@@ -237,22 +372,42 @@ def tune(
     max_trials: int | None = None,
     seed: int = 0,
     progress=None,
+    workers: int | None = None,
 ) -> list[TaskResult]:
     """Tune every task of a graph module for `target` within `budget` seconds; the records go
-    to the database file `db` (created, or resumed)."""
+    to the database file `db` (created, or resumed). `workers`: build processes (default 2, or
+    fewer cores; 0: none, the measurement worker builds each candidate)."""
     from tessera.autotune.tasks import extract_tasks
     from tessera.driver import resolve_target
     from tessera.target import Target
 
     target = resolve_target(target if isinstance(target, Target) else Target(target), None)
-    tasks = extract_tasks(mod, params, target)
+    contexts: dict = {}
+    tasks = extract_tasks(mod, params, target, contexts=contexts)
     counts = task_counts(mod, params, target)
     log.info("tuning %d tasks for %s within %.0f s", len(tasks), target, budget)
     database = db if isinstance(db, Database) else Database(db)
+    if workers is None:
+        workers = max(1, min(2, os.cpu_count() or 1))
+    builder = Builder(workers, seed) if workers else None
     with Measurer(timeout=timeout, seed=seed) as measurer:
-        return tune_tasks(
-            tasks, target, database, budget, counts, measurer, max_trials, seed, progress
-        )
+        try:
+            return tune_tasks(
+                tasks,
+                target,
+                database,
+                budget,
+                counts,
+                measurer,
+                max_trials,
+                seed,
+                progress,
+                builder,
+                contexts,
+            )
+        finally:
+            if builder is not None:
+                builder.close()
 
 
 def geomean(values) -> float:

@@ -132,17 +132,27 @@ def print_table(results, console) -> None:
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of the search's random choices."
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Processes building candidates in parallel (default 2, or fewer cores; 0: none).",
+)
 @opt_level_option(DEFAULT_OPT_LEVEL)
 @verbosity_options
-def tune(model, budget, db, target, input_shape, timeout, trials, seed, opt_level):
+def tune(model, budget, db, target, input_shape, timeout, trials, seed, workers, opt_level):
     """Tune MODEL's kernels within BUDGET; every measurement goes to the database DB.
 
     The default config of every task is measured first and kept unless a candidate beats it.
     Build with the records: `PassContext(config={"tuning.database": DB})` or
     `tessera.autotune.apply_history_best(DB)`.
     """
-    from tessera.autotune import tune as run_tune
+    import functools
+
+    from tessera.autotune import tune as tune_model
     from tessera.transform import PassContext
+
+    run_tune = functools.partial(tune_model, workers=workers)
 
     seconds = parse_budget(budget)
     onnx_model, _ = read_model(model)

@@ -376,11 +376,20 @@ def given_config(task: Task) -> Config | None:
 _RECORDERS: list[list] = []
 
 
+class _Recorded(list):
+    """The tasks asked for, in order; `contexts[task]`: the context of its first ask (the
+    layout a graph pass gave it, e.g. alter_layout's input block)."""
+
+    def __init__(self):
+        super().__init__()
+        self.contexts: dict = {}
+
+
 class record_tasks:
     """`with record_tasks() as tasks:` lists every task `choose` is asked for (extract_tasks)."""
 
     def __enter__(self) -> list:
-        _RECORDERS.append([])
+        _RECORDERS.append(_Recorded())
         return _RECORDERS[-1]
 
     def __exit__(self, *exc):
@@ -395,6 +404,7 @@ def choose(call, target, context: Mapping | None = None) -> tuple[Task, Config] 
         return None
     for seen in _RECORDERS:
         seen.append(task)
+        seen.contexts.setdefault(task, dict(context or {}))
     config = given_config(task)
     return task, config if config is not None else task.default(target, context)
 

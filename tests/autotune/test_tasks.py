@@ -187,3 +187,43 @@ def test_tasks_are_only_the_decisions_a_target_makes():
     target = tessera.Target("c")
     ops = {t.workload.op for t in autotune.extract_tasks(mod, params, target)}
     assert "nn.conv2d" not in ops and "matmul" in ops
+
+
+@pytest.mark.slow
+def test_configs_through_the_pass_context_and_over_a_database(tmp_path):
+    """PassContext config "strategy.configs" builds as `configs=` does; with a tuning database
+    too, the named configs win over its records for their tasks."""
+    from tessera.autotune import Database, Record
+    from tessera.transform import PassContext
+
+    mod, params = from_onnx(small_model())
+    conv = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.conv2d"
+    )
+    default = conv.default(HOST)
+    other = next(c for c in conv.configs(HOST) if c.impl == "direct_nchwc" and c != default)
+    given = tessera.build(mod, target=HOST, params=params, configs={conv: other}).get_source()
+    with PassContext(config={"strategy.configs": {conv: other}}):
+        assert tessera.build(mod, target=HOST, params=params).get_source() == given
+    db = Database(tmp_path / "tune.db")
+    db.append(Record.of(conv, HOST, default, seconds=1e-6))  # the database says: the default
+    config = {"strategy.configs": {conv: other}, "tuning.database": str(db.path)}
+    with PassContext(config=config):
+        assert tessera.build(mod, target=HOST, params=params).get_source() == given
+    with PassContext(config={"strategy.configs": {conv: Config("direct_nchwc", ow_block=10**6)}}):
+        with pytest.raises(ValueError, match="not a valid config"):
+            tessera.build(mod, target=HOST, params=params)
+
+
+def test_extract_tasks_gives_the_layout_context_of_the_model():
+    """A conv after a conv sees its input in blocks (alter_layout's context), and a task's
+    default depends on it: the pool after the convs wants its blocked kernel."""
+    mod, params = from_onnx(small_model())
+    contexts = {}
+    tasks = autotune.extract_tasks(mod, params, HOST, contexts=contexts)
+    assert set(contexts) == set(tasks)
+    convs = [t for t in tasks if t.workload.op == "nn.conv2d"]
+    assert contexts[convs[0]]["in_block"] is None  # the model's input: plain NCHW
+    assert all(contexts[t]["in_block"] for t in convs[1:])
+    pool = next(t for t in tasks if t.workload.op == "nn.max_pool2d")
+    assert pool.default(HOST, contexts[pool]) != pool.default(HOST)

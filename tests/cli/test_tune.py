@@ -33,15 +33,20 @@ def test_tune_then_compile_with_the_database(cli, tmp_path, cnn_path):
     lines = db.read_text().splitlines()
     per_task = Counter(json.loads(line)["digest"] for line in lines)
     # every task has its default; the budget goes by share of time, so a task whose kernel
-    # takes almost none may get no candidate at all
-    assert max(per_task.values()) == 3 and min(per_task.values()) >= 1
+    # takes almost none may get no candidate at all; a task whose candidate won has the winner
+    # and the default measured again (confirmed)
+    assert 3 <= max(per_task.values()) <= 5 and min(per_task.values()) >= 1
 
     again = cli("tune", cnn_path, "--budget", "60s", "--trials", "1", "--db", db, "-q")
     assert again.returncode == 0, again.stderr
     now = db.read_text().splitlines()
     assert now[: len(lines)] == lines and len(now) > len(lines)
-    keys = [(r["digest"], json.dumps(r["config"])) for r in map(json.loads, now)]
-    assert len(set(keys)) == len(keys)  # the rerun measured nothing twice
+    # the rerun measured nothing twice, but for a winner and its default measured again to
+    # confirm the win (records marked "again")
+    keys = [
+        (r["digest"], json.dumps(r["config"])) for r in map(json.loads, now) if not r.get("again")
+    ]
+    assert len(set(keys)) == len(keys)
 
     out = tmp_path / "m.so"
     built = cli("-v", "compile", cnn_path, "--db", db, "-o", out)
