@@ -9,8 +9,10 @@ The CMSIS-NN side is a C program written here (weights converted to CMSIS-NN's N
 ../shared/baselines (never copied into tessera) with the same gcc and flags, and run on the
 same board with the same instruction counter between the same markers. Its output is checked
 against tessera's before any count is reported, so both compute the same model. The tessera
-side is `tessera.micro.Session`. Int8 (the MLPerf Tiny setting, CMSIS-NN's DSP kernels) waits
-for tessera's int8 kernels. A benchmark, not a test: nothing here asserts a count.
+side is `tessera.micro.Session`. With --int8, also the MLPerf Tiny setting: tessera's int8
+DS-CNN (mlperf_tiny.quantize_int8) against CMSIS-NN's s8 kernels with DSP on the same layers,
+per layer (the CMSIS-NN program's weights are random: counts only, outputs not compared).
+A benchmark, not a test: nothing here asserts a count.
 """
 
 from __future__ import annotations
@@ -146,8 +148,7 @@ def cmsis_program(model, x: np.ndarray) -> tuple[str, list[str]]:
 def cmsis_program_s8(model, seed: int = 0) -> tuple[str, list[str]]:
     """DS-CNN's layers on CMSIS-NN's int8 kernels (the MLPerf Tiny setting, DSP on the M4),
     with random int8 weights and inputs and fixed requantization (multiplier 0.5, shift -7):
-    an instruction-count baseline for tessera's int8 kernels, whose outputs are not compared
-    (tessera has no int8 kernels yet)."""
+    the instruction-count baseline for tessera's int8 kernels (outputs are not compared)."""
     rng = np.random.default_rng(seed)
 
     def s8(name, shape):
@@ -328,7 +329,7 @@ def main() -> None:
     parser.add_argument("--cmsis", default=str(ROOT.parent.parent / "shared" / "baselines"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--int8", action="store_true", help="also CMSIS-NN's int8 DS-CNN (a baseline only)"
+        "--int8", action="store_true", help="also the int8 DS-CNN: tessera's and CMSIS-NN's kernels"
     )
     args = parser.parse_args()
     cmsis = Path(args.cmsis)
@@ -368,19 +369,58 @@ def main() -> None:
         f"RAM {report['ram_bytes']['arena']:,} B arena; CMSIS-NN program: text "
         f"{size['text']:,} B (weights + library + runtime), bss {size['bss']:,} B"
     )
+    summary = (f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M "
+               f"instructions ({total / theirs:.2f}x), DS-CNN float32")  # fmt: skip
     if args.int8:
-        _int8_baseline(model, cmsis, args.seed)
-    print(f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M instructions "
-          f"({total / theirs:.2f}x), DS-CNN float32 on {BOARD}")  # fmt: skip
+        mine8, theirs8 = _int8_baseline(model, cmsis, args.seed)
+        summary += f"; int8 {mine8 / 1e6:.2f}M vs {theirs8 / 1e6:.2f}M ({mine8 / theirs8:.2f}x)"
+    print(f"{summary}, on {BOARD}")
 
 
-def _int8_baseline(model, cmsis: Path, seed: int) -> None:
+def tessera_int8_counts(model) -> tuple[dict, dict]:
+    """Instructions per ONNX layer of tessera's int8 DS-CNN (the model quantized by
+    mlperf_tiny.quantize_int8) on the board, and its memory report."""
+    qmodel = mlperf_tiny.quantize_int8(model)
+    mod, params = tessera.frontend.from_onnx(qmodel, {"input": (1, 1, 49, 10)})
+    lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
+    x = np.random.default_rng(1).standard_normal((1, 1, 49, 10)).astype(np.float32)
+    with Session(lib, board=BOARD) as s:
+        s.set_input("input", x)
+        counts = s.run()
+    ours: dict[str, int] = {}
+    for call, n in zip(lib.plan["calls"], counts, strict=True):
+        # a QDQ model's node names: the layer, or the layer's Quantize/DequantizeLinear
+        node = call["nodes"][0] if call.get("nodes") else call["kernel"]
+        layer = node.replace("_matmul", "").split("_QuantizeLinear")[0]
+        layer = layer.split("_DequantizeLinear")[0]
+        ours[layer] = ours.get(layer, 0) + n
+    return ours, lib.memory_report()
+
+
+def _int8_baseline(model, cmsis: Path, seed: int) -> tuple[int, int]:
+    """Per layer: tessera's int8 kernels and CMSIS-NN's (DSP) on the same DS-CNN layers. The
+    weights differ (CMSIS-NN's program takes random int8 weights and a fixed requantization),
+    so outputs are not compared; instruction counts of these kernels do not depend on values."""
     source, names = cmsis_program_s8(model, seed)
     _, counts, size = run_cmsis(source, cmsis, 12, int8=True)
-    print(f"CMSIS-NN int8 DS-CNN (DSP) on {BOARD}, the baseline for tessera's int8 kernels:")
-    for name, n in zip(names, counts, strict=True):
-        print(f"{name:22} {n:12,d}")
-    print(f"{'total':22} {sum(counts):12,d}  (text {size['text']:,} B, bss {size['bss']:,} B)")
+    ours, report = tessera_int8_counts(model)
+    ours_total = sum(ours.values())
+    print(f"DS-CNN int8 on {BOARD}: tessera (quantized by ONNX Runtime, QDQ) vs CMSIS-NN s8")
+    print(f"{'layer (ONNX node)':22} {'tessera':>12} {'CMSIS-NN':>12} {'ratio':>7}")
+    for name, theirs in zip(names, counts, strict=True):
+        mine = ours.pop(name, 0)
+        print(f"{name:22} {mine:12,d} {theirs:12,d} {mine / theirs:7.2f}")
+    for name, mine in ours.items():  # quantize, flatten: no CMSIS-NN call (its input is int8)
+        print(f"{name:22} {mine:12,d} {'-':>12}")
+    theirs = sum(counts)
+    ram, flash = report["ram_bytes"], report["flash_bytes"]
+    print(f"{'total':22} {ours_total:12,d} {theirs:12,d} {ours_total / theirs:7.2f}")
+    print(
+        f"tessera int8: RAM {ram['total']:,} B (arena {ram['arena']:,} B), flash "
+        f"{flash['total']:,} B (code {flash['code']:,} B); CMSIS-NN program: text "
+        f"{size['text']:,} B, bss {size['bss']:,} B"
+    )
+    return ours_total, theirs
 
 
 if __name__ == "__main__":
