@@ -14,7 +14,6 @@ from onnx import numpy_helper as nh
 
 import tessera
 from tessera import autotune
-from tessera.frontend.testing import make_model
 from tessera.runtime import GraphModule, cpu
 from tessera.topi.strategy import Config
 
