@@ -100,3 +100,35 @@ conv2d.implementation("bytes")(_space(False))
 _op = get_op("qnn.conv2d")
 _op.rules["compute:micro"] = int8.qnn_conv2d_micro
 _op.schedule("micro")(int8.schedule_qnn_conv2d_micro)
+
+
+# -- qnn.requantize: float (ORT's arithmetic) or fixed point (Note [fixed-point requantize]) ----
+# "fixed" is the default where the scale is a constant: a Cortex-M's epilogue in integers is
+# several times shorter than in float32, and on cores without an FPU float is software.
+
+requantize = register_strategy("qnn.requantize", "micro")
+
+
+@requantize.implementation("float")
+def _(wl: Workload, target) -> ConfigSpace | None:
+    return ConfigSpace()
+
+
+def _fixed_layout(wl: Workload, config, context, target, scale) -> dict | None:
+    """What transform/fixed_point_requantize.py emits: qnn.requantize_fixed with the scale as
+    (multiplier, shift) constants; None (keep the float op) when it has no exact form."""
+    from tessera.topi.micro.requantize import fixed_point
+
+    form = None if scale is None else fixed_point(scale)
+    if form is None:
+        return None
+    return {"op": "qnn.requantize_fixed", "weight": form, "attrs": dict(wl.attrs)}
+
+
+@requantize.implementation("fixed", priority=1, layout=_fixed_layout)
+def _(wl: Workload, target) -> ConfigSpace | None:
+    constant_scale = len(wl.constant) > 1 and wl.constant[1]
+    return ConfigSpace() if constant_scale else None
+
+
+from tessera.topi.micro import ops as _ops  # noqa: E402,F401  (registers qnn.requantize_fixed)
