@@ -211,3 +211,37 @@ def test_fixed_point_requantize_pass_only_where_the_strategy_asks():
     new = fixed_point_requantize(func, target=M4)
     ops = [c.op.name for c in new.body]
     assert "qnn.requantize_fixed" in ops and "qnn.requantize" not in ops
+
+
+@pytest.mark.parametrize("k, n", [(640, 128), (30, 12), (8, 5)])
+def test_micro_int8_dense_matches_onnxruntime(k, n):
+    rng = np.random.default_rng(k + n)
+    inits = [
+        nh.from_array(np.array(0.03, np.float32), "as"),
+        nh.from_array(np.array(-5, np.int8), "az"),
+        nh.from_array(rng.integers(-127, 128, (k, n)).astype(np.int8), "b"),
+        nh.from_array(np.array(0.004, np.float32), "bs"),
+        nh.from_array(np.array(0, np.int8), "bz"),
+        nh.from_array(np.array(0.3, np.float32), "ys"),
+        nh.from_array(np.array(2, np.int8), "yz"),
+    ]
+    node = helper.make_node(
+        "QLinearMatMul", ["x", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"], name="fc"
+    )
+    graph = helper.make_graph(
+        [node],
+        "qdense",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [1, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = rng.integers(-128, 128, (1, k)).astype(np.int8)
+    expected = _ort(model, x).astype(np.int32)
+    task = _tasks(model, x)["qnn.dense"]
+    target = tessera.Target(M4)
+    assert task.valid(task.default(target), target)
+    for config in list(task.configs(target)):
+        got = _host(_build(model, x, configs={task: config}), x).astype(np.int32)
+        assert np.abs(got - expected).max() <= 1, config

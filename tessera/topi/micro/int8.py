@@ -1,5 +1,5 @@
-"""Int8 convolution for Cortex-M (target "c -device=micro"): qnn.conv2d's micro compute and
-schedule, register tiles of scalar int32 accumulators.
+"""Int8 convolution and dense for Cortex-M (target "c -device=micro"): qnn.conv2d's micro
+compute and schedule, and qnn.dense's schedule, register tiles of scalar int32 accumulators.
 
     acc = qnn_conv2d_micro(x, w4, strides=..., padding=..., dilation=..., groups=..., pad_value=zp)
     s = schedule_qnn_conv2d_micro([requantize(acc + bias, scale)], target, config)
@@ -24,10 +24,12 @@ straight into the NCHW output.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tessera import te, tir
 from tessera.tir import op as tir_op
 from tessera.topi.generic import inline_injective
-from tessera.topi.qnn import CONV_TAG, PACK_TAG, conv_out_size, qnn_conv2d
+from tessera.topi.qnn import CONV_TAG, DENSE_TAG, PACK_TAG, conv_out_size, qnn_conv2d
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.int8_dense import schedule_pack
 
@@ -162,5 +164,46 @@ def schedule_qnn_conv2d_micro(outs, target=None, config: Config | None = None) -
     if not words:  # the padded input, once per call (one byte per value)
         s[next(t for t in anchor.op.input_tensors if t.op.tag == PAD_TAG)].compute_root()
     _schedule_acc(s, acc, unroll_taps=not words)
+    record_config(s, config)
+    return s
+
+
+def schedule_qnn_dense_micro(outs, target=None, config: Config | None = None) -> te.Schedule:
+    """qnn.dense (topi.qnn's packed words of x times weight panels, one dot_u8i8 per pair of
+    words): tiles of config's nb output columns, nb accumulators in registers over the whole
+    k loop, each step widening one word of x for all nb columns (Note [micro tile rule])."""
+    from tessera.topi.micro.strategy import default_columns
+
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    schedule_pack(s, outs, target)
+    anchor = _find(outs, DENSE_TAG)
+    rows, cols = _static(anchor.shape)
+    if config is None:  # scheduled outside a build (no task): the strategy's default rule
+        config = Config("dot4", nb=default_columns(cols))
+    nb = int(config["nb"])
+    acc = s.cache_write(anchor, "local")
+    view = [t for t in outs if t.op is not anchor.op]
+    flat = [int(d) for d in _static(outs[0].shape)]
+    tiled = anchor
+    if len(outs) == 1 and view and flat[-1] == cols and int(np.prod(flat)) == rows * cols:
+        tiled = outs[0]  # the epilogue's output, (..., N): its last axis is the anchor's
+    if tiled is anchor:
+        for t in view:
+            s[t].compute_root()
+    else:
+        s[anchor].compute_inline()
+    stage = s[tiled]
+    columns = stage.op.axis[-1]
+    outer, inner = stage.split(columns, factor=nb)
+    stage.unroll(inner)
+    s[acc].compute_at(stage, outer)
+    a = s[acc]
+    m, n = a.op.axis
+    (k,) = a.op.reduce_axis
+    a.reorder(m, k, n)
+    a.unroll(m)
+    a.unroll(n)
     record_config(s, config)
     return s

@@ -93,6 +93,19 @@ def _space(words: bool):
     return space
 
 
+def default_columns(cols: int) -> int:
+    """A dense tile's columns (Note [micro tile rule]): live nb accumulators + 2 widened data +
+    2 widened weights; cost (3 + 5 nb) per 4 nb products falls with nb: the largest that fits,
+    then the one with fewer idle columns at the end."""
+    fits = [nb for nb in _dense_candidates(cols) if nb + 4 + POINTERS <= CORE_REGISTERS]
+    return min(fits, key=lambda nb: ((3 + 5 * nb) / (4 * nb) + (-cols % nb) / cols, -nb))
+
+
+def _dense_candidates(cols: int) -> tuple[int, ...]:
+    # divisors of the weight panel's 16 columns: a tile's weights sit side by side at each k
+    return tuple(nb for nb in (1, 2, 4, 8) if nb <= cols) or (1,)
+
+
 conv2d = register_strategy("qnn.conv2d", "micro")
 conv2d.implementation("dot4")(_space(True))
 conv2d.implementation("bytes")(_space(False))
@@ -100,6 +113,16 @@ conv2d.implementation("bytes")(_space(False))
 _op = get_op("qnn.conv2d")
 _op.rules["compute:micro"] = int8.qnn_conv2d_micro
 _op.schedule("micro")(int8.schedule_qnn_conv2d_micro)
+
+
+@register_strategy("qnn.dense", "micro").implementation("dot4")
+def _(wl: Workload, target) -> ConfigSpace | None:
+    cols = wl.output[-1]
+    nb = Knob("nb", _dense_candidates(cols), default=lambda wl, t, c: default_columns(cols))
+    return ConfigSpace([nb], [lambda v: v["nb"] + 4 + POINTERS <= CORE_REGISTERS])
+
+
+get_op("qnn.dense").schedule("micro")(int8.schedule_qnn_dense_micro)
 
 
 # -- qnn.requantize: float (ORT's arithmetic) or fixed point (Note [fixed-point requantize]) ----
