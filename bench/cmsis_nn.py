@@ -452,7 +452,7 @@ def tessera_int8_counts(model) -> tuple[dict, dict]:
     shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
     mod, params = tessera.frontend.from_onnx(qmodel, {"input": shape})
     lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    x = np.random.default_rng(1).integers(-128, 128, shape).astype(np.int8)  # int8 input
     with Session(lib, board=BOARD) as s:
         s.set_input("input", x)
         counts = s.run()
@@ -470,8 +470,7 @@ def _int8_baseline(name: str, model, cmsis: Path, seed: int) -> tuple[int, int]:
     """Per layer: tessera's int8 kernels and CMSIS-NN's (DSP) on the same layers. The weights
     differ (CMSIS-NN's program takes random int8 weights and a fixed requantization), so
     outputs are not compared; instruction counts of these kernels do not depend on values.
-    tessera's total also holds what CMSIS-NN's program has no call for (quantizing the float
-    input, dequantizing the output)."""
+    Both take and return int8 tensors (mlperf_tiny.quantize_int8)."""
     source, names = cmsis_program_s8(model, seed)
     _, counts, size = run_cmsis(source, cmsis, 1, int8=True)
     ours, report = tessera_int8_counts(model)

@@ -9,9 +9,10 @@ same C sources compiled by this machine's compiler), the exported sources built 
 library (HostBuild), and the firmware on the board through tessera.micro.Session; report the
 instructions executed on the board (QEMU's plugin: exact, not a time), flash (weights + code)
 and RAM (arena + inputs/outputs + stack). int8 (the default, MLPerf Tiny's setting): each model
-quantized by mlperf_tiny.quantize_int8; it matches when the board's outputs equal the host
-build's exactly, and the column `ORT steps` is the largest difference from ONNX Runtime in
-units of the output's quantization step. float32: a model matches when the board's outputs
+quantized by mlperf_tiny.quantize_int8 (int8 input and output, as MLPerf Tiny's int8 models
+take them); it matches when the board's outputs equal the host build's exactly, and the column
+`ORT steps` is the largest difference from ONNX Runtime in units of the output's quantization
+step. float32: a model matches when the board's outputs
 equal the host build's within rtol 1e-5 (the two libms' expf may differ in the last bit).
 The last line is the summary: `micro: K/N models match the host build, ...`.
 """
@@ -23,6 +24,7 @@ import json
 import time
 
 import numpy as np
+import onnx
 
 import tessera
 from tessera.micro import Session, boards, mlperf_tiny
@@ -41,16 +43,31 @@ def _ort(model, x):
     return session.run(None, {"input": x})[0]
 
 
+def sample_input(model, shape) -> np.ndarray:
+    """A seeded input: int8 values for an int8 model, standard normal floats otherwise."""
+    rng = np.random.default_rng(1)
+    if model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT8:
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
 def output_step(model) -> float | None:
-    """The quantization step of a QDQ model's output (its last DequantizeLinear's scale)."""
+    """The quantization step of a quantized model's output: 1 for an int8 output, else the
+    scale of the DequantizeLinear that gives it."""
     from onnx import numpy_helper
 
+    if model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.INT8:
+        return 1.0
     out = model.graph.output[0].name
     inits = {i.name: i for i in model.graph.initializer}
     for node in model.graph.node:
         if out in node.output and node.op_type == "DequantizeLinear":
             return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
     return None
+
+
+def _max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
 def _match(a, b, int8: bool) -> bool:
@@ -63,7 +80,7 @@ def bench_model(name: str, board: str, dtype: str = "int8") -> dict:
     if int8:
         model = mlperf_tiny.quantize_int8(model)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    x = sample_input(model, shape)
     mcpu = boards.get_board(board).mcpu
     start = time.perf_counter()
     mod, params = tessera.frontend.from_onnx(model, {"input": tuple(shape)})
@@ -90,12 +107,12 @@ def bench_model(name: str, board: str, dtype: str = "int8") -> dict:
         "compile_s": round(compile_s, 2),
         "dtype": dtype,
         "matches_host": _match(device, host, int8),
-        "max_abs_diff_host": float(np.abs(device - host).max()),
+        "max_abs_diff_host": float(np.abs(device.astype(np.float64) - host).max()),
         "exported_matches_host": _match(exported, host, int8),
-        "max_abs_diff_ort": None if reference is None else float(np.abs(device - reference).max()),
+        "max_abs_diff_ort": None if reference is None else _max_diff(device, reference),
         "ort_steps": None
         if reference is None or step is None
-        else float(np.abs(device - reference).max() / step),
+        else _max_diff(device, reference) / step,
         "instructions": int(sum(counts)),
         "top_calls": [{"kernel": k, "instructions": int(n)} for n, k in layers[:3]],
         "flash_bytes": report["flash_bytes"],

@@ -171,13 +171,38 @@ def _gemm_as_matmul(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def quantize_int8(model: onnx.ModelProto, samples: int = 8, seed: int = 5) -> onnx.ModelProto:
+def _int8_io(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The QDQ model with int8 input and output, as MLPerf Tiny's int8 models take them: the
+    input's QuantizeLinear and the output's DequantizeLinear removed."""
+    graph = model.graph
+    x, y = graph.input[0].name, graph.output[0].name
+    quant = next(n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == x)
+    dequant = next(n for n in graph.node if n.op_type == "DequantizeLinear" and y in n.output)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == quant.output[0]:
+                node.input[i] = x
+        for i, name in enumerate(node.output):
+            if name == dequant.input[0]:
+                node.output[i] = y
+    graph.node.remove(quant)
+    graph.node.remove(dequant)
+    graph.input[0].type.tensor_type.elem_type = TensorProto.INT8
+    graph.output[0].type.tensor_type.elem_type = TensorProto.INT8
+    onnx.checker.check_model(model)
+    return model
+
+
+def quantize_int8(
+    model: onnx.ModelProto, samples: int = 8, seed: int = 5, int8_io: bool = True
+) -> onnx.ModelProto:
     """`model` quantized as MLPerf Tiny deploys it: int8 activations (asymmetric, calibrated on
     `samples` seeded normal inputs), int8 weights per output channel (symmetric), int32 biases,
     in ONNX's QDQ form (DequantizeLinear -> op -> QuantizeLinear), by ONNX Runtime's quantizer
-    (needs the onnxruntime package). tessera's frontend turns each Conv / MatMul group into an
-    int8 kernel (frontend/onnx_qdq.py); pooling, residual adds and softmax run between a
-    dequantize and a quantize."""
+    (needs the onnxruntime package); `int8_io`: the model takes and returns int8 tensors (the
+    input's quantize and the output's dequantize removed), else float32 ones. tessera's
+    frontend turns each Conv / MatMul group into an int8 kernel (frontend/onnx_qdq.py);
+    pooling, residual adds and softmax run between a dequantize and a quantize."""
     import tempfile
     from pathlib import Path
 
@@ -214,4 +239,5 @@ def quantize_int8(model: onnx.ModelProto, samples: int = 8, seed: int = 5) -> on
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
         )
-        return onnx.load(dst)
+        quantized = onnx.load(dst)
+    return _int8_io(quantized) if int8_io else quantized
