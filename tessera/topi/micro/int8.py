@@ -123,15 +123,16 @@ def _tile(s, out, ocb: int, nw: int):
     return oco, owo
 
 
-def _schedule_acc(s, acc, unroll_taps: bool):
+def _schedule_acc(s, acc):
     stage = s[acc]
     n, oc, oh, ow = stage.op.axis
     reduce = list(stage.op.reduce_axis)
     stage.reorder(n, oh, *reduce, oc, ow)
     stage.unroll(oc)
     stage.unroll(ow)
-    if unroll_taps:  # the kernel's columns: one weight load per tap per tile, no loop counter
-        stage.unroll(reduce[-1])
+    # the kernel's columns unrolled: no loop counter per tap, and neighbouring pixels of a tile
+    # share their loads of the data (and, dot4, its widening) between taps
+    stage.unroll(reduce[-1])
 
 
 def schedule_qnn_conv2d_micro(outs, target=None, config: Config | None = None) -> te.Schedule:
@@ -163,7 +164,7 @@ def schedule_qnn_conv2d_micro(outs, target=None, config: Config | None = None) -
         s[t].compute_root()
     if not words:  # the padded input, once per call (one byte per value)
         s[next(t for t in anchor.op.input_tensors if t.op.tag == PAD_TAG)].compute_root()
-    _schedule_acc(s, acc, unroll_taps=not words)
+    _schedule_acc(s, acc)
     record_config(s, config)
     return s
 
