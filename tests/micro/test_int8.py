@@ -245,3 +245,31 @@ def test_micro_int8_dense_matches_onnxruntime(k, n):
     for config in list(task.configs(target)):
         got = _host(_build(model, x, configs={task: config}), x).astype(np.int32)
         assert np.abs(got - expected).max() <= 1, config
+
+
+@needs_qemu
+@pytest.mark.slow
+def test_ds_cnn_int8_fits_mlperf_tiny_budget_and_matches():
+    # MLPerf Tiny's keyword spotting bar: DS-CNN int8 in <= 64 KB of RAM and <= 128 KB of flash
+    # (code included); the board's output equals the host build's, and ORT's within one step
+    from tessera.micro import Session, mlperf_tiny
+
+    pytest.importorskip("onnxruntime")
+    model = mlperf_tiny.quantize_int8(mlperf_tiny.kws_ds_cnn())
+    x = np.random.default_rng(1).integers(-128, 128, (1, 1, 49, 10)).astype(np.int8)
+    mod, params = tessera.frontend.from_onnx(model, {"input": x.shape})
+    lib = tessera.build(mod, target=M4, params=params)
+    report = lib.memory_report()
+    assert report["ram_bytes"]["total"] <= 64 * 1024
+    assert report["flash_bytes"]["total"] <= 128 * 1024 and report["flash_bytes"]["code"] > 0
+    with Session(lib, board="mps2-an386") as s:
+        s.set_input("input", x)
+        s.run()
+        y = s.get_output(0)
+    m = GraphModule(lib["default"](cpu(0)))
+    m.set_input("input", x)
+    m.run()
+    np.testing.assert_array_equal(y, m.get_output(0).numpy())
+    session = __import__("onnxruntime").InferenceSession(model.SerializeToString())
+    expected = session.run(None, {"input": x})[0]
+    assert np.abs(y.astype(np.int32) - expected.astype(np.int32)).max() <= 1
