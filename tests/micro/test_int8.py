@@ -273,3 +273,19 @@ def test_ds_cnn_int8_fits_mlperf_tiny_budget_and_matches():
     session = __import__("onnxruntime").InferenceSession(model.SerializeToString())
     expected = session.run(None, {"input": x})[0]
     assert np.abs(y.astype(np.int32) - expected.astype(np.int32)).max() <= 1
+
+
+@needs_qemu
+def test_tune_on_board_picks_fewer_instructions_with_equal_outputs():
+    from tessera.micro.tune import tune_on_board
+
+    model, x = qconv_model(4, 6, (3, 3), pads=(1, 1, 1, 1), hw=(5, 6))
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    result = tune_on_board(mod, params, M4, board="mps2-an386", max_trials=2)
+    assert result.best_instructions <= result.default_instructions
+    tried = [t for t in result.trials if t[0].workload.op == "qnn.conv2d"]
+    assert len(tried) == 1 and all(count is not None for _, _, count in tried)
+    assert all(task.workload.op != "qnn.requantize" for task, _, _ in result.trials)
+    if result.configs:  # a tuned build runs what was measured
+        lib = _build(model, x, configs=result.configs)
+        np.testing.assert_array_equal(_host(lib, x), _host(_build(model, x), x))
