@@ -9,8 +9,11 @@ The CMSIS-NN side is a C program written here (weights converted to CMSIS-NN's N
 ../shared/baselines (never copied into tessera) with the same gcc and flags, and run on the
 same board with the same instruction counter between the same markers. Its output is checked
 against tessera's before any count is reported, so both compute the same model. The tessera
-side is `tessera.micro.Session`. Int8 (the MLPerf Tiny setting, CMSIS-NN's DSP kernels) waits
-for tessera's int8 kernels. A benchmark, not a test: nothing here asserts a count.
+side is `tessera.micro.Session`. With --int8, also the MLPerf Tiny setting: tessera's int8
+DS-CNN (mlperf_tiny.quantize_int8) against CMSIS-NN's s8 kernels with DSP on the same layers,
+per layer, for the four MLPerf Tiny models (--models; the CMSIS-NN program's weights are
+random: counts only, outputs not compared).
+A benchmark, not a test: nothing here asserts a count.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 import tessera
 from tessera.micro import Session, boards, mlperf_tiny, toolchain
@@ -143,11 +146,25 @@ def cmsis_program(model, x: np.ndarray) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", names
 
 
+def _s8_layers(model):
+    """The float model's layers for the int8 program, in order: (op, node, input names, attrs,
+    weights); Relu and Flatten become aliases (CMSIS-NN folds a ReLU into the activation range
+    of the layer before it; NHWC data is already flat)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weights = [inits[n] for n in node.input if n in inits]
+        data = [n for n in node.input if n not in inits]
+        yield node.op_type, node.name, data, node.output[0], attrs, weights
+
+
 def cmsis_program_s8(model, seed: int = 0) -> tuple[str, list[str]]:
-    """DS-CNN's layers on CMSIS-NN's int8 kernels (the MLPerf Tiny setting, DSP on the M4),
-    with random int8 weights and inputs and fixed requantization (multiplier 0.5, shift -7):
-    an instruction-count baseline for tessera's int8 kernels, whose outputs are not compared
-    (tessera has no int8 kernels yet)."""
+    """The model's layers on CMSIS-NN's int8 kernels (the MLPerf Tiny setting, DSP on the M4):
+    convolutions (arm_convolve_wrapper_s8, arm_depthwise_conv_wrapper_s8), pooling
+    (arm_avgpool_s8), dense (arm_fully_connected_s8), residual adds (arm_elementwise_add_s8)
+    and softmax (arm_softmax_s8), with random int8 weights and inputs and fixed
+    requantization (multiplier 0.5, shift -7): the instruction-count baseline for tessera's
+    int8 kernels (outputs are not compared). Activations share buffers by liveness."""
     rng = np.random.default_rng(seed)
 
     def s8(name, shape):
@@ -158,86 +175,135 @@ def cmsis_program_s8(model, seed: int = 0) -> tuple[str, list[str]]:
         values = rng.integers(-1000, 1000, n) if value is None else np.full(n, value)
         return f"static int32_t {name}[{n}] = {{{', '.join(map(str, values.tolist()))}}};"
 
+    layers = list(_s8_layers(model))
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    h, w, c = (dims[2], dims[3], dims[1]) if len(dims) == 4 else (1, 1, dims[-1])
     lines = [
         '#include "arm_nnfunctions.h"',
         "#include <stdint.h>",
         "void tessera_mark_begin(void);",
         "void tessera_mark_end(void);",
         "int write_output(const void* data, uint32_t n);",
-        s8("input", (490,)),
+        s8("input", (h * w * c,)),
     ]
-    h, w, c = 49, 10, 1
+    first = model.graph.input[0].name
+    canon = {first: first}  # Relu and Flatten outputs are their input's buffer
+    for op, _, data, out, _, _ in layers:
+        canon[out] = canon[data[0]] if op in ("Relu", "Flatten") else out
+    last_use = {v: len(layers) for v in (canon[model.graph.output[0].name],)}
+    for k, (_, _, data, _, _, _) in enumerate(layers):
+        for n in data:
+            v = canon[n]
+            last_use[v] = max(last_use.get(v, k), k)
+    shape, where = {first: (h, w, c)}, {first: "input"}
+    slots: list[list] = []  # [bytes, the value it holds or None]
+
+    def buffer(k, value, size):
+        """A buffer for `value`, computed by layer k: one whose value is dead by then."""
+        for slot in slots:
+            if slot[1] is not None and last_use[slot[1]] < k:
+                slot[1] = None
+        for i, slot in enumerate(slots):
+            if slot[1] is None:
+                slot[0], slot[1] = max(slot[0], size), value
+                return f"buf{i}"
+        slots.append([size, value])
+        return f"buf{len(slots) - 1}"
+
     body, names = [], []
-    act = "{-128, 127}"
-    for k, (kind, name, weights, attrs) in enumerate(_layers(model)):
-        src, dst = ("input" if k == 0 else f"act{(k - 1) % 2}"), f"act{k % 2}"
+    for k, (op, name, data, out, attrs, weights) in enumerate(layers):
+        src = canon[data[0]]
+        h, w, c = shape[src]
+        if op in ("Relu", "Flatten"):
+            shape[src] = (1, 1, h * w * c) if op == "Flatten" else (h, w, c)
+            continue
         names.append(name)
-        if kind in ("conv", "dw"):
-            cout, _, kh, kw = weights[0].shape
-            s, (ph, pw) = attrs["stride"], attrs["pad"]
-            oh, ow = (h + 2 * ph - kh) // s + 1, (w + 2 * pw - kw) // s + 1
-            if kind == "conv" and kh == 10:
-                oh = (h + 4 + 5 - kh) // s + 1
-            shape = (cout, kh, kw, c) if kind == "conv" else (1, kh, kw, cout)
-            lines += [s8(f"w{k}", shape), i32(f"b{k}", cout)]
+        if op == "Conv":
+            wt = weights[0]
+            cout, _, kh, kw = wt.shape
+            s = list(attrs.get("strides", [1, 1]))[0]
+            pt, pl, pb, pr = list(attrs.get("pads", [0, 0, 0, 0]))
+            oh, ow = (h + pt + pb - kh) // s + 1, (w + pl + pr - kw) // s + 1
+            dw = attrs.get("group", 1) > 1
+            fshape = (1, kh, kw, cout) if dw else (cout, kh, kw, c)
+            lines += [s8(f"w{k}", fshape), i32(f"b{k}", cout)]
             lines += [i32(f"m{k}", cout, 1 << 30), i32(f"s{k}", cout, -7)]
-            dims = f"{{1, {h}, {w}, {c}}}, fd = {{{shape[0]}, {kh}, {kw}, {shape[3]}}}, "
-            dims += f"bd = {{1, 1, 1, {cout}}}, od = {{1, {oh}, {ow}, {cout}}}"
-            body.append(f"  {{ cmsis_nn_dims id = {dims};")
+            dst = buffer(k, out, oh * ow * cout)
+            d = f"{{1, {h}, {w}, {c}}}, fd = {{{fshape[0]}, {kh}, {kw}, {fshape[3]}}}, "
+            d += f"bd = {{1, 1, 1, {cout}}}, od = {{1, {oh}, {ow}, {cout}}}"
+            body.append(f"  {{ cmsis_nn_dims id = {d};")
             body.append(f"    cmsis_nn_per_channel_quant_params q = {{m{k}, s{k}}};")
-            tile = f"{{{s}, {s}}}, {{{pw}, {ph}}}, {{1, 1}}, {{0, 127}}"
-            if kind == "conv":
-                body.append(f"    cmsis_nn_conv_params p = {{0, 0, {tile}}};")
-                size = "arm_convolve_wrapper_s8_get_buffer_size(&p, &id, &fd, &od)"
-                call = "arm_convolve_wrapper_s8"
-            else:
+            tile = f"{{{s}, {s}}}, {{{pl}, {pt}}}, {{1, 1}}, {{-128, 127}}"
+            if dw:
                 body.append(f"    cmsis_nn_dw_conv_params p = {{0, 0, 1, {tile}}};")
                 size = "arm_depthwise_conv_wrapper_s8_get_buffer_size(&p, &id, &fd, &od)"
                 call = "arm_depthwise_conv_wrapper_s8"
+            else:
+                body.append(f"    cmsis_nn_conv_params p = {{0, 0, {tile}}};")
+                size = "arm_convolve_wrapper_s8_get_buffer_size(&p, &id, &fd, &od)"
+                call = "arm_convolve_wrapper_s8"
             body.append(f"    if ({size} > (int32_t)sizeof scratch) return 11;")
-            args = f"&ctx, &p, &q, &id, {src}, &fd, w{k}, &bd, b{k}, &od, {dst}"
+            args = f"&ctx, &p, &q, &id, {where[src]}, &fd, w{k}, &bd, b{k}, &od, {dst}"
             body.append(f"    MEASURE({call}({args})); }}")
-            h, w, c = oh, ow, cout
-        elif kind == "avgpool":
-            kh, kw = attrs["kernel"]
+            shape[out] = (oh, ow, cout)
+        elif op in ("AveragePool", "GlobalAveragePool"):
+            kh, kw = attrs["kernel_shape"] if op == "AveragePool" else (h, w)
+            dst = buffer(k, out, c)
             body.append(
                 f"  {{ cmsis_nn_dims id = {{1, {h}, {w}, {c}}}, fd = {{1, {kh}, {kw}, 1}}, "
                 f"od = {{1, 1, 1, {c}}};"
             )
-            body.append(f"    cmsis_nn_pool_params p = {{{{1, 1}}, {{0, 0}}, {act}}};")
-            body.append(f"    MEASURE(arm_avgpool_s8(&ctx, &p, &id, {src}, &fd, &od, {dst})); }}")
-            h = w = 1
-        elif kind == "fc":
+            body.append("    cmsis_nn_pool_params p = {{1, 1}, {0, 0}, {-128, 127}};")
+            body.append(
+                f"    MEASURE(arm_avgpool_s8(&ctx, &p, &id, {where[src]}, &fd, &od, {dst})); }}"
+            )
+            shape[out] = (1, 1, c)
+        elif op == "Gemm":
             n_out, n_in = weights[0].shape
             lines += [s8(f"w{k}", (n_out, n_in)), i32(f"b{k}", n_out)]
+            dst = buffer(k, out, n_out)
             body.append(
                 f"  {{ cmsis_nn_dims id = {{1, 1, 1, {n_in}}}, fd = {{{n_in}, 1, 1, {n_out}}}, "
                 f"bd = {{1, 1, 1, {n_out}}}, od = {{1, 1, 1, {n_out}}};"
             )
-            body.append(f"    cmsis_nn_fc_params p = {{0, 0, 0, {act}}};")
+            body.append("    cmsis_nn_fc_params p = {0, 0, 0, {-128, 127}};")
             body.append("    cmsis_nn_per_tensor_quant_params q = {1 << 30, -7};")
             body.append("    if (arm_fully_connected_s8_get_buffer_size(&fd) > 0)")
             body.append(f"      arm_vector_sum_s8(ctx.buf, {n_in}, {n_out}, w{k}, 0, 0, b{k});")
             body.append(
-                f"    MEASURE(arm_fully_connected_s8(&ctx, &p, &q, &id, {src}, &fd, w{k}, &bd, "
-                f"b{k}, &od, {dst})); }}"
+                f"    MEASURE(arm_fully_connected_s8(&ctx, &p, &q, &id, {where[src]}, &fd, w{k}, "
+                f"&bd, b{k}, &od, {dst})); }}"
             )
-            c = n_out
-        else:
+            shape[out] = (1, 1, n_out)
+        elif op == "Add":
+            other = canon[data[1]]
+            dst = buffer(k, out, h * w * c)
             body.append(
-                f"  tessera_mark_begin(); arm_softmax_s8({src}, 1, {c}, 1077952576, 23, -248, "
-                f"{dst}); tessera_mark_end();"
+                f"  MEASURE(arm_elementwise_add_s8({where[src]}, {where[other]}, 0, 1 << 30, 0, "
+                f"0, 1 << 30, 0, 20, {dst}, 0, 1 << 30, -21, -128, 127, {h * w * c}));"
             )
-            last = dst
+            shape[out] = (h, w, c)
+        elif op == "Softmax":
+            dst = buffer(k, out, c)
+            body.append(
+                f"  tessera_mark_begin(); arm_softmax_s8({where[src]}, 1, {c}, 1077952576, 23, "
+                f"-248, {dst}); tessera_mark_end();"
+            )
+            shape[out] = (1, 1, c)
+        else:
+            raise ValueError(f"no CMSIS-NN int8 layer for {op} ({name})")
+        where[out] = dst
+    last = canon[model.graph.output[0].name]
+    h, w, c = shape[last]
+    lines += [f"static int8_t buf{i}[{size}];" for i, (size, _) in enumerate(slots)]
     lines += [
-        "static int8_t act0[64 * 25 * 5], act1[64 * 25 * 5];",
-        "static int32_t scratch[4096];",
+        "static int32_t scratch[8192];",
         "#define MEASURE(x) do { tessera_mark_begin(); arm_cmsis_nn_status st = x; "
         "tessera_mark_end(); if (st != ARM_CMSIS_NN_SUCCESS) return 10; } while (0)",
         "int main(void) {",
         "  cmsis_nn_context ctx = {scratch, sizeof scratch};",
         *body,
-        f"  return write_output({last}, {c});",
+        f"  return write_output({where[last]}, {h * w * c});",
         "}",
     ]
     return "\n".join(lines) + "\n", names
@@ -328,8 +394,9 @@ def main() -> None:
     parser.add_argument("--cmsis", default=str(ROOT.parent.parent / "shared" / "baselines"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--int8", action="store_true", help="also CMSIS-NN's int8 DS-CNN (a baseline only)"
+        "--int8", action="store_true", help="also the int8 models: tessera's and CMSIS-NN's kernels"
     )
+    parser.add_argument("--models", default=",".join(mlperf_tiny.MODELS), help="for --int8")
     args = parser.parse_args()
     cmsis = Path(args.cmsis)
     if not (cmsis / "cmsis-nn" / "Include" / "arm_nnfunctions.h").exists():
@@ -368,19 +435,62 @@ def main() -> None:
         f"RAM {report['ram_bytes']['arena']:,} B arena; CMSIS-NN program: text "
         f"{size['text']:,} B (weights + library + runtime), bss {size['bss']:,} B"
     )
-    if args.int8:
-        _int8_baseline(model, cmsis, args.seed)
-    print(f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M instructions "
-          f"({total / theirs:.2f}x), DS-CNN float32 on {BOARD}")  # fmt: skip
+    summary = (f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M "
+               f"instructions ({total / theirs:.2f}x), DS-CNN float32")  # fmt: skip
+    for name in args.models.split(",") if args.int8 else ():
+        net = mlperf_tiny.MODELS[name](args.seed)
+        mine8, theirs8 = _int8_baseline(name, net, cmsis, args.seed)
+        summary += f"; {name} int8 {mine8 / 1e6:.2f}M vs {theirs8 / 1e6:.2f}M "
+        summary += f"({mine8 / theirs8:.2f}x)"
+    print(f"{summary}, on {BOARD}")
 
 
-def _int8_baseline(model, cmsis: Path, seed: int) -> None:
+def tessera_int8_counts(model) -> tuple[dict, dict]:
+    """Instructions per ONNX layer of tessera's int8 model (quantized by
+    mlperf_tiny.quantize_int8) on the board, and its memory report."""
+    qmodel = mlperf_tiny.quantize_int8(model)
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    mod, params = tessera.frontend.from_onnx(qmodel, {"input": shape})
+    lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
+    x = np.random.default_rng(1).integers(-128, 128, shape).astype(np.int8)  # int8 input
+    with Session(lib, board=BOARD) as s:
+        s.set_input("input", x)
+        counts = s.run()
+    ours: dict[str, int] = {}
+    for call, n in zip(lib.plan["calls"], counts, strict=True):
+        # a QDQ model's node names: the layer, or the layer's Quantize/DequantizeLinear
+        node = call["nodes"][0] if call.get("nodes") else call["kernel"]
+        layer = node.replace("_matmul", "").split("_QuantizeLinear")[0]
+        layer = layer.split("_DequantizeLinear")[0]
+        ours[layer] = ours.get(layer, 0) + n
+    return ours, lib.memory_report()
+
+
+def _int8_baseline(name: str, model, cmsis: Path, seed: int) -> tuple[int, int]:
+    """Per layer: tessera's int8 kernels and CMSIS-NN's (DSP) on the same layers. The weights
+    differ (CMSIS-NN's program takes random int8 weights and a fixed requantization), so
+    outputs are not compared; instruction counts of these kernels do not depend on values.
+    Both take and return int8 tensors (mlperf_tiny.quantize_int8)."""
     source, names = cmsis_program_s8(model, seed)
-    _, counts, size = run_cmsis(source, cmsis, 12, int8=True)
-    print(f"CMSIS-NN int8 DS-CNN (DSP) on {BOARD}, the baseline for tessera's int8 kernels:")
-    for name, n in zip(names, counts, strict=True):
-        print(f"{name:22} {n:12,d}")
-    print(f"{'total':22} {sum(counts):12,d}  (text {size['text']:,} B, bss {size['bss']:,} B)")
+    _, counts, size = run_cmsis(source, cmsis, 1, int8=True)
+    ours, report = tessera_int8_counts(model)
+    ours_total = sum(ours.values())
+    print(f"{name} int8 on {BOARD}: tessera (quantized by ONNX Runtime, QDQ) vs CMSIS-NN s8")
+    print(f"{'layer (ONNX node)':22} {'tessera':>12} {'CMSIS-NN':>12} {'ratio':>7}")
+    for name, theirs in zip(names, counts, strict=True):
+        mine = ours.pop(name, 0)
+        print(f"{name:22} {mine:12,d} {theirs:12,d} {mine / theirs:7.2f}")
+    for name, mine in ours.items():  # quantize, flatten: no CMSIS-NN call (its input is int8)
+        print(f"{name:22} {mine:12,d} {'-':>12}")
+    theirs = sum(counts)
+    ram, flash = report["ram_bytes"], report["flash_bytes"]
+    print(f"{'total':22} {ours_total:12,d} {theirs:12,d} {ours_total / theirs:7.2f}")
+    print(
+        f"tessera int8: RAM {ram['total']:,} B (arena {ram['arena']:,} B), flash "
+        f"{flash['total']:,} B (code {flash['code']:,} B); CMSIS-NN program: text "
+        f"{size['text']:,} B, bss {size['bss']:,} B"
+    )
+    return ours_total, theirs
 
 
 if __name__ == "__main__":

@@ -2,15 +2,19 @@
 run on an emulated board under QEMU, checked against the host build and ONNX Runtime.
 
     .venv/bin/python bench/micro.py [--board mps2-an386] [--models kws_ds_cnn,ic_resnet8]
-                                    [--json out.json]
+                                    [--dtype int8|float32] [--json out.json]
 
 For each model: build for the board's CPU (target "c -device=micro"), run the host build (the
 same C sources compiled by this machine's compiler), the exported sources built here as a
 library (HostBuild), and the firmware on the board through tessera.micro.Session; report the
 instructions executed on the board (QEMU's plugin: exact, not a time), flash (weights + code)
-and RAM (arena + inputs/outputs + stack). Float32 models; a model matches when the board's
-outputs equal the host build's within rtol 1e-5 (the two libms' expf may differ in the last
-bit). The last line is the summary: `micro: K/N models match the host build, ...`.
+and RAM (arena + inputs/outputs + stack). int8 (the default, MLPerf Tiny's setting): each model
+quantized by mlperf_tiny.quantize_int8 (int8 input and output, as MLPerf Tiny's int8 models
+take them); it matches when the board's outputs equal the host build's exactly, and the column
+`ORT steps` is the largest difference from ONNX Runtime in units of the output's quantization
+step. float32: a model matches when the board's outputs
+equal the host build's within rtol 1e-5 (the two libms' expf may differ in the last bit).
+The last line is the summary: `micro: K/N models match the host build, ...`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import time
 
 import numpy as np
+import onnx
 
 import tessera
 from tessera.micro import Session, boards, mlperf_tiny
@@ -38,10 +43,44 @@ def _ort(model, x):
     return session.run(None, {"input": x})[0]
 
 
-def bench_model(name: str, board: str) -> dict:
+def sample_input(model, shape) -> np.ndarray:
+    """A seeded input: int8 values for an int8 model, standard normal floats otherwise."""
+    rng = np.random.default_rng(1)
+    if model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT8:
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def output_step(model) -> float | None:
+    """The quantization step of a quantized model's output: 1 for an int8 output, else the
+    scale of the DequantizeLinear that gives it."""
+    from onnx import numpy_helper
+
+    if model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.INT8:
+        return 1.0
+    out = model.graph.output[0].name
+    inits = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if out in node.output and node.op_type == "DequantizeLinear":
+            return float(numpy_helper.to_array(inits[node.input[1]]).reshape(-1)[0])
+    return None
+
+
+def _max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def _match(a, b, int8: bool) -> bool:
+    return bool(np.array_equal(a, b) if int8 else np.allclose(a, b, rtol=RTOL, atol=ATOL))
+
+
+def bench_model(name: str, board: str, dtype: str = "int8") -> dict:
+    int8 = dtype == "int8"
     model = mlperf_tiny.MODELS[name]()
+    if int8:
+        model = mlperf_tiny.quantize_int8(model)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    x = sample_input(model, shape)
     mcpu = boards.get_board(board).mcpu
     start = time.perf_counter()
     mod, params = tessera.frontend.from_onnx(model, {"input": tuple(shape)})
@@ -57,6 +96,7 @@ def bench_model(name: str, board: str) -> dict:
         counts = s.run()
         device = s.get_output(0)
     reference = _ort(model, x)
+    step = output_step(model) if int8 else None
     report = lib.memory_report()
     layers = sorted(
         zip(counts, (c["kernel"] for c in lib.plan["calls"]), strict=True), reverse=True
@@ -65,10 +105,14 @@ def bench_model(name: str, board: str) -> dict:
         "model": name,
         "board": board,
         "compile_s": round(compile_s, 2),
-        "matches_host": bool(np.allclose(device, host, rtol=RTOL, atol=ATOL)),
-        "max_abs_diff_host": float(np.abs(device - host).max()),
-        "exported_matches_host": bool(np.allclose(exported, host, rtol=RTOL, atol=ATOL)),
-        "max_abs_diff_ort": None if reference is None else float(np.abs(device - reference).max()),
+        "dtype": dtype,
+        "matches_host": _match(device, host, int8),
+        "max_abs_diff_host": float(np.abs(device.astype(np.float64) - host).max()),
+        "exported_matches_host": _match(exported, host, int8),
+        "max_abs_diff_ort": None if reference is None else _max_diff(device, reference),
+        "ort_steps": None
+        if reference is None or step is None
+        else _max_diff(device, reference) / step,
         "instructions": int(sum(counts)),
         "top_calls": [{"kernel": k, "instructions": int(n)} for n, k in layers[:3]],
         "flash_bytes": report["flash_bytes"],
@@ -84,23 +128,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--board", default="mps2-an386", choices=sorted(boards.BOARDS))
     parser.add_argument("--models", default=",".join(mlperf_tiny.MODELS))
+    parser.add_argument("--dtype", default="int8", choices=("int8", "float32"))
     parser.add_argument("--json", help="write the results to this file")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     results = []
     header = f"{'model':16} {'insns':>12} {'flash':>8} {'(code)':>7} {'RAM':>8} {'(arena)':>8}"
-    print(header + "  host  exported  max|dev-host|  max|dev-ort|  compile")
+    print(header + "  host  exported  max|dev-host|  max|dev-ort|  ORT steps  compile")
     for name in names:
-        r = bench_model(name, args.board)
+        r = bench_model(name, args.board, args.dtype)
         results.append(r)
         flash, ram = r["flash_bytes"], r["ram_bytes"]
         ort = "-" if r["max_abs_diff_ort"] is None else f"{r['max_abs_diff_ort']:.1e}"
+        steps = "-" if r["ort_steps"] is None else f"{r['ort_steps']:.2f}"
         print(
             f"{name:16} {r['instructions']:12,d} {_kib(flash['total']):>8} "
             f"{_kib(flash['code']):>7} {_kib(ram['total']):>8} {_kib(ram['arena']):>8}  "
             f"{'yes' if r['matches_host'] else 'NO':4}  "
             f"{'yes' if r['exported_matches_host'] else 'NO':8}  "
-            f"{r['max_abs_diff_host']:12.1e}  {ort:>12}  {r['compile_s']:6.1f} s",
+            f"{r['max_abs_diff_host']:12.1e}  {ort:>12}  {steps:>9}  {r['compile_s']:6.1f} s",
             flush=True,
         )
     if args.json:
@@ -114,7 +160,7 @@ def main() -> None:
         for r in results
     )
     print(
-        f"micro: {good}/{len(results)} models match the host build, float32 on {board.name} "
+        f"micro: {good}/{len(results)} models match the host build, {args.dtype} on {board.name} "
         f"({board.description}); {sizes}"
     )
 

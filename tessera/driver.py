@@ -40,6 +40,7 @@ from tessera.transform import (
     simplify_inference,
 )
 from tessera.transform.check_limits import check_arena, check_limits
+from tessera.transform.fixed_point_requantize import fixed_point_requantize
 from tessera.transform.fuse_group import build_groups
 from tessera.transform.pack_qnn_weights import pack_qnn_weights
 from tessera.transform.pack_weights import pack_weights
@@ -54,6 +55,7 @@ GRAPH_PASSES = [
     (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
     (pack_qnn_weights, 1),  # llvm targets: int8 conv weights as their kernel reads them
     (fold_constant, 1),
+    (fixed_point_requantize, 1),  # micro targets: the requantize in integers
     (alter_layout, 2),  # llvm targets: convs in NCHW[x]c, weights re-packed
     (eliminate_common_subexpr, 3),
     (eliminate_dead_code, 1),

@@ -200,6 +200,12 @@ def cpu_strategy_keys(target: Target) -> tuple[str, ...]:
     return ("cpu", "generic")
 
 
+def c_strategy_keys(target: Target) -> tuple[str, ...]:
+    """A microcontroller's own kernels ("micro": topi/micro/) first, then the CPU's keys."""
+    keys = cpu_strategy_keys(target)
+    return ("micro", *keys) if target.device == "micro" else keys
+
+
 TARGET_KINDS: dict[str, TargetKind] = {}
 
 
@@ -227,7 +233,7 @@ register_target_kind(
     TargetKind(
         "c",
         options=("mtriple", "mcpu", "mattr", "num-cores", "device"),
-        strategy_keys=cpu_strategy_keys,
+        strategy_keys=c_strategy_keys,
         # C kernels take the CPU schedules but not the blocked layouts or packed weights: the
         # C target is for portable (and bare-metal) code, and is not measured on those kernels.
         layout_strategies=False,
@@ -270,6 +276,7 @@ STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
     "x86": ("tessera.topi.x86.strategy",),
     "cpu": ("tessera.topi.x86.strategy",),  # the x86 kernels' rules hold for any CPU
     "arm": ("tessera.topi.arm.strategy",),  # ARM's register tile (docs/arm.md)
+    "micro": ("tessera.topi.micro.strategy",),  # Cortex-M int8 kernels (docs/micro.md)
     "generic": (),
 }
 

@@ -94,7 +94,22 @@ def _static_shape(t: te.Tensor) -> tuple:
     return tuple(int(d.value) if isinstance(d, tir.IntImm) else str(d) for d in t.shape)
 
 
-def _compute_group(group: Function) -> tuple[list[te.Tensor], list[te.Tensor]]:
+def _compute_rule(op, target: Target | None):
+    """The op's compute rule for the most specific of the target's keys that has one (a
+    target's own form of an op, such as the micro int8 convolution), else its compute rule."""
+    if target is not None:
+        keys = schedule_keys(target)
+        load_strategies(keys)  # a target's strategy module registers its compute rules
+        for key in keys:
+            rule = op.rules.get(f"compute:{key}")
+            if rule is not None:
+                return rule
+    return op.rules["compute"]
+
+
+def _compute_group(
+    group: Function, target: Target | None = None
+) -> tuple[list[te.Tensor], list[te.Tensor]]:
     """(placeholders, output tensors) of the group's compute rules, types checked."""
     env: dict[int, te.Tensor] = {}
     placeholders = []
@@ -108,7 +123,7 @@ def _compute_group(group: Function) -> tuple[list[te.Tensor], list[te.Tensor]]:
     for call in group.body:
         args = [env[id(v)] for v in call.inputs]
         try:
-            outs = call.op.rules["compute"](*args, **dict(call.attrs.items()))
+            outs = _compute_rule(call.op, target)(*args, **dict(call.attrs.items()))
         except Exception as err:  # a rule's failure, reported with the call it came from
             raise LoweringError(
                 f"{group.name}: the compute rule of {call.op.name} (for "
@@ -203,7 +218,7 @@ def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te
 
 def lower_group(group: Function, target: Target, name: str | None = None) -> tir.PrimFunc:
     """The PrimFunc of one fused group: params are its inputs, then its outputs."""
-    placeholders, outs = _compute_group(group)
+    placeholders, outs = _compute_group(group, target)
     try:
         s = schedule_group(group, outs, target)
         return te.lower(s, [*placeholders, *outs], name=name or group.name)

@@ -148,3 +148,96 @@ MODELS = {
     "ic_resnet8": ic_resnet8,
     "ad_autoencoder": ad_autoencoder,
 }
+
+
+def _gemm_as_matmul(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Each Gemm (transB=1, alpha = beta = 1) as MatMul(x, W^T) + Add(b): the form that ONNX
+    Runtime's quantizer turns into an int8 matmul (it leaves a Gemm's product in float)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type != "Gemm":
+            nodes.append(node)
+            continue
+        x, w, bias = node.input
+        wt = numpy_helper.to_array(inits[w]).T.copy()
+        inits[w].CopyFrom(numpy_helper.from_array(wt, w))
+        product = f"{node.name}_matmul"
+        nodes.append(helper.make_node("MatMul", [x, w], [product], name=product))
+        nodes.append(helper.make_node("Add", [product, bias], list(node.output), name=node.name))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def _int8_io(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The QDQ model with int8 input and output, as MLPerf Tiny's int8 models take them: the
+    input's QuantizeLinear and the output's DequantizeLinear removed."""
+    graph = model.graph
+    x, y = graph.input[0].name, graph.output[0].name
+    quant = next(n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == x)
+    dequant = next(n for n in graph.node if n.op_type == "DequantizeLinear" and y in n.output)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == quant.output[0]:
+                node.input[i] = x
+        for i, name in enumerate(node.output):
+            if name == dequant.input[0]:
+                node.output[i] = y
+    graph.node.remove(quant)
+    graph.node.remove(dequant)
+    graph.input[0].type.tensor_type.elem_type = TensorProto.INT8
+    graph.output[0].type.tensor_type.elem_type = TensorProto.INT8
+    onnx.checker.check_model(model)
+    return model
+
+
+def quantize_int8(
+    model: onnx.ModelProto, samples: int = 8, seed: int = 5, int8_io: bool = True
+) -> onnx.ModelProto:
+    """`model` quantized as MLPerf Tiny deploys it: int8 activations (asymmetric, calibrated on
+    `samples` seeded normal inputs), int8 weights per output channel (symmetric), int32 biases,
+    in ONNX's QDQ form (DequantizeLinear -> op -> QuantizeLinear), by ONNX Runtime's quantizer
+    (needs the onnxruntime package); `int8_io`: the model takes and returns int8 tensors (the
+    input's quantize and the output's dequantize removed), else float32 ones. tessera's
+    frontend turns each Conv / MatMul group into an int8 kernel (frontend/onnx_qdq.py);
+    pooling, residual adds and softmax run between a dequantize and a quantize."""
+    import tempfile
+    from pathlib import Path
+
+    try:
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+    except ImportError as err:
+        raise ImportError("quantize_int8 needs onnxruntime (pip install onnxruntime)") from err
+
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    batches = [{"input": rng.standard_normal(shape).astype(np.float32)} for _ in range(samples)]
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(batches)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory(prefix="tessera-quant-") as tmp:
+        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
+        onnx.save(_gemm_as_matmul(model), src)
+        quantize_static(
+            str(src),
+            str(dst),
+            _Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+        )
+        quantized = onnx.load(dst)
+    return _int8_io(quantized) if int8_io else quantized

@@ -1,0 +1,92 @@
+"""Tuning on the emulated core: the knobs of each task measured by the instructions the whole
+model executes on the board (QEMU's count, exact and repeatable: one run per candidate).
+
+    result = tune_on_board(mod, params, "c -device=micro -mcpu=cortex-m4", board="mps2-an386")
+    lib = tessera.build(mod, target=..., params=params, configs=result.configs)
+
+Coordinate descent over the tasks in build order: each task's candidates (its configs with the
+default's implementation, the default first; at most `max_trials`, the rest sampled) are built
+with every other task at its best so far and run once on the board. A candidate whose outputs
+differ from the default's is rejected (a tile changes the order of integer sums, never their
+value). Implementations that change the numerics (qnn.requantize's "fixed" and "float") are
+not tuned: they are a choice of results, not of speed. The measure is instructions, not time:
+QEMU does not model cycles (docs/micro.md).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tessera.micro.session import Session
+
+
+@dataclass
+class TuneResult:
+    configs: dict  # {Task: Config}: the best config of every tuned task
+    default_instructions: int
+    best_instructions: int
+    trials: list = field(default_factory=list)  # (task, config, instructions or None)
+
+
+def _inputs(mod, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for p in mod["main"].params:
+        dtype = np.dtype(str(p.type.dtype))
+        shape = tuple(p.type.shape)
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            arrays.append(rng.integers(info.min, int(info.max) + 1, shape).astype(dtype))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+    return arrays
+
+
+def _measure(mod, params, target, configs, board, inputs) -> tuple[int, list[np.ndarray]]:
+    import tessera
+
+    lib = tessera.build(mod, target=target, params=params, configs=configs)
+    with Session(lib, board=board) as s:
+        for k, x in enumerate(inputs):
+            s.set_input(k, x)
+        counts = s.run()
+        outputs = [s.get_output(k) for k in range(len(lib.plan["outputs"]))]
+    return int(sum(counts)), outputs
+
+
+def _candidates(task, target, max_trials: int, rng: random.Random) -> list:
+    default = task.default(target)
+    same = [c for c in task.configs(target) if c.impl == default.impl and c != default]
+    if len(same) > max_trials - 1:
+        same = rng.sample(same, max_trials - 1)
+    return [default, *same]
+
+
+def tune_on_board(mod, params, target, board: str = "mps2-an386", max_trials: int = 16,
+                  seed: int = 0) -> TuneResult:  # fmt: skip
+    """The configs with the fewest instructions on `board` (module docstring)."""
+    from tessera import autotune
+    from tessera.target import Target
+
+    target = Target(target) if isinstance(target, str) else target
+    rng = random.Random(seed)
+    inputs = _inputs(mod, seed)
+    tasks = [t for t in autotune.extract_tasks(mod, params, target)
+             if len(_candidates(t, target, 2, rng)) > 1]  # fmt: skip
+    best: dict = {}
+    base, expected = _measure(mod, params, target, {}, board, inputs)
+    result = TuneResult({}, base, base)
+    for task in tasks:
+        for config in _candidates(task, target, max_trials, rng)[1:]:
+            trial = {**best, task: config}
+            count, outputs = _measure(mod, params, target, trial, board, inputs)
+            same = all(np.array_equal(a, b) for a, b in zip(outputs, expected, strict=True))
+            result.trials.append((task, config, count if same else None))
+            if same and count < result.best_instructions:
+                best[task] = config
+                result.best_instructions = count
+    result.configs = best
+    return result
