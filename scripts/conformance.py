@@ -307,6 +307,42 @@ def _op_reasons(tests: list[Result]) -> str:
     return ", ".join(f"{k} ({v})" for k, v in sorted(counts.items()))
 
 
+_STRINGS = "tessera compiles tensors of numbers and booleans; its runtime holds no strings"
+_RANDOM = (
+    "random: the suite's expected values come from numpy's generator, which a compiled model "
+    "does not reproduce (a seeded generator of tessera's own would still differ)"
+)
+_DATA_SHAPED = (
+    "its output's shape depends on the input values: tessera allocates outputs at compile-time "
+    "shapes (run-time allocation is not done, docs/dynamic.md)"
+)
+# Why a case fails where it is by design, not a bug: (test name pattern, why). The other
+# failures' messages say what is missing.
+WHY = [
+    (r"string|regex|label_encoder|strnormalizer", _STRINGS),
+    (r"image_decoder", "decodes image files (JPEG, PNG, ...) into a tensor whose shape depends "
+                       "on the bytes: not a tensor computation tessera compiles"),
+    (r"bernoulli|training_dropout", _RANDOM),
+    (r"nonmaxsuppression|unique", _DATA_SHAPED),
+    (r"e8m0", "float8e8m0 is not a tessera dtype"),
+]  # fmt: skip
+
+
+def why(name: str) -> str:
+    return next((text for pattern, text in WHY if re.search(pattern, name)), "")
+
+
+def _why_section(results: list[Result]) -> list[str]:
+    groups: dict[str, int] = {}
+    for r in results:
+        if not r.passed:
+            key = why(r.name) or "not supported yet: the message of each case below says what"
+            groups[key] = groups.get(key, 0) + 1
+    lines = ["", "## Why the remaining cases fail", "", "| cases | why |", "|---|---|"]
+    lines += [f"| {n} | {text} |" for text, n in sorted(groups.items(), key=lambda kv: -kv[1])]
+    return lines
+
+
 def render(results: list[Result], target: str = TARGET) -> str:
     import onnxruntime
 
@@ -343,16 +379,35 @@ def render(results: list[Result], target: str = TARGET) -> str:
     for op, status, passed, total in rows:
         count = f"{passed} / {total}" if total else "—"
         lines.append(f"| {op} | {status} | {count} | {_op_reasons(by_op.get(op, []))} |")
+    lines += _why_section(results)
     lines += ["", "## Failing tests", "", "| test | op | reason | message |", "|---|---|---|---|"]
     for r in results:
         if not r.passed:
-            lines.append(f"| {r.name} | {r.op} | {r.reason} | {r.message} |")
+            message = f"{why(r.name)}; {r.message}" if why(r.name) else r.message
+            lines.append(f"| {r.name} | {r.op} | {r.reason} | {message} |")
     return "\n".join(lines) + "\n"
 
 
 def _print_progress(r: Result, done: int, total: int) -> None:
     mark = "ok" if r.passed else f"FAIL [{r.reason}] {r.message}"
     print(f"[{done}/{total}] {r.name} ({r.seconds:.1f}s): {mark}", flush=True)
+
+
+_LOG_LINE = re.compile(r"^\[\d+/\d+\] (\S+) \(([\d.]+)s\): (?:ok|FAIL \[([^\]]+)\] ?(.*))$")
+
+
+def results_from_log(text: str, cases) -> list[Result]:
+    """The results a `-v` run printed (one line per case, as _print_progress writes them), in
+    case order: the page can be rendered again without running the suite."""
+    ops, seen = default_ops(), {}
+    for line in text.splitlines():
+        m = _LOG_LINE.match(line)
+        if m:
+            seen[m.group(1)] = (m.group(3), m.group(4) or "", float(m.group(2)))
+    missing = [c.name for c in cases if c.name not in seen]
+    if missing:
+        raise SystemExit(f"the log has no result for {len(missing)} case(s), e.g. {missing[0]}")
+    return [Result(c.name, op_of(c, ops), *seen[c.name]) for c in cases]
 
 
 def main(argv=None) -> int:
@@ -364,10 +419,14 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", type=Path, default=DOC, help="the page to write")
     ap.add_argument("--check", action="store_true", help="exit 1 if the page is out of date")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every result")
+    ap.add_argument("--from-log", type=Path, help="write the page from a whole -v run's output")
     args = ap.parse_args(argv)
     cases = load_cases(args.pattern)
     progress = _print_progress if args.verbose else None
-    results = run_suite(cases, args.jobs, args.timeout, args.target, progress)
+    if args.from_log:
+        results = results_from_log(args.from_log.read_text(), cases)
+    else:
+        results = run_suite(cases, args.jobs, args.timeout, args.target, progress)
     ok = sum(r.passed for r in results)
     print(f"{ok} of {len(results)} node test cases pass ({100.0 * ok / max(len(results), 1):.1f}%)")
     if args.pattern:

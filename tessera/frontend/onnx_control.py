@@ -286,3 +286,34 @@ def _loop_body_signature(b, func, n: int):
     g._used = {v.name: 1 for call in func.body for v in call.outputs}
     scalar = g.call("reshape", c, newshape=())
     return replace(g.finish([scalar, *func.outputs[1:]], name=func.name))
+
+
+@onnx_op("FlexAttention", domain="ai.onnx.preview")
+def flex_attention(b, Q, K, V, *, score_mod=None, prob_mod=None, scale=None,
+                   softmax_precision=None):  # fmt: skip
+    """softmax(score_mod(Q K^T * scale)) -> prob_mod -> @ V; the modifiers are subgraphs of one
+    tensor, converted inline; scores in float32 (float64 for double inputs) unless
+    `softmax_precision` says; K/V heads shared by groups of query heads (GQA)."""
+    from tessera.frontend.onnx_attention import _np_type, _repeat_heads
+
+    if Q.type.ndim != 4 or K.type.ndim != 4 or V.type.ndim != 4:
+        raise NodeError("Q, K and V must be rank-4 (batch, heads, sequence, head size)")
+    hq, hk = b.shape_of(Q)[1], b.shape_of(K)[1]
+    if hq % hk:
+        raise NodeError(f"{hq} query heads do not group over {hk} key/value heads")
+    K, V = _repeat_heads(b, K, hq // hk), _repeat_heads(b, V, hq // hk)
+    if softmax_precision is not None:
+        work = str(np.dtype(_np_type(softmax_precision)))
+    else:
+        work = "float64" if str(Q.type.dtype) == "float64" else "float32"
+    q, k, v = (x if str(x.type.dtype) == work else b.call("cast", x, dtype=work) for x in (Q, K, V))
+    s = 1 / np.sqrt(b.shape_of(Q)[3]) if scale is None else scale
+    scores = b.call("matmul", q, b.call("transpose", k, axes=(0, 1, 3, 2)))
+    scores = b.call("multiply", scores, b.scalar(s, scores))
+    if score_mod is not None:
+        (scores,) = b.convert_subgraph(score_mod, {score_mod.input[0].name: scores})
+    probs = b.call("nn.softmax", scores, axis=-1)
+    if prob_mod is not None:
+        (probs,) = b.convert_subgraph(prob_mod, {prob_mod.input[0].name: probs})
+    y = b.call("matmul", probs, v)
+    return y if str(y.type.dtype) == str(Q.type.dtype) else b.call("cast", y, dtype=Q.type.dtype)

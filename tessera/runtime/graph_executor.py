@@ -31,8 +31,9 @@ a weight, or a repeat of an earlier output. A call's "nodes" (optional) name the
 nodes it computes, for profiles. A model with control flow adds the plans of its branches and
 loop bodies ("functions") and control calls (Note [control calls] in
 graph_build/control_flow.py), which run in the native entry only; an output whose row count a
-loop decides at run time has "rows": the storage of that int64 count. Weights travel in an exported library as the symbol
-`tessera_params` (written by `.incbin`, no C literal), read back zero-copy.
+loop decides at run time has "rows": the storage of that int64 count. Weights travel in an
+exported library as the symbol `tessera_params` (written by `.incbin`, no C literal), read back
+zero-copy.
 
 This module imports nothing from the compiler: a loaded artifact runs with numpy alone.
 """

@@ -227,3 +227,20 @@ def test_the_full_node_suite_passes_80_percent_and_the_page_is_up_to_date(confor
         "docs/onnx-coverage.md is out of date: run scripts/conformance.py"
     )
     assert onnx.__version__ in page
+
+
+def test_the_page_renders_again_from_a_verbose_log_and_says_why(conformance, node_cases):
+    cases = [node_cases[n] for n in ("test_abs", "test_bernoulli", "test_string_concat")]
+    log = "\n".join([
+        "[1/3] test_abs (2.1s): ok",
+        "[2/3] test_bernoulli (1.0s): FAIL [unsupported op] the model uses 1 node(s) ...",
+        "[3/3] test_string_concat (0.9s): FAIL [dtype unsupported] 'x' has element type STRING",
+        "3 of 3 ...",
+    ])  # fmt: skip
+    results = conformance.results_from_log(log, cases)
+    assert [r.reason for r in results] == [None, "unsupported op", "dtype unsupported"]
+    page = conformance.render(results)
+    assert "## Why the remaining cases fail" in page
+    assert "numpy's generator" in page and "holds no strings" in page
+    with pytest.raises(SystemExit, match="no result for 1 case"):
+        conformance.results_from_log("\n".join(log.splitlines()[:2]), cases)

@@ -140,3 +140,26 @@ def test_det_matches_numpy_with_pivoting_and_singular_matrices(shape):
     mod, params = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
     np.testing.assert_allclose(m(x=x)[0], np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+def test_flex_attention_with_gqa_and_modifiers_matches_the_onnx_reference():
+    rng = np.random.default_rng(7)
+    feeds = {
+        "q": rng.standard_normal((1, 4, 3, 8)).astype(np.float32),
+        "k": rng.standard_normal((1, 2, 5, 8)).astype(np.float32),
+        "v": rng.standard_normal((1, 2, 5, 6)).astype(np.float32),
+    }
+    four = [helper.make_tensor_value_info(n, TP.FLOAT, None) for n in ("s", "t")]
+    two = helper.make_tensor("c", TP.FLOAT, [], [2.0])
+    score_mod = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=two),
+         helper.make_node("Div", ["s", "c"], ["d"]), helper.make_node("Tanh", ["d"], ["t"])],
+        "cap", [four[0]], [four[1]],
+    )  # fmt: skip
+    prob_mod = helper.make_graph(
+        [helper.make_node("Sqrt", ["s"], ["t"])], "root", [four[0]], [four[1]]
+    )
+    node = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview",
+                            score_mod=score_mod, prob_mod=prob_mod, scale=0.3)  # fmt: skip
+    got, want = _run_both(node, feeds, [("", 26), ("ai.onnx.preview", 1)])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
