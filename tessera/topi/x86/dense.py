@@ -117,14 +117,14 @@ def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Block
     with M = 197 or N = 77 the most FMAs per load is not the fastest tile. Each (mr, nv) that
     fits the registers is rated by the useful share of its FMA slots: mr*nv FMAs per k step
     against mr + nv loads (whichever takes longer), times M*N over the rows and columns its
-    tiles cover. Tiles with under TILE_INTENSITY of the best FMAs per load are left out (few
-    accumulators hide FMA latency badly), and so are those that make fewer tiles than
-    PARALLEL_TASKS (or than choose_blocking's tile makes) to share among threads, and those
-    with more vectors than rows (the B row's registers and LLVM's loads of the next k step
-    push it to spill: 3 x 7 did on AVX-512). Among the
-    rest the highest rate (in percent) wins, then the most FMAs per load; it replaces
-    choose_blocking's tile only when its rate is TILE_GAIN higher (a few percent of waste is
-    not worth a smaller register block). `nv` given: the panel width is fixed (packed weights).
+    tiles cover. Left out: tiles with under TILE_INTENSITY of the best FMAs per load (few
+    accumulators hide FMA latency badly), tiles that make fewer tiles than PARALLEL_TASKS (or
+    than choose_blocking's tile makes) to share among threads, and tiles with more vectors than
+    rows (the B row's registers and LLVM's loads of the next k step make it spill: 3 x 7 did
+    on AVX-512). Among the rest the highest rate (in percent) wins, then the most FMAs per
+    load; it replaces choose_blocking's tile only when its rate is TILE_GAIN higher (a few
+    percent of waste is not worth a smaller register block). `nv` given: the panel width is
+    fixed (packed weights).
     """
     base = choose_blocking(target, M, N, K, nv=nv)
     lanes, regs = base.lanes, base.registers
