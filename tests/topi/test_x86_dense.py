@@ -10,7 +10,7 @@ import pytest
 import tessera
 from tessera import te
 from tessera.topi import nn as topi_nn
-from tessera.topi.strategy import ConfigRecord
+from tessera.topi.strategy import Config, ConfigRecord
 from tessera.topi.testing import check_ops
 from tessera.topi.x86 import batch_matmul as x86_bmm
 from tessera.topi.x86 import dense as x86_dense
@@ -179,6 +179,20 @@ def test_tails_keep_a_full_micro_kernel(product):
     else:
         want = a @ (b.transpose(0, 2, 1) if product == 1 else b)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("parallel", ["batch", "cols", "rows"])
+def test_each_parallel_loop_of_a_tiled_product_with_tails(parallel):
+    """The strategy's `parallel` knob (Note [tails]): any of the three loops gives numpy's."""
+    a, b = te.placeholder((3, 29, 8), name="a"), te.placeholder((3, 8, 37), name="b")
+    y = topi_nn.matmul(a, b)
+    config = Config("blocked", mr=4, nv=1, kc=8, parallel=parallel)
+    with HOST:
+        f = tessera.build(x86_bmm.schedule_matmul([y], HOST, config), [a, b, y], target=HOST)
+    an, bn = randn(3, 29, 8), randn(3, 8, 37)
+    out = tessera.nd.array(np.zeros((3, 29, 37), "float32"))
+    f(tessera.nd.array(an), tessera.nd.array(bn), out)
+    np.testing.assert_allclose(out.numpy(), an @ bn, rtol=1e-5, atol=1e-5)
 
 
 # -- fused epilogues, end to end against ONNX Runtime -------------------------------------------

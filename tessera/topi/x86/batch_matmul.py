@@ -22,7 +22,14 @@ from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.nn.dense import PACK_TAG
 from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
 from tessera.topi.strategy import Config, record_config
-from tessera.topi.x86.dense import choose_blocking, fit_blocking, schedule_gemm, with_config
+from tessera.topi.x86.dense import (
+    choose_blocking,
+    fit_blocking,
+    knob_values,
+    schedule_gemm,
+    with_config,
+    with_parallel,
+)
 
 ANCHOR_TAGS = ("dense", "matmul", "batch_matmul")
 
@@ -78,5 +85,6 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
         blk = fit_blocking(target, M, N, K)
     else:
         blk = with_config(choose_blocking(target, M, N, K, nv=config["nv"]), config)
-    record_config(s, Config("blocked", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))
+    blk = with_parallel(blk, math.prod(shape[:-2]) if len(shape) > 2 else 0, M, N)
+    record_config(s, Config("blocked", knob_values(blk)))
     return schedule_gemm(s, outs, anchor, blk, target, row_axes=anchor.ndim - 2)

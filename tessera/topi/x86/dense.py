@@ -57,6 +57,7 @@ class Blocking:
     kc: int  # k block: a kc x nr slice of the B panel and mr x kc of A stay in L1
     l1: int
     l2: int
+    parallel: str | None = None  # with partial tiles: "batch", "cols" or "rows" (Note [tails])
 
     @property
     def nr(self) -> int:
@@ -116,14 +117,14 @@ def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Block
     with M = 197 or N = 77 the most FMAs per load is not the fastest tile. Each (mr, nv) that
     fits the registers is rated by the useful share of its FMA slots: mr*nv FMAs per k step
     against mr + nv loads (whichever takes longer), times M*N over the rows and columns its
-    tiles cover. Tiles with under TILE_INTENSITY of the best FMAs per load are left out (few
-    accumulators hide FMA latency badly), and so are those that make fewer tiles than
-    PARALLEL_TASKS (or than choose_blocking's tile makes) to share among threads, and those
-    with more vectors than rows (the B row's registers and LLVM's loads of the next k step
-    push it to spill: 3 x 7 did on AVX-512). Among the
-    rest the highest rate (in percent) wins, then the most FMAs per load; it replaces
-    choose_blocking's tile only when its rate is TILE_GAIN higher (a few percent of waste is
-    not worth a smaller register block). `nv` given: the panel width is fixed (packed weights).
+    tiles cover. Left out: tiles with under TILE_INTENSITY of the best FMAs per load (few
+    accumulators hide FMA latency badly), tiles that make fewer tiles than PARALLEL_TASKS (or
+    than choose_blocking's tile makes) to share among threads, and tiles with more vectors than
+    rows (the B row's registers and LLVM's loads of the next k step make it spill: 3 x 7 did
+    on AVX-512). Among the rest the highest rate (in percent) wins, then the most FMAs per
+    load; it replaces choose_blocking's tile only when its rate is TILE_GAIN higher (a few
+    percent of waste is not worth a smaller register block). `nv` given: the panel width is
+    fixed (packed weights).
     """
     base = choose_blocking(target, M, N, K, nv=nv)
     lanes, regs = base.lanes, base.registers
@@ -267,19 +268,28 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     return tile
 
 
+def parallel_rule(n_batch: int, n_rows: int, n_cols: int, mr: int, nr: int) -> str:
+    """Note [tails]: the loop that runs in parallel when the tiles have tails: the first of the
+    batch, the column panels and the row tiles with PARALLEL_TASKS iterations, else the one
+    with the most (n_batch 0: no batch loop; n_rows 0: no row loop)."""
+    counts = {"batch": n_batch, "cols": -(-n_cols // nr), "rows": -(-n_rows // mr)}
+    ready = [name for name, c in counts.items() if c >= PARALLEL_TASKS]
+    return ready[0] if ready else max(counts, key=counts.get)
+
+
 def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blocking):
     """Note [tails]: the loops over tiles when rows or columns do not divide into whole tiles.
     No tile loop is fused with another, so that each tail guard stays affine in one loop var and
-    partition_loop peels the partial tiles off a guard-free main part; the parallel loop is the
-    batch (fused), the panels or the row tiles: the first with PARALLEL_TASKS iterations (else
-    the one with the most). Returns the innermost tile loop (where the micro-kernel goes)."""
-    n_batch = math.prod(_extent(iv) or 1 for iv in batch)
+    partition_loop peels the partial tiles off a guard-free main part; the parallel loop is
+    blk.parallel's (where this kernel has it), else parallel_rule's. Returns the innermost tile
+    loop (where the micro-kernel goes)."""
+    n_batch = math.prod(_extent(iv) or 1 for iv in batch) if batch else 0
     if len(batch) > 1:
         batch = [stage.fuse(*batch)]
-    counts = {"batch": n_batch if batch else 0, "cols": -(-n_cols // blk.nr)}
-    counts["rows"] = -(-n_rows // blk.mr) if len(tiles) > 1 else 0
-    ready = [name for name, c in counts.items() if c >= PARALLEL_TASKS]
-    pick = ready[0] if ready else max(counts, key=counts.get)
+    n_rows = n_rows if len(tiles) > 1 else 0
+    pick = blk.parallel
+    if pick not in ("batch", "cols", "rows") or {"batch": n_batch, "rows": n_rows}.get(pick) == 0:
+        pick = parallel_rule(n_batch, n_rows, n_cols, blk.mr, blk.nr)
     no, ro = tiles[0], tiles[-1]
     if pick == "rows":
         stage.reorder(*batch, ro, no)
@@ -346,16 +356,32 @@ def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
     M, N = _static(anchor.shape)
     nr = int(anchor.op.attrs["nr"])
     K = int(anchor.op.reduce_axis[0].dom.extent.value)
-    blk = with_config(blocking_for_panel(target, M, N, K, nr, fit=True), config)
-    record_config(s, Config("packed", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc}))
+    blk = with_parallel(
+        with_config(blocking_for_panel(target, M, N, K, nr, fit=True), config), 0, M, N
+    )
+    record_config(s, Config("packed", knob_values(blk)))
     return schedule_gemm(s, outs, anchor, blk, target)
 
 
+def with_parallel(blk: Blocking, n_batch: int, M: int, N: int) -> Blocking:
+    """The blocking with parallel_rule's loop, where no config chose one."""
+    if blk.parallel is not None:
+        return blk
+    return dataclasses.replace(blk, parallel=parallel_rule(n_batch, M, N, blk.mr, blk.nr))
+
+
+def knob_values(blk: Blocking) -> dict:
+    """The strategy's knobs (topi/x86/strategy.py) as this blocking sets them."""
+    return {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc, "parallel": blk.parallel}
+
+
 def with_config(blk: Blocking, config) -> Blocking:
-    """The blocking with the config's rows (mr) and k block (kc), when a config is given."""
+    """The blocking with the config's rows (mr), k block (kc) and parallel loop (when the
+    config has one), when a config is given."""
     if config is None:
         return blk
-    return dataclasses.replace(blk, mr=config["mr"], kc=config["kc"])
+    parallel = config["parallel"] if "parallel" in config else None
+    return dataclasses.replace(blk, mr=config["mr"], kc=config["kc"], parallel=parallel)
 
 
 def blocking_for_panel(target, M: int, N: int, K: int, nr: int, fit: bool = False) -> Blocking:

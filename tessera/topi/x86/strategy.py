@@ -19,7 +19,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
                      [padding per tile])
     depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
-    blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc
+    blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
+                     parallel (the parallel loop when tiles have tails: Note [tails] in dense.py)
     nchwc (pools)    column_group (output columns in flight), pad_rows (Note [pool rows])
     rows             stack_bytes (row buffers up to this size on the stack)
 
@@ -55,6 +56,7 @@ from tessera.topi.x86.dense import (
     fit_blocking,
     pack_weight_np,
     panel_width,
+    parallel_rule,
 )
 from tessera.topi.x86.pooling import COLUMN_GROUP
 from tessera.topi.x86.softmax import STACK_BYTES
@@ -408,6 +410,7 @@ class _Gemm:
             return None  # numpy.matmul drops the axis of a 1-D operand: matrix-vector
         g = _Gemm()
         g.M, g.N = out[-2], out[-1]
+        g.batch = math.prod(out[:-2]) if len(out) > 2 else 0
         if wl.op == "nn.batch_matmul":
             g.K = a[1] if wl.attr("transpose_a", False) else a[2]
         else:
@@ -425,9 +428,14 @@ def _packed_gemm(wl: Workload) -> _Gemm | None:
     if not all(isinstance(d, int) for d in xs):
         return None
     g = _Gemm()
-    g.M, g.K = math.prod(xs[:-1]), xs[-1]
+    g.M, g.K, g.batch = math.prod(xs[:-1]), xs[-1], 0
     g.N = ws[0] if wl.op == "nn.dense" else ws[1]
     return g
+
+
+def _parallel(g: _Gemm, target, default_blocking) -> str:
+    blk = default_blocking(target)
+    return parallel_rule(g.batch, g.M, g.N, blk.mr, blk.nr)
 
 
 def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
@@ -443,6 +451,11 @@ def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
         ),
         Knob("nv", tuple(nvs), default=lambda *a: default_blocking(a[1]).nv),
         Knob("kc", tuple(kcs), default=lambda *a: default_blocking(a[1]).kc),
+        Knob(
+            "parallel",
+            ("batch", "cols", "rows"),
+            default=lambda *a: _parallel(g, a[1], default_blocking),
+        ),
     ]
     return ConfigSpace(knobs, [lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs])
 
