@@ -258,6 +258,9 @@ class _Rewriter:
             return self.depthwise_multiplier(call)
         x = call.inputs[0] if x is None else x
         out = call.outputs[0] if out is None else out
+        column = _is_column(call)
+        if column:  # Note [column convs]
+            call = _as_row(call)
         w = call.inputs[1]
         context = {
             "in_block": self.block_of(x),
@@ -270,8 +273,14 @@ class _Rewriter:
             return False
         wb = self.constant(w.name, plan["weight"])
         xb = self.to_block(x, plan["in_block"])
+        if column:
+            attrs = {"newshape": _swap_hw(xb.type.shape)}
+            xb = self.emit("reshape", [xb], attrs, name=self._name(x, "row"))
         suffix = "wino" if "winograd" in plan["op"] else "nchwc"
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
+        if column:
+            attrs = {"newshape": _swap_hw(yb.type.shape)}
+            yb = self.emit("reshape", [yb], attrs, name=self._name(out, "column"))
         self.set_blocked(out, yb, plan["out_block"])
         return True
 
@@ -480,6 +489,51 @@ def _multiplier(call: Call) -> int:
     if groups > 1 and groups == c and w.type.shape[1] == 1 and o % c == 0:
         return o // c
     return 1
+
+
+# Note [column convs]
+# The register tile of the blocked kernels runs along a row (Note [conv micro-kernel]): a conv
+# whose data is one column wide (W = 1: a (K, 1) kernel over a sequence laid out as H, Magika's
+# 5x1 conv over 2048 positions) got tiles of one output and ran at a third of its roof. Data of
+# width 1 has the memory of its transpose, (N, C, 1, H) (and blocked, (N, C/b, 1, H, b)), so
+# such a conv runs as the conv of the transposed kernel over one row, between two reshapes that
+# move no data.
+
+
+def _is_column(call: Call) -> bool:
+    """A conv over data one column wide, with a kernel one column wide and no W padding."""
+    (x, w), (y,) = call.inputs, call.outputs
+    pads = call.attrs["padding"]
+    return (
+        x.type.shape[3] == 1
+        and w.type.shape[3] == 1
+        and pads[1] == pads[3] == 0
+        and y.type.shape[2] > 1
+    )
+
+
+def _swap_hw(shape) -> list[int]:
+    shape = list(shape)
+    shape[2], shape[3] = shape[3], shape[2]
+    return shape
+
+
+def _as_row(call: Call) -> Call:
+    """The conv of the transposed kernel over the transposed (one-row) data (Note [column
+    convs]): the same result, transposed."""
+    (x, w), (y,) = call.inputs, call.outputs
+    a = call.attrs
+    top, left, bottom, right = a["padding"]
+    attrs = dict(
+        a,
+        strides=list(a["strides"])[::-1],
+        dilation=list(a["dilation"])[::-1],
+        padding=[left, top, right, bottom],
+    )
+    xt = Value(x.name, x.type.with_shape(_swap_hw(x.type.shape)))
+    wt = Constant.of(w.name, np.ascontiguousarray(w.array.transpose(0, 1, 3, 2)))
+    yt = Value(y.name, y.type.with_shape(_swap_hw(y.type.shape)))
+    return Call(call.op, (xt, wt), attrs, (yt,), call.span)
 
 
 def _shuffle_chains(func: Function) -> dict[int, tuple[tuple[Call, Call, Call], int]]:

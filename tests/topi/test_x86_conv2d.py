@@ -61,6 +61,7 @@ def _cases(lanes):
         _conv_case(1, 24, (6, 6), 2 * b, 1, groups=4, ib=8, ob=b),
         _conv_case(1, 3 * 10, (7, 5), 3 * 12, 3, pad=1, groups=3, ib=3, ob=4),
         _conv_case(2, 5 * 4, (6, 6), 5 * 8, 3, stride=2, pad=(1, 0, 1, 1), groups=5, ib=4, ob=10),
+        _conv_case(1, 6, (7, 6), 20, 3, pad=1, groups=2, ib=2, ob=4),  # a clamped window, padded
     ]
 
 

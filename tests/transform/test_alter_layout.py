@@ -513,3 +513,41 @@ def test_depthwise_with_channel_multiplier_runs_blocked_and_matches_ort(channels
     m.set_input("x", x)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+def test_column_conv_runs_as_a_row_and_matches_ort(target):
+    """Note [column convs]: a 5x1 conv over data one column wide (Magika's) runs as the 1x5
+    conv of the transposed data, between reshapes, strided and padded along H."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w1 = numpy_helper.from_array(_w(32, 16, 5, 1) * 0.3, "w1")
+    w2 = numpy_helper.from_array(_w(16, 32, 3, 1) * 0.3, "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[2, 0, 1, 0], strides=[2, 1]),
+        helper.make_node("GlobalMaxPool", ["c2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "column",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 40, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = RNG.standard_normal((1, 16, 40, 1)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model, {"x": x.shape})
+    with tessera.transform.PassContext(disabled_pass=["fuse_ops"]):
+        func = tessera.driver.fused_function(mod, tessera.Target(target), params)
+    convs = [c for group in func.body for c in group.attrs["func"].body if "conv" in c.op.name]
+    assert [c.op.name for c in convs] == ["nn.conv2d_nchwc"] * 2
+    assert all(c.inputs[1].type.shape[2:4] in ((1, 5), (1, 3)) for c in convs)  # as rows
+    lib = tessera.build(mod, target=target, params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)

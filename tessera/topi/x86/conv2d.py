@@ -7,15 +7,16 @@
 Three cases share the layout: dense (groups=1), grouped (any channels per group: a block of
 outputs reads the window of input blocks its groups span, Note [grouped blocks]), and depthwise
 (groups = C = O, weights (C/b, 1, KH, KW, 1, b), input and output blocks equal). See Note [conv
-micro-kernel]. Data of
-input block 1 may come as plain NCHW (N, C, H, W): the same memory as NCHW1c, so the first
-conv of a network reads its input without a layout transform.
+micro-kernel]. Data of input block 1 may come as plain NCHW (N, C, H, W): the same memory as
+NCHW1c, so the first conv of a network reads its input without a layout transform.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from tessera import te
 from tessera.topi.generic import inline_injective
@@ -113,8 +114,6 @@ class GroupWindow:
 
     def pack(self, w):
         """numpy: the grouped OIHW weight (oc, cg, kh, kw) as (oc/ob, blocks, kh, kw, ib, ob)."""
-        import numpy as np
-
         cg, og = self.ic // self.groups, self.oc // self.groups
         oc, _, kh, kw = w.shape
         out = np.zeros((oc // self.ob, self.blocks, kh, kw, self.ib, self.ob), w.dtype)
@@ -130,8 +129,6 @@ class GroupWindow:
 
     def unpack(self, wb):
         """numpy: the inverse of `pack` (the grouped OIHW weight)."""
-        import numpy as np
-
         cg, og = self.ic // self.groups, self.oc // self.groups
         ocb, _, kh, kw, _, _ = wb.shape
         out = np.zeros((self.oc, cg, kh, kw), wb.dtype)
