@@ -107,17 +107,18 @@ def conv_transpose(b, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=
             target = [in_shape[i] * strides[i] for i in range(nd)]
         else:
             target = list(output_shape)[-nd:]
-        pads = [0] * (2 * nd)
+        pads, output_padding = [0] * (2 * nd), list(output_padding)
         for i in range(nd):
             full = strides[i] * (in_shape[i] - 1) + output_padding[i]
             total = full + (kernel[i] - 1) * dilations[i] + 1 - target[i]
-            if total < 0:  # the output is larger than the kernel covers: extra output padding
-                raise NodeError(f"output_shape {output_shape} is too large for the input")
+            if total < 0:  # past the last window: zeros at the end (ONNX's reference)
+                output_padding[i] -= total
+                continue
             half = total // 2
             upper = auto_pad == "SAME_UPPER"
             pads[i], pads[i + nd] = (half, total - half) if upper else (total - half, half)
     y = emit_conv_transpose(b, X, W, strides=strides, padding=tuple(pads), dilation=dilations,
-                            groups=group, output_padding=output_padding)  # fmt: skip
+                            groups=group, output_padding=tuple(output_padding))  # fmt: skip
     return _bias(b, y, B)
 
 

@@ -117,3 +117,13 @@ def test_weight_given_at_run_time_keeps_the_direct_kernel():
     got, ops = _compiled(model, feeds)
     assert "nn.conv2d_transpose" in ops
     np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_output_shape_past_the_last_window_is_zero_padded():
+    # ONNX's reference: an output_shape larger than the windows reach ends in zeros
+    # (ONNX's conformance case test_convtranspose_output_shape: (10, 8) from 9 x 7)
+    attrs = {"strides": [3, 2], "output_shape": [10, 8]}
+    model, feeds = _model(attrs, (1, 1, 3, 3), (1, 2, 3, 3))
+    got, _ = _compiled(model, feeds)
+    assert got.shape == (1, 2, 10, 8)
+    np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-4, atol=1e-4)
