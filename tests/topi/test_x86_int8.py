@@ -46,12 +46,12 @@ CONVS = [  # (c, h, w, oc, k, stride, pad, groups)
 
 
 SLOW = pytest.mark.slow
-# every shape on VNNI; on the other ISA levels the 28-wide grouped conv (16 + 12 lanes) by
-# default, the 7-wide 1x1 under -m slow
+# every shape on VNNI; on the other ISA levels the 28-wide grouped conv (16 + 12 lanes) and the
+# strided depthwise conv by default, the 7-wide 1x1 under -m slow
 CONV_RUNS = [("llvm -mcpu=cascadelake", c) for c in CONVS] + [
     pytest.param(t, c, marks=[SLOW] if c is CONVS[1] else [])
     for t in list(ISAS)[1:]
-    for c in (CONVS[1], CONVS[4])
+    for c in (CONVS[1], CONVS[4], CONVS[6])
 ]
 
 
