@@ -253,6 +253,8 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
     if c4 != -(-cg // 4) or c % groups or oc % groups:
         raise ValueError(f"qnn.conv2d: data {x.shape}, weight words {w4.shape}, groups {groups}")
     _, _, _, _, oh, ow = _conv_geometry(x, c4, kh, kw, groups, strides, padding, dilation)
+    if groups == c == oc:
+        return _depthwise(x, w4, (oh, ow), strides, padding, dilation, pad_value)
     _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
                              dilation=dilation, groups=groups, pad_value=pad_value)  # fmt: skip
     rc = te.reduce_axis((0, c4), name="rc")
@@ -267,6 +269,35 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
         return te.sum(tir_op.dot_u8i8(0, word, w4[o, rc, ry, rx]), axis=[rc, ry, rx])
 
     return te.compute((n, oc, oh, ow), body, name="qconv", tag=CONV_TAG)
+
+
+def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tensor:
+    """A depthwise qnn.conv2d without words (a word would hold one channel and three zero
+    bytes): the padded data as x_u (uint8, at root), times the low byte of each weight word
+    (its int8 weight, sign-extended), summed over the window in int32; |sum| < 2**31 always."""
+    n, c, h, w = _static(x.shape)
+    _, _, kh, kw = _static(w4.shape)
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    dt = str(x.dtype)
+
+    def padded(b, ch, y, z):
+        inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
+        yc = tir_op.max(tir_op.min(y - pt, h - 1), 0)
+        zc = tir_op.max(tir_op.min(z - pl, w - 1), 0)
+        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, zc], dt).astype("uint8"),
+                                   tir.const(int(pad_value), "uint8"))  # fmt: skip
+
+    xp = te.compute((n, c, h + pt + pb, w + pl + pr), padded, name="x_padded", tag=PACK_TAG)
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(b, o, y, z):
+        wbyte = tir_op.shift_right(tir_op.shift_left(w4[o, 0, ry, rx], 24), 24)
+        xu = xp[b, o, y * sh + ry * dh, z * sw + rx * dw].astype("int32")
+        return te.sum(xu * wbyte, axis=[ry, rx])
+
+    return te.compute((n, c, *out_hw), body, name="qconv_dw", tag=CONV_TAG)
 
 
 CONV_BLOCKED_TAG = "qnn_conv2d_packed"

@@ -41,16 +41,17 @@ CONVS = [  # (c, h, w, oc, k, stride, pad, groups)
     (12, 8, 8, 8, 1, 2, 0, 1),  # strided 1x1 (sampled while packing)
     (16, 6, 28, 32, 3, 1, 1, 2),  # grouped, 28-wide rows (16 + 12 lanes)
     (12, 7, 7, 12, 3, 1, 1, 12),  # depthwise
+    (8, 11, 20, 8, 3, 2, 1, 8),  # depthwise, strided, a row of 10
 ]
 
 
 SLOW = pytest.mark.slow
-# every shape on VNNI; on the other ISA levels the 28-wide grouped conv (16 + 12 lanes) by
-# default, the 7-wide 1x1 under -m slow
+# every shape on VNNI; on the other ISA levels the 28-wide grouped conv (16 + 12 lanes) and the
+# strided depthwise conv by default, the 7-wide 1x1 under -m slow
 CONV_RUNS = [("llvm -mcpu=cascadelake", c) for c in CONVS] + [
     pytest.param(t, c, marks=[SLOW] if c is CONVS[1] else [])
     for t in list(ISAS)[1:]
-    for c in (CONVS[1], CONVS[4])
+    for c in (CONVS[1], CONVS[4], CONVS[6])
 ]
 
 
@@ -74,7 +75,7 @@ def test_conv2d_requantize_matches_integer_reference(target, case):
     acc = get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0]
     want = get_op("qnn.requantize").evaluate([acc, scale], dict(zero_point=3, dtype="uint8"))[0]
     np.testing.assert_array_equal(y, want)
-    if ISAS[target] is not None:
+    if ISAS[target] is not None and groups != c:  # depthwise: int32 multiplies, no dot
         assert ISAS[target] in f.get_source("asm")
 
 

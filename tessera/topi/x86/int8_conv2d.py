@@ -58,9 +58,8 @@ def _tile(s, out, lanes, nw, ocb):
 def _schedule_acc(s, acc, lanes):
     stage = s[acc]
     n, oc, oh, ow = stage.op.axis
-    rc, ry, rx = stage.op.reduce_axis
     owv, owl = stage.split(ow, factor=lanes)
-    stage.reorder(n, oh, rc, ry, rx, oc, owv, owl)
+    stage.reorder(n, oh, *stage.op.reduce_axis, oc, owv, owl)  # (rc,) ry, rx
     stage.unroll(oc)
     stage.unroll(owv)
     stage.vectorize(owl)
