@@ -8,7 +8,7 @@ tessera.cross.count_kernel_instructions, which runs a kernel on zero-filled buff
 
 - naive: the op's compute rule with no schedule at all (the loop nest as written, the padded
   input as a stage of its own), compiled by the same LLVM for the same CPU (which may still
-  auto-vectorize it);
+  auto-vectorize it); int8: uint8 x int8 products summed in int32;
 - tessera: the kernel of the one-op ONNX model built with the strategies' defaults (for ARM
   targets the "arm" strategies, then the "cpu" ones), without the layout transforms of the
   model's input and output.
@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tessera.cross.testing import (  # noqa: E402
     ARM_TARGETS,
     conv_case,
+    int8_matmul_case,
     matmul_case,
     missing_tools,
     naive_and_tessera_counts,
@@ -44,6 +45,7 @@ CASES = {
     "dense 16x768 @ 768x768": lambda: matmul_case(16, 768, 768),
     "dense 1x512 @ 512x1000": lambda: matmul_case(1, 512, 1000),
     "matmul 4x(64x64 @ 64x64)": lambda: matmul_case(64, 64, 64, constant_b=False, batch=4),
+    "int8 matmul 16x768 @ 768x768": lambda: int8_matmul_case(16, 768, 768),
 }
 
 

@@ -124,6 +124,28 @@ def matmul_case(m, k, n, constant_b=True, batch=0, seed=0):
     return model, [a, b, matmul(a, b)]
 
 
+def int8_matmul_case(m, k, n, seed=0):
+    """A one-MatMulInteger ONNX model, uint8 m x k @ a constant int8 k x n -> int32, and the
+    same product as te tensors (a, b, y)."""
+    from onnx import helper
+
+    from tessera import te
+    from tessera.frontend.testing import make_model
+
+    rng = np.random.default_rng(seed)
+    weight = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
+    model = make_model([node], {"a": ((m, k), np.uint8)}, ["y"], {"b": weight})
+    a = te.placeholder((m, k), dtype="uint8", name="a")
+    b = te.placeholder((k, n), dtype="int8", name="b")
+    r = te.reduce_axis((0, k), name="r")
+
+    def product(i, j):
+        return te.sum(a[i, r].astype("int32") * b[r, j].astype("int32"), axis=r)
+
+    return model, [a, b, te.compute((m, n), product, name="y")]
+
+
 def naive_and_tessera_counts(case, target_name, folder) -> tuple[int, int]:
     """Instructions under QEMU of one op: (the naive build: the op's compute with no schedule,
     the loop nest as written, for the same target by the same LLVM; tessera's kernel of the
