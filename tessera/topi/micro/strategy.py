@@ -137,7 +137,7 @@ _op.schedule("micro")(int8.schedule_qnn_conv2d_micro)
 def _(wl: Workload, target) -> ConfigSpace | None:
     cols = wl.output[-1]
     nb = Knob("nb", _dense_candidates(cols), default=lambda wl, t, c: default_columns(cols))
-    return ConfigSpace([nb], [lambda v: v["nb"] + 4 + POINTERS <= CORE_REGISTERS])
+    return ConfigSpace([nb])
 
 
 get_op("qnn.dense").schedule("micro")(int8.schedule_qnn_dense_micro)
