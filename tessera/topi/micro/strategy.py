@@ -16,9 +16,10 @@ instructions for 4 ocb nw products, with ocb nw accumulators, the widened words 
 side and one of the other live. A bytes step loads ocb weights and nw data bytes and runs
 ocb nw MLAs. The layer's cost weighs full tiles and the smaller tiles at the ends of its rows
 and channels. A depthwise conv (one output channel per group) keeps ocb = 1. The rule is over
-the architecture's register file and instruction counts, not measured constants (it picks
-2 x 3 for DS-CNN's pointwise convs, which the board measures as the best of the space);
-`tessera.build(..., configs=)` and `tessera.micro.tune` may pick any other tile of the space.
+the architecture's register file and instruction counts, not measured constants (for DS-CNN's
+pointwise convs it picks 2 x 3, which took the fewest instructions on the board among the
+tiles 1x5, 2x3, 2x5, 3x1, 4x1 and 4x5); `tessera.build(..., configs=)` and `tessera.micro.tune`
+may pick any other tile of the space.
 """
 
 from __future__ import annotations
