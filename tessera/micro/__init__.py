@@ -8,7 +8,8 @@
 
 `model` (the compiled model and its export), `project` (the sources), `toolchain` (the Arm
 compiler), `boards` (emulated boards and their firmware), `session` (the host-driven session),
-`host` (the exported sources built and run on this machine), `mlperf_tiny` (benchmark models).
+`host` (the exported sources built and run on this machine), `mlperf_tiny` (benchmark models,
+and their int8 forms), `tune` (knobs measured by instructions on the emulated board).
 """
 
 from tessera.micro.boards import BOARDS, Board

@@ -31,10 +31,13 @@ class TuneResult:
     trials: list = field(default_factory=list)  # (task, config, instructions or None)
 
 
-def _inputs(mod, seed: int) -> list[np.ndarray]:
+def _inputs(mod, params, seed: int) -> list[np.ndarray]:
+    """Seeded values for the model's inputs (the main function's params that are not weights)."""
     rng = np.random.default_rng(seed)
     arrays = []
     for p in mod["main"].params:
+        if p.name in (params or {}):
+            continue
         dtype = np.dtype(str(p.type.dtype))
         shape = tuple(p.type.shape)
         if np.issubdtype(dtype, np.integer):
@@ -73,7 +76,7 @@ def tune_on_board(mod, params, target, board: str = "mps2-an386", max_trials: in
 
     target = Target(target) if isinstance(target, str) else target
     rng = random.Random(seed)
-    inputs = _inputs(mod, seed)
+    inputs = _inputs(mod, params, seed)
     tasks = [t for t in autotune.extract_tasks(mod, params, target)
              if len(_candidates(t, target, 2, rng)) > 1]  # fmt: skip
     best: dict = {}

@@ -7,16 +7,19 @@ accumulators on a Cortex-M (compute and schedule in topi/micro/int8.py).
     knobs:           ocb (output channels per tile), nw (output pixels per tile)
 
 Note [micro tile rule]: the default tile is the one with the fewest instructions per product
-whose live values fit the core's integer registers (`CORE_REGISTERS`: r0-r12 and lr of the
-Arm M-profile; sp and pc are taken; 3 more hold the data, weight and output pointers). Per
-reduction step a dot4 tile loads and widens (2 instructions) each of its ocb weight words and
-nw data words, then runs 2 SMLADs per accumulator: cost (3 (ocb + nw) + 2 ocb nw) per 4 ocb nw
-products, live ocb nw accumulators + 2 ocb widened weights + 2 widened data. A bytes tile loads
-ocb weights and nw data bytes and runs ocb nw MLAs: cost (ocb + nw + ocb nw) per ocb nw
-products, live ocb nw + ocb + 1. A depthwise conv (one output channel per group) keeps ocb = 1
-so that its padded input is one channel's plane at a time. The rule is over the architecture's
-register file, not measured constants; `tessera.build(..., configs=)` and the tuner may pick
-any other tile of the space (measured on the board by tessera.micro.Session).
+over the layer, counting per reduction step the loads, widenings and multiply-accumulates, and
+two more (a store and a load) for each live value beyond the core's integer registers
+(`CORE_REGISTERS`: r0-r12 and lr of the Arm M-profile, less `POINTERS` for the data, weight
+and output addresses). A dot4 step loads and widens (2 instructions) each of its ocb weight
+words and nw data words and runs 2 SMLADs per accumulator: 3 (ocb + nw) + 2 ocb nw
+instructions for 4 ocb nw products, with ocb nw accumulators, the widened words of the smaller
+side and one of the other live. A bytes step loads ocb weights and nw data bytes and runs
+ocb nw MLAs. The layer's cost weighs full tiles and the smaller tiles at the ends of its rows
+and channels. A depthwise conv (one output channel per group) keeps ocb = 1. The rule is over
+the architecture's register file and instruction counts, not measured constants (for DS-CNN's
+pointwise convs it picks 2 x 3, which took the fewest instructions on the board among the
+tiles 1x5, 2x3, 2x5, 3x1, 4x1 and 4x5); `tessera.build(..., configs=)` and `tessera.micro.tune`
+may pick any other tile of the space.
 """
 
 from __future__ import annotations
@@ -31,30 +34,47 @@ OCB = (1, 2, 3, 4, 6, 8)
 NW = (1, 2, 3, 4, 5, 6, 8)
 
 
-def _cost(words: bool, ocb: int, nw: int) -> tuple[float, int]:
-    """(instructions per product, live registers) of an ocb x nw tile (Note [micro tile rule])."""
+SPILL = 2  # a live value that does not fit: one store and one load per reduction step
+
+
+def _step(words: bool, ocb: int, nw: int) -> tuple[int, int]:
+    """(instructions, products) of one reduction step of an ocb x nw tile."""
     if words:
-        return (3 * (ocb + nw) + 2 * ocb * nw) / (4 * ocb * nw), ocb * nw + 2 * ocb + 2
-    return (ocb + nw + ocb * nw) / (ocb * nw), ocb * nw + ocb + 1
+        live = ocb * nw + 2 * min(ocb, nw) + 2
+        instructions, products = 3 * (ocb + nw) + 2 * ocb * nw, 4 * ocb * nw
+    else:
+        live = ocb * nw + min(ocb, nw) + 1
+        instructions, products = ocb + nw + ocb * nw, ocb * nw
+    spills = max(0, live + POINTERS - CORE_REGISTERS)
+    return instructions + SPILL * spills, products
 
 
-def _fits(words: bool, ocb: int, nw: int) -> bool:
-    return _cost(words, ocb, nw)[1] + POINTERS <= CORE_REGISTERS
+def _parts(n: int, block: int) -> list[tuple[int, int]]:
+    """(tile size, how many) covering n: full tiles and the one at the end."""
+    full, rest = divmod(n, block)
+    return [(block, full)] + ([(rest, 1)] if rest else [])
+
+
+def tile_cost(words: bool, ocb: int, nw: int, oc: int, ow: int) -> float:
+    """Instructions per product of the layer's tiles (Note [micro tile rule])."""
+    instructions = products = 0
+    for co, count_c in _parts(oc, ocb):
+        for cw, count_w in _parts(ow, nw):
+            i, p = _step(words, co, cw)
+            instructions += i * count_c * count_w
+            products += p * count_c * count_w
+    return instructions / products
 
 
 def default_tile(words: bool, oc: int, ow: int, per_group: int) -> dict:
-    """{"ocb", "nw"}: Note [micro tile rule] over the candidates that fit the layer."""
-    best = None
-    for ocb in _ocb_candidates(oc, per_group):
-        for nw in _nw_candidates(ow):
-            if not _fits(words, ocb, nw):
-                continue
-            # ties: the tile with fewer idle accumulators at the row's end, then the larger
-            waste = (-ow % nw) / ow + (-oc % ocb) / oc
-            key = (_cost(words, ocb, nw)[0] + waste, -ocb * nw)
-            if best is None or key < best[0]:
-                best = (key, {"ocb": ocb, "nw": nw})
-    return best[1] if best else {"ocb": 1, "nw": 1}
+    """{"ocb", "nw"}: Note [micro tile rule] (ties: the larger tile)."""
+    scored = [
+        (tile_cost(words, ocb, nw, oc, ow), -ocb * nw, ocb, nw)
+        for ocb in _ocb_candidates(oc, per_group)
+        for nw in _nw_candidates(ow)
+    ]
+    _, _, ocb, nw = min(scored)
+    return {"ocb": ocb, "nw": nw}
 
 
 def _ocb_candidates(oc: int, per_group: int) -> tuple[int, ...]:
@@ -86,8 +106,7 @@ def _space(words: bool):
         ocb = _ocb_candidates(oc, opg)
         nw = _nw_candidates(ow)
         return ConfigSpace(
-            [Knob("ocb", ocb, default=default("ocb")), Knob("nw", nw, default=default("nw"))],
-            [lambda v: _fits(words, v["ocb"], v["nw"])],
+            [Knob("ocb", ocb, default=default("ocb")), Knob("nw", nw, default=default("nw"))]
         )
 
     return space
@@ -119,7 +138,7 @@ _op.schedule("micro")(int8.schedule_qnn_conv2d_micro)
 def _(wl: Workload, target) -> ConfigSpace | None:
     cols = wl.output[-1]
     nb = Knob("nb", _dense_candidates(cols), default=lambda wl, t, c: default_columns(cols))
-    return ConfigSpace([nb], [lambda v: v["nb"] + 4 + POINTERS <= CORE_REGISTERS])
+    return ConfigSpace([nb])
 
 
 get_op("qnn.dense").schedule("micro")(int8.schedule_qnn_dense_micro)
