@@ -275,63 +275,35 @@ def tune_kernel(
     hist = _History(history, workload_key(space), space.kind)
     result = KernelTuneResult(None, list(args), None, None, None, None)
     with tempfile.TemporaryDirectory(prefix="tessera-tune-kernel-") as tmp:
-        tmp = Path(tmp)
-        inputs, reference = _save_inputs(space, tmp, seed)
-        outs = tuple(i for i, a in enumerate(space.args) if any(a is t for t in space.outputs))
         _SPACE = space
-        ctx = multiprocessing.get_context("fork")
-        pool = ctx.Pool(workers)
+        pool = multiprocessing.get_context("fork").Pool(workers)
         try:
             with Measurer(timeout=timeout) as measurer:
-                naive = _measure_naive(space, tmp, inputs, outs, reference, measurer, budget)
-                result.naive_seconds = naive
-                if naive is None:
-                    raise RuntimeError(
-                        "tune_kernel: the unscheduled computation, which every candidate is "
-                        f"checked against, did not run within {max(timeout, budget / 2):g} s "
-                        "(half the budget, or the timeout): give a larger budget"
-                    )
-                counter = [0]
+                session = _Session(space, Path(tmp), seed, pool, measurer)
+                result.naive_seconds = session.naive(budget)
 
                 def run_batch(configs):
-                    jobs = []
-                    for c in configs:
-                        counter[0] += 1
-                        jobs.append((c, str(tmp / f"cand{counter[0]}.so")))
-                    built = pool.map(_build_job, jobs)
-                    out = []
-                    for (c, path), (feats, err) in zip(jobs, built, strict=True):
-                        if err is None:
-                            res = measurer.call(
-                                run_library, (path, str(inputs), outs, str(reference), True, 0.05)
-                            )
-                            Path(path).unlink(missing_ok=True)
-                        else:
-                            res = MeasureResult(error=err)
+                    out = session.run(configs)
+                    for c, (res, feats) in zip(configs, out, strict=True):
                         hist.append(c, res.seconds, feats, res.error)
                         result.trials += 1
                         result.failed += not res.ok
-                        if res.ok and (
-                            result.best_seconds is None or res.seconds < result.best_seconds
-                        ):
+                        if res.ok and (result.best_seconds or math.inf) > res.seconds:
                             result.best_seconds, result.config = res.seconds, c
                         result.history.append((time.monotonic() - start, result.best_seconds))
                         if progress:
                             progress(result)
-                        out.append(res)
-                    return out
 
                 default = space.default()
-                known = {c: s for c, s in hist.measured.items()}
                 # the default is measured again (today's load); so is the best of a resumed run
                 resumed_best = min(
-                    ((s, repr(c), c) for c, s in known.items() if s is not None and c != default),
+                    ((s, repr(c), c) for c, s in hist.measured.items() if s and c != default),
                     default=None,
                 )
-                again = [default] + ([resumed_best[2]] if resumed_best else [])
-                res = run_batch(again)
-                result.default_seconds = res[0].seconds
+                run_batch([default] + ([resumed_best[2]] if resumed_best else []))
+                result.default_seconds = hist.measured.get(default)
                 _search(space, hist, rng, run_batch, start, budget, max_trials, batch, pool)
+                _confirm(session, result, default)
         finally:
             pool.terminate()
             pool.join()
@@ -341,6 +313,65 @@ def tune_kernel(
     else:  # nothing built: the naive schedule
         result.schedule = naive_schedule(space.outputs)
     return result
+
+
+class _Session:
+    """The files of one tuning run (inputs, reference outputs, libraries) and the processes
+    that build (the pool) and measure (the worker) candidates."""
+
+    def __init__(self, space: AutoSpace, tmp: Path, seed: int, pool, measurer: Measurer):
+        self.space, self.tmp, self.pool, self.measurer = space, tmp, pool, measurer
+        self.inputs, self.reference = _save_inputs(space, tmp, seed)
+        outs = space.outputs
+        self.outs = tuple(i for i, a in enumerate(space.args) if any(a is t for t in outs))
+        self.count = 0
+
+    def naive(self, budget: float) -> float:
+        seconds = _measure_naive(
+            self.space, self.tmp, self.inputs, self.outs, self.reference, self.measurer, budget
+        )
+        if seconds is None:
+            raise RuntimeError(
+                "tune_kernel: the unscheduled computation, which every candidate is checked "
+                f"against, did not run within {max(self.measurer.timeout, budget / 2):g} s "
+                "(half the budget, or the timeout): give a larger budget"
+            )
+        return seconds
+
+    def run(self, configs) -> list:
+        """[(MeasureResult, features)]: `configs` built in parallel, then measured in turn."""
+        jobs = []
+        for c in configs:
+            self.count += 1
+            jobs.append((c, str(self.tmp / f"cand{self.count}.so")))
+        out = []
+        for (_, path), (feats, err) in zip(jobs, self.pool.map(_build_job, jobs), strict=True):
+            if err is None:
+                args = (path, str(self.inputs), self.outs, str(self.reference), True, 0.05)
+                res = self.measurer.call(run_library, args)
+                Path(path).unlink(missing_ok=True)
+            else:
+                res = MeasureResult(error=err)
+            out.append((res, feats))
+        return out
+
+
+def _confirm(session: _Session, result: KernelTuneResult, default: Config, rounds=2) -> None:
+    """The winner and the default measured again in turns: the winner is kept only if its
+    fastest run still beats the default's (a win by the noise of a loaded machine is not)."""
+    if result.config is None or result.config == default or result.default_seconds is None:
+        return
+    times = {default: [result.default_seconds], result.config: []}
+    for _ in range(rounds):
+        for config, (res, _) in zip(times, session.run(list(times)), strict=True):
+            times[config].append(res.seconds if res.ok else math.inf)
+    best, base = min(times[result.config]), min(times[default])
+    if best < base:
+        result.best_seconds, result.default_seconds = best, base
+    else:
+        log.info("auto-schedule: %s did not beat the default when measured again", result.config)
+        result.config, result.best_seconds, result.default_seconds = default, base, base
+    result.history.append((result.history[-1][0] if result.history else 0.0, result.best_seconds))
 
 
 def _search(space, hist, rng, run_batch, start, budget, max_trials, batch, pool) -> None:

@@ -174,25 +174,33 @@ class Database:
         return {r.config: r for r in self.of(task, target)}
 
     def best(self, task: Task, target) -> Record | None:
-        """The fastest passing config of `task` on `target` by its latest record (a config
-        measured again, as the tuner does to confirm a winner, is judged by the new time), or
-        None."""
-        ok = [r for r in _latest(self.of(task, target)).values() if r.ok]
+        """The fastest passing config of `task` on `target`, or None. A config is judged by
+        its fastest passing record, or by its latest record measured `again` (the tuner's
+        confirmation of a winner) when it has one."""
+        ok = [r for r in _judged(self.of(task, target)).values() if r.ok]
         return min(ok, key=lambda r: r.seconds) if ok else None
 
     def best_configs(self, target) -> dict[Task, Config]:
         """{task: its best config} for every task with a passing record on `target`."""
         fp = target_fingerprint(target)
         best: dict[Task, Record] = {}
-        for r in _latest([r for r in self.records if r.target == fp]).values():
+        for r in _judged([r for r in self.records if r.target == fp]).values():
             if r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
                 best[r.task] = r
         return {t: r.config for t, r in best.items()}
 
 
-def _latest(records: list[Record]) -> dict:
-    """{(task, config): its last record} (records are in the order they were written)."""
-    return {(r.task, r.config): r for r in records}
+def _judged(records: list[Record]) -> dict:
+    """{(task, config): the record it is judged by} (records in the order they were written)."""
+    out: dict = {}
+    for r in records:
+        key = (r.task, r.config)
+        cur = out.get(key)
+        if cur is None or r.again:
+            out[key] = r
+        elif not cur.again and r.ok and (not cur.ok or r.seconds < cur.seconds):
+            out[key] = r
+    return out
 
 
 class apply_history_best:
