@@ -149,9 +149,9 @@ def transpose_conv_bias(ctx: Context, op: Operator):
         size, k, st = x.type.shape[2 + axis], w.type.shape[2 + axis], strides[axis]
         total = max(0, k - (size - 1) % st - 1) if padding == 1 else 0
         trim.append((total // 2, total - total // 2))
-    y = ctx.call("nn.conv2d_transpose", x, w, strides=strides,
-                 padding=(trim[0][0], trim[1][0], trim[0][1], trim[1][1]), dilation=(1, 1),
-                 groups=1, output_padding=(0, 0))  # fmt: skip
+    y = emit_conv_transpose(ctx, x, w, strides=strides,
+                            padding=(trim[0][0], trim[1][0], trim[0][1], trim[1][1]),
+                            dilation=(1, 1), groups=1, output_padding=(0, 0))  # fmt: skip
     ctx.set(op.outputs[0], _bias(ctx, y, op.inputs[2]), "nchw")
 
 
