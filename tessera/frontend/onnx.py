@@ -258,7 +258,8 @@ def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
         b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env = saved
     outs = [env.get(vi.name) for vi in graph.output]
     for vi, v in zip(graph.output, outs, strict=True):
-        if not is_value_or_seq(v):
+        empty_optional = v is None and vi.name in env  # Optional() without a value
+        if not (is_value_or_seq(v) or empty_optional):
             raise NodeError(f"subgraph output {vi.name!r} is not computed")
     return outs
 
@@ -296,8 +297,8 @@ def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: 
     outs = _convert_subgraph(sub, graph, {}, opsets)
     if not all(isinstance(v, Value) for v in outs):
         raise NodeError(
-            "the subgraph returns a sequence, which exists only when converting: what decides "
-            "which branch or how many steps run must be a constant"
+            "the subgraph returns a sequence or an optional, which exist only when converting: "
+            "what decides which branch or how many steps run must be a constant"
         )
     return sub.finish(outs, name=name)
 

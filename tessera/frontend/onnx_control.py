@@ -129,6 +129,8 @@ def if_(b, cond, *, then_branch, else_branch):
             branches.append(b.convert_function(graph, [], outer, name))
             errors.append(None)
         except ValueError as err:
+            if "must be a constant" in str(err):  # binding an input by value may make it work
+                raise
             branches.append(None)
             errors.append(f"the {which} branch of If {b.node_name or b.name_hint!r} cannot run "
                           f"at the compiled shapes: {err}")  # fmt: skip
