@@ -8,8 +8,9 @@ head, AlexNet's LRN, ...). Runners, measured in turns (`tessera.cli.bench.measur
 `tessera` (the default build), `ort` (ONNX Runtime at the same threads) and, where a case has
 one, `before` (the same node built the way it ran before this change: the transposed conv with
 its weight fed at run time keeps the direct `nn.conv2d_transpose` kernel). Prints medians and
-the ratios to ORT, and the load average. This is a benchmark, not a test: nothing here asserts
-a time.
+the ratios to ORT, and the load average. `--cpu-time`: each run's process CPU time at 1
+thread instead of wall time (steadier on a loaded machine). This is a benchmark, not a test:
+nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
+from unittest import mock
 
 import numpy as np
+import onnx
 from onnx import helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -145,24 +149,78 @@ def run_case(case: Case, threads: int, repeat: int) -> str:
         before, bfeeds = _model(case, True)
         runners["before"], outputs["before"] = _tessera_runner(before, bfeeds)
     runners["ort"], outputs["ort"] = _ort_runner(model, feeds, threads)
-    scale = float(np.abs(outputs["ort"]).max()) or 1.0
-    errs = {k: float(np.abs(v - outputs["ort"]).max()) / scale for k, v in outputs.items()}
-    times, _ = measure_in_blocks(runners, repeat, warmup=2, duration=None)
+    return _report(case.name, runners, outputs, repeat)
+
+
+CPU_TIME = False  # --cpu-time: see cpu_times
+
+
+def cpu_times(runners: dict, repeat: int) -> dict:
+    """The process CPU seconds of each run, in turns of one (at 1 thread: on a machine whose
+    cores other work shares, the CPU time a run used moves less than its wall time)."""
+    times = {k: [] for k in runners}
+    for _ in range(repeat):
+        for k, fn in runners.items():
+            fn()
+            start = time.process_time()
+            fn()
+            times[k].append(time.process_time() - start)
+    return times
+
+
+def _report(name, runners, outputs, repeat) -> str:
+    """Medians in turns, ratios to ORT, and the error relative to ORT's output range."""
+    ort_range = float(np.ptp(outputs["ort"])) or 1.0
+    errs = {k: float(np.abs(v - outputs["ort"]).max()) / ort_range for k, v in outputs.items()}
+    if CPU_TIME:
+        times = cpu_times(runners, repeat)
+    else:
+        times, _ = measure_in_blocks(runners, repeat, warmup=2, duration=None)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     cells = [f"{k} {med[k]:.3f} ms ({med[k] / med['ort']:.2f}x ORT, err {errs[k]:.1e})"
              for k in runners if k != "ort"]  # fmt: skip
-    return f"| {case.name} | ORT {med['ort']:.3f} ms | " + " | ".join(cells) + " |"
+    return f"| {name} | ORT {med['ort']:.3f} ms | " + " | ".join(cells) + " |"
+
+
+def _direct_conv_transpose(b, x, w, **attrs):
+    nd = x.type.ndim - 2
+    return b.call(f"nn.conv{nd}d_transpose", x, w, **attrs)
+
+
+def run_model(name: str, threads: int, repeat: int) -> str:
+    """A zoo model: `tessera`, `before` (its transposed convs on the direct kernel), ORT."""
+    import fetch_zoo
+
+    from tessera.frontend import onnx_nn
+
+    source = next(s for s in fetch_zoo.SOURCES if s.name == name)
+    model = onnx.load(fetch_zoo.fetch(source, fetch_zoo.cache_dir()))
+    feeds = fetch_zoo.feeds(source, model, 0)
+    runners, outputs = {}, {}
+    runners["tessera"], outputs["tessera"] = _tessera_runner(model, feeds)
+    with mock.patch.object(onnx_nn, "emit_conv_transpose", _direct_conv_transpose):
+        runners["before"], outputs["before"] = _tessera_runner(model, feeds)
+    runners["ort"], outputs["ort"] = _ort_runner(model, feeds, threads)
+    return _report(name, runners, outputs, repeat)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
+    p.add_argument("--model", default=None, help="a zoo model (bench/fetch_zoo.py) instead")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--cpu-time", action="store_true", help="CPU time per run at 1 thread")
     args = p.parse_args(argv)
+    global CPU_TIME
+    CPU_TIME = args.cpu_time
+    args.threads = 1 if args.cpu_time else args.threads
     tessera.runtime.set_num_threads(args.threads)
     chosen = set(args.cases.split(",")) if args.cases else None
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; threads {args.threads}")
+    if args.model:
+        print(run_model(args.model, args.threads, args.repeat), flush=True)
+        chosen = set()
     for case in CASES:
         if chosen is None or case.name in chosen:
             print(run_case(case, args.threads, args.repeat), flush=True)

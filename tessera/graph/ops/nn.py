@@ -380,6 +380,9 @@ def _(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     return topi_nn.lrn(x, size, alpha, beta, bias)
 
 
+lrn.schedule("generic")(topi_nn.schedule_lrn)
+
+
 # -- activations ------------------------------------------------------------------------------
 
 for _name, _fn in nn_ref.ACTIVATIONS.items():

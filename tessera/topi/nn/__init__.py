@@ -18,6 +18,7 @@ from tessera.topi.nn.pooling import global_pool, pool
 from tessera.topi.nn.schedule import (
     schedule_conv,
     schedule_dense,
+    schedule_lrn,
     schedule_pool,
     schedule_row_reduce,
 )

@@ -136,24 +136,32 @@ def instance_norm(x, gamma, beta, epsilon=1e-5) -> te.Tensor:
 
 def lrn(x, size, alpha=1e-4, beta=0.75, bias=1.0) -> te.Tensor:
     """ONNX LRN: x / (bias + alpha / size * square_sum) ** beta, the square sum over channels
-    [c - (size - 1) // 2, c + ceil((size - 1) / 2)]."""
+    [c - (size - 1) // 2, c + ceil((size - 1) / 2)]. The square sum (tag "lrn", the anchor of
+    `schedule_lrn`) clamps its channel index, so every load is in bounds and the innermost
+    axis vectorizes; the power is exp(-beta * log(d)) times x (vectorized exp and log, where
+    pow is a libm call per element; d >= bias > 0 in every model, and d = 0 gives x * inf as
+    x / 0 ** beta does)."""
     if x.ndim < 3:
         raise ValueError(f"lrn: expects data of rank >= 3, got {x.shape}")
     channels = x.shape[1].value
     lo = (size - 1) // 2
-    acc = _acc(x.dtype)
+    # a sum of `size` squares has no cancellation: x's own precision (at least float32) holds
+    # it, and keeps exp and log in vector code (float64 took a libm call per element)
+    dtype = DType.parse(x.dtype)
+    acc = dtype if dtype.bits >= 32 else DType.parse("float32")
     r = te.reduce_axis((0, size), name="rc")
 
     def square_sum(n, c, *sp):
         ch = c - lo + r.var
         inside = te.all(ch >= 0, ch < channels)
-        v = te.if_then_else(inside, te.cast(x(n, ch, *sp), acc), te.const(0, acc))
-        return te.sum(v * v, axis=r)
+        v = te.cast(x(n, te.min(te.max(ch, 0), channels - 1), *sp), acc)
+        return te.sum(te.select(inside, v * v, te.const(0, acc)), axis=r)
 
     sq = te.compute(x.shape, square_sum, name="lrn_square_sum", tag="lrn")
 
     def f(*i):
-        denom = te.pow(sq(*i) * (alpha / size) + bias, te.const(beta, acc))
-        return te.cast(te.cast(x(*i), acc) / denom, x.dtype)
+        d = sq(*i) * (alpha / size) + bias
+        scale = te.exp(te.log(d) * te.const(-beta, acc))
+        return te.cast(te.cast(x(*i), acc) * scale, x.dtype)
 
     return te.compute(x.shape, f, name="lrn", tag="elemwise")

@@ -217,6 +217,15 @@ def schedule_pool(outs, target=None) -> te.Schedule:
     return s
 
 
+def schedule_lrn(outs, target=None) -> te.Schedule:
+    """LRN: parallel over the rows of every axis but the last, the square sum computed per row
+    inside that loop, its window loop outside the vectorized last axis."""
+    outs, s = _new_schedule(outs)
+    anchor = _find_anchor(outs, ["lrn"])
+    schedule_anchor(s, anchor, outs, target, n_outer=anchor.ndim - 1)
+    return s
+
+
 def schedule_row_reduce(outs, target=None, n_outer: int | None = None) -> te.Schedule:
     """softmax / log_softmax / layer_norm / instance_norm: one output computed from reductions over
     trailing (softmax: one) axes. The first n_outer output axes run in parallel; every reduction
