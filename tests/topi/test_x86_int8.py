@@ -81,7 +81,9 @@ def test_conv2d_requantize_matches_integer_reference(target, case):
 
 @pytest.mark.parametrize("target", list(ISAS))
 @pytest.mark.parametrize(
-    "m,k,n,xdt", [(1, 64, 48, "uint8"), (5, 37, 20, "int8"), (2, 9, 3, "uint8")]
+    "m,k,n,xdt",
+    # the last: tiles of several panels with row and column tails (a BERT-like shape, smaller)
+    [(1, 64, 48, "uint8"), (5, 37, 20, "int8"), (2, 9, 3, "uint8"), (37, 70, 96, "uint8")],
 )
 def test_dense_matches_integer_reference(target, m, k, n, xdt):
     t = _target(target)

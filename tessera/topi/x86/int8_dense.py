@@ -21,13 +21,22 @@ from tessera.topi.x86.dense import Blocking, choose_blocking, find_tagged, sched
 
 
 def int32_blocking(target, M: int, N: int, K4: int, nr: int) -> Blocking:
-    """The float blocking rules, for int32 lanes (as many per vector as float32) and k words."""
+    """The float blocking rules, for int32 lanes (as many per vector as float32) and k words.
+    A tile may span several panels of nr columns (its vectors each read one panel): up to the
+    rule's nv, in whole panels dividing the columns, rather than the panel's own width (one
+    AVX-512 vector: mr would take 30 rows of accumulators, which spill)."""
     lanes = max(1, target.vector_lanes("int32")) if target is not None else 4
     lanes = min(lanes, 16)
     while nr % lanes:
         lanes //= 2
-    blk = choose_blocking(target, M, N, K4, nv=nr // lanes)
-    return Blocking(lanes, blk.registers, blk.mr, nr // lanes, blk.kc, blk.l1, blk.l2)
+    per_panel = nr // lanes
+    most = choose_blocking(target, M, N, K4).nv
+    # whole panels whose tiles divide the columns: a tail tile spanning panels is not
+    # vectorized (nor, across a panel, correct); else one panel per tile, as before
+    nv = max(v for v in range(per_panel, max(most, per_panel) + 1, per_panel)
+             if v == per_panel or N % (v * lanes) == 0)  # fmt: skip
+    blk = choose_blocking(target, M, N, K4, nv=nv)
+    return Blocking(lanes, blk.registers, blk.mr, nv, blk.kc, blk.l1, blk.l2)
 
 
 def schedule_pack(s, outs, target) -> None:
