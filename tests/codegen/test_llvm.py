@@ -8,6 +8,7 @@ import pytest
 
 from tessera import tir
 from tessera.codegen.llvm import build_llvm
+from tessera.codegen.llvm.emitter import FunctionEmitter, ModuleContext
 from tessera.target import Target
 from tessera.tir import (
     Allocate,
@@ -638,3 +639,60 @@ def test_integer_division_by_zero_does_not_trap(dtype, lanes):
     a, b = _division_by_zero_operands(dtype)
     for op, want in _division_by_zero_reference(a, b).items():
         np.testing.assert_array_equal(run(mod, op, [a, b], dtype), want, err_msg=op)
+
+
+# -- index arithmetic: Note [index arithmetic nsw] -----------------------------------------------
+
+
+def _shifted_rows(rows):
+    """B[i, j] = A[i - 1, j] * 2 (0 in row 0): a guarded read one row up, on 1-D buffers of
+    rows x 7 elements (`rows` a constant or a Var)."""
+    A = decl_buffer((rows * 7,), "float32", "A")
+    B = decl_buffer((rows * 7,), "float32", "B")
+    i, j = Var("i"), Var("j")
+    value = tir.if_then_else(i >= 1, A[(i - 1) * 7 + j] * 2.0, tir.const(0.0, "float32"))
+    body = For(i, 0, rows, SERIAL, For(j, 0, 7, SERIAL, BufferStore(B, value, (i * 7 + j,))))
+    return PrimFunc("shifted", (A, B), body)
+
+
+def _nsw_ir(func, monkeypatch, extent=1 << 30, rows=None) -> str:
+    """The unoptimized LLVM IR lines of func's index arithmetic (add/sub/mul on i32/i64)."""
+    from llvmlite import ir as llir
+
+    monkeypatch.setattr(FunctionEmitter, "NSW_INT32_EXTENT", extent)
+    module = llir.Module()
+    fn = llir.Function(module, llir.FunctionType(llir.IntType(32), [llir.IntType(32)]), name="f")
+    em = FunctionEmitter(ModuleContext(module, Target("llvm")), fn, "f")
+    for buf in func.params:
+        em.bind_buffer(buf, em.alloca(llir.FloatType()), 4)  # never run: any float pointer
+    if rows is not None:
+        em.bind_var(rows, em.fn.args[0])
+    em.stmt(func.body)
+    em.finish()
+    return "\n".join(
+        line
+        for line in str(module).splitlines()
+        if any(f" {op} " in line for op in ("add", "sub", "mul"))
+    )
+
+
+def test_index_arithmetic_is_nsw_for_constant_extents(monkeypatch):
+    """A constant extent of at most 2^30 elements: the index adds and multiplies are nsw (the
+    loop increments are nsw either way), and the code computes what wrapping arithmetic does."""
+    func = _shifted_rows(IntImm(24))
+    assert _nsw_ir(func, monkeypatch).count("nsw") > _nsw_ir(func, monkeypatch, -1).count("nsw")
+    a = RNG.standard_normal(24 * 7).astype("float32")
+    want = np.concatenate([np.zeros(7, "float32"), a[:-7] * 2])
+    for extent in (-1, 1 << 30):  # -1: no buffer qualifies (wrapping arithmetic)
+        monkeypatch.setattr(FunctionEmitter, "NSW_INT32_EXTENT", extent)
+        b = np.zeros_like(a)
+        build_llvm([func])["shifted"](a, b)
+        np.testing.assert_array_equal(b, want)
+
+
+def test_index_arithmetic_of_symbolic_extents_wraps(monkeypatch):
+    """A buffer of symbolic extent may hold 2^31 elements or more: its int32 index arithmetic
+    keeps wrapping (the same IR as with nsw switched off)."""
+    rows = Var("rows")
+    func = _shifted_rows(rows)
+    assert _nsw_ir(func, monkeypatch, rows=rows) == _nsw_ir(func, monkeypatch, -1, rows=rows)

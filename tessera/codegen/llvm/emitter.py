@@ -84,6 +84,7 @@ class FunctionEmitter:
         self.vars: dict[int, ir.Value] = {}
         self.buffers: dict[int, ir.Value] = {}
         self.buffer_align: dict[int, int] = {}  # bytes the start of each buffer is aligned to
+        self._nsw = False  # emitting the index of a buffer access: Note [index arithmetic nsw]
 
     def finish(self, ret=None):
         """Close the function: jump from the allocas to the body, return 0 at the end."""
@@ -171,6 +172,8 @@ class FunctionEmitter:
                 a, b = T.to_f32(self.b, a, dt), T.to_f32(self.b, b, dt)
             r = float_op(a, b, flags=self.ctx.fastmath)
             return T.from_f32(self.b, r, dt) if T.is_f16like(dt) else r
+        if dt.is_int and self._nsw:
+            return int_op(a, b, flags=("nsw",))
         return (int_op if dt.is_int else uint_op)(a, b)
 
     def e_Add(self, e):
@@ -339,10 +342,11 @@ class FunctionEmitter:
             steps = ir.Constant(
                 base.type, [T.constant(k * e.stride.value, el) for k in range(e.lanes)]
             )
-            return self.b.add(base, steps)
+            return self.b.add(base, steps, flags=self._index_flags(el))
         lane_ids = ir.Constant(base.type, [T.constant(k, el) for k in range(e.lanes)])
         stride = self.broadcast(self.expr(e.stride), e.lanes)
-        return self.b.add(base, self.b.mul(stride, lane_ids))
+        flags = self._index_flags(el)
+        return self.b.add(base, self.b.mul(stride, lane_ids, flags=flags), flags=flags)
 
     def e_Broadcast(self, e):
         return self.broadcast(self.expr(e.value), e.lanes)
@@ -351,6 +355,37 @@ class FunctionEmitter:
         raise TypeError(f"{self.name}: string constants ({e.value!r}) cannot be compiled")
 
     # -- memory ---------------------------------------------------------------------------------
+
+    # Note [index arithmetic nsw]
+    # The adds, subtracts and multiplies of a buffer access's index are emitted `nsw` (no signed
+    # wrap) when they provably cannot wrap: the index is int64 (no buffer has 2^62 elements), or
+    # it is int32 and the buffer's extent is a constant of at most 2^30 elements. flatten_storage
+    # makes an index int64 when its buffer may hold 2^31 elements or more; an int32 row-major
+    # offset sum(i_k * stride_k) with every i_k in range stays below the extent at every partial
+    # sum, and the out-of-range indices of guarded accesses (padding) exceed it by a few rows,
+    # far less than the 2^30 of headroom. Without `nsw`, LLVM must sign-extend each int32 index
+    # to 64 bits on its own (it cannot widen `(i + 1) * W` to `i * W + W`), which on a machine
+    # without memory operands (ARM) costs 3-4 instructions per guarded load. A buffer of symbolic
+    # extent keeps wrapping arithmetic; so does all arithmetic outside an index (integer tensors
+    # wrap as numpy's do), a loaded value inside an index (a gather) excepted: its access is out of
+    # bounds if the sum wraps.
+    NSW_INT32_EXTENT = 1 << 30
+
+    def _index_flags(self, dt: DType) -> tuple:
+        return ("nsw",) if self._nsw and dt.element.is_int else ()
+
+    def _index_value(self, buf: Buffer, index) -> ir.Value:
+        """The LLVM value of `index` into `buf`, its arithmetic nsw where Note [index arithmetic
+        nsw] allows."""
+        old = self._nsw
+        extent = buf.shape[0] if len(buf.shape) == 1 else None
+        self._nsw = index.dtype.element.bits >= 64 or (
+            isinstance(extent, E.IntImm) and 0 <= extent.value <= self.NSW_INT32_EXTENT
+        )
+        try:
+            return self.expr(index)
+        finally:
+            self._nsw = old
 
     def _index(self, buf: Buffer, indices) -> E.Expr:
         if len(indices) != 1:
@@ -371,14 +406,14 @@ class FunctionEmitter:
         buf, index = e.buffer, self._index(e.buffer, e.indices)
         el = buf.dtype
         if index.dtype.lanes == 1:
-            p = self._element_ptr(buf, self.expr(index), index.dtype)
+            p = self._element_ptr(buf, self._index_value(buf, index), index.dtype)
             v = self.b.load(p, align=self._align_of(buf, index))
             return self._from_storage(v, el)
         if buf.dtype.lanes != 1:
             raise ValueError(f"{self.name}: vector index into vector-typed buffer {buf.name}")
         lanes = index.dtype.lanes
         if self._contiguous(index):
-            p = self._element_ptr(buf, self.expr(index.base), index.base.dtype)
+            p = self._element_ptr(buf, self._index_value(buf, index.base), index.base.dtype)
             vec_ty = T.storage_type(el.with_lanes(lanes))
             p = self.b.bitcast(p, vec_ty.as_pointer())
             v = self.b.load(p, align=self._align_of(buf, index.base))
@@ -387,7 +422,7 @@ class FunctionEmitter:
 
     def _gather(self, buf, index, lanes):
         """A load of scattered elements, one lane at a time (LLVM forms gathers where they pay)."""
-        idx = self.expr(index)
+        idx = self._index_value(buf, index)
         el = buf.dtype
         out = ir.Constant(T.llvm_type(el.with_lanes(lanes)), ir.Undefined)
         for k in range(lanes):
@@ -411,14 +446,14 @@ class FunctionEmitter:
         value = self.broadcast(self.expr(s.value), lanes * el.lanes)
         value = self._to_storage(value, el.with_lanes(lanes * el.lanes))
         if lanes == 1:
-            p = self._element_ptr(buf, self.expr(index), index.dtype)
+            p = self._element_ptr(buf, self._index_value(buf, index), index.dtype)
             self.b.store(value, p, align=self._align_of(buf, index))
         elif self._contiguous(index) and el.lanes == 1:
-            p = self._element_ptr(buf, self.expr(index.base), index.base.dtype)
+            p = self._element_ptr(buf, self._index_value(buf, index.base), index.base.dtype)
             p = self.b.bitcast(p, value.type.as_pointer())
             self.b.store(value, p, align=self._align_of(buf, index.base))
         else:
-            idx = self.expr(index)
+            idx = self._index_value(buf, index)
             for k in range(lanes):
                 lane_idx = self.b.extract_element(idx, ir.Constant(T.I32, k))
                 lane_val = self.b.extract_element(value, ir.Constant(T.I32, k))
