@@ -15,8 +15,8 @@ in topi/qnn.py); which one a workload takes is `uses_words` (the strategy's impl
   accumulators in registers over the whole reduction, and gcc widens each word once per tile.
 - bytes, other channel counts (depthwise, a first conv over 1 or 3 channels): a word would hold
   one useful byte (4x the products, 4x the packed input's RAM), so the padded input holds one
-  byte per value (x_u as uint8) and each product is one multiply-accumulate (MLA). A depthwise
-  conv pads one channel's plane at a time, inside its channel loop, instead of the whole input.
+  byte per value (x_u as uint8), built once per call, and each product is one
+  multiply-accumulate (MLA).
 
 The epilogue (compensation, bias, requantize, ReLU) runs on the tile in registers and stores
 straight into the NCHW output.
