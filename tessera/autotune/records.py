@@ -81,13 +81,16 @@ class Record:
     timestamp: float = 0.0
     features: tuple | None = None  # of the lowered loop program (features.py), when known
     again: bool = False  # a config measured again to confirm a winner (tuner._confirm)
+    baseline: bool = False  # the task's default config, measured as the tuner's baseline
 
     @staticmethod
-    def of(task, target, config, seconds=None, error=None, features=None, again=False) -> Record:
+    def of(
+        task, target, config, seconds=None, error=None, features=None, again=False, baseline=False
+    ) -> Record:
         if features is not None:
             features = tuple(round(float(v), 4) for v in features)
         fp = target_fingerprint(target)
-        return Record(task, fp, config, seconds, error, time.time(), features, again)
+        return Record(task, fp, config, seconds, error, time.time(), features, again, baseline)
 
     @property
     def ok(self) -> bool:
@@ -107,6 +110,8 @@ class Record:
             d["features"] = list(self.features)
         if self.again:
             d["again"] = True
+        if self.baseline:
+            d["baseline"] = True
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -125,6 +130,7 @@ class Record:
             d["timestamp"],
             features,
             bool(d.get("again", False)),
+            bool(d.get("baseline", False)),
         )
 
 
@@ -181,13 +187,27 @@ class Database:
         return min(ok, key=lambda r: r.seconds) if ok else None
 
     def best_configs(self, target) -> dict[Task, Config]:
-        """{task: its best config} for every task with a passing record on `target`."""
+        """{task: its best config} for every task whose best passing record on `target` beat
+        its default. A task whose default was best gets no config: a build then takes the
+        default rule at each of its calls, with the layout context of that call, which a
+        config recorded from one context would override at the others."""
         fp = target_fingerprint(target)
         best: dict[Task, Record] = {}
         for r in _judged([r for r in self.records if r.target == fp]).values():
             if r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
                 best[r.task] = r
-        return {t: r.config for t, r in best.items()}
+        return {t: r.config for t, r in best.items() if not _is_baseline(r, target)}
+
+
+def _is_baseline(r: Record, target) -> bool:
+    """The task's default, as the tuner measured it (or, in a database written before records
+    said so, its default without a layout context)."""
+    if r.baseline:
+        return True
+    try:
+        return r.config == r.task.default(target)
+    except Exception:  # the op or its strategy changed since: not a default of today's
+        return False
 
 
 def _judged(records: list[Record]) -> dict:
@@ -218,6 +238,7 @@ class apply_history_best:
         self.path = Path(path)
         self.target = target if isinstance(target, Target) else Target(str(target))
         self.configs: dict[Task, Config] = {}
+        self.kept: set[Task] = set()
         self.used: list[Task] = []
         self.fallback: list[Task] = []
 
@@ -228,6 +249,10 @@ class apply_history_best:
                 "tuning database %s does not exist: every task takes its default", self.path
             )
         self.configs = db.best_configs(self.target) if db is not None else {}
+        # tasks whose tuning kept the default: covered by the database, given no config
+        fp = target_fingerprint(self.target)
+        self.kept = {r.task for r in (db.records if db else []) if r.target == fp and r.ok}
+        self.kept -= set(self.configs)
         # configs not valid for today's spaces (a knob changed since tuning) are dropped
         self.configs = {t: c for t, c in self.configs.items() if _valid(t, c, self.target)}
         self._scope = strategy.use_configs(self.configs)
@@ -240,10 +265,13 @@ class apply_history_best:
         self._recorder.__exit__(*exc)
         self._scope.__exit__(*exc)
         seen = list(dict.fromkeys(self._seen))
-        self.used = [t for t in seen if t in self.configs]
-        self.fallback = [t for t in seen if t not in self.configs]
+        self.used = [t for t in seen if t in self.configs or t in self.kept]
+        self.fallback = [t for t in seen if t not in self.used]
         if seen:
             log.info("%d of %d tasks tuned (database %s)", len(self.used), len(seen), self.path)
+        for t in seen:
+            if t in self.kept:
+                log.info("%s: tuning kept its default config", t)
         for t in self.fallback:
             log.info("no tuning record for %s: it takes its default config", t)
 

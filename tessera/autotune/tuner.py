@@ -263,7 +263,7 @@ def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | No
     known = db.measured(r.task, target).get(r.default)
     record = None
     if known is None:
-        record = Record.of(r.task, target, r.default, res.seconds, res.error)
+        record = Record.of(r.task, target, r.default, res.seconds, res.error, baseline=True)
         db.append(record)
         r.trials += 1
     if not res.ok:
@@ -304,7 +304,11 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
     for config, ts in times.items():
         ok = [t for t in ts if t != float("inf")]
         error = None if ok else "failed when measured again"
-        db.append(Record.of(r.task, target, config, min(ok) if ok else None, error, again=True))
+        base = config == r.default
+        record = Record.of(
+            r.task, target, config, min(ok) if ok else None, error, again=True, baseline=base
+        )
+        db.append(record)
     default_s, best_s = min(times[r.default]), min(times[r.best])
     if best_s < default_s:
         r.default_seconds, r.best_seconds = default_s, best_s

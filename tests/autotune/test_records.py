@@ -103,3 +103,22 @@ def test_a_missing_database_builds_the_defaults(tiny, tmp_path):
     with PassContext(config={"tuning.database": str(tmp_path / "none.db")}):
         lib = tessera.build(mod, target=HOST, params=params)
     assert lib.get_source() == plain.get_source()
+
+
+def test_a_task_whose_default_won_gets_no_config(tiny, tmp_path):
+    """The default's record (the tuner's baseline, here the default of some layout context) is
+    the best: the build is given no config for the task, so each call keeps the default rule
+    with its own layout context."""
+    _, mod, params, _ = tiny
+    conv, dense = conv_and_dense(mod, params)
+    db = Database(tmp_path / "tune.db")
+    others = [c for c in conv.configs(HOST) if c != conv.default(HOST)]
+    db.append(Record.of(conv, HOST, others[0], seconds=2e-5))
+    db.append(Record.of(conv, HOST, others[1], seconds=1e-5, baseline=True))
+    db.append(Record.of(dense, HOST, other_config(dense), seconds=1e-6))
+    again = Database(db.path)
+    assert again.best(conv, HOST).baseline and again.best(conv, HOST).config == others[1]
+    assert again.best_configs(HOST) == {dense: other_config(dense)}
+    with apply_history_best(db.path) as applied:
+        tessera.build(mod, target=HOST, params=params)
+    assert conv in applied.kept and set(applied.used) == {conv, dense}
