@@ -32,6 +32,7 @@ executor returns that many rows.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 from tessera.graph.ir import Call, Constant, Function, Value, source_nodes
@@ -142,13 +143,20 @@ def make_control_plan(main: Function, target, optimize, fuse):
     combined = Function("model", (), tuple(kernel_calls), ())
     kernels, names = compile_groups(combined, target, optimize) if kernel_calls else ([], [])
     kernel_of = {id(c): n for c, n in zip(kernel_calls, names, strict=True)}
-    weights: dict[int, Constant] = {}
+    # a weight that several functions read (a decoder's embedding in main and in the loop body)
+    # is stored once: constants are keyed by their type and bytes
+    unique: dict[tuple, int] = {}
+    weights: list[Constant] = []
+    param_of: dict[int, int] = {}
     for f in funcs:
         for v in [v for c in f.body for v in c.inputs] + list(f.outputs):
-            if isinstance(v, Constant):
-                weights.setdefault(id(v), v)
-    entries, blob = pack_params(list(weights.values()))
-    param_of = {k: j for j, k in enumerate(weights)}
+            if isinstance(v, Constant) and id(v) not in param_of:
+                key = (str(v.type), hashlib.sha256(v.data.array.tobytes()).digest())
+                if key not in unique:
+                    unique[key] = len(weights)
+                    weights.append(v)
+                param_of[id(v)] = unique[key]
+    entries, blob = pack_params(weights)
     scratch = _workspaces(kernels)
     plans: list[dict] = [{} for _ in funcs]
     for k in reversed(range(len(funcs))):  # a sub-function comes after its caller

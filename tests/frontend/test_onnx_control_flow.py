@@ -39,6 +39,8 @@ def test_greedy_decoding_loop_matches_onnxruntime(tmp_path):
     model = greedy_decoder()
     onnx.checker.check_model(model, full_check=True)
     lib = _compile(model)
+    names = [p["name"] for p in lib.plan["params"]]
+    assert "E" in names and "E_1" not in names  # the embedding main and body read: stored once
     path = lib.export_library(tmp_path / "decoder.so")
     sess = ort.InferenceSession(model.SerializeToString())
     rng = np.random.default_rng(1)
