@@ -76,6 +76,19 @@ def test_count_kernel_instructions_of_a_user_kernel(tmp_path):
         count_kernel_instructions(tmp_path / "twice256.so", "other", cpu=cpu)
 
 
+@pytest.mark.parametrize(
+    "ic, oc, size, kernel, stride",
+    [(8, 16, 13, 3, 2), (8, 12, 22, 3, 2), (8, 12, 11, 1, 1)],  # ow 7, 11 (a row tail), 11
+)
+def test_armv7_direct_convs_match_ort_under_qemu(ic, oc, size, kernel, stride, tmp_path):
+    """Note [armv7 conv tile]'s defaults (one weight stream, the input padded once), with
+    and without row tails, give ONNX Runtime's answers on the emulated core."""
+    require_toolchain("armv7-neon")
+    model, _ = conv_case(ic, oc, size, kernel, stride=stride)
+    x = np.random.default_rng(1).standard_normal((1, ic, size, size)).astype(np.float32)
+    check_under_qemu(model, {"x": x}, "armv7-neon", tmp_path)
+
+
 NEON_CASES = {
     "conv3x3s2": lambda: conv_case(16, 32, 14, 3, stride=2),
     "conv1x1": lambda: conv_case(32, 32, 14, 1),
