@@ -34,7 +34,8 @@ def test_arm_targets_take_the_arm_strategy_and_x86_the_cpu_one(op):
     assert find_strategy(op, AARCH64).key == "arm"
     assert find_strategy(op, ARMV7).key == "arm"
     assert find_strategy(op, X86).key == "cpu"
-    assert find_strategy("nn.conv2d", AARCH64).key == "cpu"  # convs share the cpu rules
+    assert find_strategy("nn.conv2d", AARCH64).key == "arm"
+    assert find_strategy("nn.conv2d", X86).key == "cpu"
 
 
 @pytest.mark.parametrize("target, registers", [(AARCH64, 32), (ARMV7, 16)])
@@ -74,3 +75,33 @@ def test_x86_defaults_unchanged():
     blk = choose_blocking(X86, 16, 256, 256)
     config = task.default(X86)
     assert (config["mr"], config["nv"], config["kc"]) == (blk.mr, blk.nv, blk.kc)
+
+
+def conv_model(ic, oc, size, stride, kernel=3):
+    w = (np.random.default_rng(0).standard_normal((oc, ic, kernel, kernel)) * 0.1).astype("f4")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[kernel // 2] * 4, strides=[stride] * 2)
+    return make_model([node], {"x": ((1, ic, size, size), np.float32)}, ["y"], {"w": w})
+
+
+@pytest.mark.parametrize(
+    "ic, oc, size, stride, ow_block", [(64, 128, 28, 2, 7), (32, 64, 56, 2, 7)]
+)
+def test_armv7_direct_conv_defaults(ic, oc, size, stride, ow_block):
+    """Note [armv7 conv tile]: one weight stream, the input padded once, no prefetch (the
+    schedule's own defaults, for a kernel built without a config, are counted under QEMU in
+    tests/cross/test_arm_kernels.py)."""
+    mod, params = from_onnx(conv_model(ic, oc, size, stride))
+    (task,) = autotune.extract_tasks(mod, params, ARMV7)
+    config = task.default(ARMV7)
+    assert str(task).startswith("arm:") and task.valid(config, ARMV7)
+    want = {"oc_vectors": 1, "ow_block": ow_block, "pad_per_tile": False, "prefetch": False}
+    assert config.impl == "direct_nchwc" and {k: config[k] for k in want} == want
+
+
+def test_aarch64_conv_defaults_are_the_cpu_rule():
+    from tessera.topi.strategy import Task
+
+    mod, params = from_onnx(conv_model(64, 128, 28, 2))
+    (task,) = autotune.extract_tasks(mod, params, AARCH64)
+    assert task.default(AARCH64) == Task(task.workload, "cpu").default(AARCH64)
+    assert task.default(AARCH64)["oc_vectors"] > 1  # the cpu tile rule, not armv7's

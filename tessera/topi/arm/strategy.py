@@ -13,9 +13,11 @@ strategy's (shared, not copied); the defaults are Note [arm register tile]'s. Th
 the CPU micro-kernels (topi/x86/dense.py, batch_matmul.py) registered under "arm" with these
 defaults: a kernel built without a config (the default one) is scheduled by this rule.
 
-Convolutions keep the cpu strategy: its tile rule (Note [conv micro-kernel]) already counts one
-load per broadcast input and sizes the tile from the register file (32 vector registers on
-aarch64, 16 on armv7); under QEMU no ARM-specific rule did better on every shape measured.
+    nn.conv2d          nchw | direct_nchwc | depthwise_nchwc | winograd (the cpu strategy's)
+
+Convolutions take the cpu strategy's implementations, spaces and layouts; on AArch64 its tile
+rule (Note [conv micro-kernel]) serves as it is. On 32-bit ARM the direct conv's defaults are
+Note [armv7 conv tile]'s: one output-channel vector per tile, the input padded once.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from __future__ import annotations
 from tessera.graph.op import get_op
 from tessera.topi.strategy import Config, ConfigSpace, Workload, register_strategy
 from tessera.topi.x86 import batch_matmul as x86_bmm
+from tessera.topi.x86 import conv2d as x86_conv
 from tessera.topi.x86 import dense as x86_dense
 from tessera.topi.x86 import strategy as cpu
+from tessera.topi.x86.conv2d import choose_conv_tile
 from tessera.topi.x86.cpu import vector_registers
 
 # Note [arm register tile]
@@ -103,6 +107,54 @@ for _op in ("nn.dense", "matmul", "nn.batch_matmul"):
     _s.choose_default(cpu._gemm_default)
 
 
+# Note [armv7 conv tile]
+# AArch32 NEON loads (`vld1`) take no immediate offset: every vector read at its own address
+# needs an address register or an add, and the core has 13 general registers for all the
+# pointers and counters of a conv's loop nest. A register tile of several output-channel
+# vectors (oc_vectors > 1) reads as many weight streams, each its own pointer; the per-tile
+# padding (Note [padding per tile]) adds a copy loop's pointers inside the tile loop. Both
+# spill general registers there: under QEMU (bench/arm.py), 3x3 stride-2 convs on armv7 execute
+# 20-30% fewer instructions with one weight stream and the input padded once: 64->128 on
+# 28x28, 2x4 tile with per-tile padding (the cpu rule) 16.3 M -> 7x1 padded once 11.6 M; 32->64
+# on 56x56 15.1 M -> 12.0 M; 128->256 on 14x14 takes 7x1 either way. So on 32-bit ARM the
+# direct conv's tile is the cpu rule's with oc_vectors = 1 (its depthwise rule: most outputs per
+# load within the accumulator budget, row tails penalized), and pad_per_tile is off. AArch64
+# (immediate offsets, 31 general registers) keeps the cpu rule. The weight prefetch of Note
+# [weight prefetch] (measured on x86 caches) is off by default there too: a knob to tune.
+
+
+def _aarch32(target) -> bool:
+    return target.llvm_triple.startswith(("arm", "thumb")) and not target.llvm_triple.startswith(
+        "arm64"
+    )
+
+
+def _arm_direct_space(wl: Workload, target) -> ConfigSpace | None:
+    space = cpu._direct_space(wl, target)
+    if space is None or not _aarch32(target):
+        return space
+    c = cpu._Conv.of(wl, target)
+
+    def ow_block(wl, target, context):
+        return choose_conv_tile(c.ow, 1, c.registers, depthwise=True).ow_block
+
+    rules = {"ow_block": ow_block, "oc_vectors": 1, "pad_per_tile": False, "prefetch": False}
+    knobs = [
+        cpu.Knob(k.name, k.candidates, rules[k.name]) if k.name in rules else k for k in space.knobs
+    ]
+    return ConfigSpace(knobs, space.constraints)
+
+
+_conv = register_strategy("nn.conv2d", "arm")
+_conv.implementation("nchw")(cpu._nchw_space)
+_conv.implementation("direct_nchwc", priority=1, layout=cpu._direct_layout)(_arm_direct_space)
+_conv.implementation("depthwise_nchwc", priority=1, layout=cpu._depthwise_layout)(
+    cpu._depthwise_space
+)
+_conv.implementation("winograd", priority=2, layout=cpu._winograd_layout)(cpu._winograd_space)
+_conv.choose_default(cpu._conv_default)
+
+
 # -- schedules: the CPU micro-kernels with the ARM defaults ----------------------------------------
 
 
@@ -132,6 +184,20 @@ def schedule_matmul(outs, target=None, config=None):
     return x86_bmm.schedule_matmul(outs, target, config)
 
 
+def schedule_conv2d_nchwc(outs, target=None, config=None):
+    """conv2d_nchwc (x86_conv.schedule_conv2d_nchwc) with Note [armv7 conv tile]'s defaults for
+    a direct (not depthwise) conv on 32-bit ARM when no config is given."""
+    if config is None and target is not None and _aarch32(target):
+        conv = x86_conv._find_conv(list(outs))
+        if not conv.op.attrs.get("depthwise", 0):
+            ow = int(conv.shape[3].value)
+            tile = choose_conv_tile(ow, 1, vector_registers(target), depthwise=True)
+            knobs = {"ow_block": tile.ow_block, "oc_vectors": 1}
+            config = Config("direct_nchwc", {**knobs, "pad_per_tile": False, "prefetch": False})
+    return x86_conv.schedule_conv2d_nchwc(outs, target, config)
+
+
+get_op("nn.conv2d_nchwc").schedule("arm")(schedule_conv2d_nchwc)
 get_op("nn.dense_packed").schedule("arm")(schedule_dense_packed)
 for _name in ("nn.batch_matmul", "matmul", "nn.dense"):
     get_op(_name).schedule("arm")(schedule_matmul)
