@@ -5,6 +5,7 @@ ops) that real exports contain, following ORT's kernels:
     QLinearSigmoid / LeakyRelu     a 256-entry table built at compile time (as ORT does), gathered
     QLinearConcat                  each input requantized to the output's scale (copied if equal)
     QLinearGlobalAveragePool       int32 window sums, one float32 requantize
+    QLinearAveragePool             int32 window sums (qnn.sum_pool2d), one requantize
     DynamicQuantizeMatMul          DynamicQuantizeLinear + the int8 matmul + scale and bias
     DynamicQuantizeLSTM            onnx_contrib_lstm.py
 
@@ -143,8 +144,39 @@ def qlinear_global_average_pool(b, X, x_scale, x_zero_point, y_scale, y_zero_poi
     if xz:
         acc = b.call("subtract", acc, b.const(np.int32(xz * count)))
     ratio = np.float32(_scale(x_scale) / (_scale(y_scale) * np.float32(count)))
-    v = b.call("multiply", _as(b, acc, "float32"), b.const(ratio))
-    return _finish(b, v, _zp(y_zero_point), _out_dtype(y_zero_point, X))
+    return b.call("qnn.requantize", acc, b.const(ratio), zero_point=_zp(y_zero_point),
+                  dtype=_out_dtype(y_zero_point, X))  # fmt: skip
+
+
+@onnx_op("QLinearAveragePool", domain=MS)
+def qlinear_average_pool(b, X, x_scale, x_zero_point, y_scale, y_zero_point=None, *,
+                         auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+                         kernel_shape, pads=None, strides=None, channels_last=0):  # fmt: skip
+    """int32 window sums of x - zp (qnn.sum_pool2d), one requantize by xs / (ys * count), where
+    every window counts the same positions (2-D; no pads, or pads counted); else in float32."""
+    from tessera.frontend.onnx_nn import _spatial
+    from tessera.topi.nn.pooling import pool_output_size
+
+    if channels_last:
+        raise NodeError("QLinearAveragePool: channels_last=1 is not supported")
+    strides, dilations, pads = _spatial(b, X, kernel_shape, auto_pad, dilations, pads, strides)
+    size, nd = b.shape_of(X)[2:], len(kernel_shape)
+    floor = [pool_output_size(size[i], kernel_shape[i], strides[i], pads[i], pads[i + nd],
+                              dilations[i], 0) for i in range(nd)]  # fmt: skip
+    ceil = [pool_output_size(size[i], kernel_shape[i], strides[i], pads[i], pads[i + nd],
+                             dilations[i], ceil_mode) for i in range(nd)]  # fmt: skip
+    xz, yz, dtype = _zp(x_zero_point), _zp(y_zero_point), _out_dtype(y_zero_point, X)
+    ratio = _scale(x_scale) / _scale(y_scale)
+    if nd == 2 and floor == ceil and (count_include_pad or not any(pads)):
+        count = int(np.prod(kernel_shape))
+        acc = b.call("qnn.sum_pool2d", X, pool_size=tuple(kernel_shape), strides=tuple(strides),
+                     padding=tuple(pads), dilation=tuple(dilations), zero_point=xz)  # fmt: skip
+        scale = b.const(np.float32(ratio / np.float32(count)))
+        return b.call("qnn.requantize", acc, scale, zero_point=yz, dtype=dtype)
+    avg = b.call(f"nn.avg_pool{nd}d", _dequant(b, X, xz), pool_size=tuple(kernel_shape),
+                 strides=tuple(strides), padding=tuple(pads), dilation=tuple(dilations),
+                 ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad))  # fmt: skip
+    return _finish(b, b.call("multiply", avg, b.const(np.float32(ratio))), yz, dtype)
 
 
 @onnx_op("DynamicQuantizeMatMul", domain=MS)
