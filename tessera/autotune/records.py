@@ -70,7 +70,9 @@ def task_from_json(d: dict) -> Task:
 @dataclass(frozen=True)
 class Record:
     """One measurement: `seconds` (median) when it ran and matched the default's output, else
-    `error` (why it failed: "crash", "timeout", "wrong", or the exception)."""
+    `error` (why it failed: "crash", "timeout", "wrong", or the exception). `unit` says what
+    `seconds` holds: "seconds", or "instructions" (tessera.micro.tune: counted on an emulated
+    board, which models no time); the records of one (task, target) share a unit."""
 
     task: Task
     target: str  # the target fingerprint
@@ -78,10 +80,11 @@ class Record:
     seconds: float | None = None
     error: str | None = None
     timestamp: float = 0.0
+    unit: str = "seconds"
 
     @staticmethod
-    def of(task, target, config, seconds=None, error=None) -> Record:
-        return Record(task, target_fingerprint(target), config, seconds, error, time.time())
+    def of(task, target, config, seconds=None, error=None, unit="seconds") -> Record:
+        return Record(task, target_fingerprint(target), config, seconds, error, time.time(), unit)
 
     @property
     def ok(self) -> bool:
@@ -96,6 +99,7 @@ class Record:
             "seconds": self.seconds,
             "error": self.error,
             "timestamp": self.timestamp,
+            "unit": self.unit,
         }
         return json.dumps(d, sort_keys=True)
 
@@ -105,7 +109,8 @@ class Record:
         config = dict(d["config"])
         config = Config(config.pop("impl"), {k: _tuples(v) for k, v in config.items()})
         task = task_from_json(d["task"])
-        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"])
+        return Record(task, d["target"], config, d["seconds"], d["error"], d["timestamp"],
+                      d.get("unit", "seconds"))  # fmt: skip
 
 
 class Database:
