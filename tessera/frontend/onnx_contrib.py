@@ -2,6 +2,7 @@
 ops) that real exports contain, following ORT's kernels:
 
     QLinearAdd / QLinearMul        float32 of each dequantized side, combined, rounded, saturated
+                                   (QLinearAdd of one shape: qnn.add; integers on micro targets)
     QLinearSigmoid / LeakyRelu     a 256-entry table built at compile time (as ORT does), gathered
     QLinearConcat                  each input requantized to the output's scale (copied if equal)
     QLinearGlobalAveragePool       int32 window sums, one float32 requantize
@@ -64,6 +65,11 @@ def qlinear_add(b, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
                 C_zero_point=None):  # fmt: skip
     cs = _scale(C_scale)
     ra, rb = np.float32(_scale(A_scale) / cs), np.float32(_scale(B_scale) / cs)
+    if A.type.shape == B.type.shape and A.type.dtype == B.type.dtype:
+        # one op (the same float32 arithmetic; the micro target's compute is in integers)
+        return b.call("qnn.add", A, B, a_zero_point=_zp(A_zero_point),
+                      b_zero_point=_zp(B_zero_point), a_ratio=float(ra), b_ratio=float(rb),
+                      zero_point=_zp(C_zero_point), dtype=_out_dtype(C_zero_point, A))  # fmt: skip
     va = b.call("multiply", _dequant(b, A, _zp(A_zero_point)), b.const(ra))
     vb = b.call("multiply", _dequant(b, B, _zp(B_zero_point)), b.const(rb))
     return _finish(b, b.call("add", va, vb), _zp(C_zero_point), _out_dtype(C_zero_point, A))

@@ -323,3 +323,22 @@ def sum_pool2d(x, pool_size, strides, padding, dilation, zero_point=0) -> te.Ten
 
     return te.compute((n, c, oh, ow), lambda b, ch, i, j: te.sum(value(b, ch, i, j), axis=[ry, rx]),
                       name="sum_pool", tag="pool")  # fmt: skip
+
+
+def qlinear_add(a, b, a_zero_point, b_zero_point, a_ratio, b_ratio, zero_point, dtype):
+    """ORT's QLinearAdd: round_half_even(float32(a - za) * ra + float32(b - zb) * rb + zc),
+    saturated, in float32 as MLAS computes it."""
+    info = np.iinfo(dtype)
+    lo, hi = tir.const(float(info.min), "float32"), tir.const(float(info.max), "float32")
+    ra = tir.const(float(np.float32(a_ratio)), "float32")
+    rb = tir.const(float(np.float32(b_ratio)), "float32")
+
+    def side(x, zp, r, i):
+        return (x(*i).astype("int32") - int(zp)).astype("float32") * r
+
+    def f(*i):
+        v = side(a, a_zero_point, ra, i) + side(b, b_zero_point, rb, i)
+        v = v + tir.const(float(zero_point), "float32")
+        return te.min(te.max(tir_op.round(v), lo), hi).astype(dtype)
+
+    return te.compute(a.shape, f, name="qlinear_add", tag="broadcast")

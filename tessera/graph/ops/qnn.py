@@ -260,3 +260,33 @@ def _(x, *, pool_size, strides, padding, dilation, zero_point=0):
 
 
 sum_pool2d.schedule("generic")(topi_nn_schedule.schedule_pool)
+
+
+# -- add (ORT's QLinearAdd of two same-shape int8 tensors) -------------------------------------
+
+add = register_op("qnn.add", kind=OpKind.BROADCAST)
+
+
+@add.type_rule
+def _(a: TensorType, b: TensorType, a_zero_point=0, b_zero_point=0, a_ratio=1.0, b_ratio=1.0,
+      zero_point=0, dtype="int8"):  # fmt: skip
+    _require_data("qnn.add", a)
+    if a.dtype != b.dtype or a.shape != b.shape or dtype not in _DATA:
+        raise type_error("qnn.add", f"expects two int8/uint8 tensors of one type, {a} {b}")
+    return TensorType(a.shape, dtype)
+
+
+@add.reference
+def _(a, b, a_zero_point=0, b_zero_point=0, a_ratio=1.0, b_ratio=1.0, zero_point=0, dtype="int8"):
+    info = np.iinfo(dtype)
+    va = (a.astype(np.int32) - a_zero_point).astype(np.float32) * np.float32(a_ratio)
+    vb = (b.astype(np.int32) - b_zero_point).astype(np.float32) * np.float32(b_ratio)
+    v = (va + vb) + np.float32(zero_point)
+    return np.clip(np.round(v), info.min, info.max).astype(dtype)
+
+
+@add.compute
+def _(a, b, *, a_zero_point=0, b_zero_point=0, a_ratio=1.0, b_ratio=1.0, zero_point=0,
+      dtype="int8"):  # fmt: skip
+    return topi_qnn.qlinear_add(a, b, a_zero_point, b_zero_point, a_ratio, b_ratio, zero_point,
+                                dtype)  # fmt: skip
