@@ -71,7 +71,9 @@ def task_from_json(d: dict) -> Task:
 @dataclass(frozen=True)
 class Record:
     """One measurement: `seconds` (median) when it ran and matched the default's output, else
-    `error` (why it failed: "crash", "timeout", "wrong", or the exception)."""
+    `error` (why it failed: "crash", "timeout", "wrong", or the exception). `unit` says what
+    `seconds` holds: "seconds", or "instructions" (tessera.micro.tune: counted on an emulated
+    board, which models no time); the records of one (task, target) share a unit."""
 
     task: Task
     target: str  # the target fingerprint
@@ -82,15 +84,26 @@ class Record:
     features: tuple | None = None  # of the lowered loop program (features.py), when known
     again: bool = False  # a config measured again to confirm a winner (tuner._confirm)
     baseline: bool = False  # the task's default config, measured as the tuner's baseline
+    unit: str = "seconds"  # "instructions": counts on an emulated board (micro/tune.py)
 
     @staticmethod
     def of(
-        task, target, config, seconds=None, error=None, features=None, again=False, baseline=False
+        task,
+        target,
+        config,
+        seconds=None,
+        error=None,
+        features=None,
+        again=False,
+        baseline=False,
+        unit="seconds",
     ) -> Record:
         if features is not None:
             features = tuple(round(float(v), 4) for v in features)
         fp = target_fingerprint(target)
-        return Record(task, fp, config, seconds, error, time.time(), features, again, baseline)
+        return Record(
+            task, fp, config, seconds, error, time.time(), features, again, baseline, unit
+        )
 
     @property
     def ok(self) -> bool:
@@ -105,6 +118,7 @@ class Record:
             "seconds": self.seconds,
             "error": self.error,
             "timestamp": self.timestamp,
+            "unit": self.unit,
         }
         if self.features is not None:
             d["features"] = list(self.features)
@@ -131,6 +145,7 @@ class Record:
             features,
             bool(d.get("again", False)),
             bool(d.get("baseline", False)),
+            d.get("unit", "seconds"),
         )
 
 

@@ -2,9 +2,11 @@
 ops) that real exports contain, following ORT's kernels:
 
     QLinearAdd / QLinearMul        float32 of each dequantized side, combined, rounded, saturated
+                                   (QLinearAdd of one shape: qnn.add; integers on micro targets)
     QLinearSigmoid / LeakyRelu     a 256-entry table built at compile time (as ORT does), gathered
     QLinearConcat                  each input requantized to the output's scale (copied if equal)
     QLinearGlobalAveragePool       int32 window sums, one float32 requantize
+    QLinearAveragePool             int32 window sums (qnn.sum_pool2d), one requantize
     DynamicQuantizeMatMul          DynamicQuantizeLinear + the int8 matmul + scale and bias
     DynamicQuantizeLSTM            onnx_contrib_lstm.py
 
@@ -63,6 +65,11 @@ def qlinear_add(b, A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
                 C_zero_point=None):  # fmt: skip
     cs = _scale(C_scale)
     ra, rb = np.float32(_scale(A_scale) / cs), np.float32(_scale(B_scale) / cs)
+    if A.type.shape == B.type.shape and A.type.dtype == B.type.dtype:
+        # one op (the same float32 arithmetic; the micro target's compute is in integers)
+        return b.call("qnn.add", A, B, a_zero_point=_zp(A_zero_point),
+                      b_zero_point=_zp(B_zero_point), a_ratio=float(ra), b_ratio=float(rb),
+                      zero_point=_zp(C_zero_point), dtype=_out_dtype(C_zero_point, A))  # fmt: skip
     va = b.call("multiply", _dequant(b, A, _zp(A_zero_point)), b.const(ra))
     vb = b.call("multiply", _dequant(b, B, _zp(B_zero_point)), b.const(rb))
     return _finish(b, b.call("add", va, vb), _zp(C_zero_point), _out_dtype(C_zero_point, A))
@@ -143,8 +150,39 @@ def qlinear_global_average_pool(b, X, x_scale, x_zero_point, y_scale, y_zero_poi
     if xz:
         acc = b.call("subtract", acc, b.const(np.int32(xz * count)))
     ratio = np.float32(_scale(x_scale) / (_scale(y_scale) * np.float32(count)))
-    v = b.call("multiply", _as(b, acc, "float32"), b.const(ratio))
-    return _finish(b, v, _zp(y_zero_point), _out_dtype(y_zero_point, X))
+    return b.call("qnn.requantize", acc, b.const(ratio), zero_point=_zp(y_zero_point),
+                  dtype=_out_dtype(y_zero_point, X))  # fmt: skip
+
+
+@onnx_op("QLinearAveragePool", domain=MS)
+def qlinear_average_pool(b, X, x_scale, x_zero_point, y_scale, y_zero_point=None, *,
+                         auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+                         kernel_shape, pads=None, strides=None, channels_last=0):  # fmt: skip
+    """int32 window sums of x - zp (qnn.sum_pool2d), one requantize by xs / (ys * count), where
+    every window counts the same positions (2-D; no pads, or pads counted); else in float32."""
+    from tessera.frontend.onnx_nn import _spatial
+    from tessera.topi.nn.pooling import pool_output_size
+
+    if channels_last:
+        raise NodeError("QLinearAveragePool: channels_last=1 is not supported")
+    strides, dilations, pads = _spatial(b, X, kernel_shape, auto_pad, dilations, pads, strides)
+    size, nd = b.shape_of(X)[2:], len(kernel_shape)
+    floor = [pool_output_size(size[i], kernel_shape[i], strides[i], pads[i], pads[i + nd],
+                              dilations[i], 0) for i in range(nd)]  # fmt: skip
+    ceil = [pool_output_size(size[i], kernel_shape[i], strides[i], pads[i], pads[i + nd],
+                             dilations[i], ceil_mode) for i in range(nd)]  # fmt: skip
+    xz, yz, dtype = _zp(x_zero_point), _zp(y_zero_point), _out_dtype(y_zero_point, X)
+    ratio = _scale(x_scale) / _scale(y_scale)
+    if nd == 2 and floor == ceil and (count_include_pad or not any(pads)):
+        count = int(np.prod(kernel_shape))
+        acc = b.call("qnn.sum_pool2d", X, pool_size=tuple(kernel_shape), strides=tuple(strides),
+                     padding=tuple(pads), dilation=tuple(dilations), zero_point=xz)  # fmt: skip
+        scale = b.const(np.float32(ratio / np.float32(count)))
+        return b.call("qnn.requantize", acc, scale, zero_point=yz, dtype=dtype)
+    avg = b.call(f"nn.avg_pool{nd}d", _dequant(b, X, xz), pool_size=tuple(kernel_shape),
+                 strides=tuple(strides), padding=tuple(pads), dilation=tuple(dilations),
+                 ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad))  # fmt: skip
+    return _finish(b, b.call("multiply", avg, b.const(np.float32(ratio))), yz, dtype)
 
 
 @onnx_op("DynamicQuantizeMatMul", domain=MS)

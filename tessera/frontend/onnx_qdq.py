@@ -6,7 +6,7 @@ op's QLinear form before conversion, as ORT's own QDQ transformers do.
              y = Conv(xf, wf, bf); [y = Relu(y)]; yq = Q(y, ys, yz)
     after:   yq = QLinearConv(xq, xs, xz, wq, ws, wz, ys, yz, B) [; yq = Max(yq, yz)]
 
-Conv and MatMul (constant weight), Add (and a two-input Sum), Mul, GlobalAveragePool, Sigmoid,
+Conv and MatMul (constant weight), Add (and a two-input Sum), Mul, (Global)AveragePool, Sigmoid,
 LeakyRelu and Concat take their QLinear forms (com.microsoft for the element-wise ones); a ReLU
 between Conv or Add and the Q is max(y, zero point) on the integers; MaxPool and the shape ops
 (Reshape, Flatten, Transpose, Squeeze, Unsqueeze) whose input and output share a scale and zero
@@ -25,8 +25,8 @@ from onnx import helper, numpy_helper
 
 MS = "com.microsoft"
 _CONTRIB = {"Add": "QLinearAdd", "Sum": "QLinearAdd", "Mul": "QLinearMul", "GlobalAveragePool":
-            "QLinearGlobalAveragePool", "Sigmoid": "QLinearSigmoid",
-            "LeakyRelu": "QLinearLeakyRelu"}  # fmt: skip
+            "QLinearGlobalAveragePool", "AveragePool": "QLinearAveragePool",
+            "Sigmoid": "QLinearSigmoid", "LeakyRelu": "QLinearLeakyRelu"}  # fmt: skip
 _SAME_SCALE = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"}
 
 

@@ -11,10 +11,21 @@ differ from the default's is rejected (a tile changes the order of integer sums,
 value). Implementations that change the numerics (qnn.requantize's "fixed" and "float") are
 not tuned: they are a choice of results, not of speed. The measure is instructions, not time:
 QEMU does not model cycles (docs/micro.md).
+
+With `database=` (a path or an autotune Database) every measurement is appended as a tuning
+record with unit "instructions" (a rejected candidate as error "wrong"). A task's records are
+the whole model's count with the other tasks fixed (at their best when the task's turn came),
+its default included, so they compare among themselves; `apply_history_best(path, target)`
+then builds with each task's fewest:
+
+    tune_on_board(mod, params, target, board="mps2-an386", database="micro.db")
+    with tessera.autotune.apply_history_best("micro.db", target):
+        lib = tessera.build(mod, target=target, params=params)
 """
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -69,12 +80,21 @@ def _candidates(task, target, max_trials: int, rng: random.Random) -> list:
 
 
 def tune_on_board(mod, params, target, board: str = "mps2-an386", max_trials: int = 16,
-                  seed: int = 0) -> TuneResult:  # fmt: skip
-    """The configs with the fewest instructions on `board` (module docstring)."""
+                  seed: int = 0, database=None) -> TuneResult:  # fmt: skip
+    """The configs with the fewest instructions on `board` (module docstring); each
+    measurement also goes to `database` when one is given."""
     from tessera import autotune
+    from tessera.autotune.records import Database, Record
     from tessera.target import Target
 
     target = Target(target) if isinstance(target, str) else target
+    db = Database(database) if isinstance(database, (str, os.PathLike)) else database
+
+    def record(task, config, count):
+        if db is not None:
+            error = None if count is not None else "wrong"
+            db.append(Record.of(task, target, config, count, error, unit="instructions"))
+
     rng = random.Random(seed)
     inputs = _inputs(mod, params, seed)
     tasks = [t for t in autotune.extract_tasks(mod, params, target)
@@ -83,11 +103,14 @@ def tune_on_board(mod, params, target, board: str = "mps2-an386", max_trials: in
     base, expected = _measure(mod, params, target, {}, board, inputs)
     result = TuneResult({}, base, base)
     for task in tasks:
-        for config in _candidates(task, target, max_trials, rng)[1:]:
+        default, *others = _candidates(task, target, max_trials, rng)
+        record(task, default, result.best_instructions)  # the others at their best so far
+        for config in others:
             trial = {**best, task: config}
             count, outputs = _measure(mod, params, target, trial, board, inputs)
             same = all(np.array_equal(a, b) for a, b in zip(outputs, expected, strict=True))
             result.trials.append((task, config, count if same else None))
+            record(task, config, count if same else None)
             if same and count < result.best_instructions:
                 best[task] = config
                 result.best_instructions = count

@@ -403,3 +403,48 @@ def dequantize(acc, scale, zero_point: int = 0):
         return v.astype("float32") * scale(*idx)
 
     return te.compute(acc.shape, f, name="dequantize", tag="broadcast")
+
+
+def sum_pool2d(x, pool_size, strides, padding, dilation, zero_point=0) -> te.Tensor:
+    """NCHW uint8/int8 data -> int32 sums of x - zero_point over each window (tag "pool"); padded
+    positions add nothing (ONNX's QLinearAveragePool counts them as the zero point)."""
+    n, c, h, w = _static(x.shape)
+    (kh, kw), (sh, sw), (dh, dw) = pool_size, strides, dilation
+    pt, pl, pb, pr = padding
+    oh = conv_out_size(h, kh, sh, pt, pb, dh)
+    ow = conv_out_size(w, kw, sw, pl, pr, dw)
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    zp = te.const(int(zero_point), "int32")
+
+    def value(b, ch, i, j):
+        y, xx = i * sh - pt + ry * dh, j * sw - pl + rx * dw
+        conds = []
+        if pt or (oh - 1) * sh - pt + (kh - 1) * dh >= h:
+            conds += [y >= 0, y < h]
+        if pl or (ow - 1) * sw - pl + (kw - 1) * dw >= w:
+            conds += [xx >= 0, xx < w]
+        v = te.cast(x(b, ch, y, xx), "int32") - zp
+        return te.if_then_else(te.all(*conds), v, te.const(0, "int32")) if conds else v
+
+    return te.compute((n, c, oh, ow), lambda b, ch, i, j: te.sum(value(b, ch, i, j), axis=[ry, rx]),
+                      name="sum_pool", tag="pool")  # fmt: skip
+
+
+def qlinear_add(a, b, a_zero_point, b_zero_point, a_ratio, b_ratio, zero_point, dtype):
+    """ORT's QLinearAdd: round_half_even(float32(a - za) * ra + float32(b - zb) * rb + zc),
+    saturated, in float32 as MLAS computes it."""
+    info = np.iinfo(dtype)
+    lo, hi = tir.const(float(info.min), "float32"), tir.const(float(info.max), "float32")
+    ra = tir.const(float(np.float32(a_ratio)), "float32")
+    rb = tir.const(float(np.float32(b_ratio)), "float32")
+
+    def side(x, zp, r, i):
+        return (x(*i).astype("int32") - int(zp)).astype("float32") * r
+
+    def f(*i):
+        v = side(a, a_zero_point, ra, i) + side(b, b_zero_point, rb, i)
+        v = v + tir.const(float(zero_point), "float32")
+        return te.min(te.max(tir_op.round(v), lo), hi).astype(dtype)
+
+    return te.compute(a.shape, f, name="qlinear_add", tag="broadcast")

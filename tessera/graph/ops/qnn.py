@@ -18,6 +18,7 @@ from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import broadcast_shapes, type_error
 from tessera.topi import qnn as topi_qnn
+from tessera.topi.nn import schedule as topi_nn_schedule
 from tessera.topi.x86 import int8_conv2d, int8_dense
 
 _DATA = ("uint8", "int8")
@@ -257,3 +258,77 @@ def _(acc, scale, zero_point=0):
 @dequantize.compute
 def _(acc, scale, *, zero_point=0):
     return topi_qnn.dequantize(acc, scale, zero_point)
+
+
+# -- sum_pool2d (int8 average pools: the window sums, requantized by the caller) --------------
+
+sum_pool2d = register_op("qnn.sum_pool2d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@sum_pool2d.type_rule
+def _(x: TensorType, pool_size, strides, padding, dilation, zero_point=0):
+    _require_data("qnn.sum_pool2d", x)
+    if x.ndim != 4 or len(pool_size) != 2 or len(strides) != 2 or len(padding) != 4:
+        raise type_error("qnn.sum_pool2d", f"expects NCHW data, 2 sizes, 2 strides, 4 pads: {x}")
+    out = [
+        topi_qnn.conv_out_size(x.shape[2 + i], pool_size[i], strides[i], padding[i],
+                               padding[i + 2], dilation[i])  # fmt: skip
+        for i in range(2)
+    ]
+    if min(out) < 1:
+        raise type_error("qnn.sum_pool2d", f"window {pool_size} is larger than padded input {x}")
+    return TensorType((*x.shape[:2], *out), "int32")
+
+
+@sum_pool2d.reference
+def _(x, pool_size, strides, padding, dilation, zero_point=0):
+    xs = x.astype(np.int64) - zero_point
+    pt, pl, pb, pr = padding
+    xs = np.pad(xs, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    (kh, kw), (sh, sw), (dh, dw) = pool_size, strides, dilation
+    oh = (xs.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (xs.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros((*x.shape[:2], oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            y += xs[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh,
+                    j * dw : j * dw + (ow - 1) * sw + 1 : sw]  # fmt: skip
+    return y.astype(np.int32)
+
+
+@sum_pool2d.compute
+def _(x, *, pool_size, strides, padding, dilation, zero_point=0):
+    return topi_qnn.sum_pool2d(x, pool_size, strides, padding, dilation, zero_point)
+
+
+sum_pool2d.schedule("generic")(topi_nn_schedule.schedule_pool)
+
+
+# -- add (ORT's QLinearAdd of two same-shape int8 tensors) -------------------------------------
+
+add = register_op("qnn.add", kind=OpKind.BROADCAST)
+
+
+@add.type_rule
+def _(a: TensorType, b: TensorType, a_zero_point=0, b_zero_point=0, a_ratio=1.0, b_ratio=1.0,
+      zero_point=0, dtype="int8"):  # fmt: skip
+    _require_data("qnn.add", a)
+    if a.dtype != b.dtype or a.shape != b.shape or dtype not in _DATA:
+        raise type_error("qnn.add", f"expects two int8/uint8 tensors of one type, {a} {b}")
+    return TensorType(a.shape, dtype)
+
+
+@add.reference
+def _(a, b, a_zero_point=0, b_zero_point=0, a_ratio=1.0, b_ratio=1.0, zero_point=0, dtype="int8"):
+    info = np.iinfo(dtype)
+    va = (a.astype(np.int32) - a_zero_point).astype(np.float32) * np.float32(a_ratio)
+    vb = (b.astype(np.int32) - b_zero_point).astype(np.float32) * np.float32(b_ratio)
+    v = (va + vb) + np.float32(zero_point)
+    return np.clip(np.round(v), info.min, info.max).astype(dtype)
+
+
+@add.compute
+def _(a, b, *, a_zero_point=0, b_zero_point=0, a_ratio=1.0, b_ratio=1.0, zero_point=0,
+      dtype="int8"):  # fmt: skip
+    return topi_qnn.qlinear_add(a, b, a_zero_point, b_zero_point, a_ratio, b_ratio, zero_point,
+                                dtype)  # fmt: skip

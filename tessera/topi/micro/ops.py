@@ -10,7 +10,7 @@ transform/fixed_point_requantize.py where the micro strategy of qnn.requantize s
 from __future__ import annotations
 
 from tessera.graph.ir import TensorType
-from tessera.graph.op import OpKind, register_op
+from tessera.graph.op import OpKind, get_op, register_op
 from tessera.graph.ops.common import broadcast_shapes, type_error
 from tessera.topi.micro import requantize as fixed
 
@@ -39,3 +39,6 @@ def _(acc, mult, shift, zero_point=0, dtype="int8"):
 @requantize_fixed.compute
 def _(acc, mult, shift, *, zero_point=0, dtype="int8"):
     return fixed.requantize_fixed(acc, mult, shift, zero_point=zero_point, dtype=dtype)
+
+
+get_op("qnn.add").rules["compute:micro"] = fixed.qlinear_add_micro  # Note [fixed-point add]
