@@ -7,7 +7,7 @@
 The products are sum x_u * w' (Note [int8 operands] in tessera/topi/qnn.py): the zero point of
 x is compensated by the caller with ordinary graph ops (they fuse into the kernel's epilogue).
 Each op's reference is the integer arithmetic in numpy (int64, wrapped to int32), the oracle of
-the tests. The x86 schedules are in topi/x86/int8_dense.py and int8_conv2d.py.
+the tests. The CPU schedules are registered by topi/x86/ops.py (int8_dense.py, int8_conv2d.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import broadcast_shapes, type_error
 from tessera.topi import qnn as topi_qnn
 from tessera.topi.nn import schedule as topi_nn_schedule
-from tessera.topi.x86 import int8_conv2d, int8_dense
 
 _DATA = ("uint8", "int8")
 
@@ -59,9 +58,6 @@ def _(x, wp, *, units):
     return topi_qnn.qnn_dense(x, wp, units)
 
 
-dense.schedule("generic")(int8_dense.schedule_qnn_dense)
-dense.schedule("x86")(int8_dense.schedule_qnn_dense)
-
 # -- batch_matmul (both operands at run time) ---------------------------------------------------
 
 batch_matmul = register_op("qnn.batch_matmul", kind=OpKind.OUT_ELEMWISE_FUSABLE)
@@ -87,9 +83,6 @@ def _(a, b):
 def _(a, b):
     return topi_qnn.qnn_batch_matmul(a, b)
 
-
-batch_matmul.schedule("generic")(int8_dense.schedule_qnn_batch_matmul)
-batch_matmul.schedule("x86")(int8_dense.schedule_qnn_batch_matmul)
 
 # -- conv2d -----------------------------------------------------------------------------------
 
@@ -139,9 +132,6 @@ def _(x, w4, *, strides, padding, dilation, groups=1, pad_value=0):
                                groups=groups, pad_value=pad_value)  # fmt: skip
 
 
-conv2d.schedule("generic")(int8_conv2d.schedule_qnn_conv2d)
-conv2d.schedule("x86")(int8_conv2d.schedule_qnn_conv2d)
-
 # -- conv2d with output channels in vectors (the "channels" implementation of qnn.conv2d) ------
 
 conv2d_packed = register_op("qnn.conv2d_packed", kind=OpKind.OUT_ELEMWISE_FUSABLE)
@@ -180,9 +170,6 @@ def _(x, wb, *, strides, padding, dilation, channels, pad_value=0, config=None):
     return topi_qnn.qnn_conv2d_packed(x, wb, strides=strides, padding=padding, dilation=dilation,
                                       pad_value=pad_value, channels=channels)  # fmt: skip
 
-
-conv2d_packed.schedule("generic")(int8_conv2d.schedule_qnn_conv2d_packed)
-conv2d_packed.schedule("x86")(int8_conv2d.schedule_qnn_conv2d_packed)
 
 # -- requantize -------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from tessera.topi.strategy import Config
 from tessera.topi.x86 import batch_matmul as x86_bmm
 from tessera.topi.x86 import conv2d as x86_conv2d
 from tessera.topi.x86 import dense as x86_dense
+from tessera.topi.x86 import int8_conv2d, int8_dense
 from tessera.topi.x86 import norm as x86_norm
 from tessera.topi.x86 import pooling as x86_pooling
 from tessera.topi.x86 import softmax as x86_softmax
@@ -278,3 +279,17 @@ for _name in ("nn.batch_matmul", "matmul", "nn.dense"):
 get_op("nn.layer_norm").schedule("x86")(x86_norm.schedule_layer_norm)
 for _name in ("nn.softmax", "nn.log_softmax"):
     get_op(_name).schedule("x86")(x86_softmax.schedule_rows)
+
+
+# -- CPU schedules of the int8 ops (graph/ops/qnn.py) -------------------------------------------
+# the VNNI/AVX-512/AVX2 micro-kernels' rules are over the vector width and registers (the C
+# target's portable dot product takes the same loops): right for any CPU, as dense_packed's
+
+for _name, _schedule in (
+    ("qnn.dense", int8_dense.schedule_qnn_dense),
+    ("qnn.batch_matmul", int8_dense.schedule_qnn_batch_matmul),
+    ("qnn.conv2d", int8_conv2d.schedule_qnn_conv2d),
+    ("qnn.conv2d_packed", int8_conv2d.schedule_qnn_conv2d_packed),
+):
+    get_op(_name).schedule("generic")(_schedule)
+    get_op(_name).schedule("x86")(_schedule)
