@@ -29,19 +29,34 @@ def _cases():
     from tessera.models_control import branch_on_input, greedy_decoder
 
     rng = np.random.default_rng(0)
-    yield "branch_on_input", branch_on_input(), None, {
-        "x": rng.standard_normal((2, 3)).astype(np.float32),
-        "flag": np.array(1.0, np.float32),
-    }
-    yield "greedy_decoder", greedy_decoder(vocab=64, hidden=64, max_len=32), None, {
-        "src": rng.integers(0, 64, 5).astype(np.int64),
-    }
+    yield (
+        "branch_on_input",
+        branch_on_input(),
+        None,
+        {
+            "x": rng.standard_normal((2, 3)).astype(np.float32),
+            "flag": np.array(1.0, np.float32),
+        },
+    )
+    yield (
+        "greedy_decoder",
+        greedy_decoder(vocab=64, hidden=64, max_len=32),
+        None,
+        {
+            "src": rng.integers(0, 64, 5).astype(np.int64),
+        },
+    )
     if SILERO.exists():
-        yield "silero_vad", str(SILERO), {"input": (1, 512), "state": (2, 1, 128), "sr": ()}, {
-            "input": (rng.standard_normal((1, 512)) * 0.1).astype(np.float32),
-            "state": np.zeros((2, 1, 128), np.float32),
-            "sr": np.array(16000, np.int64),
-        }
+        yield (
+            "silero_vad",
+            str(SILERO),
+            {"input": (1, 512), "state": (2, 1, 128), "sr": ()},
+            {
+                "input": (rng.standard_normal((1, 512)) * 0.1).astype(np.float32),
+                "state": np.zeros((2, 1, 128), np.float32),
+                "sr": np.array(16000, np.int64),
+            },
+        )
 
 
 def main(argv=None) -> int:

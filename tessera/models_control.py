@@ -1,7 +1,7 @@
 """Small models with control flow, built with onnx.helper: tests and examples run them.
 
-    greedy_decoder(vocab=16, hidden=8, max_len=12)   # a seq2seq's greedy decoding: Loop to EOS
-    branch_on_input()                                 # If on the sign of an input value
+greedy_decoder(vocab=16, hidden=8, max_len=12)   # a seq2seq's greedy decoding: Loop to EOS
+branch_on_input()                                 # If on the sign of an input value
 """
 
 from __future__ import annotations

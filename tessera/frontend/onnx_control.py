@@ -89,7 +89,6 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
     return (*states, *stacked)
 
 
-
 def _outer(b, *graphs) -> list[str]:
     """The outer names the subgraphs read whose values are computed at run time."""
     from tessera.frontend.onnx import free_names

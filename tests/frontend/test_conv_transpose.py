@@ -33,7 +33,9 @@ def _subpixel(x, w, **attrs):
 # strides (taken off the input padding), output padding past the last tap
 AXES = [
     axis
-    for axis in itertools.product((1, 2, 3, 4, 5), (1, 2, 3), (1, 2, 3), (0, 1, 4), (0, 2), (0, 1, 2))
+    for axis in itertools.product(
+        (1, 2, 3, 4, 5), (1, 2, 3), (1, 2, 3), (0, 1, 4), (0, 2), (0, 1, 2)
+    )
     if axis[5] < max(axis[1], axis[2])
 ]
 
@@ -44,13 +46,17 @@ def test_subpixel_form_equals_the_definition_1d(groups):
     checked = 0
     for k, s, d, pb, pe, op in AXES:
         w = R.standard_normal((4, 3, k)).astype(np.float32)
-        attrs = dict(strides=(s,), padding=(pb, pe), dilation=(d,), groups=groups, output_padding=(op,))
+        attrs = dict(
+            strides=(s,), padding=(pb, pe), dilation=(d,), groups=groups, output_padding=(op,)
+        )
         expected = nn_ref.conv_transpose(x, w, **attrs)
         if expected.shape[2] <= 0:
             continue
         got, ops = _subpixel(x, w, **attrs)
         assert "nn.conv1d_transpose" not in ops and "nn.conv1d" in ops
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5, err_msg=str((k, s, d, pb, pe, op)))
+        np.testing.assert_allclose(
+            got, expected, rtol=1e-5, atol=1e-5, err_msg=str((k, s, d, pb, pe, op))
+        )
         checked += 1
     assert checked > 300
 
@@ -61,9 +67,17 @@ def test_subpixel_form_equals_the_definition_1d(groups):
      ((2, 4, 4, 4), (4, 5, 2, 2), (2, 2), (1, 1), (0, 0, 0, 0), (0, 0), 1),
      ((1, 4, 3, 3, 3), (4, 1, 2, 3, 2), (2, 1, 3), (1, 1, 2), (0, 1, 2, 1, 0, 1), (1, 0, 1), 4)],
 )  # fmt: skip
-def test_subpixel_form_equals_the_definition_nd(xs, ws, strides, dilation, padding, output_padding, groups):
+def test_subpixel_form_equals_the_definition_nd(
+    xs, ws, strides, dilation, padding, output_padding, groups
+):
     x, w = R.standard_normal(xs).astype(np.float32), R.standard_normal(ws).astype(np.float32)
-    attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups, output_padding=output_padding)
+    attrs = dict(
+        strides=strides,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        output_padding=output_padding,
+    )
     got, _ = _subpixel(x, w, **attrs)
     np.testing.assert_allclose(got, nn_ref.conv_transpose(x, w, **attrs), rtol=1e-5, atol=1e-5)
 

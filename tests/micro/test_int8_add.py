@@ -79,7 +79,8 @@ def test_int8_add_is_fixed_point_on_micro(case):
     ratios = [np.float32(np.float32(s) / np.float32(scales[2])) for s in scales[:2]]
     form = add_fixed_form(*ratios)
     np.testing.assert_array_equal(
-        y, add_fixed_reference(a, b, zps[0], zps[1], form, zps[2], np.dtype(dtype).name))
+        y, add_fixed_reference(a, b, zps[0], zps[1], form, zps[2], np.dtype(dtype).name)
+    )
     expected = _ort(model, a, b).astype(np.int32)
     assert np.abs(y.astype(np.int32) - expected).max() <= 1
     if case == "ties_powers_of_two":  # exact ratios: ORT's half-to-even ties, bit for bit

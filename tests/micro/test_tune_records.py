@@ -66,5 +66,3 @@ def test_tune_on_board_writes_the_database_that_the_build_uses(tmp_path):
         lib = _build(model, x)
     assert task in ctx.used and ctx.configs[task] == result.configs.get(task, mine[0].config)
     np.testing.assert_array_equal(_host(lib, x), _host(_build(model, x), x))
-
-

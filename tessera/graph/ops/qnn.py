@@ -258,8 +258,9 @@ def _(x: TensorType, pool_size, strides, padding, dilation, zero_point=0):
     if x.ndim != 4 or len(pool_size) != 2 or len(strides) != 2 or len(padding) != 4:
         raise type_error("qnn.sum_pool2d", f"expects NCHW data, 2 sizes, 2 strides, 4 pads: {x}")
     out = [
-        topi_qnn.conv_out_size(x.shape[2 + i], pool_size[i], strides[i], padding[i],
-                               padding[i + 2], dilation[i])  # fmt: skip
+        topi_qnn.conv_out_size(
+            x.shape[2 + i], pool_size[i], strides[i], padding[i], padding[i + 2], dilation[i]
+        )  # fmt: skip
         for i in range(2)
     ]
     if min(out) < 1:
