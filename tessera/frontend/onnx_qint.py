@@ -4,12 +4,12 @@
     acc = int_matmul(b, a, bmat, a_zp, b_zp)             # the same for a @ b
     y = requantize(b, acc, scale, y_zp, dtype)           # ORT's float32 rounding
 
-A product runs on qnn.conv2d / qnn.dense when the weight and its zero point are constants and
-the weight minus its zero point fits int8 (always for int8 weights with zero point 0, and for
-uint8 weights with zero point 128): then sum (x - zx) w' = sum x_u w' - zx_u sum w' (Note [int8
-operands] in topi/qnn.py), the second term a constant, or, for a zero point computed at run time
-(DynamicQuantizeLinear), a product by the constant column sums. Otherwise the caller falls back
-(matmul: int32 matmul; conv: the exact float64 conv).
+A product runs on qnn.conv2d / qnn.dense when the weight and its zero point are constants: then
+sum (x - zx) w' = sum x_u w' - zx_u sum w' (Note [int8 operands] in topi/qnn.py), the second
+term a constant, or, for a zero point computed at run time (DynamicQuantizeLinear), a product by
+the constant sums. A matmul needs w' = w - zw within int8 (always for int8 weights with zero
+point 0, and for uint8 weights with zero point 128); a conv splits a wider one (Note [wide conv
+weights]). Otherwise the caller falls back (matmul: int32 matmul; conv: the exact float64 conv).
 """
 
 from __future__ import annotations
@@ -56,24 +56,88 @@ def _x_unsigned_zp(x, zp):
 
 
 def int_conv(b, x, w, x_zp, w_zp, strides, pads, dilations, group):
-    """int32 sum (x - zx)(w - zw) of a 2-D conv on qnn.conv2d, or None (not on the fast path)."""
+    """int32 sum (x - zx)(w - zw) of a 2-D conv on qnn.conv2d, or None (not on the fast path).
+
+    Note [wide conv weights]: a uint8 weight with a zero point far from 128 (ORT's dynamic
+    quantization writes them) leaves w - zw outside int8. Then w - zw = (w - c) + (c - zw)
+    with c = 128 (uint8) or 0 (int8), w - c int8, and the second part a per-channel shift s:
+    sum (x - zx)(w - zw) = sum (x - zx)(w - c) + s * sum (x - zx), the last a window sum of
+    the data (a qnn.conv2d with a ones weight, one output per group). A zero point computed at
+    run time (DynamicQuantizeLinear) pads the data explicitly with it (a where over the padded
+    data), so every window position is compensated alike."""
     wa = _const(w)
     if wa is None or wa.ndim != 4 or str(x.type.dtype) not in ("uint8", "int8"):
         return None
-    zw = _zp_array(w_zp, wa.shape[0])
-    zx = _x_unsigned_zp(x, x_zp)
-    if zw is None or zx is None:
+    out_channels = wa.shape[0]
+    zw = _zp_array(w_zp, out_channels)
+    if zw is None or str(wa.dtype) not in ("uint8", "int8"):
         return None
     w8 = _weight_int8(wa, zw, 0)
+    shift = np.zeros(out_channels, np.int64)
     if w8 is None:
-        return None
-    acc = b.call("qnn.conv2d", x, b.const(topi_qnn.pack_conv_weight(w8)), strides=strides,
-                 padding=pads, dilation=dilations, groups=group, pad_value=zx)  # fmt: skip
-    # padded positions read zx_u too, so every window position is compensated
-    comp = zx * w8.astype(np.int64).sum(axis=(1, 2, 3))
-    if not comp.any():
-        return acc
-    return b.call("subtract", acc, b.const(comp.astype(np.int32).reshape(-1, 1, 1)))
+        c = 128 if str(wa.dtype) == "uint8" else 0
+        w8 = (wa.astype(np.int64) - c).astype(np.int8)
+        shift = c - zw
+    zx = _x_unsigned_zp(x, x_zp)
+    if zx is None:  # run time: pad with it here, then convolve without padding
+        zx = _x_unsigned_runtime(b, x, x_zp)
+        x, pads = _pad_with(b, x, pads, zx), (0, 0, 0, 0)
+        pad_value = 0
+    else:
+        pad_value = zx
+
+    def conv(weight):
+        return b.call("qnn.conv2d", x, b.const(topi_qnn.pack_conv_weight(weight)),
+                      strides=strides, padding=pads, dilation=dilations, groups=group,
+                      pad_value=pad_value)  # fmt: skip
+
+    def times_zx(values: np.ndarray):  # zx_u * values, shaped (O, 1, 1), int32
+        if isinstance(zx, int):
+            return b.const((zx * values).astype(np.int32).reshape(-1, 1, 1))
+        return b.call("multiply", zx, b.const(values.astype(np.int32).reshape(-1, 1, 1)))
+
+    acc = conv(w8)
+    # window positions (pads included) read zx_u, so each is compensated alike
+    weight_sums = w8.astype(np.int64).sum(axis=(1, 2, 3))
+    if weight_sums.any():
+        acc = b.call("subtract", acc, times_zx(weight_sums))
+    if shift.any():
+        per_group = wa.shape[1] * wa.shape[2] * wa.shape[3]
+        ones = np.ones((group, *wa.shape[1:]), np.int8)
+        sums = conv(ones)  # (N, group, OH, OW): the window sums of x_u
+        if group > 1:
+            n, _, oh, ow = sums.type.shape
+            sums = b.reshape(sums, (n, group, 1, oh, ow))
+            sums = b.call("expand", sums, shape=(n, group, out_channels // group, oh, ow))
+            sums = b.reshape(sums, (n, out_channels, oh, ow))
+        window = b.call("subtract", sums, times_zx(np.full(1, per_group, np.int64)))
+        acc = b.call("add", acc, b.call("multiply", window, b.const(
+            shift.astype(np.int32).reshape(-1, 1, 1))))  # fmt: skip
+    return acc
+
+
+def _x_unsigned_runtime(b, x, zp):
+    """zx_u as an int32 scalar computed at run time (x's zero point plus 128 for int8 data)."""
+    zpv = b.call("cast", b.reshape(zp, ()), dtype="int32")
+    if str(x.type.dtype) == "int8":
+        zpv = b.call("add", zpv, b.const(np.int32(128)))
+    return zpv
+
+
+def _pad_with(b, x, pads, zx):
+    """x padded by the conv's pads (top, left, bottom, right) with the run-time value zx_u."""
+    if not any(pads):
+        return x
+    n, c, h, w = x.type.shape
+    top, left, bottom, right = pads
+    widths = (0, 0, top, left, 0, 0, bottom, right)
+    padded = b.call("pad", x, pad_width=widths)
+    inside = np.zeros((1, 1, h + top + bottom, w + left + right), bool)
+    inside[:, :, top : top + h, left : left + w] = True
+    fill = b.call("cast", zx, dtype=str(x.type.dtype))
+    if str(x.type.dtype) == "int8":  # zx_u - 128 is the int8 value that reads as zx_u
+        fill = b.call("cast", b.call("subtract", zx, b.const(np.int32(128))), dtype="int8")
+    return b.call("where", b.const(inside), padded, fill)
 
 
 def int_matmul(b, a, bmat, a_zp, b_zp):

@@ -168,3 +168,43 @@ def test_conv_integer_bit_exact():
     model = make_model([node], {"x": x}, ["y"], {"w": wt, "xz": np.uint8(9)}, opset=13)
     (got,), mod = run_tessera(model, {"x": x})
     np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize(
+    "xdt, wdt, wz, group, pads, strides",
+    [
+        ("uint8", "uint8", [91], 1, [1, 1, 1, 1], [2, 2]),  # ORT's dynamic quantization: wide
+        ("uint8", "uint8", [200], 2, [0, 1, 2, 1], [1, 1]),  # grouped, uneven pads
+        ("uint8", "uint8", [0], 1, [1, 1, 1, 1], [1, 1]),  # no zero point: w up to 255
+        ("int8", "int8", [-100], 1, [1, 1, 1, 1], [1, 2]),  # int8 weights minus -100: wide
+        ("uint8", "uint8", [128], 4, [1, 1, 1, 1], [1, 1]),  # fits int8: one conv
+    ],
+)
+def test_dynamic_quantize_conv_integer_wide_weights(xdt, wdt, wz, group, pads, strides):
+    """DynamicQuantizeLinear (zero point at run time) -> ConvInteger whose weight minus its zero
+    point leaves int8 (Note [wide conv weights]): on qnn.conv2d, bit-exact with ORT."""
+    cin, cout = 8, 8
+    x = (R.standard_normal((1, cin, 7, 9)) * 3 + 1).astype(np.float32)
+    w = _q((cout, cin // group, 3, 3), wdt)
+    zw = np.array(wz, wdt)  # ORT's ConvInteger takes one weight zero point only
+    nodes = [N("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"])]
+    xq = "xq"
+    if xdt == "int8":  # shift the uint8 data into int8 (its zero point with it)
+        nodes += [
+            N("Cast", ["xq"], ["x16"], to=6),
+            N("Sub", ["x16", "c128"], ["x16s"]),
+            N("Cast", ["x16s"], ["xq8"], to=3),
+            N("Cast", ["xz"], ["z16"], to=6),
+            N("Sub", ["z16", "c128"], ["z16s"]),
+            N("Cast", ["z16s"], ["xz8"], to=3),
+        ]
+        xq, xz = "xq8", "xz8"
+    else:
+        xz = "xz"
+    nodes.append(N("ConvInteger", [xq, "w", xz, "wz"], ["y"], pads=pads, strides=strides,
+                   group=group))  # fmt: skip
+    inits = {"w": w, "wz": zw, "c128": np.int32(128)}
+    model = make_model(nodes, {"x": x}, ["y"], inits, opset=13)
+    (got,), mod = run_tessera(model, {"x": x})
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
+    assert "qnn.conv2d" in ops_of(mod) and "nn.conv2d" not in ops_of(mod)
