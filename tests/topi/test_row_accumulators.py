@@ -109,3 +109,15 @@ def test_every_accumulator_count_is_correct(n):
 def _lanes(task) -> int:
     dtype = "float64" if task.workload.op == "nn.layer_norm" else "float32"
     return HOST.vector_lanes(dtype)
+
+
+def test_schedule_records_the_config():
+    from tessera.topi.strategy import ConfigRecord
+    from tessera.topi.x86.softmax import schedule_rows
+
+    x = te.placeholder((2, 1000), "float32", name="x")
+    config = Config("rows", accumulators=2, stack_bytes=0)
+    with HOST, computing_with(config):
+        y = topi_nn.softmax(x)
+    s = schedule_rows([y], HOST, config=config)
+    assert ConfigRecord(config.as_attr()) in s.steps
