@@ -8,10 +8,12 @@ Note [lane split]: over the last axis each row reduction (the max, the sum) is t
 partial over (rows, split) whose lane l reduces x[.., l + split * k] over k (tag
 "row_partial": a schedule vectorizes l, so the partials live in vector registers and each step
 is one vector op), then the row (tag "row_combine") reduces the split partials and the
-n % split tail elements. `row_split` gives the split: the knob `accumulators` of the group's
-config (x86 strategy "rows"), by default the rule `row_accumulators`: one vector for short
-rows (the combine reduces every lane, serially, once per row), up to ROW_ACCUMULATORS vectors
-for long rows (independent accumulators: one chain of vector adds waits on each add's latency).
+n % split tail elements. `row_split` gives the split: the knob `split` of the group's config
+(x86 strategy "rows"), by default the rule `default_split`: one vector for short rows (the
+combine reduces every lane, serially, once per row), up to ROW_ACCUMULATORS vectors for long
+rows (independent accumulators: one chain of vector adds waits on each add's latency).
+Lowering computes with no current target, so builds take vectors of ROW_LANES (16) on every
+target and dtype; the strategy's default is that split.
 Measured (bench/nn_ops.py, AVX-512): 4 x 32768 rows 15% faster at 64 lanes than 16, 12 x 64
 x 64 rows 2x slower at 64 lanes than 16. softmax keeps exp(x - m) in a row stage
 `softmax_exp` (attrs["row_stage"]) that the row sum and the output both read: one exp per
@@ -84,17 +86,21 @@ def row_accumulators(n: int, lanes: int) -> int:
     return max(1, min(ROW_ACCUMULATORS, n // (lanes * LONG_ROW_STEPS)))
 
 
+def default_split(n: int, lanes: int) -> int:
+    """The rule's split of a row of n elements into vectors of `lanes` (Note [lane split])."""
+    return lanes * row_accumulators(n, lanes)
+
+
 def row_split(n: int, dtype) -> int:
-    """The lanes a row reduction of n elements is split into (Note [lane split]): vectors of
-    the current target, as many as the group's config says (knob `accumulators` of the x86
-    "rows" strategy), else as `row_accumulators`."""
+    """The lanes a row reduction of n elements is split into (Note [lane split]): the group's
+    config (knob `split` of the x86 "rows" strategy), else `default_split` over the vectors of
+    the current target (ROW_LANES where none is current, as when lowering computes a group)."""
+    config = compute_config()
+    if config is not None and "split" in config:
+        return config["split"]
     target = Target.current()
     cpu = target is not None and target.kind_info.cpu
-    lanes = target.vector_lanes(dtype) if cpu else ROW_LANES
-    config = compute_config()
-    if config is not None and "accumulators" in config:
-        return lanes * config["accumulators"]
-    return lanes * row_accumulators(n, lanes)
+    return default_split(n, target.vector_lanes(dtype) if cpu else ROW_LANES)
 
 
 def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):

@@ -23,8 +23,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
                      parallel (the parallel loop when tiles have tails: Note [tails] in dense.py)
     nchwc (pools)    column_group (output columns in flight), pad_rows (Note [pool rows])
-    rows             stack_bytes (row buffers up to this size on the stack), accumulators
-                     (vectors of a row reduction's split: Note [lane split] in nn/softmax.py)
+    rows             stack_bytes (row buffers up to this size on the stack), split (the lanes
+                     of a row reduction's partial: Note [lane split] in nn/softmax.py)
 
 A layout hook (`layout=`) answers graph passes: given the task's workload, a config and what
 the pass knows of the input (`context`: "in_block", "in_channels", "in_padded", "winograd"), it
@@ -40,7 +40,7 @@ import numpy as np
 
 from tessera.topi.layout import transform_array
 from tessera.topi.nn.norm import _acc as _norm_acc
-from tessera.topi.nn.softmax import row_accumulators
+from tessera.topi.nn.softmax import ROW_LANES, default_split
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.x86 import (
     int8_strategy,  # noqa: F401  (qnn.conv2d's strategy)
@@ -573,14 +573,16 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     if not xs or not all(isinstance(d, int) for d in xs) or axis not in (-1, len(xs) - 1):
         return None
     sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
-    # the row split's vectors (Note [lane split] in topi/nn/softmax.py), of the dtype it reduces
+    # the row split (Note [lane split] in topi/nn/softmax.py): 1, 2, 4 or 8 vectors of the
+    # target for the dtype it reduces; the default is the rule as lowering computes it, over
+    # ROW_LANES (no target is current there)
     n, dtype = xs[-1], str(_norm_acc(xd)) if wl.op == "nn.layer_norm" else xd
     lanes = max(1, target.vector_lanes(dtype))
-    default = row_accumulators(n, lanes)
-    counts = sorted({a for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
+    default = default_split(n, ROW_LANES)
+    splits = sorted({a * lanes for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
     knobs = [
         Knob("stack_bytes", sizes, default=STACK_BYTES),
-        Knob("accumulators", tuple(counts), default=default),
+        Knob("split", tuple(splits), default=default),
     ]
     return ConfigSpace(knobs)
 

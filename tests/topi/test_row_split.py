@@ -1,6 +1,6 @@
-"""The knob `accumulators` of the x86 "rows" strategy (softmax, log_softmax, layer_norm: Note
-[lane split] in topi/nn/softmax.py): it reaches the computes' row split through the group's
-config, every candidate builds correct kernels, and the default is the rule it replaced."""
+"""The knob `split` of the x86 "rows" strategy (softmax, log_softmax, layer_norm: Note [lane
+split] in topi/nn/softmax.py): it reaches the computes' row split through the group's config,
+every candidate builds correct kernels, and the default is the split builds used before."""
 
 import random
 
@@ -14,7 +14,14 @@ from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model
 from tessera.runtime import GraphModule, cpu
 from tessera.topi import nn as topi_nn
-from tessera.topi.nn.softmax import LONG_ROW_STEPS, ROW_ACCUMULATORS, row_accumulators
+from tessera.topi.nn.softmax import (
+    LONG_ROW_STEPS,
+    ROW_ACCUMULATORS,
+    ROW_LANES,
+    default_split,
+    row_accumulators,
+    row_split,
+)
 from tessera.topi.strategy import Config, computing_with
 
 HOST = tessera.Target("llvm")
@@ -56,11 +63,25 @@ def test_rule_is_the_old_literal_rule():
             assert row_accumulators(n, lanes) == old
 
 
+def test_build_default_is_the_split_lowering_computed_before():
+    """Lowering computes with no current target: the split it used is the rule over ROW_LANES,
+    on every target and dtype; the strategy's default is that split."""
+    import tessera.topi.x86.strategy  # noqa: F401  (registers the rows strategy)
+    from tessera.topi.strategy import Task, Workload
+
+    for target in (HOST, tessera.Target("llvm -mcpu=haswell")):
+        for op in ("nn.softmax", "nn.layer_norm"):
+            for n in (7, 100, 768, 1000, 4099, 1 << 15):
+                assert row_split(n, "float32") == default_split(n, ROW_LANES)  # no target
+                wl = Workload(op, (((2, n), "float32"),), (("axis", -1),), (False,), (2, n))
+                assert Task(wl, "x86").default(target)["split"] == row_split(n, "float32")
+
+
 def test_config_reaches_the_row_split():
     x = te.placeholder((2, 1000), "float32", name="x")
     with HOST:
         default = topi_nn.softmax(x)
-        with computing_with(Config("rows", accumulators=3, stack_bytes=0)):
+        with computing_with(Config("rows", split=48, stack_bytes=0)):
             three = topi_nn.softmax(x)
 
     def split(y):
@@ -76,39 +97,30 @@ def test_config_reaches_the_row_split():
         raise AssertionError("no row_partial stage")
 
     lanes = HOST.vector_lanes("float32")
-    assert split(default) == lanes * row_accumulators(1000, lanes)
-    assert split(three) == lanes * 3
+    assert split(default) == default_split(1000, lanes)
+    assert split(three) == 48
 
 
 @pytest.mark.parametrize("n", [40, 1000, 4099])
-def test_every_accumulator_count_is_correct(n):
+def test_every_split_is_correct(n):
     model, g, b = _model(n)
     x = (np.random.default_rng(1).standard_normal((3, n)) * 3).astype(np.float32)
     want = _reference(x.astype(np.float64), g, b)  # layer_norm magnifies float32 rounding
     mod, params = from_onnx(model)
     tasks = [t for t in autotune.extract_tasks(mod, params, HOST) if t.key == "x86"]
     assert {t.workload.op for t in tasks} >= {"nn.softmax", "nn.layer_norm"}
-    counts = set()
+    splits = {}
     for t in tasks:
-        space = t.implementations(HOST)["rows"]
-        (knob,) = [k for k in space.knobs if k.name == "accumulators"]
-        assert t.default(HOST)["accumulators"] == row_accumulators(n, _lanes(t))
-        counts |= set(knob.candidates)
+        (knob,) = [k for k in t.implementations(HOST)["rows"].knobs if k.name == "split"]
+        splits[t] = knob.candidates
     rng = random.Random(n)
-    for a in sorted(counts):
-        configs = {}
-        for t in tasks:
-            space = t.implementations(HOST)["rows"]
-            (knob,) = [k for k in space.knobs if k.name == "accumulators"]
-            pick = a if a in knob.candidates else rng.choice(knob.candidates)
-            configs[t] = Config("rows", accumulators=pick, stack_bytes=rng.choice((0, 65536)))
+    for k in range(max(len(c) for c in splits.values())):
+        configs = {
+            t: Config("rows", split=c[k % len(c)], stack_bytes=rng.choice((0, 65536)))
+            for t, c in splits.items()
+        }
         lib = tessera.build(mod, target=HOST, params=params, configs=configs)
-        np.testing.assert_allclose(_run(lib, x), want, rtol=1e-3, atol=1e-3, err_msg=f"{a}")
-
-
-def _lanes(task) -> int:
-    dtype = "float64" if task.workload.op == "nn.layer_norm" else "float32"
-    return HOST.vector_lanes(dtype)
+        np.testing.assert_allclose(_run(lib, x), want, rtol=1e-3, atol=1e-3, err_msg=f"{k}")
 
 
 def test_schedule_records_the_config():
@@ -116,7 +128,7 @@ def test_schedule_records_the_config():
     from tessera.topi.x86.softmax import schedule_rows
 
     x = te.placeholder((2, 1000), "float32", name="x")
-    config = Config("rows", accumulators=2, stack_bytes=0)
+    config = Config("rows", split=32, stack_bytes=0)
     with HOST, computing_with(config):
         y = topi_nn.softmax(x)
     s = schedule_rows([y], HOST, config=config)
