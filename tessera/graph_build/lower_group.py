@@ -120,6 +120,13 @@ def _compute_group(
         placeholders.append(env[id(p)])
     for c in group.constants:
         env[id(c)] = _te_constant(c)
+    # computes that take a knob (the row split of softmax/layer_norm) read the group's config
+    with strategy.computing_with(None if target is None else group_config(group, target)):
+        _compute_calls(group, env, target)
+    return placeholders, _distinct_outputs([env[id(v)] for v in group.outputs])
+
+
+def _compute_calls(group: Function, env: dict, target: Target | None) -> None:
     for call in group.body:
         args = [env[id(v)] for v in call.inputs]
         try:
@@ -133,7 +140,6 @@ def _compute_group(
         _check_types(group, call, outs)
         for v, t in zip(call.outputs, outs, strict=True):
             env[id(v)] = t
-    return placeholders, _distinct_outputs([env[id(v)] for v in group.outputs])
 
 
 def _check_types(group: Function, call, outs) -> None:

@@ -373,6 +373,29 @@ def given_config(task: Task) -> Config | None:
     return None
 
 
+_COMPUTE_SCOPE: list = []
+
+
+class computing_with:
+    """`with computing_with(config):` the config of the group whose computes run inside, for
+    compute rules that take a knob (`compute_config`; lowering enters it per fused group)."""
+
+    def __init__(self, config: Config | None):
+        self.config = config
+
+    def __enter__(self):
+        _COMPUTE_SCOPE.append(self.config)
+        return self
+
+    def __exit__(self, *exc):
+        _COMPUTE_SCOPE.pop()
+
+
+def compute_config() -> Config | None:
+    """The config of the group being computed (`computing_with`), or None outside one."""
+    return _COMPUTE_SCOPE[-1] if _COMPUTE_SCOPE else None
+
+
 _RECORDERS: list[list] = []
 
 

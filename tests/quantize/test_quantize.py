@@ -190,3 +190,47 @@ def test_residual_reads_the_int8_copy_when_shared(model, share):
     skip_ops = {producer[id(v)].op.name for c in adds for v in c.inputs if id(v) in producer}
     assert ("qnn.dequantize" in skip_ops) and (("nn.relu" in skip_ops) != share)
     assert sqnr_db(want, run(result.mod, {}, feed)) >= 25
+
+
+def test_int8_conv_knobs_reach_the_build(model):
+    """Random valid configs of every task of the quantized model (the int8 convs' "rows" knobs
+    nw and oc_block among them, given to build through `configs=`) give the default build's
+    output: the integer kernels are exact whatever their register tile."""
+    import random
+
+    from tessera import autotune
+    from tessera.topi.strategy import Config
+
+    mod, params, feed, _ = model
+    qmod = quantize(mod, params, samples(2), QConfig(keep_float_below_db=0)).mod
+    target = tessera.Target("llvm")
+
+    sources = []
+
+    def output(configs):
+        with PassContext(opt_level=3):
+            lib = tessera.build(qmod, target=target, params={}, configs=configs)
+        sources.append(lib.get_source())
+        m = GraphModule(lib["default"](cpu(0)))
+        m.set_input("x", feed["x"])
+        m.run()
+        return m.get_output(0).numpy()
+
+    with PassContext(opt_level=3):
+        tasks = autotune.extract_tasks(qmod, {}, target)
+    convs = [t for t in tasks if t.workload.op == "qnn.conv2d"]
+    assert convs and all("rows" in t.implementations(target) for t in convs)
+    want = output({})
+    rng = random.Random(3)
+    for _ in range(2):
+        configs = {t: t.sample(target, rng) for t in tasks}
+        for t in convs:  # the rows kernel, a tile other than the default
+            space = t.implementations(target)["rows"]
+            default = t.strategy.default(t.workload, target, {"rewrite": False}).knobs()
+            others = [v for v in space.enumerate() if v != default]
+            configs[t] = Config("rows", rng.choice(others))
+        np.testing.assert_allclose(output(configs), want, rtol=1e-5, atol=1e-6)
+    # only the int8 convs' tiles given: exact, and other kernels than the default's
+    only = {t: configs[t] for t in convs}
+    np.testing.assert_array_equal(output(only), want)
+    assert sources[-1] != sources[0]

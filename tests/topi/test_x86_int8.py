@@ -235,3 +235,39 @@ def test_pack_conv_weight_blocked_round_trips():
     assert wb.shape == (2, 2, 3, 3, 16)
     np.testing.assert_array_equal(qnn.unpack_conv_weight_blocked(wb, 20, 6), w)
     assert not wb[1, :, :, :, 4:].any()  # output channels past 20: zero weights
+
+
+@pytest.mark.parametrize("case", [CONVS[0], CONVS[4]])
+def test_conv2d_rows_knobs_match_integer_reference(case):
+    """The "rows" kernel's knobs nw and oc_block (row tiles with tails, channel tiles not
+    dividing the outputs) keep it bit-exact; the strategy's default is its rule."""
+    from tessera.topi.strategy import Config, Task, Workload
+    from tessera.topi.x86 import int8_strategy  # noqa: F401  (registers the strategy)
+
+    t = _target("llvm -mcpu=cascadelake")
+    c, h, w, oc, k, stride, pad, groups = case
+    xdt = "int8" if groups > 1 else "uint8"
+    x8 = _data((1, c, h, w), xdt)
+    w4 = qnn.pack_conv_weight(_data((oc, c // groups, k, k), "int8"))
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), groups=groups,
+                 pad_value=7)  # fmt: skip
+    X = te.placeholder(x8.shape, xdt, name="x")
+    W = te.placeholder(w4.shape, "int32", name="w")
+    Y = qnn.qnn_conv2d(X, W, **attrs)
+    out = [int(d.value) for d in Y.shape]
+    wl = Workload("qnn.conv2d", ((x8.shape, xdt), (w4.shape, "int32")),
+                  tuple(sorted(attrs.items())), (False, True), tuple(out))  # fmt: skip
+    task = Task(wl, "cpu")
+    space = task.implementations(t)["rows"]
+    lanes, nw, ocb = int8_conv2d.conv_blocking(t, oc, out[3])
+    assert space.valid({"nw": nw, "oc_block": ocb})
+    assert (space.knobs[0].default, space.knobs[1].default) == (nw, ocb)
+    want = get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0]
+    picks = {(v["nw"], v["oc_block"]) for v in space.enumerate()}
+    for nw, ocb in sorted(picks)[:: max(1, len(picks) // 3)] + [max(picks)]:
+        cfg = Config("rows", nw=nw, oc_block=ocb)
+        s = int8_conv2d.schedule_qnn_conv2d([Y], t, config=cfg)
+        f = tessera.build(s, [X, W, Y], target=t)
+        y = np.zeros(out, np.int32)
+        f(x8, w4, y)
+        np.testing.assert_array_equal(y, want, err_msg=str(cfg))

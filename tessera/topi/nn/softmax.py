@@ -8,9 +8,12 @@ Note [lane split]: over the last axis each row reduction (the max, the sum) is t
 partial over (rows, split) whose lane l reduces x[.., l + split * k] over k (tag
 "row_partial": a schedule vectorizes l, so the partials live in vector registers and each step
 is one vector op), then the row (tag "row_combine") reduces the split partials and the
-n % split tail elements. `row_split` is the rule: one vector of the current target for short
-rows (the combine reduces every lane, serially, once per row), up to ROW_ACCUMULATORS vectors
-for long rows (independent accumulators: one chain of vector adds waits on each add's latency).
+n % split tail elements. `row_split` gives the split: the knob `split` of the group's config
+(x86 strategy "rows"), by default the rule `default_split`: one vector for short rows (the
+combine reduces every lane, serially, once per row), up to ROW_ACCUMULATORS vectors for long
+rows (independent accumulators: one chain of vector adds waits on each add's latency).
+Lowering computes with no current target, so builds take vectors of ROW_LANES (16) on every
+target and dtype; the strategy's default is that split.
 Measured (bench/nn_ops.py, AVX-512): 4 x 32768 rows 15% faster at 64 lanes than 16, 12 x 64
 x 64 rows 2x slower at 64 lanes than 16. softmax keeps exp(x - m) in a row stage
 `softmax_exp` (attrs["row_stage"]) that the row sum and the output both read: one exp per
@@ -30,6 +33,7 @@ import numpy as np
 
 from tessera import te
 from tessera.target import Target
+from tessera.topi.strategy import compute_config
 
 
 def _normalize_axis(axis: int, ndim: int, op: str) -> int:
@@ -76,13 +80,27 @@ ROW_LANES = 16  # the lanes of one vector where no CPU target is current (an AVX
 LONG_ROW_STEPS = 32  # steps per accumulator below which another accumulator does not pay
 
 
+def row_accumulators(n: int, lanes: int) -> int:
+    """The rule for the vectors of `lanes` a row of n elements is reduced in (Note [lane
+    split]): one, and one more per LONG_ROW_STEPS vector steps, up to ROW_ACCUMULATORS."""
+    return max(1, min(ROW_ACCUMULATORS, n // (lanes * LONG_ROW_STEPS)))
+
+
+def default_split(n: int, lanes: int) -> int:
+    """The rule's split of a row of n elements into vectors of `lanes` (Note [lane split])."""
+    return lanes * row_accumulators(n, lanes)
+
+
 def row_split(n: int, dtype) -> int:
-    """The lanes a row reduction of n elements is split into (Note [lane split]): one vector
-    of the current target, one more per LONG_ROW_STEPS vector steps, up to ROW_ACCUMULATORS."""
+    """The lanes a row reduction of n elements is split into (Note [lane split]): the group's
+    config (knob `split` of the x86 "rows" strategy), else `default_split` over the vectors of
+    the current target (ROW_LANES where none is current, as when lowering computes a group)."""
+    config = compute_config()
+    if config is not None and "split" in config:
+        return config["split"]
     target = Target.current()
     cpu = target is not None and target.kind_info.cpu
-    lanes = target.vector_lanes(dtype) if cpu else ROW_LANES
-    return lanes * max(1, min(ROW_ACCUMULATORS, n // (lanes * LONG_ROW_STEPS)))
+    return default_split(n, target.vector_lanes(dtype) if cpu else ROW_LANES)
 
 
 def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):

@@ -27,16 +27,27 @@ from tessera.topi.x86.cpu import vector_registers
 from tessera.topi.x86.dense import find_tagged
 from tessera.topi.x86.int8_dense import schedule_pack
 
+ROW_VECTORS = 4  # the rule's most vectors of a row per tile (knob nw of the "rows" strategy)
+CHANNEL_ROWS = 8  # the rule's most output channels per tile (knob oc_block)
+
+
+def conv_lanes(target, ow: int) -> int:
+    """The int32 lanes of a vector along the row: the target's (at most 16, the widest
+    vpdpbusd), halved while half a vector covers the row (7x7 maps waste fewer lanes)."""
+    lanes = min(16, max(1, target.vector_lanes("int32"))) if target is not None else 4
+    while lanes > 4 and lanes // 2 >= ow:
+        lanes //= 2
+    return lanes
+
 
 def conv_blocking(target, oc: int, ow: int) -> tuple[int, int, int]:
     """(lanes, nw, ocb): vectors of int32 lanes along the row, nw of them per tile (enough to
-    cover the row, at most 4), and as many output channels as leave registers for the loads."""
-    lanes = min(16, max(1, target.vector_lanes("int32"))) if target is not None else 4
-    while lanes > 4 and lanes // 2 >= ow:  # short rows (7x7 maps) waste fewer lanes
-        lanes //= 2
-    nw = max(1, min(4, -(-ow // lanes)))
+    cover the row, at most ROW_VECTORS), and as many output channels as leave registers for
+    the loads (at most CHANNEL_ROWS): the defaults of the "rows" strategy's knobs."""
+    lanes = conv_lanes(target, ow)
+    nw = max(1, min(ROW_VECTORS, -(-ow // lanes)))
     regs = vector_registers(target) if target is not None else 16
-    ocb = max(1, min(8, (regs - nw - 1) // nw, oc))
+    ocb = max(1, min(CHANNEL_ROWS, (regs - nw - 1) // nw, oc))
     return lanes, nw, ocb
 
 
@@ -65,7 +76,11 @@ def _schedule_acc(s, acc, lanes):
     stage.vectorize(owl)
 
 
-def schedule_qnn_conv2d(outs, target=None) -> te.Schedule:
+def schedule_qnn_conv2d(outs, target=None, config=None) -> te.Schedule:
+    """Row tiles of nw vectors x ocb output channels (`config`: the "rows" strategy's knobs
+    nw and oc_block; None or another implementation: the rule, `conv_blocking`)."""
+    from tessera.topi.strategy import record_config
+
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
@@ -73,6 +88,9 @@ def schedule_qnn_conv2d(outs, target=None) -> te.Schedule:
     anchor = find_tagged(outs, CONV_TAG)
     _, oc, _, ow = (int(d.value) for d in anchor.shape)
     lanes, nw, ocb = conv_blocking(target, oc, ow)
+    if config is not None and config.impl == "rows" and "nw" in config:
+        nw, ocb = config["nw"], config["oc_block"]
+        record_config(s, config)
     acc = s.cache_write(anchor, "local")
     view = [t for t in outs if t.op is not anchor.op]
     same = (

@@ -1,7 +1,7 @@
 """The CPU strategy of qnn.conv2d (int8 convs): two implementations and their knobs.
 
     qnn.conv2d   rows      vectors along the output row, weight words broadcast
-                           (topi/x86/int8_conv2d.py: schedule_qnn_conv2d; no knobs yet)
+                           (topi/x86/int8_conv2d.py: schedule_qnn_conv2d); knobs nw, oc_block
                  channels  vectors of output channels, data words broadcast: the weight
                            re-packed (OB, I/4, KH, KW, B) for qnn.conv2d_packed
                            (schedule_qnn_conv2d_packed); knobs ow_block, oc_vectors
@@ -17,7 +17,7 @@ import numpy as np
 
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.x86.cpu import vector_registers
-from tessera.topi.x86.int8_conv2d import channel_tile
+from tessera.topi.x86.int8_conv2d import CHANNEL_ROWS, ROW_VECTORS, channel_tile, conv_blocking
 
 # Note [int8 conv rule]
 # Both kernels do one vpdpbusd lane per word of 4 input channels per output: `words` = C/4 *
@@ -71,7 +71,19 @@ conv2d = register_strategy("qnn.conv2d", "cpu")
 
 @conv2d.implementation("rows", priority=1)
 def _rows_space(wl: Workload, target) -> ConfigSpace | None:
-    return ConfigSpace() if _QConv.of(wl, target) is not None else None
+    """Knobs nw (vectors of a row per tile) and oc_block (output channels per tile), the
+    register tile of schedule_qnn_conv2d; defaults: its rule, `conv_blocking`."""
+    q = _QConv.of(wl, target)
+    if q is None:
+        return None
+    lanes, nw, ocb = conv_blocking(target, q.oc, q.ow)
+    regs = vector_registers(target)
+    nws = tuple(sorted({*range(1, min(ROW_VECTORS, -(-q.ow // lanes)) + 1), nw}))
+    ocbs = tuple(sorted({*range(1, min(2 * CHANNEL_ROWS, q.oc) + 1), ocb}))
+    knobs = [Knob("nw", nws, default=nw), Knob("oc_block", ocbs, default=ocb)]
+    # the accumulators, the row's data vectors and a weight broadcast fit the registers
+    fits = [lambda v: v["nw"] * v["oc_block"] + v["nw"] + 1 <= max(regs, nw * ocb + nw + 1)]
+    return ConfigSpace(knobs, fits)
 
 
 def _channels_space(wl: Workload, target) -> ConfigSpace | None:

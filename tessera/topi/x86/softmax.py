@@ -24,6 +24,7 @@ from tessera.ir.dtype import DType
 from tessera.te.schedule import AttachType
 from tessera.topi.generic import const_extent, is_injective, traverse, vector_lanes
 from tessera.topi.nn.schedule import find_stages, schedule_row_reduce
+from tessera.topi.strategy import record_config
 
 STACK_BYTES = 64 << 10  # a row buffer up to this size lives on the stack of the row's thread
 
@@ -84,7 +85,8 @@ def _place(s, t: te.Tensor, parent, at, n_outer: int, target, stack_bytes: int) 
 def schedule_rows(outs, target=None, config=None) -> te.Schedule:
     """Schedule a group anchored by row reductions over the last axis (see the docstring).
     `config`: the x86 row strategy's ("generic", or "rows" with knob stack_bytes: row buffers
-    up to this size live on the stack); None: the rule (STACK_BYTES)."""
+    up to this size live on the stack; its knob split is read by the compute), recorded
+    with the steps; None: the rule (STACK_BYTES)."""
     if config is not None and config.impl == "generic":
         return schedule_row_reduce(
             list(outs) if isinstance(outs, (list, tuple)) else [outs], target
@@ -97,6 +99,7 @@ def schedule_rows(outs, target=None, config=None) -> te.Schedule:
     if len(outs) != 1 or not combines or n_outer < 1 or out.ndim != n_outer + 1:
         return schedule_row_reduce(outs, target)
     s = te.create_schedule([out.op])
+    record_config(s, config)  # its split shaped the compute (topi/nn/softmax.py)
     _inline(s, outs)
     stage = s[out]
     *rows, col = stage.op.axis

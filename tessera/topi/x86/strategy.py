@@ -23,7 +23,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
                      parallel (the parallel loop when tiles have tails: Note [tails] in dense.py)
     nchwc (pools)    column_group (output columns in flight), pad_rows (Note [pool rows])
-    rows             stack_bytes (row buffers up to this size on the stack)
+    rows             stack_bytes (row buffers up to this size on the stack), split (the lanes
+                     of a row reduction's partial: Note [lane split] in nn/softmax.py)
 
 A layout hook (`layout=`) answers graph passes: given the task's workload, a config and what
 the pass knows of the input (`context`: "in_block", "in_channels", "in_padded", "winograd"), it
@@ -38,6 +39,8 @@ import math
 import numpy as np
 
 from tessera.topi.layout import transform_array
+from tessera.topi.nn.norm import _acc as _norm_acc
+from tessera.topi.nn.softmax import ROW_LANES, default_split
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.x86 import (
     int8_strategy,  # noqa: F401  (qnn.conv2d's strategy)
@@ -570,7 +573,18 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     if not xs or not all(isinstance(d, int) for d in xs) or axis not in (-1, len(xs) - 1):
         return None
     sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
-    return ConfigSpace([Knob("stack_bytes", sizes, default=STACK_BYTES)])
+    # the row split (Note [lane split] in topi/nn/softmax.py): 1, 2, 4 or 8 vectors of the
+    # target for the dtype it reduces; the default is the rule as lowering computes it, over
+    # ROW_LANES (no target is current there)
+    n, dtype = xs[-1], str(_norm_acc(xd)) if wl.op == "nn.layer_norm" else xd
+    lanes = max(1, target.vector_lanes(dtype))
+    default = default_split(n, ROW_LANES)
+    splits = sorted({a * lanes for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
+    knobs = [
+        Knob("stack_bytes", sizes, default=STACK_BYTES),
+        Knob("split", tuple(splits), default=default),
+    ]
+    return ConfigSpace(knobs)
 
 
 for _op in ("nn.softmax", "nn.log_softmax", "nn.layer_norm"):
