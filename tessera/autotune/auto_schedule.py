@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from tessera.ir.node import Mutator
 from tessera.target import Target
+from tessera.te.schedule import post_order
 from tessera.te.tensor import ComputeOp, PlaceholderOp, ProducerLoad, Tensor
 from tessera.tir import expr as E
 from tessera.topi.strategy import Config, ConfigSpace, Knob
@@ -60,19 +61,8 @@ def _const(e) -> int | None:
 
 
 def _post_order(outputs) -> list:
-    seen, order = set(), []
-
-    def visit(op):
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for t in outputs:
-        visit(t.op)
-    return order
+    """The ops reachable from the tensors `outputs`, producers first."""
+    return post_order([t.op for t in outputs])
 
 
 def _loads_of(op: ComputeOp, tensor: Tensor) -> list[ProducerLoad]:

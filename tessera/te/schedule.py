@@ -355,7 +355,7 @@ class Schedule:
         self.stage_map: dict[Operation, Stage] = {}
         self.steps: list[S.Step] = []
         self._quiet_depth = 0
-        for op in _post_order(self.outputs):
+        for op in post_order(self.outputs):
             self._add_stage(Stage(op, self), len(self.stages))
 
     def _add_stage(self, stage: Stage, position: int) -> None:
@@ -456,7 +456,8 @@ def _reads_tensor(op: Operation, tensor: Tensor) -> bool:
     return False
 
 
-def _post_order(outputs) -> list[Operation]:
+def post_order(outputs) -> list[Operation]:
+    """The ops reachable from `outputs` (ops), producers before their consumers."""
     seen: set[int] = set()
     order: list[Operation] = []
 

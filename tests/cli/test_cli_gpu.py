@@ -6,26 +6,7 @@ import numpy as np
 import pytest
 
 from tessera.frontend.testing import run_ort
-
-
-def opencl_missing() -> str | None:
-    try:
-        from tessera.runtime.opencl_device import device_api
-
-        device_api(0)
-    except Exception as err:  # OpenCLUnavailable, or a driver error
-        return f"no OpenCL device ({err}); scripts/setup.d/50-gpu.sh installs pocl"
-    return None
-
-
-def nvrtc_missing() -> str | None:
-    try:
-        from tessera.codegen.cuda import nvrtc_version
-
-        nvrtc_version()
-    except Exception as err:
-        return f"NVRTC is not installed ({err}); scripts/setup.d/50-gpu.sh installs it"
-    return None
+from tessera.testing.devices import nvrtc_missing, opencl_missing
 
 
 def _ok(result):
