@@ -127,34 +127,29 @@ def dynamic_quantize_linear(b, x):
     return _saturate(b, y, "uint8"), scale, zp
 
 
-def _centered(b, v, zero_point, axis_of_zp):
-    """v - zero_point in float64 (zero_point: scalar or 1-D along axis_of_zp)."""
-    v64 = _as(b, v, "float64")
+def _minus_zero_point(b, v, zero_point, axis, dtype):
+    """v - zero_point in `dtype` (zero_point: scalar or 1-D along `axis` of v)."""
+    v = _as(b, v, dtype)
     if zero_point is None:
-        return v64
-    zp = _as(b, zero_point, "float64")
-    if zp.type.ndim == 1 and zp.type.shape[0] != 1:
-        shape = [1] * v.type.ndim
-        shape[axis_of_zp % v.type.ndim] = zp.type.shape[0]
-        zp = b.reshape(zp, shape)
-    elif zp.type.ndim:
-        zp = b.reshape(zp, ())
-    return b.call("subtract", v64, zp)
-
-
-def _int32(b, v, zero_point, axis):
-    """v - zero_point as int32 (the integer fallback of a product)."""
-    v32 = _as(b, v, "int32")
-    if zero_point is None:
-        return v32
-    zp = _as(b, zero_point, "int32")
+        return v
+    zp = _as(b, zero_point, dtype)
     if zp.type.ndim == 1 and zp.type.shape[0] != 1:
         shape = [1] * v.type.ndim
         shape[axis % v.type.ndim] = zp.type.shape[0]
         zp = b.reshape(zp, shape)
     elif zp.type.ndim:
         zp = b.reshape(zp, ())
-    return b.call("subtract", v32, zp)
+    return b.call("subtract", v, zp)
+
+
+def _centered(b, v, zero_point, axis_of_zp):
+    """v - zero_point in float64 (exact for the float fallback of a conv)."""
+    return _minus_zero_point(b, v, zero_point, axis_of_zp, "float64")
+
+
+def _int32(b, v, zero_point, axis):
+    """v - zero_point as int32 (the integer fallback of a product)."""
+    return _minus_zero_point(b, v, zero_point, axis, "int32")
 
 
 def _matmul_acc(b, A, B, a_zero_point, b_zero_point):

@@ -21,6 +21,7 @@ import numpy as np
 
 from tessera import te, tir
 from tessera.tir import op as tir_op
+from tessera.topi.transform import ravel
 
 PANEL = 16  # output columns per dense weight panel: one AVX-512 vector of int32, two of AVX2
 DENSE_TAG = "qnn_dense"
@@ -119,14 +120,11 @@ def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
         attrs={"nr": nr},
     )
 
-    def ravel(i):
-        r = 0
-        for ix, d in zip(i, lead, strict=True):
-            r = r * d + ix
-        return r
-
     return te.compute(
-        (*lead, units), lambda *i: rows(ravel(i[:-1]), i[-1]), name="qdense_out", tag="injective"
+        (*lead, units),
+        lambda *i: rows(ravel(i[:-1], lead), i[-1]),
+        name="qdense_out",
+        tag="injective",
     )
 
 

@@ -28,9 +28,11 @@ def _ints(shape) -> tuple[int, ...]:
 
 
 def ravel(index, shape) -> Expr:
-    """Row-major linear position of index in shape."""
-    linear = te.const(0, "int32")
-    for i, d in zip(index, shape, strict=True):
+    """Row-major linear position of index in shape (i0 * d1 + i1 ..., no leading 0 * d0)."""
+    if not index:
+        return te.const(0, "int32")
+    linear = index[0]
+    for i, d in zip(index[1:], shape[1:], strict=True):
         linear = linear * d + i
     return linear
 

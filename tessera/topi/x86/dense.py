@@ -38,6 +38,7 @@ from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.strategy import Config, record_config
+from tessera.topi.transform import ravel
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
 PACKED_TAG = "dense_packed"
@@ -207,14 +208,11 @@ def dense_packed(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
         attrs={"nr": nr},
     )
 
-    def ravel(i):
-        r = 0
-        for ix, d in zip(i, lead, strict=True):
-            r = r * d + ix
-        return r
-
     return te.compute(
-        (*lead, units), lambda *i: rows(ravel(i[:-1]), i[-1]), name="dense_out", tag="injective"
+        (*lead, units),
+        lambda *i: rows(ravel(i[:-1], lead), i[-1]),
+        name="dense_out",
+        tag="injective",
     )
 
 
