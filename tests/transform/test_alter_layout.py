@@ -468,10 +468,76 @@ def test_dead_taps_are_dropped_and_the_conv_is_unchanged(dilation, pad, stride, 
                          dilation=[{dilation}, {dilation}]); return %1 }}""",
         constants={"w": w},
     )
-    after = alter_layout(before, target=AVX512)
+    with tessera.transform.PassContext(config={"alter_layout.live_tap_saving": 1.0}):
+        after = alter_layout(before, target=AVX512)  # no regions (Note [live-tap regions])
     (conv,) = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
     assert conv.inputs[1].type.shape[2:4] == kept
     _check_same(before, after)
+
+
+@pytest.mark.parametrize(
+    "size, dilation, stride, block_input, regions",
+    [
+        (28, 24, 1, False, 9),  # 18% of the MACs live: top tap only for the bottom 4 rows
+        (28, 12, 1, True, 9),  # 51% live, the input blocked by a conv before
+        (17, 6, 2, False, 9),
+        (28, 4, 1, False, 0),  # 82% live: one conv
+        (9, 5, 1, True, 9),
+    ],
+)
+def test_live_tap_regions(size, dilation, stride, block_input, regions):
+    """Note [live-tap regions]: a dilated conv whose taps read padding at many outputs becomes
+    one unpadded conv per region of equal live taps, concatenated back; the same result."""
+    w, w0 = _w(16, 16, 3, 3), _w(16, 8, 1, 1)
+    first = f"%0 = nn.conv2d(%x, %w0, {CONV1});" if block_input else "%0 = nn.relu(%x);"
+    before = parse(
+        f"""def main(%x: f32[1, {16 if not block_input else 8}, {size}, {size}]) {{
+          %w = constant(...) : f32[16, 16, 3, 3]; %w0 = constant(...) : f32[16, 8, 1, 1];
+          {first} %1 = nn.conv2d(%0, %w, strides=[{stride}, {stride}],
+                         padding={[dilation] * 4}, dilation=[{dilation}, {dilation}]);
+          %2 = nn.relu(%1); return %2 }}""",
+        constants={"w": w, "w0": w0},
+    )
+    after = alter_layout(before, target=AVX512)
+    convs = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert len(convs) - block_input == max(regions, 1)
+    if regions:
+        assert not any(any(c.attrs["padding"]) for c in convs[block_input:])
+        assert sum(c.op.name == "concatenate" for c in after.body) >= 2
+    _check_same(before, after)
+    with tessera.transform.PassContext(config={"alter_layout.live_tap_saving": 1.0}):
+        kept = alter_layout(before, target=AVX512)
+    assert sum(c.op.name == "nn.conv2d_nchwc" for c in kept.body) == 1 + block_input
+
+
+def test_live_tap_regions_build_matches_onnxruntime():
+    """DeepLabV3's ASPP shape class (dilation 24 on a map of 28), built and run, against ORT."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], dilations=[24, 24], pads=[24] * 4),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "aspp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(_w(16, 32, 3, 3) * 0.2, "w"),
+            numpy_helper.from_array(_w(16), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.standard_normal((1, 32, 28, 28)).astype("f4")
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    mod, params = tessera.frontend.from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("channels, k, stride", [(16, 2, 1), (24, 3, 2)])
