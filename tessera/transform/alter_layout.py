@@ -258,6 +258,8 @@ class _Rewriter:
             return self.depthwise_multiplier(call)
         if x is None and (regions := _live_tap_regions(call)) is not None:
             return self.live_tap_regions(call, regions)
+        if x is None and self.dilated_as_phases(call):
+            return True
         x = call.inputs[0] if x is None else x
         out = call.outputs[0] if out is None else out
         column = _is_column(call)
@@ -353,6 +355,83 @@ class _Rewriter:
             concat(bands, 2, out=out)
         else:
             self.set_blocked(out, concat(bands, 2), block)
+        return True
+
+    def dilated_as_phases(self, call: Call) -> bool:
+        """Note [dilated phases]: a dilated conv as the undilated conv of its input's d x d
+        phases stacked along the batch, when that conv is a Winograd one; False: not done."""
+        (x, w), (out,) = call.inputs, call.outputs
+        a = call.attrs
+        d = tuple(a["dilation"])
+        n, c, h, wd = x.type.shape
+        if (
+            not self.use_winograd
+            or d[0] != d[1]
+            or d[0] == 1
+            or tuple(a["strides"]) != (1, 1)
+            or a.get("groups", 1) != 1
+            or h % d[0]
+            or wd % d[0]
+            or any(p % d[0] for p in a["padding"])
+        ):
+            return False
+        d = d[0]
+        phase_type = x.type.with_shape((d * d * n, c, h // d, wd // d))
+        xp = Value(self._name(x, "phases"), phase_type)
+        oshape = out.type.shape
+        yp = Value(
+            self._name(out, "phases"),
+            out.type.with_shape((d * d * n, oshape[1], oshape[2] // d, oshape[3] // d)),
+        )
+        if oshape[2] % d or oshape[3] % d:
+            return False
+        attrs = dict(a, dilation=[1, 1], padding=[p // d for p in a["padding"]])
+        phase_call = Call(call.op, (xp, w), attrs, (yp,), call.span)
+        context = {
+            "in_block": self.block_of(x),
+            "in_channels": self.blocked_channels(x),
+            "in_padded": self.is_padded(x),
+            "winograd": True,
+        }
+        plan = strategy.plan_layout(phase_call, self.target, context)
+        if plan is None or "winograd" not in plan["op"]:
+            return False
+        xb = self.to_block(x, plan["in_block"])
+        cb, b = xb.type.shape[1], plan["in_block"]
+        phases = []
+        for p in range(d):
+            for q in range(d):
+                attrs = {
+                    "begin": [0, 0, p, q, 0],
+                    "end": [n, cb, h, wd, b],
+                    "strides": [1, 1, d, d, 1],
+                }
+                phases.append(self.emit("slice", [xb], attrs, name=self._name(x, "phase")))
+        stacked = self.emit("concatenate", phases, {"axis": 0}, name=xp.name)
+        self.set_blocked(xp, stacked, b)
+        if not self.conv(phase_call, xp, yp):
+            return False
+        yb, ob = self.blocked[id(yp)]
+        _, obn, ph, pw, _ = yb.type.shape
+        split = self.emit(
+            "reshape",
+            [yb],
+            {"newshape": [d, d, n, obn, ph, pw, ob]},
+            name=self._name(out, "phases"),
+        )
+        moved = self.emit(
+            "transpose",
+            [split],
+            {"axes": [2, 3, 4, 0, 5, 1, 6]},
+            name=self._name(out, "interleaved"),
+        )
+        merged = self.emit(
+            "reshape",
+            [moved],
+            {"newshape": [n, obn, ph * d, pw * d, ob]},
+            name=self._name(out, "nchwc"),
+        )
+        self.set_blocked(out, merged, ob)
         return True
 
     def window(self, x: Value, top: int, bottom: int, left: int, right: int) -> Value:
@@ -553,6 +632,17 @@ def _trim_dead_taps(call: Call) -> Call:
 # disables it). The small dilations of a backbone (2 or 4 on 28x28: 9% and 18%) stay one conv.
 
 LIVE_TAPS_MIN_SAVING = 1 / 3
+
+# Note [dilated phases]
+# A conv with dilation d and stride 1 reads, for the outputs of one phase (rows i = p mod d,
+# columns j = q mod d), only the inputs of that same phase: output (p + d*i', q + d*j') reads
+# input (p + d*(i' + t - pad/d), ...). So when d divides the map and the padding, the conv is
+# the undilated conv (padding / d) of the d x d phase images x[:, :, p::d, q::d], stacked along
+# the batch (TensorFlow's space_to_batch for atrous convs), and its output is the phases
+# interleaved back (a reshape, a transpose, a reshape). The undilated conv can be a Winograd one
+# (DeepLabV3's backbone: dilation 2 and 4 3x3 convs on 28x28 maps, direct at 1.3-1.4x ORT,
+# Winograd on the phases at 0.5-0.8x): the rewrite is made only when the conv's strategy picks
+# Winograd for the phase conv, since the slices and the interleave cost two copies of the data.
 
 
 def _live_intervals(size, out, k, stride, dilation, pad_before) -> list[tuple[int, int, int, int]]:

@@ -510,27 +510,59 @@ def test_live_tap_regions(size, dilation, stride, block_input, regions):
     assert sum(c.op.name == "nn.conv2d_nchwc" for c in kept.body) == 1 + block_input
 
 
-def test_live_tap_regions_build_matches_onnxruntime():
-    """DeepLabV3's ASPP shape class (dilation 24 on a map of 28), built and run, against ORT."""
+@pytest.mark.parametrize(
+    "dilation, size, channels, phases",
+    [(2, 28, 64, True), (4, 56, 32, True), (3, 48, 64, True), (4, 16, 32, False)],
+)
+def test_dilated_conv_runs_undilated_on_its_phases(dilation, size, channels, phases):
+    """Note [dilated phases]: the d x d phases stacked along the batch, one Winograd conv, the
+    phases interleaved back; the same result (graph interpreter). Phases of 4x4 are too small
+    for Winograd: the dilated conv stays as it is."""
+    w, b = _w(channels, channels, 3, 3) * 0.2, _w(channels, 1, 1)
+    before = parse(
+        f"""def main(%x: f32[1, {channels}, {size}, {size}]) {{
+          %w = constant(...) : f32[{channels}, {channels}, 3, 3];
+          %b = constant(...) : f32[{channels}, 1, 1];
+          %1 = nn.conv2d(%x, %w, strides=[1, 1], padding={[dilation] * 4},
+                         dilation=[{dilation}, {dilation}]);
+          %2 = add(%1, %b); %3 = nn.relu(%2); return %3 }}""",
+        constants={"w": w, "b": b},
+    )
+    after = alter_layout(before, target=AVX512)
+    (conv,) = [c for c in after.body if c.op.name.startswith("nn.conv2d")]
+    assert ("winograd" in conv.op.name) == phases
+    assert conv.inputs[0].type.shape[0] == (dilation**2 if phases else 1)
+    _check_same(before, after)
+    with tessera.transform.PassContext(config={"alter_layout.winograd": False}):
+        kept = alter_layout(before, target=AVX512)  # no Winograd: the dilated conv as it is
+    (conv,) = [c for c in kept.body if c.op.name.startswith("nn.conv2d")]
+    assert list(conv.attrs["dilation"]) == [dilation] * 2
+
+
+@pytest.mark.parametrize("dilation, cin, cout", [(24, 32, 16), (2, 64, 64)])
+def test_dilated_convs_build_and_match_onnxruntime(dilation, cin, cout):
+    """DeepLabV3's shape classes, built and run against ORT: its ASPP's dilation 24 on a map of
+    28 (Note [live-tap regions]) and its backbone's dilation 2 (Note [dilated phases])."""
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper, numpy_helper
 
+    d = dilation
     nodes = [
-        helper.make_node("Conv", ["x", "w", "b"], ["c"], dilations=[24, 24], pads=[24] * 4),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], dilations=[d, d], pads=[d] * 4),
         helper.make_node("Relu", ["c"], ["y"]),
     ]
     graph = helper.make_graph(
         nodes,
         "aspp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, 28, 28])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [
-            numpy_helper.from_array(_w(16, 32, 3, 3) * 0.2, "w"),
-            numpy_helper.from_array(_w(16), "b"),
+            numpy_helper.from_array(_w(cout, cin, 3, 3) * 0.2, "w"),
+            numpy_helper.from_array(_w(cout), "b"),
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = RNG.standard_normal((1, 32, 28, 28)).astype("f4")
+    x = RNG.standard_normal((1, cin, 28, 28)).astype("f4")
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     mod, params = tessera.frontend.from_onnx(model)
     lib = tessera.build(mod, target="llvm", params=params)
