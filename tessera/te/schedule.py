@@ -441,6 +441,13 @@ class Schedule:
 
         return cache_write(self, tensor, scope)
 
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+        """The partial reduction of `tensor` with its reduce loop `axis` made data-parallel
+        (te/rfactor.py); `tensor` becomes the reduction of those partial results."""
+        from tessera.te.rfactor import rfactor
+
+        return rfactor(self, tensor, axis, factor_axis)
+
 
 def _reads_tensor(op: Operation, tensor: Tensor) -> bool:
     """Does op read `tensor`, directly or through the computes it reads (which may be inlined)?"""

@@ -272,6 +272,18 @@ class CacheWrite(Step):
         sch.cache_write(sch.tensor_by_name(self.tensor), self.scope)
 
 
+@_step("rfactor")
+@dataclass(frozen=True)
+class RFactor(Step):
+    tensor: str
+    iv: str
+    factor_axis: int = 0
+
+    def apply(self, sch):
+        tensor = sch.tensor_by_name(self.tensor)
+        sch.rfactor(tensor, sch[tensor].find_iv(self.iv), self.factor_axis)
+
+
 def step_from_json(obj: dict) -> Step:
     """The step a `Step.to_json()` dict describes."""
     if not isinstance(obj, dict) or obj.get("kind") not in _STEP_KINDS:
