@@ -23,6 +23,7 @@ import numpy as np
 
 from tessera.ir.dtype import DType
 from tessera.ir.node import Node
+from tessera.tir.expr import Expr
 
 # Short dtype spellings used in the text form: f32[1, 3]
 _SHORT = {
@@ -43,6 +44,18 @@ _SHORT = {
 _LONG = {v: k for k, v in _SHORT.items()}
 
 
+def _dim(d):
+    """A dim as TensorType holds it: an int, a str, or a simplified symbolic expression (an
+    expression that simplifies to a constant becomes that int)."""
+    if isinstance(d, str):
+        return d
+    if isinstance(d, Expr):
+        from tessera.graph.dims import simplify_dim
+
+        return simplify_dim(d)
+    return int(d)
+
+
 def short_dtype(dtype: DType) -> str:
     return _SHORT.get(str(dtype), str(dtype))
 
@@ -56,13 +69,15 @@ def parse_dtype(text) -> DType:
 
 @dataclass(frozen=True)
 class TensorType(Node):
-    """A tensor's shape and element type. A dim is an int, or a str name while still unbound."""
+    """A tensor's shape and element type. A dim is an int, a symbolic dim (a `tir` integer
+    expression over the model's dim variables, `dims.dim_var`: Note [symbolic dims] in
+    graph/dims.py), or a str name while still unbound."""
 
-    shape: tuple[int | str, ...]
+    shape: tuple[int | str | object, ...]
     dtype: DType
 
     def __post_init__(self):
-        shape = tuple(d if isinstance(d, str) else int(d) for d in self.shape)
+        shape = tuple(_dim(d) for d in self.shape)
         for d in shape:
             if isinstance(d, int) and d < 0:
                 raise ValueError(f"negative dimension in shape {shape}")
@@ -217,6 +232,8 @@ def _freeze(v):
         return v.item()
     if isinstance(v, (bool, int, float, str, DType, Function)) or v is None:
         return v  # a Function: the body of a `fused` call (tessera.transform.fuse_ops)
+    if isinstance(v, Expr) and v.dtype.is_int:
+        return _dim(v)  # a symbolic dim in a shape attribute (reshape's newshape, ...)
     raise TypeError(f"attribute value {v!r} of type {type(v).__name__} is not supported")
 
 
@@ -226,6 +243,8 @@ def _attr_key(v):
         return tuple(_attr_key(x) for x in v)
     if isinstance(v, float) and v != v:
         return ("float", "nan")
+    if isinstance(v, Expr):
+        return ("dim", v)  # == is structural (variables by identity)
     return (type(v).__name__, v)
 
 

@@ -20,6 +20,7 @@ import inspect
 from dataclasses import dataclass
 
 from tessera import te, tir
+from tessera.graph.dims import simplify_dim
 from tessera.graph.ir import Constant, Function, TensorType
 from tessera.graph.op import OpKind, get_op
 from tessera.target import Target, load_strategies
@@ -91,7 +92,8 @@ def _te_constant(c: Constant) -> te.Tensor:
 
 
 def _static_shape(t: te.Tensor) -> tuple:
-    return tuple(int(d.value) if isinstance(d, tir.IntImm) else str(d) for d in t.shape)
+    """A te tensor's shape as a graph type's: ints, and symbolic dims (Note [symbolic dims])."""
+    return tuple(int(d.value) if isinstance(d, tir.IntImm) else simplify_dim(d) for d in t.shape)
 
 
 def _compute_rule(op, target: Target | None):
@@ -114,8 +116,8 @@ def _compute_group(
     env: dict[int, te.Tensor] = {}
     placeholders = []
     for k, p in enumerate(group.params):
-        if not p.type.is_static:
-            raise LoweringError(f"{group.name}: input %{p.name} has a symbolic shape {p.type}")
+        if any(isinstance(d, str) for d in p.type.shape):
+            raise LoweringError(f"{group.name}: input %{p.name} has an unbound dim: {p.type}")
         env[id(p)] = te.placeholder(p.type.shape, str(p.type.dtype), name=f"p{k}")
         placeholders.append(env[id(p)])
     for c in group.constants:

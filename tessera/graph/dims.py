@@ -1,0 +1,196 @@
+"""Symbolic dims of graph types: the model's dim variables, their bounds, simplification, and
+the plain-data form of a shape expression that an executor plan carries.
+
+    batch = dim_var("batch", 1, 16)         # one tir.Var per dynamic dim name of a model
+    TensorType((batch, 64), "float32")      # f32[batch, 64]
+    simplify_dim(batch * 4 // 4)            # batch
+    dim_to_json(batch * 64 + 1)             # ["+", ["*", "batch", 64], 1]
+
+Note [symbolic dims]
+A dynamic dim of a model (an ONNX dim_param) is a `tir.Var` (int32, like te's size vars), one per
+distinct name, so equal names share a var. A dim of a graph type is an int or an integer
+expression over these vars (PrimExpr), simplified with `tessera.arith` knowing that each var lies
+in its bounds (>= 0 always); an expression that simplifies to a constant is that int. The
+bounds (`dim_bounds`) are kept here, keyed by the var (weakly: a var lives as long as the types
+that use it); `dim_var` sets them. Kernels take the vars through the calling convention (their
+`vars`), and the executor plan carries every shape as `dim_to_json` data, evaluated by the
+runtime (runtime/shape_expr.py) when the inputs' shapes bind the vars.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from tessera import tir
+from tessera.tir.expr import Expr, IntImm, Var
+
+_BOUNDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def dim_var(name: str, lo: int = 1, hi: int | None = None) -> Var:
+    """A new dim variable `name` with bounds lo <= value <= hi (hi None: unbounded)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a dynamic dim's name must be an identifier, got {name!r}")
+    lo = int(lo)
+    if lo < 0 or (hi is not None and int(hi) < lo):
+        raise ValueError(f"dim {name!r}: bounds [{lo}, {hi}] are not 0 <= min <= max")
+    v = Var(name, "int32")
+    _BOUNDS[v] = (lo, None if hi is None else int(hi))
+    return v
+
+
+def dim_bounds(v: Var) -> tuple[int, int | None]:
+    """(min, max or None) of a dim variable; a var made elsewhere is >= 0, unbounded."""
+    return _BOUNDS.get(v, (0, None))
+
+
+def is_symbolic(d) -> bool:
+    return isinstance(d, Expr)
+
+
+def dim_vars(shapes) -> list[Var]:
+    """The dim variables in `shapes` (an iterable of shapes or dims), in order of first use."""
+    found: dict[int, Var] = {}
+
+    def visit(e):
+        if isinstance(e, Var):
+            found.setdefault(id(e), e)
+        elif isinstance(e, Expr):
+            for f in getattr(e, "__dataclass_fields__", {}):
+                visit(getattr(e, f))
+        elif isinstance(e, tuple | list):
+            for x in e:
+                visit(x)
+
+    visit(list(shapes))
+    return list(found.values())
+
+
+def simplify_dim(e):
+    """An integer dim expression simplified under its vars' bounds: an int when constant."""
+    if isinstance(e, IntImm):
+        return int(e.value)
+    if not isinstance(e, Expr):
+        return int(e)
+    if not e.dtype.is_int:
+        raise TypeError(f"a dim must be an integer expression, got {e} of {e.dtype}")
+    from tessera.arith import Analyzer
+
+    an = Analyzer()
+    for v in dim_vars([e]):
+        lo, hi = dim_bounds(v)
+        an.bind(v, (lo, (hi if hi is not None else 1 << 30) + 1))
+    out = _canonical(an.simplify(e))
+    return int(out.value) if isinstance(out, IntImm) else out
+
+
+# A dim made of +, - and * of vars is a polynomial: {monomial (sorted var names): coefficient}.
+# Its canonical form (monomials in name order) makes batch*seq and seq*batch the same dim, and
+# an exact division (batch*seq*64 // (seq*4)) a polynomial again.
+
+
+def _poly(e) -> dict | None:
+    if isinstance(e, IntImm):
+        return {(): int(e.value)} if e.value else {}
+    if isinstance(e, Var):
+        return {((e.name, id(e)),): 1}
+    if isinstance(e, tir.Add | tir.Sub | tir.Mul):
+        a, b = _poly(e.a), _poly(e.b)
+        if a is None or b is None:
+            return None
+        if isinstance(e, tir.Mul):
+            out: dict = {}
+            for ma, ca in a.items():
+                for mb, cb in b.items():
+                    m = tuple(sorted(ma + mb))
+                    out[m] = out.get(m, 0) + ca * cb
+        else:
+            out = dict(a)
+            sign = 1 if isinstance(e, tir.Add) else -1
+            for m, c in b.items():
+                out[m] = out.get(m, 0) + sign * c
+        return {m: c for m, c in out.items() if c}
+    if isinstance(e, tir.FloorDiv):
+        a, b = _poly(e.a), _poly(e.b)
+        if a is not None and b is not None and len(b) == 1:
+            ((mb, cb),) = b.items()
+            q = {}
+            for m, c in a.items():
+                rest = list(m)
+                for x in mb:
+                    if x not in rest:
+                        return None
+                    rest.remove(x)
+                if c % cb:
+                    return None
+                q[tuple(rest)] = c // cb
+            return q
+    return None
+
+
+def _from_poly(p: dict, vars_by_id: dict) -> Expr:
+    out = None
+    for m in sorted(p, key=lambda m: (-len(m), m)):
+        term = tir.const(p[m], "int32") if not m or abs(p[m]) != 1 else None
+        for _, vid in m:
+            term = vars_by_id[vid] if term is None else term * vars_by_id[vid]
+        if m and p[m] == -1:
+            term = tir.const(0, "int32") - term
+        out = term if out is None else out + term
+    return tir.const(0, "int32") if out is None else out
+
+
+def _canonical(e):
+    p = _poly(e)
+    if p is None:
+        return e
+    return _from_poly(p, {id(v): v for v in dim_vars([e])})
+
+
+def same_dim(a, b) -> bool:
+    """Whether two dims are provably equal (ints, or expressions equal after simplifying)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    d = simplify_dim(_expr(a) - _expr(b))
+    return isinstance(d, int) and d == 0
+
+
+def _expr(d) -> Expr:
+    return d if isinstance(d, Expr) else tir.const(int(d), "int32")
+
+
+def num_elements(shape):
+    """The product of the dims: an int, or a simplified expression."""
+    out = 1
+    for d in shape:
+        out = out * d
+    return simplify_dim(out) if isinstance(out, Expr) else int(out)
+
+
+_JSON_OPS = {
+    tir.Add: "+",
+    tir.Sub: "-",
+    tir.Mul: "*",
+    tir.FloorDiv: "//",
+    tir.FloorMod: "%",
+    tir.Min: "min",
+    tir.Max: "max",
+}
+
+
+def dim_to_json(d):
+    """A dim as plain data: an int, a var's name, or [op, a, b] (op in + - * // % min max)."""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, IntImm):
+        return int(d.value)
+    if isinstance(d, Var):
+        return d.name
+    if isinstance(d, tir.Cast) and d.dtype.is_int:
+        return dim_to_json(d.value)
+    op = _JSON_OPS.get(type(d))
+    if op is None:
+        raise ValueError(f"the shape expression {d} cannot be evaluated by the executor")
+    return [op, dim_to_json(d.a), dim_to_json(d.b)]
