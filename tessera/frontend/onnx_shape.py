@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.graph.dims import num_elements, same_dim, simplify_dim
 
 
 @onnx_op("Shape")
@@ -24,6 +25,8 @@ def size(b, data):
 
 
 def _onnx_reshape(in_shape, shape, allowzero=0):
+    if not all(isinstance(d, int) for d in in_shape):
+        return _symbolic_reshape(in_shape, shape, allowzero)
     out = [int(d) for d in shape]
     for i, d in enumerate(out):
         if d == 0 and not allowzero:
@@ -43,21 +46,44 @@ def _onnx_reshape(in_shape, shape, allowzero=0):
     return out
 
 
+def _symbolic_reshape(in_shape, shape, allowzero):
+    """_onnx_reshape of an input with symbolic dims: 0 copies a dim, -1 is the elements left
+    (an exact division of the symbolic sizes, else a clear error)."""
+    out = [int(d) for d in shape]
+    for i, d in enumerate(out):
+        if d == 0 and not allowzero and i < len(in_shape):
+            out[i] = in_shape[i]
+    if out.count(-1) > 1 or any(isinstance(d, int) and d < -1 for d in out):
+        raise NodeError(f"shape {list(shape)} has more than one -1 or a negative dim")
+    if -1 in out:
+        known = num_elements([d for d in out if not (isinstance(d, int) and d == -1)])
+        rest = simplify_dim(num_elements(in_shape) // known) if known != 0 else None
+        if rest is None or not same_dim(num_elements([rest, known]), num_elements(in_shape)):
+            raise NodeError(
+                f"cannot reshape {list(in_shape)} to {list(shape)}: the elements left for -1 "
+                "are no exact division of the symbolic sizes"
+            )
+        out[out.index(-1)] = rest
+    if not same_dim(num_elements(out), num_elements(in_shape)):
+        raise NodeError(f"cannot reshape {list(in_shape)} to {list(shape)}")
+    return out
+
+
 @onnx_op("Reshape", since=5)
 def reshape(b, data, shape, *, allowzero=0):
-    return b.reshape(data, _onnx_reshape(b.shape_of(data), b.known(shape, "shape"), allowzero))
+    in_shape = b.shape_of(data, symbolic=True)
+    return b.reshape(data, _onnx_reshape(in_shape, b.known(shape, "shape"), allowzero))
 
 
 @onnx_op("Flatten")
 def flatten(b, input, *, axis=1):
-    s = b.shape_of(input)
+    s = b.shape_of(input, symbolic=True)
     axis = axis + len(s) if axis < 0 else axis
-    rows = int(np.prod(s[:axis], dtype=np.int64))
-    return b.reshape(input, (rows, int(np.prod(s[axis:], dtype=np.int64))))
+    return b.reshape(input, (num_elements(s[:axis]), num_elements(s[axis:])))
 
 
 def _squeeze(b, data, axes):
-    s = b.shape_of(data)
+    s = b.shape_of(data, symbolic=True)
     if axes is None:
         axes = [i for i, d in enumerate(s) if d == 1]
     axes = {int(a) % len(s) for a in axes}
@@ -68,7 +94,7 @@ def _squeeze(b, data, axes):
 
 
 def _unsqueeze(b, data, axes):
-    s = list(b.shape_of(data))
+    s = list(b.shape_of(data, symbolic=True))
     rank = len(s) + len(axes)
     for a in sorted(int(a) % rank for a in axes):
         s.insert(a, 1)
