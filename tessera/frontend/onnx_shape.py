@@ -138,7 +138,9 @@ def concat(b, *inputs, axis):
 
 
 def _split(b, input, axis, split, num_outputs):
-    dim = b.shape_of(input)[axis]
+    dim = b.shape_of(input, symbolic=True)[axis]
+    if not isinstance(dim, int) and split is None:
+        raise NodeError(f"cannot split the symbolic dim {dim} of {input.type} in equal parts")
     if split is None:
         n = num_outputs
         chunk = -(-dim // n)

@@ -84,18 +84,18 @@ def simplify_dim(e):
     return int(out.value) if isinstance(out, IntImm) else out
 
 
-# A dim made of +, - and * of vars is a polynomial: {monomial (sorted var names): coefficient}.
-# Its canonical form (monomials in name order) makes batch*seq and seq*batch the same dim, and
-# an exact division (batch*seq*64 // (seq*4)) a polynomial again.
+# A dim made of +, - and * is a polynomial: {monomial (sorted atoms): coefficient}, whose atoms
+# are the vars and any other subexpression (a floordiv that does not divide exactly, a min),
+# keyed by their text (var names are unique in a model). Its canonical form (monomials in order)
+# makes batch*seq and seq*batch the same dim, and an exact division (w // 2 * 64 // (w // 2))
+# a polynomial again.
 
 
-def _poly(e) -> dict | None:
+def _poly(e, atoms: dict) -> dict | None:
     if isinstance(e, IntImm):
         return {(): int(e.value)} if e.value else {}
-    if isinstance(e, Var):
-        return {((e.name, id(e)),): 1}
     if isinstance(e, tir.Add | tir.Sub | tir.Mul):
-        a, b = _poly(e.a), _poly(e.b)
+        a, b = _poly(e.a, atoms), _poly(e.b, atoms)
         if a is None or b is None:
             return None
         if isinstance(e, tir.Mul):
@@ -111,29 +111,40 @@ def _poly(e) -> dict | None:
                 out[m] = out.get(m, 0) + sign * c
         return {m: c for m, c in out.items() if c}
     if isinstance(e, tir.FloorDiv):
-        a, b = _poly(e.a), _poly(e.b)
-        if a is not None and b is not None and len(b) == 1:
-            ((mb, cb),) = b.items()
-            q = {}
-            for m, c in a.items():
-                rest = list(m)
-                for x in mb:
-                    if x not in rest:
-                        return None
-                    rest.remove(x)
-                if c % cb:
-                    return None
-                q[tuple(rest)] = c // cb
+        q = _exact_division(_poly(e.a, atoms), _poly(e.b, atoms))
+        if q is not None:
             return q
-    return None
+    if not e.dtype.is_int:
+        return None
+    key = (str(e), type(e).__name__)
+    atoms.setdefault(key, e)
+    return {(key,): 1}
 
 
-def _from_poly(p: dict, vars_by_id: dict) -> Expr:
+def _exact_division(a: dict | None, b: dict | None) -> dict | None:
+    """a / b when b is one monomial that divides every monomial of a, else None."""
+    if a is None or b is None or len(b) != 1:
+        return None
+    ((mb, cb),) = b.items()
+    q = {}
+    for m, c in a.items():
+        rest = list(m)
+        for x in mb:
+            if x not in rest:
+                return None
+            rest.remove(x)
+        if c % cb:
+            return None
+        q[tuple(rest)] = c // cb
+    return q
+
+
+def _from_poly(p: dict, atoms: dict) -> Expr:
     out = None
     for m in sorted(p, key=lambda m: (-len(m), m)):
         term = tir.const(p[m], "int32") if not m or abs(p[m]) != 1 else None
-        for _, vid in m:
-            term = vars_by_id[vid] if term is None else term * vars_by_id[vid]
+        for key in m:
+            term = atoms[key] if term is None else term * atoms[key]
         if m and p[m] == -1:
             term = tir.const(0, "int32") - term
         out = term if out is None else out + term
@@ -141,10 +152,23 @@ def _from_poly(p: dict, vars_by_id: dict) -> Expr:
 
 
 def _canonical(e):
-    p = _poly(e)
-    if p is None:
+    atoms: dict = {}
+    p = _poly(e, atoms)
+    return e if p is None else _from_poly(p, atoms)
+
+
+def lower_bound(e) -> int | float:
+    """The smallest value a dim takes over its vars' bounds (an int's own value; -inf when
+    unknown): type rules check a size that must not be negative with it."""
+    if isinstance(e, int):
         return e
-    return _from_poly(p, {id(v): v for v in dim_vars([e])})
+    from tessera.arith import Analyzer
+
+    an = Analyzer()
+    for v in dim_vars([e]):
+        lo, hi = dim_bounds(v)
+        an.bind(v, (lo, (hi if hi is not None else 1 << 30) + 1))
+    return an.const_int_bound(e)[0]
 
 
 def same_dim(a, b) -> bool:

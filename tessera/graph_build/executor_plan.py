@@ -194,7 +194,16 @@ def make_dynamic_plan(
                     f"kernel {kernel} takes the var {var.name!r}, which is no dim of the model"
                 )
             kvars.append(["dyn", slot_of_dim[var.name]])
-        calls.append({"kernel": kernel, "args": args, "vars": kvars, "nodes": source_nodes(call)})
+        shapes = [[dim_to_json(d) for d in v.type.shape] for v in (*call.inputs, *call.outputs)]
+        calls.append(
+            {
+                "kernel": kernel,
+                "args": args,
+                "vars": kvars,
+                "shapes": shapes,  # of the values (not the workspaces), for the runtime's checks
+                "nodes": source_nodes(call),
+            }
+        )
     first_ws = len(dims) + len(values)
     for call in calls:
         call["args"] = [

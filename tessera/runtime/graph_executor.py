@@ -320,7 +320,7 @@ class GraphExecutor:
             else:
                 self.outputs.append(self._storage(kind, index, out["dtype"], shape))
         table = [int(t) for t in layout.table]
-        self.calls = [self._prepare(_resolve_call(call, table)) for call in plan["calls"]]
+        self.calls = [self._prepare(_resolve_call(c, table, values)) for c in plan["calls"]]
         if self._entry is not None:
             self._entry_args = self._native_args(self.factory)
         self._bound = key
@@ -359,8 +359,11 @@ class GraphExecutor:
                 f"the plan passes {len(call['args'])}"
             )
         pointers = []
-        for param, (kind, index) in zip(buffers, call["args"], strict=True):
+        shapes = call.get("shapes", ())  # a dynamic plan's: the dims a kernel's info writes
+        for k, (param, (kind, index)) in enumerate(zip(buffers, call["args"], strict=True)):
             shape = tuple(d if isinstance(d, int) else bound.get(d) for d in param.shape)
+            if None in shape and k < len(shapes):  # as text (an expression): the plan's value
+                shape = tuple(s if d is None else d for d, s in zip(shape, shapes[k], strict=True))
             if None in shape:
                 raise ValueError(f"executor plan: {name}: no value for a dim of {param.name!r}")
             array = self._storage(kind, index, param.dtype, shape)
@@ -453,12 +456,13 @@ def _shape_spec(shape: list) -> tuple:
     return tuple(d if isinstance(d, int | str) else show_shape([d])[1:-1] for d in shape)
 
 
-def _resolve_call(call: dict, table: list[int]) -> dict:
+def _resolve_call(call: dict, table: list[int], dims: dict[str, int]) -> dict:
     """A call of a dynamic plan with its ["dyn", t] arguments and vars resolved by the arena's
-    table (Note [dynamic plan]): what a static plan's call looks like."""
+    table and its values' shapes by the dims (Note [dynamic plan]): a static plan's call."""
     args = [["arena", table[a[1]]] if a[0] == "dyn" else a for a in call["args"]]
     values = [table[v[1]] if isinstance(v, list) else v for v in call.get("vars", ())]
-    return {**call, "args": args, "vars": values}
+    shapes = [[evaluate(d, dims) for d in s] for s in call.get("shapes", ())]
+    return {**call, "args": args, "vars": values, "shapes": shapes}
 
 
 def _fail_messages(plan: dict, call: dict) -> list[str]:

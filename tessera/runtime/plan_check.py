@@ -136,5 +136,10 @@ def _check_dynamic(plan: dict, need) -> None:
     need("functions" not in plan, "dynamic: a plan with symbolic dims has no functions")
     slots = len(dims) + len(values) + len(work)
     for call in plan["calls"]:
+        shapes = call.get("shapes", [])
+        ok = isinstance(shapes, list) and all(
+            isinstance(s, list) and all(is_expr(d) for d in s) for s in shapes
+        )
+        need(ok, "a call's shapes")
         for a in [*call.get("args", ()), *(v for v in call.get("vars", ()) if isinstance(v, list))]:
             need(not _is_arg(a) or a[0] != "dyn" or a[1] < slots, "a call's dyn slot")
