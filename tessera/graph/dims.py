@@ -44,6 +44,29 @@ def dim_bounds(v: Var) -> tuple[int, int | None]:
     return _BOUNDS.get(v, (0, None))
 
 
+# Note [representative sizes]: a graph pass that asks an op's strategy for a layout (pack_weights,
+# alter_layout) asks it for the call at representative sizes: each symbolic dim at its upper
+# bound when it has one, else at UNBOUNDED_SIZE (a size where whole tiles dominate the work, as
+# for big static shapes; not a measured optimum). The layout it answers (packed panels, channel
+# blocks) depends on the static dims only; the kernel takes every size.
+UNBOUNDED_SIZE = 1 << 10
+
+
+def representative(d) -> int:
+    """A dim at its representative size (Note [representative sizes])."""
+    if isinstance(d, int):
+        return d
+    values = {}
+    for v in dim_vars([d]):
+        hi = dim_bounds(v)[1]
+        size = hi if hi is not None else max(UNBOUNDED_SIZE, dim_bounds(v)[0])
+        values[v] = tir.const(size, v.dtype)
+    from tessera.tir.stmt_functor import substitute
+
+    out = simplify_dim(substitute(d, values))
+    return out if isinstance(out, int) else UNBOUNDED_SIZE
+
+
 def is_symbolic(d) -> bool:
     return isinstance(d, Expr)
 
@@ -218,3 +241,54 @@ def dim_to_json(d):
     if op is None:
         raise ValueError(f"the shape expression {d} cannot be evaluated by the executor")
     return [op, dim_to_json(d.a), dim_to_json(d.b)]
+
+
+def representative_call(call):
+    """`call` with its symbolic values at representative sizes (Note [representative sizes]):
+    what a pass gives a strategy to ask for a layout. Constants and static values stay."""
+    from dataclasses import replace
+
+    from tessera.graph.ir import Value
+
+    def at_size(v):
+        if v.type.is_static:
+            return v
+        shape = tuple(representative(d) for d in v.type.shape)
+        return Value(v.name, v.type.with_shape(shape))
+
+    inputs = tuple(at_size(v) for v in call.inputs)
+    outputs = tuple(at_size(v) for v in call.outputs)
+    if all(a is b for a, b in zip((*inputs, *outputs), (*call.inputs, *call.outputs), strict=True)):
+        return call
+    return replace(call, inputs=inputs, outputs=outputs)
+
+
+def lowers_symbolic(call, target) -> bool:
+    """Whether `call`, whose dims are symbolic, lowers for `target` (its op's compute and
+    schedule rules take symbolic extents): a graph pass asks before it rewrites a symbolic call
+    into a form (packed weights, channel blocks) whose kernel may need static shapes. The call
+    is lowered alone, without codegen; the answer is kept per op, attributes and types."""
+    from tessera.graph.ir import Constant, Function
+
+    params = tuple(v for v in call.inputs if not isinstance(v, Constant))
+    consts = tuple(dict.fromkeys(v for v in call.inputs if isinstance(v, Constant)))
+    key = (
+        call.op.name,
+        str(call.attrs),
+        tuple(str(v.type) for v in call.inputs),
+        tuple(v.type.dtype for v in consts),
+        str(target),
+    )
+    if key not in _LOWERS:
+        from tessera.graph_build.lower_group import lower_group
+
+        probe = Function("probe", params, (call,), call.outputs, consts)
+        try:
+            lower_group(probe, target)
+            _LOWERS[key] = True
+        except Exception:  # noqa: BLE001 -- any failure means: keep the call as it is
+            _LOWERS[key] = False
+    return _LOWERS[key]
+
+
+_LOWERS: dict = {}
