@@ -277,6 +277,7 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     b.env = env  # the names a subgraph of this node sees
     b.name_hint = next((o for o in node.output if o), node.name or node.op_type)
     b.span = (node.name or next((o for o in node.output if o), node.op_type),)
+    inputs = []
     try:
         inputs = [env[i] if i else None for i in node.input]
         for v in inputs:
@@ -286,7 +287,15 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
         attrs = _attributes(node)
         check_int_attrs(attrs, node.op_type)
         out = fn(b, *inputs, **attrs)
-    except (NodeError, TypeError, ValueError, NotImplementedError) as e:
+    except TypeError as e:
+        if str(e).startswith("cannot use the symbolic expression"):  # a rule's int-only test
+            dims = _symbolic_dims_of(inputs)
+            raise ValueError(
+                f"{label}: its conversion or type rule cannot take the symbolic dim(s) {dims} "
+                f"of its inputs ({e}); give them sizes in shape_dict"
+            ) from None
+        raise ValueError(f"{label}: {e}") from None
+    except (NodeError, ValueError, NotImplementedError) as e:
         raise ValueError(f"{label}: {e}") from None
     except (LookupError, ArithmeticError, AttributeError, AssertionError) as e:
         # a converter that trips on inputs it did not foresee: still one clear error, with
@@ -302,6 +311,13 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     for name in node.output[len(outs) :]:
         if name:
             env[name] = _Unavailable(label, name)
+
+
+def _symbolic_dims_of(inputs) -> str:
+    from tessera.graph.dims import dim_vars
+
+    shapes = [v.type.shape for v in inputs if isinstance(v, Value)]
+    return ", ".join(v.name for v in dim_vars(shapes)) or "(none)"
 
 
 def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:

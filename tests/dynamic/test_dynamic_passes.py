@@ -74,3 +74,21 @@ def test_lowers_symbolic_answers_for_an_elementwise_call():
     relu = next(c for c in mod["main"].body if c.op.name == "nn.relu")
     assert dims.lowers_symbolic(relu, tessera.Target("llvm"))
     assert isinstance(relu.outputs[0].type.shape[0], tir.Var)
+
+
+def test_an_op_that_cannot_take_a_symbolic_dim_is_named_with_the_dim():
+    from onnx import TensorProto, helper
+
+    def model(node, x_shape):
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    shape = helper.make_node("Shape", ["x"], ["y"], name="shape_1")
+    with pytest.raises(ValueError, match=r"'shape_1' \(Shape.*symbolic dim\(s\) n.*shape_dict"):
+        from_onnx(model(shape, ["n", 4]))
+    from_onnx(model(shape, ["n", 4]), {"x": (3, 4)})  # sized: it converts
