@@ -42,7 +42,7 @@ from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.frontend.onnx_sequence import Seq, is_value_or_seq
 from tessera.frontend.params import PARAM_MIN_ELEMENTS, constants_to_params  # noqa: F401
-from tessera.graph.ir import Constant, Value
+from tessera.graph.ir import Constant, ShapeConstant, Value
 from tessera.ir.module import IRModule
 
 
@@ -469,6 +469,12 @@ def convert_onnx(model, shape_dict=None, dtype="float32", input_values=None):
     outputs, layout, names = [], [], {}
     for vi in graph.output:
         v = env.get(vi.name)
+        if isinstance(v, ShapeConstant):
+            raise ValueError(
+                f"graph output {vi.name!r} is a shape with symbolic dims "
+                f"({', '.join(str(d) for d in v.array.reshape(-1))}): tessera cannot output it "
+                "yet; give the dims sizes in shape_dict"
+            )
         if v is None and vi.type.WhichOneof("value") == "optional_type":
             layout.append(-1)
         elif isinstance(v, Seq) and all(isinstance(x, Value) for x in v):

@@ -113,6 +113,18 @@ class ConvertContext(GraphBuilder):
     def known_or(self, v: Value | None, default, what: str):
         return default if v is None else self.known(v, what)
 
+    def shape_const(self, dims) -> Constant:
+        """The int64 shape `dims` (ints and symbolic dims): a ShapeConstant, or a plain
+        constant when every dim is an int."""
+        from tessera.graph.ir import ShapeConstant, TensorType
+
+        dims = np.asarray(dims, dtype=object)
+        if all(isinstance(d, int | np.integer) for d in dims.reshape(-1)):
+            return self.const(dims.astype(np.int64))
+        c = ShapeConstant(self.fresh_name(), TensorType(dims.shape, "int64"), dims)
+        self.constants.append(c)
+        return c
+
     def scalar(self, value, like: Value) -> Constant:
         """A scalar constant of the dtype of `like`."""
         return self.const(np.asarray(value, dtype=value_dtype(like.type.dtype)))

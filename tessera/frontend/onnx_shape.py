@@ -11,10 +11,14 @@ import numpy as np
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.dims import num_elements, same_dim, simplify_dim
+from tessera.tir.expr import Expr
 
 
 @onnx_op("Shape")
 def shape(b, data, *, start=0, end=None):
+    if not data.type.is_static:  # symbolic dims: a shape constant (graph/ir.py ShapeConstant)
+        dims = np.array(list(data.type.shape) + [None], dtype=object)[:-1][start:end]
+        return b.shape_const(dims)
     dims = np.array(b.shape_of(data), dtype=np.int64)
     return b.const(dims[start:end])
 
@@ -25,7 +29,7 @@ def size(b, data):
 
 
 def _onnx_reshape(in_shape, shape, allowzero=0):
-    if not all(isinstance(d, int) for d in in_shape):
+    if not all(isinstance(d, int) for d in (*in_shape, *shape)):
         return _symbolic_reshape(in_shape, shape, allowzero)
     out = [int(d) for d in shape]
     for i, d in enumerate(out):
@@ -49,7 +53,7 @@ def _onnx_reshape(in_shape, shape, allowzero=0):
 def _symbolic_reshape(in_shape, shape, allowzero):
     """_onnx_reshape of an input with symbolic dims: 0 copies a dim, -1 is the elements left
     (an exact division of the symbolic sizes, else a clear error)."""
-    out = [int(d) for d in shape]
+    out = [d if isinstance(d, Expr) else int(d) for d in shape]
     for i, d in enumerate(out):
         if d == 0 and not allowzero and i < len(in_shape):
             out[i] = in_shape[i]
@@ -213,7 +217,8 @@ def gather_nd(b, data, indices, *, batch_dims=0):
 
 @onnx_op("Expand", since=8)
 def expand(b, input, shape):
-    return b.call("expand", input, shape=tuple(int(d) for d in b.known(shape, "shape")))
+    dims = b.known(shape, "shape")
+    return b.call("expand", input, shape=tuple(d if isinstance(d, Expr) else int(d) for d in dims))
 
 
 @onnx_op("Tile", since=6)

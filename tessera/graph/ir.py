@@ -185,6 +185,20 @@ class Constant(Value):
         return self.data.array
 
 
+@dataclass(frozen=True, eq=False)
+class ShapeConstant(Constant):
+    """An int64 constant some of whose elements are symbolic dims (its array holds ints and
+    `tir` expressions): the `Shape` of a tensor with symbolic dims while the ONNX frontend
+    converts, folded through the shape arithmetic (Gather, Concat, Mul, ...) into what reads
+    it as a shape (Reshape, Expand). It never reaches a kernel: a call that would read it at
+    run time is refused (GraphBuilder.call)."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "data", TensorData(np.asarray(self.data, dtype=object)))
+        if tuple(self.data.array.shape) != tuple(self.type.shape):
+            raise ValueError(f"constant %{self.name}: data shape != type {self.type}")
+
+
 class Attrs(Mapping):
     """A frozen, ordered mapping of attribute names to plain values (ints, floats, strs,
     bools, None, DTypes and tuples of those). Lists are stored as tuples."""
