@@ -88,7 +88,7 @@ def test_an_op_that_cannot_take_a_symbolic_dim_is_named_with_the_dim():
         )
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
-    shape = helper.make_node("Shape", ["x"], ["y"], name="shape_1")
-    with pytest.raises(ValueError, match=r"'shape_1' \(Shape.*symbolic dim\(s\) n.*shape_dict"):
-        from_onnx(model(shape, ["n", 4]))
-    from_onnx(model(shape, ["n", 4]), {"x": (3, 4)})  # sized: it converts
+    size = helper.make_node("Size", ["x"], ["y"], name="size_1")
+    with pytest.raises(ValueError, match=r"'size_1' \(Size.*symbolic dim\(s\) n.*shape_dict"):
+        from_onnx(model(size, ["n", 4]))
+    from_onnx(model(size, ["n", 4]), {"x": (3, 4)})  # sized: it converts
