@@ -168,6 +168,9 @@ def emit_entry_c(plan: dict) -> str:
         lines += [f"static int32_t {aot_control.FUNCTION_SYMBOL.format(k)}{signature} {{"]
         lines += _c_body(cs, plan) + [""]
     lines += [f"int32_t {RUN_SYMBOL}{signature} {{", *_c_body(calls, plan), ""]
+    if "dynamic" in plan:  # its arena is laid out per call (Note [dynamic plan]): no static one
+        msg = "a model with symbolic dims has no static arena: give its dims sizes"
+        return "\n".join([*lines, "#ifdef TESSERA_STATIC_ARENA", f'#error "{msg}"', "#endif", ""])
     arena = max(int(plan["arena_nbytes"]), 1)
     params = f"extern const uint8_t {PARAMS_SYMBOL}[];" if plan["params_nbytes"] else ""
     lines += [

@@ -92,3 +92,30 @@ def test_export_and_load_run_any_batch(tmp_path, ort_of):
     m, ort = GraphModule(lib["default"]()), ort_of(mlp())
     for n in SIZES:
         ort.check(m, {"x": _x(n)})
+
+
+def test_c_entry_reads_the_arena_table_and_has_no_static_arena():
+    from tessera.codegen.aot import emit_entry_c
+
+    mod, params = from_onnx(mlp())
+    plan = tessera.build(mod, target="c", params=params).plan
+    source = emit_entry_c(plan)
+    assert "((const int64_t*)arena)[0]" in source  # the batch, from the table
+    assert "#error" in source.split("TESSERA_STATIC_ARENA", 1)[1]
+
+
+def test_malformed_dynamic_plans_are_refused():
+    from tessera.runtime.plan_check import check_plan
+
+    mod, params = from_onnx(mlp())
+    plan = tessera.build(mod, target="llvm", params=params).plan
+    check_plan(plan, "m.so")
+    bad = {**plan, "calls": [{**plan["calls"][0], "args": [["dyn", 99]]}]}
+    with pytest.raises(ValueError, match="dyn slot"):
+        check_plan(bad, "m.so")
+    bad = {**plan, "dynamic": {**plan["dynamic"], "dims": [{"name": "batch", "min": 3, "max": 1}]}}
+    with pytest.raises(ValueError, match="a dim"):
+        check_plan(bad, "m.so")
+    static = {k: v for k, v in plan.items() if k != "dynamic"}
+    with pytest.raises(ValueError, match="no shape|dyn argument"):
+        check_plan(static, "m.so")
