@@ -56,6 +56,7 @@ class GraphBuilder:
                 raise TypeError(f"{op.name}: inputs must be graph Values, got {type(v).__name__}")
         types = op.infer_type([v.type for v in inputs], attrs)
         foldable = all(isinstance(v, Constant) for v in inputs) and not op.has_side_effects
+        foldable = foldable and all(t.is_static for t in types)  # a constant has a size
         if any(isinstance(v, ShapeConstant) for v in inputs):
             if not (self.fold and foldable):
                 raise ValueError(
