@@ -643,12 +643,17 @@ class GraphModule:
     def get_output(self, index: int, out: NDArray | None = None) -> NDArray:
         """Output `index` of this thread's last run: the executor's own array (the next run
         overwrites it), or a copy into `out` when given."""
-        outputs = self._ex.outputs
-        count = len(outputs)
+        executor = self._ex
+        if executor.dynamic is not None and executor._bound is None:
+            raise ValueError(
+                "get_output: run the model first (with symbolic dims, the outputs take the "
+                "shapes of a run)"
+            )
+        count = len(self._factory.plan["outputs"])
         if not isinstance(index, int | np.integer) or not 0 <= index < count:
             what = f"{count} output" + ("" if count == 1 else "s")
             raise ValueError(f"output index {index!r} out of range (the model has {what})")
-        array = self._ex.output(int(index))
+        array = executor.output(int(index))
         return out.copyfrom(array) if out is not None else array
 
     def benchmark(self, dev=None, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0):

@@ -119,3 +119,13 @@ def test_malformed_dynamic_plans_are_refused():
     static = {k: v for k, v in plan.items() if k != "dynamic"}
     with pytest.raises(ValueError, match="no shape|dyn argument"):
         check_plan(static, "m.so")
+
+
+def test_get_output_before_a_run_says_so():
+    mod, params = from_onnx(mlp())
+    m = GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+    with pytest.raises(ValueError, match="run the model first"):
+        m.get_output(0)
+    m.run(x=_x(2))
+    assert m.get_output(0).shape == (2, 10)
+    assert m.get_input_info()[0] == {"x": ("batch", 64)}
