@@ -165,12 +165,13 @@ def _exact_division(a: dict | None, b: dict | None) -> dict | None:
 def _from_poly(p: dict, atoms: dict) -> Expr:
     out = None
     for m in sorted(p, key=lambda m: (-len(m), m)):
-        term = tir.const(p[m], "int32") if not m or abs(p[m]) != 1 else None
+        c = p[m] if out is None else abs(p[m])  # a later negative term is subtracted
+        term = tir.const(c, "int32") if not m or c not in (1, -1) else None
         for key in m:
             term = atoms[key] if term is None else term * atoms[key]
-        if m and p[m] == -1:
+        if m and c == -1:
             term = tir.const(0, "int32") - term
-        out = term if out is None else out + term
+        out = term if out is None else (out + term if p[m] > 0 else out - term)
     return tir.const(0, "int32") if out is None else out
 
 
@@ -225,6 +226,34 @@ _JSON_OPS = {
     tir.Min: "min",
     tir.Max: "max",
 }
+
+
+def show_dim(d) -> str:
+    """A dim as the user wrote its names: `batch`, `batch*seq`, `floordiv(width, 2)`."""
+    if isinstance(d, int | str):
+        return str(d)
+    if isinstance(d, IntImm):
+        return str(d.value)
+    if isinstance(d, Var):
+        return d.name
+    try:
+        e = dim_to_json(d)
+    except ValueError:
+        return str(d)
+    return _show_json(e)
+
+
+def _show_json(e, parent: str = "") -> str:
+    if not isinstance(e, list):
+        return str(e)
+    op, a, b = e
+    if op in ("min", "max", "//", "%"):
+        name = {"//": "floordiv", "%": "floormod"}.get(op, op)
+        return f"{name}({_show_json(a)}, {_show_json(b)})"
+    if op == "*":
+        return f"{_show_json(a, '*')}*{_show_json(b, '*')}"
+    text = f"{_show_json(a, '+')}{op}{_show_json(b, op)}"
+    return f"({text})" if parent in ("*", "-") else text
 
 
 def dim_to_json(d):

@@ -106,7 +106,9 @@ class TensorType(Node):
         return TensorType(self.shape, parse_dtype(dtype))
 
     def __str__(self) -> str:
-        return f"{short_dtype(self.dtype)}[{', '.join(str(d) for d in self.shape)}]"
+        from tessera.graph.dims import show_dim
+
+        return f"{short_dtype(self.dtype)}[{', '.join(show_dim(d) for d in self.shape)}]"
 
 
 @dataclass(frozen=True, eq=False)
