@@ -92,3 +92,29 @@ def test_an_op_that_cannot_take_a_symbolic_dim_is_named_with_the_dim():
     with pytest.raises(ValueError, match=r"'size_1' \(Size.*symbolic dim\(s\) n.*shape_dict"):
         from_onnx(model(size, ["n", 4]))
     from_onnx(model(size, ["n", 4]), {"x": (3, 4)})  # sized: it converts
+
+
+def test_lowering_gives_the_kernel_rules_the_bounds_of_symbolic_dims(monkeypatch):
+    """Note [size hints]: a group over bounded symbolic dims is lowered inside
+    topi.symbolic.sizes({name: (min, max)}) where the kernels' side provides it."""
+    import contextlib
+    import sys
+    import types
+
+    seen = []
+    fake = types.ModuleType("tessera.topi.symbolic")
+    fake.sizes = lambda values: seen.append(dict(values)) or contextlib.nullcontext()
+    monkeypatch.setitem(sys.modules, "tessera.topi.symbolic", fake)
+    import tessera.topi
+
+    monkeypatch.setattr(tessera.topi, "symbolic", fake, raising=False)
+    from tessera.graph_build.lower_group import distinct_groups, lower_group
+
+    mod, params = from_onnx(mlp(), {"x": (("batch", 1, 32), 64)})
+    with PassContext(opt_level=3, config={"codegen.cache": False}):
+        from tessera.driver import fused_function
+
+        func = fused_function(mod, tessera.Target("llvm"), params)
+        for group in distinct_groups(func)[0]:
+            lower_group(group, tessera.Target("llvm"))
+    assert seen and all(s == {"batch": (1, 32)} for s in seen)
