@@ -278,7 +278,10 @@ def constant(
 @onnx_op("ConstantOfShape", since=9)
 def constant_of_shape(b, input, *, value=None):
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    shape = tuple(int(d) for d in b.known(input, "input"))
+    dims = b.known(input, "input")
+    if any(isinstance(d, Expr) for d in dims.reshape(-1)):  # symbolic dims: filled at run time
+        return b.call("expand", b.const(fill[:1].reshape(())), shape=tuple(dims.reshape(-1)))
+    shape = tuple(int(d) for d in dims)
     return b.const(np.full(shape, fill[0], dtype=fill.dtype))
 
 

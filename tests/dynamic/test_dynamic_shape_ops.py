@@ -44,7 +44,14 @@ def exported_reshapes():
         node("Reshape", ["hb", "flat_shape"], ["y"]),
         node("Unsqueeze", ["mask", "ax12"], ["m4"]),
         node("Concat", ["b1", "two", "s1", "s1"], ["eshape"], axis=0),
-        node("Expand", ["m4", "eshape"], ["m"]),
+        node("Expand", ["m4", "eshape"], ["m0"]),
+        node(
+            "ConstantOfShape",
+            ["eshape"],
+            ["ones"],
+            value=helper.make_tensor("v", TP.FLOAT, [1], [0.5]),
+        ),
+        node("Add", ["m0", "ones"], ["m"]),
     ]
     inits = [
         _const("i0", 0),
