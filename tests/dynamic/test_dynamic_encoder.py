@@ -34,7 +34,7 @@ def test_types_are_symbolic_expressions():
     assert (batch, seq, 64) in shapes  # Reshape (0, 0, 64)
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=pytest.mark.slow)])
 def test_encoder_layer_five_sizes_match_ort(target, ort_of):
     model = encoder_layer()
     mod, params = from_onnx(model, {"x": (("batch", 1, 8), ("seq", 1, 64), 64)})

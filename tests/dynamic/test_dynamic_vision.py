@@ -22,7 +22,7 @@ def _image(shape, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=pytest.mark.slow)])
 def test_ocr_recognizer_any_width_matches_ort(target, ort_of):
     model = ocr_recognizer()
     mod, params = from_onnx(model, {"image": (1, 1, 32, ("width", 8, 2048))})
@@ -38,7 +38,7 @@ def test_ocr_width_below_what_the_convs_need_is_a_clear_error():
         from_onnx(ocr_recognizer())  # width 1 pools to 0 columns, too few for a 3x3 conv
 
 
-@pytest.mark.parametrize("target", ["llvm", "c"])
+@pytest.mark.parametrize("target", ["llvm", pytest.param("c", marks=pytest.mark.slow)])
 def test_detector_any_batch_matches_ort(target, ort_of):
     model = detector()
     mod, params = from_onnx(model)
