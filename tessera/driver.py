@@ -21,6 +21,7 @@ from tessera.graph.op import get_op
 from tessera.graph_build import make_executor_plan
 from tessera.graph_build.compile import compile_groups
 from tessera.graph_build.control_flow import has_control_flow, make_control_plan
+from tessera.graph_build.executor_plan import is_dynamic, make_dynamic_plan
 from tessera.ir.module import IRModule
 from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
@@ -163,8 +164,8 @@ def fused_function(mod: IRModule, target: Target, params: dict | None = None) ->
     """The graph passes for `target` (under the current PassContext and configs): "main" with
     its weights bound, optimized, every call in a fused group (what `build_graph` lowers)."""
     mod = bind_params(mod, params or {})  # weights become constants that passes can fold
-    for p in mod["main"].params:  # the executor allocates every input once, at a fixed size
-        if not p.type.is_static:
+    for p in mod["main"].params:  # symbolic dims bind at run time; an unbound name cannot
+        if any(isinstance(d, str) for d in p.type.shape):
             raise ValueError(
                 f"build: input %{p.name} has a symbolic shape {p.type}: bind its dims first "
                 "(from_onnx(model, shape_dict={name: shape}))"
@@ -192,6 +193,11 @@ def build_graph(
                 return build_graph(mod, target, params, configs or {})
     with use_configs(configs, target):  # graph passes and lowering ask the strategies
         func = fused_function(mod, target, params)
+        if has_control_flow(func) and is_dynamic(func):
+            raise ValueError(
+                "build: a model with both symbolic dims and control flow decided at run time "
+                "is not supported yet: give its dims sizes (from_onnx(model, shape_dict=...))"
+            )
         if has_control_flow(func):  # branches and loop bodies: plans of their own
             fuse = lambda f: fused_function(IRModule({"main": f}), target)  # noqa: E731
             plan, weights, kernels = make_control_plan(
@@ -203,7 +209,10 @@ def build_graph(
             kernels, kernel_of_call = compile_groups(
                 func, target, functools.partial(optimize, target=target)
             )
-            plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
+            if is_dynamic(func):  # symbolic dims: the arena is laid out per call
+                plan, weights = make_dynamic_plan(func, kernel_of_call, kernels)
+            else:
+                plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
     check_arena(plan["arena_nbytes"])
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     if getattr(target, "device", None) == "micro":  # + C sources for a board (docs/micro.md)

@@ -339,6 +339,9 @@ def read_inputs(path, module) -> dict[str, np.ndarray]:
 
     shapes, dtypes = module.get_input_info()
     if path is None:
+        for n, shape in shapes.items():  # symbolic dims (docs/dynamic.md): no size to make up
+            if not all(isinstance(d, int) for d in shape):
+                raise ModelError(f"input {n!r} has symbolic dims {shape}: give --inputs")
         rng = np.random.default_rng(0)
         return {n: random_array(shapes[n], dtypes[n], rng) for n in shapes}
     try:

@@ -93,7 +93,7 @@ def compile_c_object(source: str, target: Target, flags=()) -> bytes:
 class _Call:
     kernel: str
     args: tuple[tuple[str, int], ...]  # ("input"|"output", index) or ("param"|"arena", bytes)
-    vars: tuple[int, ...]
+    vars: tuple[int | tuple[str, int], ...]  # a constant, or ("dyn", slot of the arena's table)
     nodes: tuple[str, ...]
 
 
@@ -120,7 +120,8 @@ def entry_calls(plan: dict, offsets: list[int] | None = None) -> list:
             continue
         args = entry_args(call["args"], offsets)
         nodes = tuple(call.get("nodes", ()))
-        calls.append(_Call(call["kernel"], args, tuple(call.get("vars", ())), nodes))
+        values = tuple(v if isinstance(v, int) else tuple(v) for v in call.get("vars", ()))
+        calls.append(_Call(call["kernel"], args, values, nodes))
     return calls
 
 
@@ -167,6 +168,9 @@ def emit_entry_c(plan: dict) -> str:
         lines += [f"static int32_t {aot_control.FUNCTION_SYMBOL.format(k)}{signature} {{"]
         lines += _c_body(cs, plan) + [""]
     lines += [f"int32_t {RUN_SYMBOL}{signature} {{", *_c_body(calls, plan), ""]
+    if "dynamic" in plan:  # its arena is laid out per call (Note [dynamic plan]): no static one
+        msg = "a model with symbolic dims has no static arena: give its dims sizes"
+        return "\n".join([*lines, "#ifdef TESSERA_STATIC_ARENA", f'#error "{msg}"', "#endif", ""])
     arena = max(int(plan["arena_nbytes"]), 1)
     params = f"extern const uint8_t {PARAMS_SYMBOL}[];" if plan["params_nbytes"] else ""
     lines += [
@@ -193,6 +197,7 @@ C_BASE = {
     "output": "outputs[{}]",
     "param": "(void*)(P + {})",
     "arena": "(void*)(A + {})",
+    "dyn": "(void*)(A + ((const int64_t*)arena)[{}])",  # Note [dynamic plan]
 }
 
 
@@ -221,7 +226,12 @@ def _c_body(calls: list, plan: dict) -> list[str]:
         lines.append(f"    /* {_comment(call, k)} */")
         for i, (kind, x) in enumerate(call.args):
             lines.append(f"    b[{i}] = {C_BASE[kind].format(x)};")
-        lines += [f"    v[{i}] = INT64_C({int(x)});" for i, x in enumerate(call.vars)]
+        lines += [
+            f"    v[{i}] = ((const int64_t*)arena)[{x[1]}];"
+            if isinstance(x, tuple)
+            else f"    v[{i}] = INT64_C({int(x)});"
+            for i, x in enumerate(call.vars)
+        ]
         lines.append("    TESSERA_TIME(t0);")
         lines.append(f"    if ({call.kernel}(b, v) != 0) return {k + 1};")
         lines.append("    TESSERA_TIME(t1);")
@@ -299,7 +309,18 @@ def llvm_arg(b, fn, kind: str, x: int):
     if kind in ("input", "output"):
         table = inputs if kind == "input" else outputs
         return b.load(b.gep(table, [ir.Constant(ir.IntType(64), x)]))
+    if kind == "dyn":  # arena + table[x] (Note [dynamic plan] in runtime/shape_expr.py)
+        return b.gep(arena, [llvm_table(b, fn, x)])
     return b.gep(params if kind == "param" else arena, [ir.Constant(ir.IntType(64), x)])
+
+
+def llvm_table(b, fn, slot: int):
+    """The i64 in slot `slot` of the table at the start of the arena."""
+    from llvmlite import ir
+
+    i64 = ir.IntType(64)
+    table = b.bitcast(fn.args[3], i64.as_pointer())
+    return b.load(b.gep(table, [ir.Constant(i64, slot)]))
 
 
 def _llvm_call(b, fn, slots, kernels, call: _Call, k: int, clock) -> None:
@@ -313,7 +334,8 @@ def _llvm_call(b, fn, slots, kernels, call: _Call, k: int, clock) -> None:
     for i, (kind, x) in enumerate(call.args):
         b.store(llvm_arg(b, fn, kind, x), b.gep(bufs, [zero, ir.Constant(i32, i)]))
     for i, x in enumerate(call.vars):
-        b.store(ir.Constant(i64, int(x)), b.gep(values, [zero, ir.Constant(i32, i)]))
+        value = llvm_table(b, fn, x[1]) if isinstance(x, tuple) else ir.Constant(i64, int(x))
+        b.store(value, b.gep(values, [zero, ir.Constant(i32, i)]))
     if call.kernel not in kernels:
         ty = ir.FunctionType(i32, [i8.as_pointer().as_pointer(), i64.as_pointer()])
         kernels[call.kernel] = ir.Function(fn.module, ty, call.kernel)

@@ -42,7 +42,7 @@ from tessera.frontend.onnx_qdq import fuse_qdq
 from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
 from tessera.frontend.onnx_sequence import Seq, is_value_or_seq
 from tessera.frontend.params import PARAM_MIN_ELEMENTS, constants_to_params  # noqa: F401
-from tessera.graph.ir import Constant, Value
+from tessera.graph.ir import Constant, ShapeConstant, Value
 from tessera.ir.module import IRModule
 
 
@@ -100,7 +100,11 @@ def _load(model) -> onnx.ModelProto:
     return model
 
 
-def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
+def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype, dims: dict | None = None):
+    """(shape, dtype) of an input. A dynamic dim (an ONNX dim_param, or a dim without a value)
+    becomes a symbolic dim: one `dim_var` per distinct name in `dims` (Note [symbolic dims] in
+    graph/dims.py), unless shape_dict gives it a size."""
+    dims = {} if dims is None else dims
     t = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         raise ValueError(
@@ -110,13 +114,13 @@ def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
         elem = _elem_type(vi.name, t.elem_type)
     else:
         elem = np.dtype(dtype.get(vi.name, "float32") if isinstance(dtype, dict) else dtype)
+    model_dims = list(t.shape.dim) if t.HasField("shape") else None
     if vi.name in shape_dict:
-        shape = _given_shape(vi.name, shape_dict[vi.name])
-        return shape, elem
-    if not t.HasField("shape"):
+        return _given_shape(vi.name, shape_dict[vi.name], model_dims, dims), elem
+    if model_dims is None:
         raise ValueError(f"input {vi.name!r} has no shape: give it in shape_dict")
     shape = []
-    for i, d in enumerate(t.shape.dim):
+    for i, d in enumerate(model_dims):
         if d.HasField("dim_value") and d.dim_value < 0:
             raise ValueError(
                 f"input {vi.name!r} has dim {i} = {d.dim_value}: a dim is >= 0 (or a name for "
@@ -125,11 +129,32 @@ def _input_type(vi: onnx.ValueInfoProto, shape_dict: dict, dtype):
         if d.HasField("dim_value"):
             shape.append(d.dim_value)
         else:
-            label = f" ({d.dim_param!r})" if d.dim_param else ""
-            raise ValueError(
-                f"input {vi.name!r} has a dynamic dim {i}{label}: give its shape in shape_dict"
-            )
+            shape.append(_symbolic_dim(vi.name, i, d.dim_param or None, dims))
     return tuple(shape), elem
+
+
+def _dim_name(text: str) -> str:
+    """An ONNX dim_param as a dim variable's name (an identifier)."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+    return name if name.isidentifier() else f"d_{name}"
+
+
+def _symbolic_dim(input_name: str, i: int, name, dims: dict, lo=None, hi=None):
+    """The dim variable `name` (made on first use, with its bounds; a later use may not give
+    other bounds), or a fresh one for a dim without a name."""
+    from tessera.graph.dims import dim_bounds, dim_var
+
+    key = _dim_name(name) if name else _dim_name(f"{input_name}_{i}")
+    if key not in dims:
+        dims[key] = dim_var(key, 1 if lo is None else lo, hi)
+    elif lo is not None or hi is not None:
+        old = dim_bounds(dims[key])
+        if old != (1 if lo is None else int(lo), None if hi is None else int(hi)):
+            raise ValueError(
+                f"shape_dict gives the dim {key!r} the bounds ({lo}, {hi}), "
+                f"but another use gave it {old}"
+            )
+    return dims[key]
 
 
 def _elem_type(name: str, elem_type: int) -> np.dtype:
@@ -150,16 +175,53 @@ def _elem_type(name: str, elem_type: int) -> np.dtype:
 _ONNX_TYPES = set(onnx.TensorProto.DataType.values())
 
 
-def _given_shape(name: str, shape) -> tuple[int, ...]:
-    """A shape from shape_dict: ints >= 0, or a clear error naming the input."""
+def _given_shape(name: str, shape, model_dims=None, dims: dict | None = None) -> tuple:
+    """A shape from shape_dict, or a clear error naming the input. Each dim is an int >= 0, a
+    name (a symbolic dim), (name, min, max) (a symbolic dim with bounds; max None: unbounded),
+    or None (the model's own dim: its size, or its dim_param as a symbolic dim)."""
+    dims = {} if dims is None else dims
     try:
-        dims = tuple(shape)
+        given = tuple(shape)
     except TypeError:
         raise ValueError(f"shape_dict[{name!r}] is not a shape: {shape!r}") from None
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
-            raise ValueError(f"shape_dict[{name!r}] = {shape!r}: every dim must be an int >= 0")
-    return tuple(int(d) for d in dims)
+    if model_dims is not None and len(model_dims) != len(given) and None in given:
+        raise ValueError(
+            f"shape_dict[{name!r}] = {shape!r} keeps model dims (None) but the model's input "
+            f"has {len(model_dims)} dims"
+        )
+    out = []
+    for i, d in enumerate(given):
+        if d is None and model_dims is not None:
+            m = model_dims[i]
+            if m.HasField("dim_value"):
+                out.append(int(m.dim_value))
+            else:
+                out.append(_symbolic_dim(name, i, m.dim_param or None, dims))
+        elif isinstance(d, str):
+            out.append(_symbolic_dim(name, i, d, dims))
+        elif isinstance(d, tuple | list) and len(d) == 3 and isinstance(d[0], str | None):
+            dim_name, lo, hi = d
+            if dim_name is None and model_dims is not None:
+                dim_name = model_dims[i].dim_param or None
+            ok = _is_size(lo) and (hi is None or _is_size(hi)) and (hi is None or hi >= lo)
+            if not ok:
+                raise ValueError(
+                    f"shape_dict[{name!r}] dim {i} = {d!r}: bounds are (name, min, max) with "
+                    "0 <= min <= max (max None: unbounded)"
+                )
+            out.append(_symbolic_dim(name, i, dim_name, dims, int(lo), hi))
+        elif _is_size(d):
+            out.append(int(d))
+        else:
+            raise ValueError(
+                f"shape_dict[{name!r}] = {shape!r}: every dim must be an int >= 0, a name, "
+                "(name, min, max) or None"
+            )
+    return tuple(out)
+
+
+def _is_size(d) -> bool:
+    return not isinstance(d, bool) and isinstance(d, int | np.integer) and d >= 0
 
 
 def _attributes(node: onnx.NodeProto) -> dict:
@@ -215,6 +277,7 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     b.env = env  # the names a subgraph of this node sees
     b.name_hint = next((o for o in node.output if o), node.name or node.op_type)
     b.span = (node.name or next((o for o in node.output if o), node.op_type),)
+    inputs = []
     try:
         inputs = [env[i] if i else None for i in node.input]
         for v in inputs:
@@ -224,7 +287,15 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
         attrs = _attributes(node)
         check_int_attrs(attrs, node.op_type)
         out = fn(b, *inputs, **attrs)
-    except (NodeError, TypeError, ValueError, NotImplementedError) as e:
+    except TypeError as e:
+        if str(e).startswith("cannot use the symbolic expression"):  # a rule's int-only test
+            dims = _symbolic_dims_of(inputs)
+            raise ValueError(
+                f"{label}: its conversion or type rule cannot take the symbolic dim(s) {dims} "
+                f"of its inputs ({e}); give them sizes in shape_dict"
+            ) from None
+        raise ValueError(f"{label}: {e}") from None
+    except (NodeError, ValueError, NotImplementedError) as e:
         raise ValueError(f"{label}: {e}") from None
     except (LookupError, ArithmeticError, AttributeError, AssertionError) as e:
         # a converter that trips on inputs it did not foresee: still one clear error, with
@@ -240,6 +311,13 @@ def _convert_node(b: ConvertContext, node, env: dict, opset: int) -> None:
     for name in node.output[len(outs) :]:
         if name:
             env[name] = _Unavailable(label, name)
+
+
+def _symbolic_dims_of(inputs) -> str:
+    from tessera.graph.dims import dim_vars
+
+    shapes = [v.type.shape for v in inputs if isinstance(v, Value)]
+    return ", ".join(v.name for v in dim_vars(shapes)) or "(none)"
 
 
 def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
@@ -369,6 +447,7 @@ def convert_onnx(model, shape_dict=None, dtype="float32", input_values=None):
     b.convert_subgraph = lambda g, bindings: _convert_subgraph(b, g, bindings, opsets)
     b.convert_function = lambda g, i, o, n: _convert_function(b, g, i, o, n, opsets)
     env: dict[str, object] = {}
+    dim_vars: dict = {}  # a model's dynamic dims by name (Note [symbolic dims])
     for vi in inputs:
         if vi.name in values:
             env[vi.name] = b.const(values[vi.name], name=vi.name)
@@ -376,7 +455,7 @@ def convert_onnx(model, shape_dict=None, dtype="float32", input_values=None):
         if vi.type.WhichOneof("value") in ("sequence_type", "optional_type"):
             env[vi.name] = _sequence_input(b, vi, shape_dict, dtype)
             continue
-        shape, elem = _input_type(vi, shape_dict, dtype)
+        shape, elem = _input_type(vi, shape_dict, dtype, dim_vars)
         env[vi.name] = b.param(vi.name, shape, elem)
     for name, array in inits.items():
         env[name] = b.const(array, name=name)
@@ -390,6 +469,12 @@ def convert_onnx(model, shape_dict=None, dtype="float32", input_values=None):
     outputs, layout, names = [], [], {}
     for vi in graph.output:
         v = env.get(vi.name)
+        if isinstance(v, ShapeConstant):
+            raise ValueError(
+                f"graph output {vi.name!r} is a shape with symbolic dims "
+                f"({', '.join(str(d) for d in v.array.reshape(-1))}): tessera cannot output it "
+                "yet; give the dims sizes in shape_dict"
+            )
         if v is None and vi.type.WhichOneof("value") == "optional_type":
             layout.append(-1)
         elif isinstance(v, Seq) and all(isinstance(x, Value) for x in v):

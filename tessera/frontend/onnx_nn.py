@@ -33,7 +33,7 @@ def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=Fa
 
     With `signed`, SAME pads may come back negative (as ORT's Conv computes them, see
     `_same_pads`); `_crop` turns those into a slice of the input."""
-    in_shape = b.shape_of(X)[2:]
+    in_shape = b.shape_of(X, symbolic=True)[2:]
     kernel = tuple(W_or_kernel)
     nd = len(kernel)
     if len(in_shape) != nd:
@@ -49,8 +49,16 @@ def _spatial(b, X, W_or_kernel, auto_pad, dilations, pads, strides, transpose=Fa
         # ORT refuses dilation with SAME; there the reference's clamped pads stay
         signed = signed and all(d == 1 for d in dilations)
         for i in range(nd):
+            size = in_shape[i]
+            if not isinstance(size, int):  # a symbolic dim: its pads are static at stride 1
+                if strides[i] != 1:
+                    raise NodeError(
+                        f"auto_pad {auto_pad} with stride {strides[i]} over the symbolic dim "
+                        f"{size} of {X.type}: its pads depend on the size; give it in shape_dict"
+                    )
+                size = 1
             pads[i], pads[i + nd] = _same_pads(
-                in_shape[i], kernel[i], strides[i], dilations[i], auto_pad, signed
+                size, kernel[i], strides[i], dilations[i], auto_pad, signed
             )
     elif auto_pad == "VALID":
         pads = [0] * (2 * nd)

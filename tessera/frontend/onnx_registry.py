@@ -17,6 +17,7 @@ import numpy as np
 from tessera.graph.builder import GraphBuilder
 from tessera.graph.ir import Constant, Value
 from tessera.graph.op import get_op
+from tessera.tir.expr import Expr
 from tessera.transform.check_limits import check_tensor
 
 # (domain, op_type) -> [(since, converter)], sorted by since
@@ -112,15 +113,33 @@ class ConvertContext(GraphBuilder):
     def known_or(self, v: Value | None, default, what: str):
         return default if v is None else self.known(v, what)
 
+    def shape_const(self, dims) -> Constant:
+        """The int64 shape `dims` (ints and symbolic dims): a ShapeConstant, or a plain
+        constant when every dim is an int."""
+        from tessera.graph.ir import ShapeConstant, TensorType
+
+        dims = np.asarray(dims, dtype=object)
+        if all(isinstance(d, int | np.integer) for d in dims.reshape(-1)):
+            return self.const(dims.astype(np.int64))
+        c = ShapeConstant(self.fresh_name(), TensorType(dims.shape, "int64"), dims)
+        self.constants.append(c)
+        return c
+
     def scalar(self, value, like: Value) -> Constant:
         """A scalar constant of the dtype of `like`."""
         return self.const(np.asarray(value, dtype=value_dtype(like.type.dtype)))
 
     def reshape(self, x: Value, shape) -> Value:
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(d if isinstance(d, Expr) else int(d) for d in shape)
         return x if shape == x.type.shape else self.call("reshape", x, newshape=shape)
 
-    def shape_of(self, x: Value) -> tuple[int, ...]:
-        if not x.type.is_static:
-            raise NodeError(f"the shape of %{x.name} ({x.type}) is not static")
+    def shape_of(self, x: Value, symbolic: bool = False) -> tuple:
+        """x's shape; with `symbolic`, its dims may be symbolic (Note [symbolic dims] in
+        graph/dims.py), which the converter then handles; else they must be static."""
+        if not x.type.is_static and not symbolic:
+            dims = ", ".join(str(d) for d in x.type.shape if not isinstance(d, int))
+            raise NodeError(
+                f"the shape of %{x.name} ({x.type}) has the symbolic dim(s) {dims}, which this "
+                "op's conversion cannot take yet: give them sizes in shape_dict"
+            )
         return x.type.shape

@@ -77,7 +77,7 @@ def _parts(b, v, axis: int, sizes):
 def _direction(b, v, d: int, ndir: int):
     """Direction d of a [num_directions, ...] tensor, without its leading axis."""
     piece = _parts(b, v, 0, (1,) * ndir)[d]
-    return b.reshape(piece, b.shape_of(piece)[1:])
+    return b.reshape(piece, b.shape_of(piece, symbolic=True)[1:])
 
 
 class _Cell:
@@ -120,7 +120,7 @@ def _biases(b, cell, B, d, ndir, gates):
 
 def _project(b, X, W, d, ndir, bias):
     """X [seq, batch, in] @ W[d]^T (+ bias) as [seq, batch, gates * hidden], in one matmul."""
-    seq, batch, size = b.shape_of(X)
+    seq, batch, size = b.shape_of(X, symbolic=True)
     w = b.call("transpose", _direction(b, W, d, ndir), axes=(1, 0))
     y = b.call("matmul", b.reshape(X, (seq * batch, size)), w)
     if bias is not None:
@@ -190,7 +190,7 @@ def _masks(b, lens, seq, batch, dtype):
 def _run_direction(b, cell, X, W, R, B, lens, state, d, ndir, reverse, extra):
     """Y [seq, batch, hidden] and the final states of direction d."""
     step, gates = _STEPS[cell.kind]
-    seq, batch, _ = b.shape_of(X)
+    seq, batch, _ = b.shape_of(X, symbolic=True)
     if reverse:
         X = reverse_sequence(b, X, lens) if lens is not None else b.call("reverse", X, axis=(0,))
     bias, rb_h = _biases(b, cell, B, d, ndir, gates)
@@ -218,6 +218,9 @@ _DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"),
 
 
 def _initial(b, v, d, ndir, batch, hidden, dtype):
+    if v is None and not isinstance(batch, int):  # a symbolic batch (graph/dims.py)
+        zeros = b.const(np.zeros((1, hidden), dtype))
+        return b.call("expand", zeros, shape=(batch, hidden))
     if v is None:
         return b.const(np.zeros((batch, hidden), dtype))
     return _direction(b, v, d, ndir)
@@ -239,7 +242,12 @@ def _recurrent(b, kind, X, W, R, B, lens, init_h, init_c=None, P=None, *, activa
         X = b.call("transpose", X, axes=(1, 0, 2))
         init_h = None if init_h is None else b.call("transpose", init_h, axes=(1, 0, 2))
         init_c = None if init_c is None else b.call("transpose", init_c, axes=(1, 0, 2))
-    seq, batch, _ = b.shape_of(X)
+    seq, batch, _ = b.shape_of(X, symbolic=True)
+    if not isinstance(seq, int):
+        raise NodeError(
+            f"its sequence length {seq} is symbolic: {kind} is unrolled over its steps, so the "
+            "length needs a size (shape_dict); a symbolic batch is supported"
+        )
     hidden = hidden_size or b.shape_of(R)[-1]
     names = activations or _DEFAULT_ACTIVATIONS[kind] * ndir
     per_dir = len(_DEFAULT_ACTIVATIONS[kind])

@@ -10,10 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.graph.dims import num_elements, same_dim, simplify_dim
+from tessera.tir.expr import Expr
 
 
 @onnx_op("Shape")
 def shape(b, data, *, start=0, end=None):
+    if not data.type.is_static:  # symbolic dims: a shape constant (graph/ir.py ShapeConstant)
+        dims = np.array(list(data.type.shape) + [None], dtype=object)[:-1][start:end]
+        return b.shape_const(dims)
     dims = np.array(b.shape_of(data), dtype=np.int64)
     return b.const(dims[start:end])
 
@@ -24,6 +29,8 @@ def size(b, data):
 
 
 def _onnx_reshape(in_shape, shape, allowzero=0):
+    if not all(isinstance(d, int) for d in (*in_shape, *shape)):
+        return _symbolic_reshape(in_shape, shape, allowzero)
     out = [int(d) for d in shape]
     for i, d in enumerate(out):
         if d == 0 and not allowzero:
@@ -43,21 +50,44 @@ def _onnx_reshape(in_shape, shape, allowzero=0):
     return out
 
 
+def _symbolic_reshape(in_shape, shape, allowzero):
+    """_onnx_reshape of an input with symbolic dims: 0 copies a dim, -1 is the elements left
+    (an exact division of the symbolic sizes, else a clear error)."""
+    out = [d if isinstance(d, Expr) else int(d) for d in shape]
+    for i, d in enumerate(out):
+        if d == 0 and not allowzero and i < len(in_shape):
+            out[i] = in_shape[i]
+    if out.count(-1) > 1 or any(isinstance(d, int) and d < -1 for d in out):
+        raise NodeError(f"shape {list(shape)} has more than one -1 or a negative dim")
+    if -1 in out:
+        known = num_elements([d for d in out if not (isinstance(d, int) and d == -1)])
+        rest = simplify_dim(num_elements(in_shape) // known) if known != 0 else None
+        if rest is None or not same_dim(num_elements([rest, known]), num_elements(in_shape)):
+            raise NodeError(
+                f"cannot reshape {list(in_shape)} to {list(shape)}: the elements left for -1 "
+                "are no exact division of the symbolic sizes"
+            )
+        out[out.index(-1)] = rest
+    if not same_dim(num_elements(out), num_elements(in_shape)):
+        raise NodeError(f"cannot reshape {list(in_shape)} to {list(shape)}")
+    return out
+
+
 @onnx_op("Reshape", since=5)
 def reshape(b, data, shape, *, allowzero=0):
-    return b.reshape(data, _onnx_reshape(b.shape_of(data), b.known(shape, "shape"), allowzero))
+    in_shape = b.shape_of(data, symbolic=True)
+    return b.reshape(data, _onnx_reshape(in_shape, b.known(shape, "shape"), allowzero))
 
 
 @onnx_op("Flatten")
 def flatten(b, input, *, axis=1):
-    s = b.shape_of(input)
+    s = b.shape_of(input, symbolic=True)
     axis = axis + len(s) if axis < 0 else axis
-    rows = int(np.prod(s[:axis], dtype=np.int64))
-    return b.reshape(input, (rows, int(np.prod(s[axis:], dtype=np.int64))))
+    return b.reshape(input, (num_elements(s[:axis]), num_elements(s[axis:])))
 
 
 def _squeeze(b, data, axes):
-    s = b.shape_of(data)
+    s = b.shape_of(data, symbolic=True)
     if axes is None:
         axes = [i for i, d in enumerate(s) if d == 1]
     axes = {int(a) % len(s) for a in axes}
@@ -68,7 +98,7 @@ def _squeeze(b, data, axes):
 
 
 def _unsqueeze(b, data, axes):
-    s = list(b.shape_of(data))
+    s = list(b.shape_of(data, symbolic=True))
     rank = len(s) + len(axes)
     for a in sorted(int(a) % rank for a in axes):
         s.insert(a, 1)
@@ -112,7 +142,9 @@ def concat(b, *inputs, axis):
 
 
 def _split(b, input, axis, split, num_outputs):
-    dim = b.shape_of(input)[axis]
+    dim = b.shape_of(input, symbolic=True)[axis]
+    if not isinstance(dim, int) and split is None:
+        raise NodeError(f"cannot split the symbolic dim {dim} of {input.type} in equal parts")
     if split is None:
         n = num_outputs
         chunk = -(-dim // n)
@@ -185,7 +217,8 @@ def gather_nd(b, data, indices, *, batch_dims=0):
 
 @onnx_op("Expand", since=8)
 def expand(b, input, shape):
-    return b.call("expand", input, shape=tuple(int(d) for d in b.known(shape, "shape")))
+    dims = b.known(shape, "shape")
+    return b.call("expand", input, shape=tuple(d if isinstance(d, Expr) else int(d) for d in dims))
 
 
 @onnx_op("Tile", since=6)
@@ -245,7 +278,10 @@ def constant(
 @onnx_op("ConstantOfShape", since=9)
 def constant_of_shape(b, input, *, value=None):
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    shape = tuple(int(d) for d in b.known(input, "input"))
+    dims = b.known(input, "input")
+    if any(isinstance(d, Expr) for d in dims.reshape(-1)):  # symbolic dims: filled at run time
+        return b.call("expand", b.const(fill[:1].reshape(())), shape=tuple(dims.reshape(-1)))
+    shape = tuple(int(d) for d in dims)
     return b.const(np.full(shape, fill[0], dtype=fill.dtype))
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.graph.ir import Call, Constant, Function, TensorType, Value
+from tessera.graph.ir import Call, Constant, Function, ShapeConstant, TensorType, Value
 from tessera.graph.op import Op, get_op
+from tessera.tir.expr import Expr
 
 
 class GraphBuilder:
@@ -54,13 +55,49 @@ class GraphBuilder:
             if not isinstance(v, Value):
                 raise TypeError(f"{op.name}: inputs must be graph Values, got {type(v).__name__}")
         types = op.infer_type([v.type for v in inputs], attrs)
-        if self.fold and all(isinstance(v, Constant) for v in inputs) and not op.has_side_effects:
+        foldable = all(isinstance(v, Constant) for v in inputs) and not op.has_side_effects
+        foldable = foldable and all(t.is_static for t in types)  # a constant has a size
+        if any(isinstance(v, ShapeConstant) for v in inputs):
+            if not (self.fold and foldable):
+                raise ValueError(
+                    f"{op.name} reads a shape with symbolic dims as run-time data; such a shape "
+                    "is supported where it folds into what takes a shape (Reshape, Expand): "
+                    "give the dims sizes in shape_dict"
+                )
+            outs = tuple(self._folded_shape(op, inputs, attrs, types))
+        elif self.fold and foldable:
             arrays = op.evaluate([v.array for v in inputs], attrs)
             outs = tuple(self._folded(op, a, t) for a, t in zip(arrays, types, strict=True))
         else:
             outs = tuple(Value(self.fresh_name(), t) for t in types)
             self.body.append(Call(op, tuple(inputs), attrs, outs, self.span))
         return outs[0] if len(outs) == 1 else outs
+
+    def _folded_shape(self, op: Op, inputs, attrs, types) -> list[Constant]:
+        """A call over shape constants with symbolic dims, folded by its numpy reference on
+        object arrays (ints and dim expressions); an integer cast keeps the dims."""
+        from tessera.graph.dims import simplify_dim
+
+        if op.name == "cast":
+            if np.dtype(types[0].dtype.numpy_name).kind not in "iu":
+                raise ValueError(f"cast of a shape with symbolic dims to {types[0].dtype}")
+            arrays = [inputs[0].array]
+        else:
+            arrays = op.evaluate([v.array for v in inputs], attrs)
+        outs = []
+        for a, t in zip(arrays, types, strict=True):
+            a = np.asarray(a, dtype=object)
+            if a.shape != t.shape:
+                raise TypeError(f"{op.name}: reference gave {list(a.shape)}, type rule says {t}")
+            flat = [simplify_dim(x) if isinstance(x, Expr) else x for x in a.reshape(-1)]
+            a = np.array(flat + [None], dtype=object)[:-1].reshape(a.shape)
+            if all(not isinstance(x, Expr) for x in flat):
+                outs.append(self.const(a.astype(t.dtype.numpy_name)))
+                continue
+            c = ShapeConstant(self.fresh_name(), t, a)
+            self.constants.append(c)
+            outs.append(c)
+        return outs
 
     def _folded(self, op: Op, array: np.ndarray, t: TensorType) -> Constant:
         array = np.asarray(array)

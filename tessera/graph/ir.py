@@ -23,6 +23,7 @@ import numpy as np
 
 from tessera.ir.dtype import DType
 from tessera.ir.node import Node
+from tessera.tir.expr import Expr
 
 # Short dtype spellings used in the text form: f32[1, 3]
 _SHORT = {
@@ -43,6 +44,18 @@ _SHORT = {
 _LONG = {v: k for k, v in _SHORT.items()}
 
 
+def _dim(d):
+    """A dim as TensorType holds it: an int, a str, or a simplified symbolic expression (an
+    expression that simplifies to a constant becomes that int)."""
+    if isinstance(d, str):
+        return d
+    if isinstance(d, Expr):
+        from tessera.graph.dims import simplify_dim
+
+        return simplify_dim(d)
+    return int(d)
+
+
 def short_dtype(dtype: DType) -> str:
     return _SHORT.get(str(dtype), str(dtype))
 
@@ -56,13 +69,15 @@ def parse_dtype(text) -> DType:
 
 @dataclass(frozen=True)
 class TensorType(Node):
-    """A tensor's shape and element type. A dim is an int, or a str name while still unbound."""
+    """A tensor's shape and element type. A dim is an int, a symbolic dim (a `tir` integer
+    expression over the model's dim variables, `dims.dim_var`: Note [symbolic dims] in
+    graph/dims.py), or a str name while still unbound."""
 
-    shape: tuple[int | str, ...]
+    shape: tuple[int | str | object, ...]
     dtype: DType
 
     def __post_init__(self):
-        shape = tuple(d if isinstance(d, str) else int(d) for d in self.shape)
+        shape = tuple(_dim(d) for d in self.shape)
         for d in shape:
             if isinstance(d, int) and d < 0:
                 raise ValueError(f"negative dimension in shape {shape}")
@@ -91,7 +106,9 @@ class TensorType(Node):
         return TensorType(self.shape, parse_dtype(dtype))
 
     def __str__(self) -> str:
-        return f"{short_dtype(self.dtype)}[{', '.join(str(d) for d in self.shape)}]"
+        from tessera.graph.dims import show_dim
+
+        return f"{short_dtype(self.dtype)}[{', '.join(show_dim(d) for d in self.shape)}]"
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,6 +187,20 @@ class Constant(Value):
         return self.data.array
 
 
+@dataclass(frozen=True, eq=False)
+class ShapeConstant(Constant):
+    """An int64 constant some of whose elements are symbolic dims (its array holds ints and
+    `tir` expressions): the `Shape` of a tensor with symbolic dims while the ONNX frontend
+    converts, folded through the shape arithmetic (Gather, Concat, Mul, ...) into what reads
+    it as a shape (Reshape, Expand). It never reaches a kernel: a call that would read it at
+    run time is refused (GraphBuilder.call)."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "data", TensorData(np.asarray(self.data, dtype=object)))
+        if tuple(self.data.array.shape) != tuple(self.type.shape):
+            raise ValueError(f"constant %{self.name}: data shape != type {self.type}")
+
+
 class Attrs(Mapping):
     """A frozen, ordered mapping of attribute names to plain values (ints, floats, strs,
     bools, None, DTypes and tuples of those). Lists are stored as tuples."""
@@ -217,6 +248,8 @@ def _freeze(v):
         return v.item()
     if isinstance(v, (bool, int, float, str, DType, Function)) or v is None:
         return v  # a Function: the body of a `fused` call (tessera.transform.fuse_ops)
+    if isinstance(v, Expr) and v.dtype.is_int:
+        return _dim(v)  # a symbolic dim in a shape attribute (reshape's newshape, ...)
     raise TypeError(f"attribute value {v!r} of type {type(v).__name__} is not supported")
 
 
@@ -226,6 +259,8 @@ def _attr_key(v):
         return tuple(_attr_key(x) for x in v)
     if isinstance(v, float) and v != v:
         return ("float", "nan")
+    if isinstance(v, Expr):
+        return ("dim", v)  # == is structural (variables by identity)
     return (type(v).__name__, v)
 
 

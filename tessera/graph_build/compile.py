@@ -28,6 +28,7 @@ from tessera.graph_build.lower_group import (
 )
 from tessera.ir.dtype import DType
 from tessera.target import Target
+from tessera.tir.expr import Expr
 from tessera.tir.function import PrimFunc
 from tessera.tir.transform.lift_workspaces import lift_workspaces
 
@@ -38,13 +39,16 @@ def _describe(x):
         return x
     if isinstance(x, tuple | list):
         return tuple(_describe(v) for v in x)
-    if isinstance(x, TensorType):
-        return ("type", str(x.dtype), tuple(x.shape))
+    if isinstance(x, TensorType):  # a symbolic dim by its text: var names are unique per model
+        dims = tuple(d if isinstance(d, int | str) else ("dim", str(d)) for d in x.shape)
+        return ("type", str(x.dtype), dims)
     if isinstance(x, DType):
         return ("dtype", str(x))
     if isinstance(x, TensorData):
         a = x.array
         return ("data", a.dtype.str, a.shape, hashlib.sha256(a.tobytes()).hexdigest())
+    if isinstance(x, Expr):  # a symbolic dim in an attribute
+        return ("dim", str(x))
     if isinstance(x, Attrs):
         return ("attrs", tuple((k, _describe(v)) for k, v in x.items()))
     if isinstance(x, Function):  # a nested function in an attribute

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.graph.dims import dim_bounds, dim_to_json, dim_vars, num_elements
 from tessera.graph.ir import Constant, Function, Value, source_nodes
 from tessera.runtime.graph_executor import PLAN_VERSION, nbytes_of
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE
@@ -113,5 +114,118 @@ def make_executor_plan(
         "params_nbytes": int(blob.nbytes),
         "arena_nbytes": int(arena_bytes),
         "calls": calls,
+    }
+    return plan, blob
+
+
+# -- plans with symbolic dims (Note [dynamic plan] in runtime/shape_expr.py) ----------------------
+
+
+def is_dynamic(func: Function) -> bool:
+    """Whether a value of `func` has a symbolic dim."""
+    values = [*func.params, *(v for c in func.body for v in c.outputs), *func.outputs]
+    return any(not v.type.is_static for v in values)
+
+
+def _dyn_spec(name: str, v: Value) -> dict:
+    shape = [dim_to_json(d) for d in v.type.shape]
+    return {"name": name, "dtype": str(v.type.dtype), "shape": shape}
+
+
+def _nbytes_expr(v: Value):
+    return dim_to_json(num_elements((*v.type.shape, v.type.dtype.itemsize)))
+
+
+def make_dynamic_plan(
+    func: Function, kernel_of_call: list[str], kernels
+) -> tuple[dict, np.ndarray]:
+    """(plan, params blob) of a fused function with symbolic dims: its arena is laid out per
+    call from the inputs' shapes (Note [dynamic plan] in runtime/shape_expr.py)."""
+    dims = dim_vars([p.type.shape for p in func.params])
+    names = [v.name for v in dims]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the model's dynamic dims have repeated names: {names}")
+    inner = dim_vars([v.type.shape for c in func.body for v in (*c.inputs, *c.outputs)])
+    for v in inner:
+        if all(v is not d for d in dims):
+            raise ValueError(
+                f"the dim {v.name!r} is in the model's shapes but in no input's: its size "
+                "cannot be known when the model runs"
+            )
+    weights = _weights(func)
+    param_entries, blob = pack_params(weights)
+    where: dict[int, list] = {}
+    for k, p in enumerate(func.params):
+        where[id(p)] = ["input", k]
+    for k, c in enumerate(weights):
+        where[id(c)] = ["param", k]
+    outputs = []
+    for k, v in enumerate(func.outputs):
+        where.setdefault(id(v), ["output", k])
+        outputs.append({**_dyn_spec(v.name, v), "storage": where[id(v)]})
+    last_use: dict[int, int] = {}
+    for i, call in enumerate(func.body):
+        for v in call.inputs:
+            last_use[id(v)] = i
+    values = []
+    for i, call in enumerate(func.body):
+        for v in call.outputs:
+            if id(v) not in where:
+                where[id(v)] = ["dyn", len(dims) + len(values)]
+                end = last_use.get(id(v), i)
+                values.append({"nbytes": _nbytes_expr(v), "start": i, "end": end})
+    scratch = _workspaces(kernels)
+    rel_offsets: dict[int, int] = {}  # a workspace's offset in the shared region -> its slot
+    infos = {k.name: k.info for k in kernels or ()}
+    calls, region = [], 0
+    slot_of_dim = {v.name: k for k, v in enumerate(dims)}
+    for call, kernel in zip(func.body, kernel_of_call, strict=True):
+        args = [where[id(v)] for v in (*call.inputs, *call.outputs)]
+        offset = 0
+        for nbytes in scratch.get(kernel, ()):
+            rel_offsets.setdefault(offset, len(rel_offsets))
+            args.append(["dyn", -1 - rel_offsets[offset]])  # resolved below
+            offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
+        region = max(region, offset)
+        kvars = []
+        for var in infos[kernel].vars if kernel in infos else ():
+            if var.name not in slot_of_dim:
+                raise ValueError(
+                    f"kernel {kernel} takes the var {var.name!r}, which is no dim of the model"
+                )
+            kvars.append(["dyn", slot_of_dim[var.name]])
+        shapes = [[dim_to_json(d) for d in v.type.shape] for v in (*call.inputs, *call.outputs)]
+        calls.append(
+            {
+                "kernel": kernel,
+                "args": args,
+                "vars": kvars,
+                "shapes": shapes,  # of the values (not the workspaces), for the runtime's checks
+                "nodes": source_nodes(call),
+            }
+        )
+    first_ws = len(dims) + len(values)
+    for call in calls:
+        call["args"] = [
+            ["dyn", first_ws - 1 - a[1]] if a[0] == "dyn" and a[1] < 0 else a for a in call["args"]
+        ]
+    dyn_dims = []
+    for v in dims:
+        lo, hi = dim_bounds(v)
+        dyn_dims.append({"name": v.name, "min": lo, "max": hi})
+    plan = {
+        "version": PLAN_VERSION,
+        "inputs": [_dyn_spec(p.name, p) for p in func.params],
+        "outputs": outputs,
+        "params": param_entries,
+        "params_nbytes": int(blob.nbytes),
+        "arena_nbytes": 0,  # laid out per call
+        "calls": calls,
+        "dynamic": {
+            "dims": dyn_dims,
+            "values": values,
+            "workspaces": sorted(rel_offsets, key=rel_offsets.get),
+            "workspace_nbytes": region,
+        },
     }
     return plan, blob

@@ -16,10 +16,12 @@ a compute rule at once, before anything is lowered.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
 
 from tessera import te, tir
+from tessera.graph.dims import dim_bounds, dim_vars, simplify_dim
 from tessera.graph.ir import Constant, Function, TensorType
 from tessera.graph.op import OpKind, get_op
 from tessera.target import Target, load_strategies
@@ -91,7 +93,8 @@ def _te_constant(c: Constant) -> te.Tensor:
 
 
 def _static_shape(t: te.Tensor) -> tuple:
-    return tuple(int(d.value) if isinstance(d, tir.IntImm) else str(d) for d in t.shape)
+    """A te tensor's shape as a graph type's: ints, and symbolic dims (Note [symbolic dims])."""
+    return tuple(int(d.value) if isinstance(d, tir.IntImm) else simplify_dim(d) for d in t.shape)
 
 
 def _compute_rule(op, target: Target | None):
@@ -114,8 +117,8 @@ def _compute_group(
     env: dict[int, te.Tensor] = {}
     placeholders = []
     for k, p in enumerate(group.params):
-        if not p.type.is_static:
-            raise LoweringError(f"{group.name}: input %{p.name} has a symbolic shape {p.type}")
+        if any(isinstance(d, str) for d in p.type.shape):
+            raise LoweringError(f"{group.name}: input %{p.name} has an unbound dim: {p.type}")
         env[id(p)] = te.placeholder(p.type.shape, str(p.type.dtype), name=f"p{k}")
         placeholders.append(env[id(p)])
     for c in group.constants:
@@ -224,6 +227,29 @@ def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te
 
 def lower_group(group: Function, target: Target, name: str | None = None) -> tir.PrimFunc:
     """The PrimFunc of one fused group: params are its inputs, then its outputs."""
+    with _size_hints(group):
+        return _lower_group(group, target, name)
+
+
+def _size_hints(group: Function):
+    """Note [size hints]: the rules (strategy knobs, schedules) run with each bounded symbolic
+    dim of the group at its bounds, through `topi.symbolic.sizes` where the kernels' side has
+    it (issue 13's symbolic kernels); without it, or without bounds, nothing changes."""
+    bounded = {}
+    for v in dim_vars([p.type.shape for p in group.params]):
+        lo, hi = dim_bounds(v)
+        if hi is not None:
+            bounded[v.name] = (lo, hi)
+    try:
+        from tessera.topi import symbolic
+    except ImportError:
+        symbolic = None
+    if not bounded or symbolic is None or not hasattr(symbolic, "sizes"):
+        return contextlib.nullcontext()
+    return symbolic.sizes(bounded)
+
+
+def _lower_group(group: Function, target: Target, name: str | None) -> tir.PrimFunc:
     placeholders, outs = _compute_group(group, target)
     try:
         s = schedule_group(group, outs, target)

@@ -55,6 +55,7 @@ from tessera.runtime.module import Module
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device, empty
 from tessera.runtime.plan_check import ARG_KINDS, PLAN_VERSION, check_plan
 from tessera.runtime.profiling import ProfileResult
+from tessera.runtime.shape_expr import DynamicPlan, evaluate, show_shape
 
 PLAN_KEY = "graph_executor"  # where the plan lives in an exported library's metadata
 PARAMS_SYMBOL = "tessera_params"
@@ -222,10 +223,17 @@ class GraphExecutor:
             raise ValueError(f"a compiled model runs on cpu devices here, got {dev!r}")
         plan = factory.plan
         self.factory, self.device = factory, dev
-        self.input_specs = [(i["name"], i["dtype"], tuple(i["shape"])) for i in plan["inputs"]]
+        self.input_specs = [
+            (i["name"], i["dtype"], _shape_spec(i["shape"])) for i in plan["inputs"]
+        ]
         self.input_index = {name: k for k, (name, _, _) in enumerate(self.input_specs)}
-        self.inputs = [_empty(shape, dtype, dev) for _, dtype, shape in self.input_specs]
         self.params = [NDArray(factory._param_array(p), p["dtype"], dev) for p in plan["params"]]
+        # symbolic dims: buffers sized per binding of the dims (Note [dynamic plan])
+        self.dynamic = DynamicPlan(plan) if "dynamic" in plan else None
+        if self.dynamic is not None:
+            self._init_dynamic(plan)
+            return
+        self.inputs = [_empty(shape, dtype, dev) for _, dtype, shape in self.input_specs]
         self.arena = _empty((int(plan["arena_nbytes"]),), "uint8", dev)
         self.outputs: list[NDArray] = []
         for k, out in enumerate(plan["outputs"]):
@@ -249,6 +257,73 @@ class GraphExecutor:
         self.use_native = self._entry is not None  # False: the Python loop (for debugging)
         self._entry_args = self._native_args(factory) if self._entry is not None else None
         self._call_ns = (ctypes.c_int64 * max(1, len(self.calls)))()
+
+    # -- symbolic dims (Note [dynamic plan] in runtime/shape_expr.py) -------------------------
+
+    def _init_dynamic(self, plan: dict) -> None:
+        """Inputs at their dims' smallest sizes; outputs, arena and calls made by `_rebind`."""
+        dyn = self.dynamic
+        smallest = {name: lo for name, lo, _ in dyn.dims}
+        self._backing: dict[tuple, NDArray] = {}  # ("input" | "output", k) -> uint8 storage
+        self.inputs = []
+        for k, (_, dtype, _) in enumerate(self.input_specs):
+            shape = tuple(evaluate(d, smallest) for d in dyn.inputs[k][1])
+            self.inputs.append(self._grown(("input", k), shape, dtype))
+        self.arena = _empty((0,), "uint8", self.device)
+        self.outputs, self.calls, self.rows = [], [], [None] * len(plan["outputs"])
+        self.nodes = [list(call.get("nodes", ())) for call in plan["calls"]]
+        self.has_control_flow = False
+        self._entry = self.factory._entry
+        self.use_native = self._entry is not None
+        self._entry_args = None
+        self._call_ns = (ctypes.c_int64 * max(1, len(plan["calls"])))()
+        self._bound: tuple | None = None  # (input shapes, buffer addresses) of the last binding
+
+    def _grown(self, key: tuple, shape: tuple, dtype: str) -> NDArray:
+        """An array of `shape` over the storage kept for `key`, grown when it is too small."""
+        nbytes = nbytes_of(dtype, shape)
+        backing = self._backing.get(key)
+        if backing is None or backing.nbytes < nbytes:
+            backing = self._backing[key] = _empty((max(nbytes, ALIGNMENT),), "uint8", self.device)
+        storage = np.dtype(STORAGE[dtype])
+        view = np.ndarray(shape, storage, buffer=backing._array, offset=0)
+        return NDArray(view, dtype, self.device)
+
+    def set_dynamic_input(self, slot: int, value) -> None:
+        """Copy `value` into input `slot` at its own shape (checked by the caller)."""
+        _, dtype, _ = self.input_specs[slot]
+        shape = tuple(value.shape)
+        if tuple(self.inputs[slot].shape) != shape:
+            self.inputs[slot] = self._grown(("input", slot), shape, dtype)
+        self.inputs[slot].copyfrom(value)
+
+    def _rebind(self) -> None:
+        """Bind the dims from the inputs' shapes; lay out the arena (grown when too small, its
+        table rewritten), the outputs and the calls for them. Nothing is done when neither the
+        shapes nor the inputs' storage changed since the last run."""
+        shapes = tuple(tuple(a.shape) for a in self.inputs)
+        key = (shapes, tuple(a.data_ptr for a in self.inputs))
+        if key == self._bound:
+            return
+        dyn, plan = self.dynamic, self.factory.plan
+        names = [name for name, _, _ in self.input_specs]
+        values = dyn.bind(dict(zip(names, shapes, strict=True)))
+        layout = dyn.layout(values)
+        if self.arena.nbytes < layout.arena_nbytes:
+            self.arena = _empty((layout.arena_nbytes,), "uint8", self.device)
+        self.arena._array[: layout.table.nbytes] = layout.table.view(np.uint8)
+        self.outputs = []
+        for k, (out, shape) in enumerate(zip(plan["outputs"], layout.output_shapes, strict=True)):
+            kind, index = out["storage"]
+            if (kind, index) == ("output", k):
+                self.outputs.append(self._grown(("output", k), shape, out["dtype"]))
+            else:
+                self.outputs.append(self._storage(kind, index, out["dtype"], shape))
+        table = [int(t) for t in layout.table]
+        self.calls = [self._prepare(_resolve_call(c, table, values)) for c in plan["calls"]]
+        if self._entry is not None:
+            self._entry_args = self._native_args(self.factory)
+        self._bound = key
 
     def _storage(self, kind: str, index: int, dtype: str, shape) -> NDArray:
         """The array behind an argument [kind, index] (a view into the arena for "arena")."""
@@ -284,8 +359,11 @@ class GraphExecutor:
                 f"the plan passes {len(call['args'])}"
             )
         pointers = []
-        for param, (kind, index) in zip(buffers, call["args"], strict=True):
+        shapes = call.get("shapes", ())  # a dynamic plan's: the dims a kernel's info writes
+        for k, (param, (kind, index)) in enumerate(zip(buffers, call["args"], strict=True)):
             shape = tuple(d if isinstance(d, int) else bound.get(d) for d in param.shape)
+            if None in shape and k < len(shapes):  # as text (an expression): the plan's value
+                shape = tuple(s if d is None else d for d, s in zip(shape, shapes[k], strict=True))
             if None in shape:
                 raise ValueError(f"executor plan: {name}: no value for a dim of {param.name!r}")
             array = self._storage(kind, index, param.dtype, shape)
@@ -329,6 +407,8 @@ class GraphExecutor:
         return in_array, out_array, params, self.arena.data_ptr
 
     def run(self) -> None:
+        if self.dynamic is not None:
+            self._rebind()
         if self.use_native:
             code = self._entry(*self._entry_args, None)
             if code:
@@ -352,6 +432,8 @@ class GraphExecutor:
 
     def time_calls(self) -> np.ndarray:
         """Run once, timing each call: seconds per call, in plan order."""
+        if self.dynamic is not None:
+            self._rebind()
         if self.use_native:
             code = self._entry(*self._entry_args, self._call_ns)
             if code:
@@ -367,6 +449,20 @@ class GraphExecutor:
             if code:
                 self._failed(k)
         return times
+
+
+def _shape_spec(shape: list) -> tuple:
+    """An input's shape as the user sees it: ints, dim names, and expressions as text."""
+    return tuple(d if isinstance(d, int | str) else show_shape([d])[1:-1] for d in shape)
+
+
+def _resolve_call(call: dict, table: list[int], dims: dict[str, int]) -> dict:
+    """A call of a dynamic plan with its ["dyn", t] arguments and vars resolved by the arena's
+    table and its values' shapes by the dims (Note [dynamic plan]): a static plan's call."""
+    args = [["arena", table[a[1]]] if a[0] == "dyn" else a for a in call["args"]]
+    values = [table[v[1]] if isinstance(v, list) else v for v in call.get("vars", ())]
+    shapes = [[evaluate(d, dims) for d in s] for s in call.get("shapes", ())]
+    return {**call, "args": args, "vars": values, "shapes": shapes}
 
 
 def _fail_messages(plan: dict, call: dict) -> list[str]:
@@ -479,6 +575,14 @@ class GraphModule:
             slot = self._input_slot(k)
             name, dtype, shape = self._specs[slot]
             got_dtype, got_shape = _dtype_and_shape(v, name)
+            dynamic = state.executor.dynamic
+            if dynamic is not None:  # any shape its dims' bounds allow
+                if got_dtype != dtype:
+                    raise ValueError(f"input {name!r}: expected {dtype}, got {got_dtype}")
+                dynamic.check_input(name, got_shape)
+                state.executor.set_dynamic_input(slot, v)
+                state.unset.discard(name)
+                continue
             if got_dtype != dtype or got_shape != shape:
                 raise ValueError(
                     f"input {name!r}: expected {dtype} of shape {shape}, "
@@ -539,12 +643,17 @@ class GraphModule:
     def get_output(self, index: int, out: NDArray | None = None) -> NDArray:
         """Output `index` of this thread's last run: the executor's own array (the next run
         overwrites it), or a copy into `out` when given."""
-        outputs = self._ex.outputs
-        count = len(outputs)
+        executor = self._ex
+        if executor.dynamic is not None and executor._bound is None:
+            raise ValueError(
+                "get_output: run the model first (with symbolic dims, the outputs take the "
+                "shapes of a run)"
+            )
+        count = len(self._factory.plan["outputs"])
         if not isinstance(index, int | np.integer) or not 0 <= index < count:
             what = f"{count} output" + ("" if count == 1 else "s")
             raise ValueError(f"output index {index!r} out of range (the model has {what})")
-        array = self._ex.output(int(index))
+        array = executor.output(int(index))
         return out.copyfrom(array) if out is not None else array
 
     def benchmark(self, dev=None, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0):

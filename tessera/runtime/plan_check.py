@@ -8,9 +8,10 @@ one ValueError naming what is wrong, never a bare KeyError or TypeError.
 from __future__ import annotations
 
 from tessera.runtime.ndarray import STORAGE
+from tessera.runtime.shape_expr import is_expr
 
 PLAN_VERSION = 1
-ARG_KINDS = ("input", "param", "output", "arena")
+ARG_KINDS = ("input", "param", "output", "arena", "dyn")  # dyn: Note [dynamic plan]
 
 
 def _nbytes(dtype: str, shape) -> int:
@@ -33,12 +34,25 @@ def check_plan(plan, where) -> None:
         need(isinstance(plan.get(key), int) and plan[key] >= 0, f"{key} is not a size")
     for key in ("inputs", "outputs", "params", "calls"):
         need(isinstance(plan.get(key), list), f"{key} is not a list")
+    dynamic = "dynamic" in plan
+    if dynamic:
+        _check_dynamic(plan, need)
+    else:  # ["dyn", t] reads the table that only a dynamic plan's arena holds
+        for call in plan.get("calls", ()) if isinstance(plan.get("calls"), list) else ():
+            args = call.get("args", ()) if isinstance(call, dict) else ()
+            ok = all(not (isinstance(a, list) and a[:1] == ["dyn"]) for a in args)
+            need(ok, "a dyn argument in a plan without symbolic dims")
     for spec in plan["inputs"] + plan["outputs"] + plan["params"]:
         need(isinstance(spec, dict), "a tensor description is not an object")
         need(isinstance(spec.get("name"), str), "a tensor has no name")
         need(spec.get("dtype") in STORAGE, f"tensor {spec.get('name')!r} has no known dtype")
         shape = spec.get("shape")
-        ok = isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+        symbolic = dynamic and spec not in plan["params"]
+        ok = isinstance(shape, list) and all(
+            (isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+            or (symbolic and is_expr(d))
+            for d in shape
+        )
         need(ok, f"tensor {spec['name']!r} has no shape")
     for spec in plan["params"]:
         need(isinstance(spec.get("offset"), int) and spec["offset"] >= 0, "a weight's offset")
@@ -67,7 +81,7 @@ def _check_call(call, num_functions: int, need) -> None:
     need(isinstance(args, list) and all(_is_arg(a) for a in args), "a call's arguments")
     if "control" not in call:
         need(isinstance(call.get("kernel"), str), "a call's kernel")
-        need(all(isinstance(v, int) for v in call.get("vars", ())), "a call's vars")
+        need(all(isinstance(v, int) or _is_arg(v) for v in call.get("vars", ())), "a call's vars")
         return
     need(call["control"] in ("if", "loop", "fail"), f"control call {call['control']!r}")
     outs = call.get("outputs")
@@ -97,3 +111,35 @@ def _is_arg(arg) -> bool:
         and not isinstance(arg[1], bool)
         and arg[1] >= 0
     )
+
+
+def _check_dynamic(plan: dict, need) -> None:
+    """The "dynamic" section of a plan with symbolic dims (Note [dynamic plan])."""
+    dyn = plan["dynamic"]
+    need(isinstance(dyn, dict), "dynamic is not an object")
+    dims = dyn.get("dims")
+    need(isinstance(dims, list), "dynamic: dims is not a list")
+    for d in dims:
+        ok = isinstance(d, dict) and isinstance(d.get("name"), str)
+        ok = ok and isinstance(d.get("min"), int) and d["min"] >= 0
+        ok = ok and (d.get("max") is None or (isinstance(d["max"], int) and d["max"] >= d["min"]))
+        need(ok, "dynamic: a dim")
+    values = dyn.get("values")
+    need(isinstance(values, list), "dynamic: values is not a list")
+    for v in values:
+        ok = isinstance(v, dict) and is_expr(v.get("nbytes"))
+        ok = ok and all(isinstance(v.get(k), int) and v[k] >= 0 for k in ("start", "end"))
+        need(ok, "dynamic: a value")
+    work = dyn.get("workspaces")
+    ok = isinstance(work, list) and all(isinstance(w, int) and w >= 0 for w in work)
+    need(ok and isinstance(dyn.get("workspace_nbytes"), int), "dynamic: workspaces")
+    need("functions" not in plan, "dynamic: a plan with symbolic dims has no functions")
+    slots = len(dims) + len(values) + len(work)
+    for call in plan["calls"]:
+        shapes = call.get("shapes", [])
+        ok = isinstance(shapes, list) and all(
+            isinstance(s, list) and all(is_expr(d) for d in s) for s in shapes
+        )
+        need(ok, "a call's shapes")
+        for a in [*call.get("args", ()), *(v for v in call.get("vars", ()) if isinstance(v, list))]:
+            need(not _is_arg(a) or a[0] != "dyn" or a[1] < slots, "a call's dyn slot")

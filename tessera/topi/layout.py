@@ -110,6 +110,9 @@ def transform_shape(shape, src, dst) -> tuple[int, ...]:
             out.append(b)
             continue
         block = dst.block(a)
+        if block == 1:  # an unblocked axis (may be a symbolic dim: graph/dims.py)
+            out.append(primal[a])
+            continue
         if primal[a] % block:
             raise ValueError(
                 f"layout {dst}: axis {a} of extent {primal[a]} is not a multiple "

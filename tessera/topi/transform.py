@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera import te
-from tessera.tir.expr import Expr
+from tessera.tir.expr import Expr, IntImm
 from tessera.topi.elemwise import scalar_as
 
 INJECTIVE = "injective"
@@ -47,6 +47,8 @@ def unravel(linear: Expr, shape) -> tuple[Expr, ...]:
 
 
 def reshape(x: te.Tensor, newshape) -> te.Tensor:
+    if not all(isinstance(d, int | np.integer | IntImm) for d in (*newshape, *x.shape)):
+        return _symbolic_reshape(x, tuple(newshape))
     newshape = tuple(int(d) for d in newshape)
     if int(np.prod(newshape)) != int(np.prod(_ints(x.shape))):
         raise ValueError(f"cannot reshape {x} to {list(newshape)}")
@@ -56,6 +58,28 @@ def reshape(x: te.Tensor, newshape) -> te.Tensor:
         return x(*unravel(ravel(i, newshape), in_shape))
 
     return te.compute(newshape, body, name="reshape", tag=INJECTIVE)
+
+
+def _symbolic_reshape(x: te.Tensor, newshape: tuple) -> te.Tensor:
+    """reshape with symbolic dims (graph/dims.py): the leading dims both shapes share are read
+    as they are; the rest goes through a linear position (floordiv/floormod by the dims)."""
+    in_shape = tuple(x.shape)
+    same = 0
+    while same < min(len(in_shape), len(newshape)) and _same_dim(in_shape[same], newshape[same]):
+        same += 1
+
+    def body(*i):
+        rest = unravel(ravel(i[same:], newshape[same:]), in_shape[same:])
+        return x(*i[:same], *rest)
+
+    return te.compute(newshape, body, name="reshape", tag=INJECTIVE)
+
+
+def _same_dim(a, b) -> bool:
+    from tessera.arith import simplify
+
+    d = simplify(te.const(0, "int32") + a - b)
+    return isinstance(d, IntImm) and d.value == 0
 
 
 def transpose(x: te.Tensor, axes) -> te.Tensor:

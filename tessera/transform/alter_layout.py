@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.graph.dims import lowers_symbolic, representative_call
 from tessera.graph.ir import Call, Constant, Function, TensorType, Value
 from tessera.graph.op import OpKind, get_op
 from tessera.target import Target
@@ -72,12 +73,25 @@ def _layout(block: int) -> str:
 
 
 def _is_plain_4d(t: TensorType) -> bool:
-    return t.ndim == 4 and t.is_static and str(t.dtype) == "float32"
+    return t.ndim == 4 and _static_channels(t) and str(t.dtype) == "float32"
 
 
 def _is_plain(t: TensorType) -> bool:
     """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
-    return t.ndim in (3, 4) and t.is_static and str(t.dtype) == "float32"
+    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) == "float32"
+
+
+def _static_channels(t: TensorType) -> bool:
+    """Channels static; the batch and the sizes may be symbolic (Note [symbolic blocks])."""
+    return isinstance(t.shape[1], int) and not any(isinstance(d, str) for d in t.shape)
+
+
+# Note [symbolic blocks]
+# With a symbolic batch or size (graph/dims.py) and static channels, a conv or a pool is asked
+# for its layout at representative sizes (`representative_call`: its config, hence its blocks,
+# is the one for those sizes), and rewritten only when its blocked kernel lowers with the
+# symbolic dims (`lowers_symbolic`); otherwise what was emitted for it is taken back and it
+# stays in NCHW.
 
 
 def _as_4d_shape(shape) -> tuple[int, ...]:
@@ -272,21 +286,51 @@ class _Rewriter:
             "in_padded": self.is_padded(x),
             "winograd": self.use_winograd,
         }
-        plan = strategy.plan_layout(call, self.target, context)
+        plan = strategy.plan_layout(representative_call(call), self.target, context)
         if plan is None:
             return False
+        saved = self._save()
         wb = self.constant(w.name, plan["weight"])
         xb = self.to_block(x, plan["in_block"])
         if column:
             attrs = {"newshape": _swap_hw(xb.type.shape)}
             xb = self.emit("reshape", [xb], attrs, name=self._name(x, "row"))
         suffix = "wino" if "winograd" in plan["op"] else "nchwc"
-        yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, suffix))
+        if not self._emits(plan["op"], [xb, wb], plan["attrs"], self._name(out, suffix)):
+            return self._restore(saved)
+        yb = self.body[-1].outputs[0]
         if column:
             attrs = {"newshape": _swap_hw(yb.type.shape)}
             yb = self.emit("reshape", [yb], attrs, name=self._name(out, "column"))
         self.set_blocked(out, yb, plan["out_block"])
         return True
+
+    def _emits(self, op_name: str, inputs, attrs, name: str) -> bool:
+        """Emit a blocked op; False when its rules do not take its symbolic dims (Note
+        [symbolic blocks]): the caller takes back what it emitted."""
+        if all(v.type.is_static for v in inputs):
+            self.emit(op_name, inputs, attrs, name=name)
+            return True
+        try:
+            self.emit(op_name, inputs, attrs, name=name)
+        except (TypeError, ValueError):  # its type rule wants static shapes
+            return False
+        return lowers_symbolic(self.body[-1], self.target)
+
+    def _save(self) -> tuple:
+        return (
+            len(self.body),
+            list(self.constants),
+            dict(self.reblocked),
+            set(self.defined),
+            dict(self.blocked),
+        )
+
+    def _restore(self, saved: tuple) -> bool:
+        """Take back what was emitted since `saved`: False (the call was not rewritten)."""
+        n, self.constants, self.reblocked, self.defined, self.blocked = saved
+        del self.body[n:]
+        return False
 
     def depthwise_multiplier(self, call: Call) -> bool:
         """Note [depthwise multipliers]: k depthwise convs, concatenated, channels shuffled."""
@@ -492,13 +536,17 @@ class _Rewriter:
         if block is None:
             return False  # a pool alone is no reason to change layouts
         if call.op.name in ("nn.max_pool2d", "nn.avg_pool2d"):  # those with a strategy
-            plan = strategy.plan_layout(call, self.target, {"in_block": block})
+            asked = representative_call(call)
+            plan = strategy.plan_layout(asked, self.target, {"in_block": block})
             if plan is None:
                 return False
             op, attrs = plan["op"], plan["attrs"]
         else:
             op, attrs = _POOLS[call.op.name], call.attrs
-        yb = self.emit(op, [self.to_block(x, block)], attrs, name=self._name(out, "nchwc"))
+        saved = self._save()
+        if not self._emits(op, [self.to_block(x, block)], attrs, self._name(out, "nchwc")):
+            return self._restore(saved)
+        yb = self.body[-1].outputs[0]
         self.set_blocked(out, yb, block)
         return True
 
@@ -551,7 +599,7 @@ class _Rewriter:
             array = np.pad(v.array.reshape(-1), (0, padded - shape[1]))  # zeros: Note
             array = array.reshape(1, padded // block, 1, 1, block)
             return self.constant(v.name, np.ascontiguousarray(array))
-        same_rank = t.ndim == len(shape) and t.is_static
+        same_rank = t.ndim == len(shape) and _static_channels(t)
         if same_rank and t.shape[1] == shape[1] and shape[1] % block == 0:
             if all(a in (1, b) for a, b in zip(t.shape, shape, strict=True)):
                 return self.to_block(v, block)
@@ -600,6 +648,9 @@ def _trim_dead_taps(call: Call) -> Call:
     for axis in range(2):
         size, out = x.type.shape[2 + axis], y.type.shape[2 + axis]
         s, d, k, pb = a["strides"][axis], dilation[axis], kernel[axis], pads[axis]
+        if not isinstance(size, int):  # a symbolic size: which taps read it is not known
+            cut.append(slice(0, k))
+            continue
         first, last = _alive_taps(size, out, k, s, d, pb)
         before = pb - first * d
         after = max(0, (out - 1) * s + (last - first) * d + 1 - size - before)

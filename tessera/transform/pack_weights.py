@@ -17,6 +17,7 @@ The pass needs the target (`with target:` around the graph passes, as `build` do
 
 from __future__ import annotations
 
+from tessera.graph.dims import lowers_symbolic, representative_call
 from tessera.graph.ir import Call, Constant, Function, Value
 from tessera.graph.op import get_op
 from tessera.target import Target
@@ -33,8 +34,6 @@ def _packable(call: Call) -> tuple[Value, Constant, bool] | None:
         return None
     if str(x.type.dtype) != "float32" or str(w.type.dtype) != "float32":
         return None
-    if not x.type.is_static:
-        return None
     return x, w, call.op.name == "nn.dense"
 
 
@@ -49,7 +48,9 @@ def pack_weights(func: Function, target: Target | str | None = None) -> Function
     packed: dict[tuple, Constant] = {}  # (id(weight), op, attrs) -> packed weight
     body, constants = [], list(func.constants)
     for call in func.body:
-        plan = strategy.plan_layout(call, target) if _packable(call) is not None else None
+        # symbolic rows (graph/dims.py): the panels depend on the weight only
+        asked = representative_call(call)
+        plan = strategy.plan_layout(asked, target) if _packable(call) is not None else None
         if plan is None:
             body.append(call)
             continue
@@ -60,7 +61,11 @@ def pack_weights(func: Function, target: Target | str | None = None) -> Function
             packed[key] = Constant.of(f"{w.name}_packed", plan["weight"])
             constants.append(packed[key])
         op = get_op(plan["op"])
-        body.append(Call(op, (call.inputs[0], packed[key]), attrs, call.outputs, call.span))
+        new = Call(op, (call.inputs[0], packed[key]), attrs, call.outputs, call.span)
+        if asked is not call and not lowers_symbolic(new, target):
+            body.append(call)  # its packed kernel does not take symbolic rows (yet)
+            continue
+        body.append(new)
     if not packed:
         return func
     used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}

@@ -94,7 +94,9 @@ class _Rewriter:
             const = next((v for v in anchor.inputs if isinstance(v, Constant)), None)
             other = next((v for v in anchor.inputs if v is not const), None)
             if const is not None and other is not None and other.type == x.type:
-                bias = np.broadcast_to(const.array, x.type.shape)
+                # a symbolic dim (graph/dims.py) is 1 in the constant: broadcast over it as 1
+                shape = tuple(d if isinstance(d, int) else 1 for d in x.type.shape)
+                bias = np.broadcast_to(const.array, shape)
                 per_channel = np.moveaxis(bias, axis, 0).reshape(len(s), -1)
                 if np.all(per_channel == per_channel[:, :1]):
                     t = t + per_channel[:, 0].astype(np.float64) * s

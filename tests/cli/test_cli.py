@@ -156,11 +156,20 @@ def test_unsupported_op(cli, tmp_path):
     assert re.search(r"FooBar\s.*no", result.stdout)  # the histogram marks it
 
 
-def test_bad_input_shape(cli, cnn_path, dynamic_cnn_path):
+def test_bad_input_shape(cli, cnn_path):
     _fails(cli("compile", cnn_path, "--input-shape", "x:1xthree"), 2, "--input-shape", "1xthree")
     _fails(cli("compile", cnn_path, "--input-shape", "1x3x8x8"), 2, "NAME:DIMS")
     _fails(cli("compile", cnn_path, "--input-shape", "data:1x3x8x8"), 1, "'data'", "not an input")
-    _fails(cli("compile", dynamic_cnn_path), 1, "'x'", "dynamic dim", "--input-shape")
+
+
+def test_dynamic_batch_compiles_once_and_runs_given_inputs(cli, tmp_path, dynamic_cnn_path):
+    so, inputs, outputs = tmp_path / "dyn.so", tmp_path / "in.npz", tmp_path / "out.npz"
+    _ok(cli("compile", dynamic_cnn_path, "-o", so, "-q"))  # N stays symbolic (docs/dynamic.md)
+    _fails(cli("run", so), 1, "'x'", "symbolic", "--inputs")
+    for n in (1, 3):
+        np.savez(inputs, x=np.zeros((n, 3, 8, 8), np.float32))
+        _ok(cli("run", so, "--inputs", inputs, "--outputs", outputs))
+        assert np.load(outputs)["y"].shape == (n, 10)
 
 
 def test_inputs_with_wrong_shapes(cli, tmp_path, cnn_path):

@@ -11,6 +11,7 @@ import inspect
 
 import numpy as np
 
+from tessera.graph.dims import dim_bounds, dim_vars, lower_bound
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops import nn_ref
@@ -36,6 +37,15 @@ def _spatial_attrs(op, nd, strides, padding, dilation):
         raise type_error(op, "strides and dilations must be >= 1 and pads >= 0")
 
 
+def _at_least(x: TensorType) -> str:
+    """For a symbolic input: the dims' smallest sizes, which the user may raise in shape_dict."""
+    found = dim_vars([x.shape])
+    if not found:
+        return ""
+    mins = ", ".join(f"{v.name} >= {dim_bounds(v)[0]}" for v in found)
+    return f" at the smallest sizes its dims allow ({mins}; raise them in shape_dict)"
+
+
 def _conv_type(op, nd):
     def rule(x: TensorType, w: TensorType, strides, padding, dilation, groups=1):
         require_float(op, x)
@@ -49,8 +59,10 @@ def _conv_type(op, nd):
         for i in range(nd):
             size = x.shape[2 + i] + padding[i] + padding[i + nd]
             size -= dilation[i] * (w.shape[2 + i] - 1) + 1
-            if size < 0:
-                raise type_error(op, f"kernel {w.shape[2:]} is larger than padded input {x}")
+            if lower_bound(size) < 0:  # at the smallest sizes a symbolic dim allows, too
+                raise type_error(
+                    op, f"kernel {w.shape[2:]} is larger than padded input {x}{_at_least(x)}"
+                )
             out.append(size // strides[i] + 1)
         return TensorType((x.shape[0], w.shape[0], *out), x.dtype)
 
@@ -120,8 +132,10 @@ def _pool_type(op, nd):
         ]
         # A window one stride (or less) larger than the padded input leaves no window: an
         # empty output, as ONNX's VALID rule and ONNX Runtime give; more is an error there too.
-        if min(out) < 0:
-            raise type_error(op, f"pool window {pool_size} is larger than padded input {x}")
+        if min(lower_bound(o) for o in out) < 0:
+            raise type_error(
+                op, f"pool window {pool_size} is larger than padded input {x}{_at_least(x)}"
+            )
         return x.with_shape((*x.shape[:2], *out))
 
     return rule

@@ -7,10 +7,9 @@ per axis in Python's `slice.indices` form; `pad` gets ONNX-order pads (all begin
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from tessera.graph.dims import num_elements, same_dim
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import normalize_axes, normalize_axis, same_dtype, type_error
@@ -23,7 +22,9 @@ reshape = register_op("reshape", kind=OpKind.INJECTIVE)
 
 @reshape.type_rule
 def _(x: TensorType, newshape) -> TensorType:
-    if x.is_static and math.prod(newshape) != x.size or min(newshape, default=0) < 0:
+    if any(isinstance(d, int) and d < 0 for d in newshape) or not same_dim(
+        num_elements(newshape), num_elements(x.shape)
+    ):
         raise type_error("reshape", f"cannot reshape {x} to {list(newshape)}")
     return x.with_shape(newshape)
 

@@ -30,6 +30,12 @@ def _static(dims, what: str) -> tuple[int, ...]:
         raise ValueError(f"{what}: symbolic shapes are not supported, got {dims}") from None
 
 
+def _batch_and_sizes(dims, what: str) -> tuple:
+    """NC... dims: the channels static, the batch and the sizes ints or symbolic (graph/dims.py)."""
+    _static(dims[1:2], what)
+    return tuple(int(d.value) if hasattr(d, "value") else d for d in dims)
+
+
 def pad(x: te.Tensor, before, after, value=0.0, name: str = "pad") -> te.Tensor:
     """x zero-padded (or `value`-padded) on its spatial axes (2, 3, ...)."""
     nd = len(before)
@@ -51,7 +57,7 @@ def conv(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1
     strides = _ints(strides, nd, "strides", op)
     dilation = _ints(dilation, nd, "dilations", op)
     padding = _ints(padding, 2 * nd, "pads", op)
-    n, c, *size = _static(x.shape, op)
+    n, c, *size = _batch_and_sizes(x.shape, op)
     o, cg, *kernel = _static(w.shape, op)
     if groups < 1 or c != cg * groups or o % groups:
         raise ValueError(f"{op}: channels of data {x.shape} and weight {w.shape} disagree")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.nn.conv import _batch_and_sizes, _ints, _static
 
 
 def pool_output_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode) -> int:
@@ -60,7 +60,9 @@ def pool(
     strides = _ints(strides, nd, "strides", op)
     dilation = _ints(dilation or (1,) * nd, nd, "dilations", op)
     padding = _ints(padding, 2 * nd, "pads", op)
-    n, c, *size = _static(x.shape, op)
+    n, c, *size = _batch_and_sizes(x.shape, op)
+    if ceil_mode and not all(isinstance(s, int) for s in size):
+        raise ValueError(f"{op}: ceil_mode over a symbolic size is not supported, got {x.shape}")
     args = [
         (size[i], pool_size[i], strides[i], padding[i], padding[nd + i], dilation[i])
         for i in range(nd)
@@ -79,7 +81,8 @@ def pool(
         for i in range(nd):
             if padding[i]:
                 conds.append(pos[i] >= 0)
-            if (out[i] - 1) * strides[i] - padding[i] + (pool_size[i] - 1) * dilation[i] >= size[i]:
+            last = (out[i] - 1) * strides[i] - padding[i] + (pool_size[i] - 1) * dilation[i]
+            if not isinstance(size[i], int) or last >= size[i]:  # symbolic: always guarded
                 conds.append(pos[i] < size[i])
         return te.if_then_else(te.all(*conds), te.cast(x(b, ch, *pos), acc), fill)
 

@@ -1,0 +1,109 @@
+"""Symbolic dims: one build for every size against a build specialized to each size and ONNX
+Runtime, in turns, as ratios.
+
+    .venv/bin/python bench/dynamic.py [--threads 1] [--repeat 50] [--models mlp,encoder,ocr]
+
+For each model of tessera.models_dynamic (an MLP over a dynamic batch, a BERT-style encoder layer
+over batch and sequence, a CRNN-style recognizer over the width, a conv detector over the
+batch), the dynamic build is compiled once; at each of five sizes a build specialized to that
+size (shape_dict with the sizes) is compiled, the three agree with each other, then the dynamic
+build, the specialized build and ORT run the same inputs in turns (`measure_in_blocks`). The
+table gives medians, dynamic / specialized (the issue's bar: at most 1.2) and dynamic / ORT,
+and the load (`uptime`) before and after. A measurement, not a test: nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _cases():
+    """(name, model, shape_dict of the dynamic build, [(size label, {input: array})])."""
+    from tessera.models_dynamic import detector, encoder_layer, mlp, ocr_recognizer
+
+    rng = np.random.default_rng(0)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    yield "mlp", mlp(), None, [(f"batch {n}", {"x": normal(n, 64)}) for n in (1, 4, 16, 64, 256)]
+    encoder = []
+    for b, s in ((1, 16), (1, 64), (2, 128), (4, 32), (8, 128)):
+        mask = (rng.random((b, s)) > 0.1).astype(np.float32)
+        encoder.append((f"batch {b}, seq {s}", {"x": normal(b, s, 64), "mask": mask}))
+    yield "encoder", encoder_layer(), None, encoder
+    widths = (64, 128, 256, 512, 1024)
+    ocr = [(f"width {w}", {"image": normal(1, 1, 32, w)}) for w in widths]
+    yield "ocr", ocr_recognizer(), {"image": (1, 1, 32, ("width", 8, 2048))}, ocr
+    yield (
+        "detector",
+        detector(),
+        None,
+        [(f"batch {n}", {"images": normal(n, 3, 64, 64)}) for n in (1, 2, 4, 8, 16)],
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--models", default="mlp,encoder,ocr,detector")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TESSERA_NUM_THREADS", str(args.threads))
+    import onnxruntime as ort
+
+    import tessera
+    from tessera.cli.bench import measure_in_blocks
+    from tessera.frontend import from_onnx
+    from tessera.runtime import GraphModule
+
+    def build(model, shapes):
+        mod, params = from_onnx(model, shapes)
+        return GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+
+    wanted = set(args.models.split(","))
+    print(f"load before: {os.getloadavg()}")
+    print("| model | size | dynamic ms | specialized ms | ORT ms | dyn / spec | dyn / ORT |")
+    print("|---|---|---|---|---|---|---|")
+    for name, model, shapes, sizes in _cases():
+        if name not in wanted:
+            continue
+        dynamic = build(model, shapes)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        sess = ort.InferenceSession(model.SerializeToString(), so)
+        for label, feeds in sizes:
+            special = build(model, {k: v.shape for k, v in feeds.items()})
+            want = sess.run(None, feeds)
+            for got in (dynamic.run_with(feeds), special.run_with(feeds)):
+                for a, w in zip(got, want, strict=True):
+                    np.testing.assert_allclose(a, w, rtol=1e-3, atol=1e-4)
+            dynamic.set_input(**feeds)
+            special.set_input(**feeds)
+            times, _ = measure_in_blocks(
+                {
+                    "dynamic": dynamic.run,
+                    "special": special.run,
+                    "ort": lambda s=sess, f=feeds: s.run(None, f),
+                },
+                args.repeat,
+                warmup=3,
+                duration=None,
+            )
+            d, s, o = (float(np.median(times[k])) * 1e3 for k in ("dynamic", "special", "ort"))
+            print(f"| {name} | {label} | {d:.4f} | {s:.4f} | {o:.4f} | {d / s:.2f} | {d / o:.2f} |")
+            sys.stdout.flush()
+    print(f"load after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
