@@ -22,6 +22,7 @@ from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.nn.dense import PACK_TAG
 from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
 from tessera.topi.strategy import Config, record_config
+from tessera.topi.symbolic import representative, representative_shape
 from tessera.topi.x86.dense import (
     choose_blocking,
     fit_blocking,
@@ -34,11 +35,6 @@ from tessera.topi.x86.dense import (
 ANCHOR_TAGS = ("dense", "matmul", "batch_matmul")
 
 
-def _static(shape) -> list[int] | None:
-    dims = [getattr(d, "value", None) for d in shape]
-    return None if any(d is None for d in dims) else [int(d) for d in dims]
-
-
 def _anchor(outs) -> te.Tensor | None:
     found = []
     traverse(outs, lambda op: found.append(op.output(0)) if op.tag in ANCHOR_TAGS else None)
@@ -47,7 +43,7 @@ def _anchor(outs) -> te.Tensor | None:
 
 def _is_matrix_product(anchor: te.Tensor) -> bool:
     """Rows x columns in the last two axes of the output, both operands read as matrices."""
-    if anchor.ndim < 2 or _static(anchor.shape) is None:
+    if anchor.ndim < 2:
         return False
     if anchor.op.tag == "matmul":  # numpy.matmul drops the axis of a 1-D operand
         inputs = anchor.op.input_tensors
@@ -70,9 +66,10 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
         return s
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
-    shape = _static(anchor.shape)
+    # symbolic dims (batch, M, N, K): the rules at their representative sizes (topi/symbolic.py)
+    shape = representative_shape(anchor.shape)
     M, N = shape[-2], shape[-1]
-    K = int(anchor.op.reduce_axis[0].dom.extent.value)
+    K = representative(anchor.op.reduce_axis[0].dom.extent)
     rows = math.prod(shape[:-1])
     lanes = target.vector_lanes(anchor.dtype) if target is not None else 4
     for t in anchor.op.input_tensors:

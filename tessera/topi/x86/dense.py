@@ -38,6 +38,7 @@ from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.strategy import Config, record_config
+from tessera.topi.symbolic import product, representative
 from tessera.topi.transform import ravel
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
@@ -244,8 +245,11 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     rows = [iv for iv in rows if _extent(iv) != 1]
     if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
         stage.reorder(*batch, *rows, col)
-    n_rows = math.prod(_extent(iv) or 0 for iv in rows) if rows else 1
-    n_cols = _extent(col) or 0
+    # symbolic extents (Note [symbolic tails] in topi/symbolic.py): always tails; the rules
+    # count tiles at the representative size
+    n_rows = math.prod(representative(iv.dom.extent) for iv in rows) if rows else 1
+    n_cols = representative(col.dom.extent)
+    static = all(_extent(iv) is not None for iv in (*rows, col))
     if rows:
         row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
         ro, no, ri, ni = stage.tile(row, col, blk.mr, blk.nr)
@@ -254,7 +258,7 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     else:
         no, ni = stage.split(col, factor=blk.nr)
         tiles = [no]
-    if n_rows % blk.mr == 0 and n_cols % blk.nr == 0:
+    if static and n_rows % blk.mr == 0 and n_cols % blk.nr == 0:
         outer = [*batch, *tiles]
         tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
         stage.parallel(tile)
@@ -281,7 +285,7 @@ def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blo
     partition_loop peels the partial tiles off a guard-free main part; the parallel loop is
     blk.parallel's (where this kernel has it), else parallel_rule's. Returns the innermost tile
     loop (where the micro-kernel goes)."""
-    n_batch = math.prod(_extent(iv) or 1 for iv in batch) if batch else 0
+    n_batch = math.prod(representative(iv.dom.extent) for iv in batch) if batch else 0
     if len(batch) > 1:
         batch = [stage.fuse(*batch)]
     n_rows = n_rows if len(tiles) > 1 else 0
@@ -338,10 +342,16 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
 def _view_of(out: te.Tensor, anchor: te.Tensor, row_axes: int) -> bool:
     """Does `out` have the anchor's rows x cols (a 2-D anchor: its leading axes raveled into the
     rows, see Note [row view]; else the very same shape)?"""
-    o, a = _static(out.shape), _static(anchor.shape)
+    o, a = list(out.shape), list(anchor.shape)
     if row_axes or len(a) != 2:
-        return o == a
-    return len(o) >= 1 and o[-1] == a[-1] and math.prod(o[:-1]) == a[0]
+        return len(o) == len(a) and all(_same(x, y) for x, y in zip(o, a, strict=True))
+    return len(o) >= 1 and _same(o[-1], a[-1]) and _same(product(o[:-1]), a[0])
+
+
+def _same(a, b) -> bool:
+    from tessera.arith import Analyzer
+
+    return Analyzer().can_prove_equal(a, b)
 
 
 def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
