@@ -60,6 +60,16 @@ CASES = {
     ),
     "attn_pv": _case("nn.batch_matmul", lambda n: [(12, n, n), (12, n, 64)],
                      {"transpose_b": False}),  # fmt: skip
+    "conv_ocr": _case(
+        "nn.conv2d_nchwc",
+        lambda n: [(1, 4, 8, n, 16), (4, 4, 3, 3, 16, 16)],
+        {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1},
+    ),
+    "conv_batch": _case(
+        "nn.conv2d_nchwc",
+        lambda n: [(n, 4, 14, 14, 16), (4, 4, 3, 3, 16, 16)],
+        {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1},
+    ),
     "transpose": _case("transpose", lambda n: [(n, 12, 64)], {"axes": [1, 0, 2]}),
     "max_pool": _case(
         "nn.max_pool2d",

@@ -111,6 +111,24 @@ def fold_fuse_identity(lin: Linear) -> bool:
     return True
 
 
+def expand_floordiv(lin: Linear) -> bool:
+    """Replace k*floordiv(x, c) (c > 0 dividing k) by (k/c)*x - (k/c)*floormod(x, c), so that
+    a bound sees floordiv(n, 6)*6 <= n (Note [symbolic tails] in topi/symbolic.py: the main
+    part of a split of n ends at floordiv(n, 6)*6). True when something changed."""
+    found = [
+        (t, k)
+        for t, k in lin.terms.items()
+        if isinstance(t, E.FloorDiv) and isinstance(t.b, E.IntImm) and t.b.value > 0
+        and k % t.b.value == 0
+    ]  # fmt: skip
+    for t, k in found:
+        q = k // t.b.value
+        lin.add_term(t, -k)
+        lin.add(linearize(t.a), q)
+        lin.add_term(E.FloorMod(t.a, t.b), -q)
+    return bool(found)
+
+
 def _times(term: E.Expr, coeff: int, dt: DType) -> E.Expr:
     return term if coeff == 1 else E.Mul(term, E.IntImm(coeff, dt))
 

@@ -92,6 +92,7 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
+        self.clamp_tail = False  # Note [clamped tails] in te/lower.py
         self.prefetches: list[PrefetchSpec] = []
         self._reset_axes()
 
@@ -338,6 +339,18 @@ class Stage:
             raise ValueError(f"compute_inline: {self.name} is a reduction; it cannot be inlined")
         self.attach_type, self.attach_stage, self.attach_ivar = AttachType.INLINE, None, None
         self._record(S.ComputeInline(self.name))
+
+    def clamp_tails(self) -> None:
+        """Compute the points of this stage's loops past its extent too (a split's tail tile,
+        as Halide's RoundUp), reading every tensor at indices clamped into its bounds, so that
+        the stage's loops need no guard (Note [clamped tails] in te/lower.py). Only for a stage
+        whose extra points nobody reads: a cache_write accumulator computed at a tile of its
+        consumer, which stores the points inside the tensor only (its guards stay)."""
+        self._check_compute("clamp_tails")
+        if self.is_output:
+            raise ValueError(f"clamp_tails: {self.name} is an output; its tail must be guarded")
+        self.clamp_tail = True
+        self._record(S.ClampTails(self.name))
 
     def compute_root(self) -> None:
         """Compute this stage at the top level, the whole tensor at once (the default)."""

@@ -535,13 +535,17 @@ class FunctionEmitter:
         self.serial_loop(lo, hi, body)
 
     def s_Allocate(self, s):
-        buf = s.buffer
+        self.allocate(s.buffer, lambda: self.stmt(s.body))
+
+    def allocate(self, buf, emit_body):
+        """Bind `buf` to new storage (a local constant size: the stack; else the runtime's
+        heap, freed after) around `emit_body()`."""
         size = buf.num_elements()
         el_ty = T.storage_type(buf.dtype)
         if buf.scope == "local" and isinstance(size, E.IntImm):
             slot = self.alloca(ir.ArrayType(el_ty, max(size.value, 1)), name=buf.name)
             self.bind_buffer(buf, self.b.bitcast(slot, el_ty.as_pointer()), 64)
-            self.stmt(s.body)
+            emit_body()
             return
         alloc = self.ctx.declare("tessera_alloc", T.I8.as_pointer(), [T.I64])
         free = self.ctx.declare("tessera_free", ir.VoidType(), [T.I8.as_pointer()])
@@ -552,7 +556,7 @@ class FunctionEmitter:
         failed = self.b.icmp_unsigned("==", raw, ir.Constant(raw.type, None))
         self.check_rc(self.b.select(failed, ir.Constant(T.I32, -1), ir.Constant(T.I32, 0)))
         self.bind_buffer(buf, self.b.bitcast(raw, el_ty.as_pointer()), 64)
-        self.stmt(s.body)
+        emit_body()
         self.b.call(free, [raw])
 
 

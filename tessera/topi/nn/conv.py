@@ -23,6 +23,12 @@ def _ints(values, n: int, what: str, op: str) -> tuple[int, ...]:
     return values
 
 
+def _dims(dims) -> tuple:
+    """Each dim as an int where it is static, else its expression (a symbolic batch or
+    spatial size, topi/symbolic.py)."""
+    return tuple(int(d.value) if hasattr(d, "value") else d for d in dims)
+
+
 def _static(dims, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(d.value) for d in dims)
@@ -51,7 +57,8 @@ def conv(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1
     strides = _ints(strides, nd, "strides", op)
     dilation = _ints(dilation, nd, "dilations", op)
     padding = _ints(padding, 2 * nd, "pads", op)
-    n, c, *size = _static(x.shape, op)
+    n, _, *size = _dims(x.shape)  # batch and spatial sizes may be symbolic
+    c = _static(x.shape[1:2], op)[0]
     o, cg, *kernel = _static(w.shape, op)
     if groups < 1 or c != cg * groups or o % groups:
         raise ValueError(f"{op}: channels of data {x.shape} and weight {w.shape} disagree")

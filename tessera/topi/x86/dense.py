@@ -38,7 +38,7 @@ from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.strategy import Config, record_config
-from tessera.topi.symbolic import product, representative
+from tessera.topi.symbolic import all_static, product, representative
 from tessera.topi.transform import ravel
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
@@ -325,6 +325,8 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
     from tessera.topi import generic
 
     acc = s.cache_write(anchor, "local")
+    if not all_static(anchor.shape):  # Note [clamped tails] in te/lower.py
+        s[acc].clamp_tails()
     view = [t for t in outs if t.op is not anchor.op]
     if len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes):
         s[anchor].compute_inline()
