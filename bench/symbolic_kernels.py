@@ -44,7 +44,9 @@ def _case(op, shapes, attrs=None, ref=None):
 
 
 # BERT-base-like widths (768 hidden, 12 heads of 64, 3072 intermediate) with n = batch * seq
-# rows, attention over seq = n; an OCR-like conv over a width n.
+# rows, attention over seq = n; an OCR-like conv over a width n, a detector's over a batch n.
+# The packed dense cases take panels of 64 columns (an AVX-512 target's; elsewhere the
+# kernels read them as vectors that divide 64).
 CASES = {
     "add_gelu": _case("add", lambda n: [(n, 768), (768,)]),
     "reduce_sum": _case("sum", lambda n: [(n, 768)], {"axis": 1, "keepdims": False}),
@@ -54,12 +56,16 @@ CASES = {
         "nn.layer_norm", lambda n: [(n, 768), (768,), (768,)], {"axis": -1, "epsilon": 1e-5}
     ),
     "dense": _case("nn.dense", lambda n: [(n, 768), (768, 768)]),
-    "dense_ffn": _case("nn.dense", lambda n: [(n, 768), (3072, 768)]),
+    "dense_packed": _case(  # constant weights packed in panels (BERT's dense layers)
+        "nn.dense_packed", lambda n: [(n, 768), (12, 768, 64)], {"units": 768}
+    ),
+    "dense_ffn": _case("nn.dense_packed", lambda n: [(n, 768), (48, 768, 64)], {"units": 3072}),
     "attn_qk": _case(
         "nn.batch_matmul", lambda n: [(12, n, 64), (12, n, 64)], {"transpose_b": True}
     ),
-    "attn_pv": _case("nn.batch_matmul", lambda n: [(12, n, n), (12, n, 64)],
-                     {"transpose_b": False}),  # fmt: skip
+    "attn_pv": _case(
+        "nn.batch_matmul", lambda n: [(12, n, n), (12, n, 64)], {"transpose_b": False}
+    ),  # fmt: skip
     "conv_ocr": _case(
         "nn.conv2d_nchwc",
         lambda n: [(1, 4, 8, n, 16), (4, 4, 3, 3, 16, 16)],

@@ -91,13 +91,21 @@ def _collect(e: E.Expr, scale: int, out: Linear) -> None:
 
 
 def fold_fuse_identity(lin: Linear) -> bool:
-    """Replace k*c*floordiv(x, c) + k*floormod(x, c) by k*x. True when something changed."""
+    """Replace k*c*floordiv(x, c) + k*floormod(x, c) by k*x (also k*(floordiv(x, n)*n) with a
+    symbolic n). True when something changed."""
     pairs = {}  # the floormod term -> its floordiv partner
     for term, k in lin.terms.items():
         if isinstance(term, E.FloorMod) and isinstance(term.b, E.IntImm) and term.b.value != 0:
             div = E.FloorDiv(term.a, term.b)
             if lin.terms.get(div) == k * term.b.value:
                 pairs[term] = div
+        elif isinstance(term, E.FloorMod):  # a symbolic divisor: floordiv(x, n)*n + ...
+            for div in (
+                E.Mul(E.FloorDiv(term.a, term.b), term.b),
+                E.Mul(term.b, E.FloorDiv(term.a, term.b)),
+            ):
+                if lin.terms.get(div) == k:
+                    pairs[term] = div
     if not pairs:
         return False
     # rebuild in order, x taking the place of its floormod term

@@ -379,6 +379,13 @@ class Simplifier(Mutator):
         if v.dtype == dt:
             return v
         if dt.lanes > 1:
+            # a widened index ramp stays a ramp (one contiguous vector access, not a gather):
+            # the clamp of a symbolic tail's index, once the main part drops it
+            el = dt.with_lanes(1)
+            if isinstance(v, E.Ramp) and el.is_int and v.dtype.is_int and el.bits >= v.dtype.bits:
+                return E.Ramp(E.Cast(el, v.base), E.Cast(el, v.stride), v.lanes)
+            if isinstance(v, E.Broadcast):
+                return E.Broadcast(E.Cast(el, v.value), v.lanes)
             return None
         if isinstance(v, E.IntImm | E.FloatImm):
             if dt.is_float:

@@ -19,7 +19,7 @@ from tessera.arith import Analyzer
 from tessera.ir.node import Mutator
 from tessera.te.bound import BoundInfo, infer_bound, leaf_values, root_values
 from tessera.te.prefetch import check_prefetches, prefetch_stmts
-from tessera.te.schedule import AttachType, Schedule, Stage
+from tessera.te.schedule import AttachType, Schedule, SizeDispatch, Stage
 from tessera.te.tensor import PlaceholderOp, Tensor
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import BufferLoad, Expr, IntImm, IterVar, IterVarType, Reduce, Var
@@ -304,8 +304,11 @@ def _zero_based(r):
 # arguments and storage
 
 
-def _arg_storage(sch: Schedule, args):
+def _arg_storage(sch: Schedule, args, buffers=None):
+    """(params, storage) of the arguments; `buffers`: the Buffers to use for the tensors (another
+    schedule's of the same compute, Note [size dispatch]), else new ones."""
     params, storage, seen = [], {}, set()
+    given = iter(buffers) if buffers is not None else None
     for a in args:
         if isinstance(a, Var):
             params.append(a)
@@ -315,7 +318,7 @@ def _arg_storage(sch: Schedule, args):
         if id(a) in seen:
             raise ValueError(f"lower: tensor {a.name} is given twice in the arguments")
         seen.add(id(a))
-        buf = Buffer(a.name, a.shape, a.dtype)
+        buf = Buffer(a.name, a.shape, a.dtype) if given is None else next(given)
         params.append(buf)
         st = sch.stage_map.get(a.op)
         if st is not None:
@@ -371,16 +374,37 @@ def _read_tensors(body):
 
 
 def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) -> PrimFunc:
-    """The PrimFunc computing the outputs of `sch`, with `args` (tensors, vars) as parameters.
+    """The PrimFunc computing the outputs of `sch` (a Schedule, or a SizeDispatch of several),
+    with `args` (tensors, vars) as parameters.
 
     `simple_mode` is accepted for TVM compatibility; the result is the same PrimFunc.
     """
+    if isinstance(sch, SizeDispatch):
+        return _lower_dispatch(sch, args, name)
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower needs a te.Schedule, got {type(sch).__name__}")
     if not isinstance(args, (list, tuple)):
         raise TypeError("lower: args must be a list of tensors (and vars)")
+    params, body = _lower_body(sch, args)
+    return PrimFunc(name, tuple(params), body)
+
+
+def _lower_dispatch(d: SizeDispatch, args, name: str) -> PrimFunc:
+    """Each schedule's body, chosen at run time by the size (Note [size dispatch])."""
+    params, body = _lower_body(d.default, args)
+    buffers = [p for p in params if isinstance(p, Buffer)]
+    from tessera.tir.transform._util import copy_fresh
+
+    for limit, s in reversed(d.cases):
+        _, case = _lower_body(s, args, buffers)
+        # the schedules share the compute's axis vars: each body binds fresh ones
+        body = IfThenElse(d.size < limit, copy_fresh(case), body)
+    return PrimFunc(name, tuple(params), body)
+
+
+def _lower_body(sch: Schedule, args, buffers=None):
     bounds = infer_bound(sch)
-    params, storage = _arg_storage(sch, args)
+    params, storage = _arg_storage(sch, args, buffers)
     _check_outputs(sch, storage)
     allocated = _intermediate_storage(sch, bounds, storage)
     _check_args(sch, bounds, storage)
@@ -393,4 +417,4 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
     for st, k in reversed(allocated):
         if st.attach_type == AttachType.ROOT:
             body = Allocate(storage[(st, k)][0], body)
-    return PrimFunc(name, tuple(params), body)
+    return params, body

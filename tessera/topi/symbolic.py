@@ -156,3 +156,60 @@ def product(dims):
             continue
         out = d if out is None else out * d
     return IntImm(1, "int32") if out is None else out
+
+
+# Note [size buckets]
+# One tile for every size wastes most of the work where the size is far below the one the tile
+# was chosen for (a 1-row product in a 6-row register block, 64 columns for 13). So a schedule
+# with one symbolic variable is also built at the sizes 1, BUCKET_RATIO, BUCKET_RATIO^2, ...
+# below its representative size, each bucket [r, next r) scheduled by the rules at its lower
+# end r (a tile never larger than any size it serves); buckets whose schedule the rules make
+# the same (equal `key`) merge, and te.lower dispatches among them at run time (te's Note
+# [size dispatch]). Each bucket is one more copy of the kernel's code, so the ratio is coarse.
+BUCKET_RATIO = 4
+
+
+def dispatch_by_size(shape_vars, build):
+    """A te.SizeDispatch of `build()`'s schedules over size buckets of the one var in
+    `shape_vars` (Note [size buckets]), or build()'s schedule alone (no var, several vars, or
+    one bucket). `build()` -> (schedule, key): the schedule by the rules at the current sizes
+    and what identifies it (its knobs)."""
+    from tessera.te.schedule import SizeDispatch
+
+    default, key = build()
+    if len(shape_vars) != 1:
+        return default
+    (v,) = shape_vars
+    top = hint(v.name)
+    regions = [(top, default, key)]  # (lower end, schedule, key), from the top down
+    reps = []
+    rep = 1
+    while rep < top:
+        reps.append(rep)
+        rep *= BUCKET_RATIO
+    for rep in reversed(reps):
+        with sizes({v.name: rep}):
+            s, k = build()
+        if k == regions[-1][2]:
+            regions[-1] = (rep, regions[-1][1], k)
+        else:
+            regions.append((rep, s, k))
+    regions.reverse()
+    if len(regions) == 1:
+        return default
+    cases = [(regions[i + 1][0], regions[i][1]) for i in range(len(regions) - 1)]
+    return SizeDispatch(v, cases, regions[-1][1])
+
+
+def shape_vars(*shapes) -> list:
+    """The distinct symbolic variables of te shapes, in order of appearance."""
+    from tessera.tir.stmt_functor import free_vars
+
+    out, seen = [], set()
+    for shape in shapes:
+        for d in shape:
+            for v in free_vars(d) if not isinstance(d, int) else ():
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.append(v)
+    return out

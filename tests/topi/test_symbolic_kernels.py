@@ -93,6 +93,13 @@ def test_dense_and_matmul_with_symbolic_rows():
     check_sizes("matmul", lambda n: [(n, 32), (32, 20)], rtol=1e-4, atol=1e-3)
 
 
+def test_packed_dense_with_symbolic_leading_dims():
+    """BERT's dense layers: constant weights packed in panels, rows = batch * seq."""
+    attrs = {"units": 40}
+    check_sizes("nn.dense_packed", lambda n: [(n, 24), (3, 24, 16)], attrs, atol=1e-3)
+    check_sizes("nn.dense_packed", lambda n: [(2, n, 24), (3, 24, 16)], attrs, atol=1e-3)
+
+
 def test_batch_matmul_symbolic_batch_rows_columns_and_k():
     check_sizes("nn.batch_matmul", lambda n: [(n, 5, 8), (n, 6, 8)], {"transpose_b": True})
     # attention: seq in rows and columns (q @ k.T), then in k (p @ v)

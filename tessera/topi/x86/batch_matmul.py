@@ -21,8 +21,13 @@ from tessera.topi import generic
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.nn.dense import PACK_TAG
 from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
-from tessera.topi.strategy import Config, record_config
-from tessera.topi.symbolic import representative, representative_shape
+from tessera.topi.strategy import Config, record_config, recorded_config
+from tessera.topi.symbolic import (
+    dispatch_by_size,
+    representative,
+    representative_shape,
+    shape_vars,
+)
 from tessera.topi.x86.dense import (
     choose_blocking,
     fit_blocking,
@@ -64,6 +69,20 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
         s = generic_schedule_dense(outs, target)
         record_config(s, Config("generic"))
         return s
+    k_extent = anchor.op.reduce_axis[0].dom.extent
+    variables = shape_vars(anchor.shape, [k_extent])
+    if config is not None:  # a tuned config is one tile
+        return _schedule_blocked(outs, anchor, target, config)
+    return dispatch_by_size(variables, lambda: _blocked_and_key(outs, anchor, target))
+
+
+def _blocked_and_key(outs, anchor, target):
+    """The rules' schedule at the current sizes, and its knobs (Note [size buckets])."""
+    s = _schedule_blocked(outs, anchor, target, None)
+    return s, recorded_config(s)
+
+
+def _schedule_blocked(outs, anchor, target, config) -> te.Schedule:
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     # symbolic dims (batch, M, N, K): the rules at their representative sizes (topi/symbolic.py)

@@ -38,7 +38,15 @@ from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.strategy import Config, record_config
-from tessera.topi.symbolic import all_static, product, representative
+from tessera.topi.symbolic import (
+    all_static,
+    dispatch_by_size,
+    product,
+    representative,
+    representative_shape,
+    shape_vars,
+    static_or_none,
+)
 from tessera.topi.transform import ravel
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
@@ -187,16 +195,23 @@ def _static(shape) -> list[int]:
 
 def dense_packed(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
     """x (..., K) @ the weight packed in wp (panels, K, nr) -> (..., units); see Note [row view]."""
-    lead, K = _static(x.shape[:-1]), int(x.shape[-1].value)
+    # leading dims may be symbolic (topi/symbolic.py): M is then their product's expression
+    lead = [d if static_or_none(d) is None else static_or_none(d) for d in x.shape[:-1]]
+    K = int(x.shape[-1].value)
     panels, kw, nr = _static(wp.shape)
     if kw != K or panels * nr < units or (panels - 1) * nr >= units:
         raise ValueError(f"dense_packed: data {x.shape}, packed weight {wp.shape}, units {units}")
-    M = math.prod(lead)
+    M = product(lead)
 
     def unravel(r):
         idx = []
-        for d in reversed(lead):
-            idx.append(r % d if d > 1 else 0)
+        for k, d in enumerate(reversed(lead)):
+            if isinstance(d, int) and d == 1:
+                idx.append(0)
+            elif k == len(lead) - 1 and not isinstance(d, int):
+                idx.append(r)  # the outermost: no remainder (bounds see r itself)
+            else:
+                idx.append(r % d)
             r = r // d
         return idx[::-1]
 
@@ -360,17 +375,26 @@ def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
     """A group anchored by dense_packed (see the module docstring); `config`: the x86
     strategy's knobs (mr, kc; nv is the packed panel's), None: the rules."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    anchor = find_tagged(outs, PACKED_TAG)
+    if config is None:  # symbolic rows: the rules' tiles per size bucket (topi/symbolic.py)
+        return dispatch_by_size(
+            shape_vars(anchor.shape), lambda: _packed_and_key(outs, target, None)
+        )
+    return _packed_and_key(outs, target, config)[0]
+
+
+def _packed_and_key(outs, target, config):
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     anchor = find_tagged(outs, PACKED_TAG)
-    M, N = _static(anchor.shape)
+    M, N = representative_shape(anchor.shape)
     nr = int(anchor.op.attrs["nr"])
     K = int(anchor.op.reduce_axis[0].dom.extent.value)
     blk = with_parallel(
         with_config(blocking_for_panel(target, M, N, K, nr, fit=True), config), 0, M, N
     )
     record_config(s, Config("packed", knob_values(blk)))
-    return schedule_gemm(s, outs, anchor, blk, target)
+    return schedule_gemm(s, outs, anchor, blk, target), knob_values(blk)
 
 
 def with_parallel(blk: Blocking, n_batch: int, M: int, N: int) -> Blocking:
