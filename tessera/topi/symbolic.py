@@ -169,14 +169,15 @@ def product(dims):
 BUCKET_RATIO = 4
 
 
-def dispatch_by_size(shape_vars, build):
+def dispatch_by_size(shape_vars, build, top=None):
     """A te.SizeDispatch of `build()`'s schedules over size buckets of the one var in
     `shape_vars` (Note [size buckets]), or build()'s schedule alone (no var, several vars, or
     one bucket). `build()` -> (schedule, key): the schedule by the rules at the current sizes
-    and what identifies it (its knobs)."""
+    and what identifies it (its knobs); `top()`: the same for the top bucket (a config's
+    tile), else build()."""
     from tessera.te.schedule import SizeDispatch
 
-    default, key = build()
+    default, key = (top or build)()
     if len(shape_vars) != 1:
         return default
     (v,) = shape_vars

@@ -214,3 +214,38 @@ def test_conv2d_nchwc_symbolic_width_and_batch(padding, strides, groups):
         "nn.conv2d_nchwc", lambda n: [(n, cin // ib, 5, 7, ib), wshape], attrs, sizes=(1, 3),
         atol=1e-3,
     )  # fmt: skip
+
+
+def test_strategies_give_symbolic_workloads_their_knobs():
+    """A graph workload with a named dim (BERT's rows) gets the blocked / packed / rows
+    implementations with knobs at the representative size, and size buckets (Note [size
+    buckets]); the schedule built with that config runs at every size."""
+    from tessera.topi.strategy import Workload, find_strategy
+
+    dense = Workload("nn.dense", (((("n"), 64), "float32"), ((48, 64), "float32")), (),
+                     (False, True), ("n", 48))  # fmt: skip
+    strat = find_strategy("nn.dense", HOST)
+    config = strat.default(dense, HOST, {"rewrite": False})
+    assert config.impl == "blocked" and config["size_buckets"] is True
+    with symbolic.sizes(n=8):
+        small = strat.default(dense, HOST, {"rewrite": False})
+    assert small["mr"] <= 8 < config["mr"] * 2
+    assert strat.default(dense, HOST, {}).impl == "packed"
+    rows = Workload("nn.softmax", ((("b", "s", 128), "float32"),), (("axis", -1),), (False,),
+                    ("b", "s", 128))  # fmt: skip
+    assert find_strategy("nn.softmax", HOST).default(rows, HOST, {}).impl == "rows"
+    # the config's tile for the top bucket, the rules' below it
+    n = te.var("n")
+    x, w = te.placeholder((n, 64), name="x"), te.placeholder((48, 64), name="w")
+    y = get_op("nn.dense").rules["compute"](x, w)
+    from tessera.topi.x86.batch_matmul import schedule_matmul
+
+    with HOST:
+        s = schedule_matmul([y], HOST, config=config)
+    assert isinstance(s, te.SizeDispatch)
+    kernel = tessera.build(IRModule({"k": te.lower(s, [x, w, y], name="k")}), target=HOST)["k"]
+    for size in (1, 5, 70):
+        a, b = RNG.standard_normal((size, 64), "float32"), RNG.standard_normal((48, 64), "float32")
+        out = np.empty((size, 48), "float32")
+        kernel(a, b, out)
+        np.testing.assert_allclose(out, a @ b.T, rtol=1e-4, atol=1e-3)

@@ -366,9 +366,9 @@ class FunctionEmitter:
     # far less than the 2^30 of headroom. Without `nsw`, LLVM must sign-extend each int32 index
     # to 64 bits on its own (it cannot widen `(i + 1) * W` to `i * W + W`), which on a machine
     # without memory operands (ARM) costs 3-4 instructions per guarded load. A buffer of symbolic
-    # extent keeps wrapping arithmetic; so does all arithmetic outside an index (integer tensors
-    # wrap as numpy's do), a loaded value inside an index (a gather) excepted: its access is out of
-    # bounds if the sum wraps.
+    # extent has int64 offsets (flatten_storage), so `nsw`; all arithmetic outside an index wraps
+    # (integer tensors wrap as numpy's do), a loaded value inside an index (a gather) excepted:
+    # its access is out of bounds if the sum wraps.
     NSW_INT32_EXTENT = 1 << 30
 
     def _index_flags(self, dt: DType) -> tuple:

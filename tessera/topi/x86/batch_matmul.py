@@ -71,14 +71,19 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
         return s
     k_extent = anchor.op.reduce_axis[0].dom.extent
     variables = shape_vars(anchor.shape, [k_extent])
-    if config is not None:  # a tuned config is one tile
-        return _schedule_blocked(outs, anchor, target, config)
-    return dispatch_by_size(variables, lambda: _blocked_and_key(outs, anchor, target))
+    if config is not None and not config.get("size_buckets", False):
+        return _schedule_blocked(outs, anchor, target, config)  # one tile
+    # the rules' tiles per size bucket; a config's tile for the top bucket (Note [size buckets])
+    return dispatch_by_size(
+        variables,
+        lambda: _blocked_and_key(outs, anchor, target, None),
+        None if config is None else lambda: _blocked_and_key(outs, anchor, target, config),
+    )
 
 
-def _blocked_and_key(outs, anchor, target):
-    """The rules' schedule at the current sizes, and its knobs (Note [size buckets])."""
-    s = _schedule_blocked(outs, anchor, target, None)
+def _blocked_and_key(outs, anchor, target, config):
+    """The schedule at the current sizes (the rules', or the config's), and its knobs."""
+    s = _schedule_blocked(outs, anchor, target, config)
     return s, recorded_config(s)
 
 

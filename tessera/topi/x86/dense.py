@@ -376,11 +376,15 @@ def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
     strategy's knobs (mr, kc; nv is the packed panel's), None: the rules."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     anchor = find_tagged(outs, PACKED_TAG)
-    if config is None:  # symbolic rows: the rules' tiles per size bucket (topi/symbolic.py)
-        return dispatch_by_size(
-            shape_vars(anchor.shape), lambda: _packed_and_key(outs, target, None)
-        )
-    return _packed_and_key(outs, target, config)[0]
+    if config is not None and not config.get("size_buckets", False):
+        return _packed_and_key(outs, target, config)[0]  # one tile
+    # symbolic rows: the rules' tiles per size bucket, a config's for the top one
+    # (Note [size buckets] in topi/symbolic.py)
+    return dispatch_by_size(
+        shape_vars(anchor.shape),
+        lambda: _packed_and_key(outs, target, None),
+        None if config is None else lambda: _packed_and_key(outs, target, config),
+    )
 
 
 def _packed_and_key(outs, target, config):
