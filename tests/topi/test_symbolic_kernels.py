@@ -3,6 +3,7 @@ ONCE with a symbolic dim, then run at several sizes (1, primes, below and above 
 compared with numpy; the main loops of a symbolic split run without guards."""
 
 import inspect
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -41,7 +42,9 @@ def lower_symbolic(name, shapes, attrs, dtypes=None):
     args = [te.placeholder(s, d, name=f"in{k}") for k, (s, d) in pairs]
     outs = op.rules["compute"](*args, **attrs)
     outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
-    with HOST:
+    # a representative size of 16: the tiles and size buckets of 1..16 rows (fewer kernel
+    # copies to compile than the default's), and every size above 16 runs the top tile
+    with HOST, symbolic.sizes(n=16):
         s = schedule_for(op, outs)
     return args, outs, te.lower(s, [*args, *outs], name="kernel")
 
@@ -195,7 +198,11 @@ def test_schedule_rules_take_the_representative_size():
 
 @pytest.mark.parametrize(
     "padding, strides, groups",
-    [((1, 1, 1, 1), (1, 1), 1), ((0, 0, 0, 0), (2, 2), 1), ((1, 1, 1, 1), (1, 1), 16)],
+    [
+        ((1, 1, 1, 1), (1, 1), 1),
+        pytest.param((0, 0, 0, 0), (2, 2), 1, marks=pytest.mark.slow),
+        pytest.param((1, 1, 1, 1), (1, 1), 16, marks=pytest.mark.slow),  # depthwise
+    ],
 )
 def test_conv2d_nchwc_symbolic_width_and_batch(padding, strides, groups):
     """OCR: a text line of any width; a detector: any batch (blocked data, static channels)."""
@@ -249,3 +256,25 @@ def test_strategies_give_symbolic_workloads_their_knobs():
         out = np.empty((size, 48), "float32")
         kernel(a, b, out)
         np.testing.assert_allclose(out, a @ b.T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_c_target_runs_the_same_symbolic_kernels():
+    """The C code generator takes the same TIR: clamped tails, size buckets, row buffers of
+    symbolic length (allocated per row there)."""
+    cases = [
+        ("nn.softmax", lambda n: [(3, n)], {"axis": -1}),
+        ("nn.batch_matmul", lambda n: [(2, n, 8), (2, n, 8)], {"transpose_b": True}),
+    ]
+    n = te.var("n")
+    funcs = {}
+    for k, (name, shape_of, attrs) in enumerate(cases):
+        funcs[f"k{k}"] = replace(lower_symbolic(name, shape_of(n), attrs)[2], name=f"k{k}")
+    mod = tessera.build(IRModule(funcs), target="c")
+    for k, (name, shape_of, attrs) in enumerate(cases):
+        for size in (1, 5, 33):
+            inputs = [RNG.standard_normal(s).astype("float32") for s in shape_of(size)]
+            (expected,) = get_op(name).evaluate(inputs, attrs)
+            out = np.empty(expected.shape, expected.dtype)
+            mod[f"k{k}"](*inputs, out)
+            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
