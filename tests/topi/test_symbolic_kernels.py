@@ -118,6 +118,11 @@ def test_transpose_and_pooling():
     check_sizes("nn.max_pool2d", lambda n: [(1, 3, 6, n)], pool, sizes=(1, 2, 7, 16))
     avg = dict(pool, ceil_mode=1, count_include_pad=0)
     check_sizes("nn.avg_pool2d", lambda n: [(n, 2, 5, 5)], avg, sizes=(1, 3))
+    # ceil_mode over a symbolic width: the output width is an expression
+    ceil = {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1), "ceil_mode": 1}
+    check_sizes("nn.max_pool2d", lambda n: [(1, 2, 5, n)], ceil, sizes=(1, 2, 5, 8, 9))
+    check_sizes("nn.avg_pool2d", lambda n: [(1, 2, 5, n)], dict(ceil, count_include_pad=1),
+                sizes=(1, 4, 7))  # fmt: skip
 
 
 def _stores(stmt, guarded=False, out=None):
