@@ -248,6 +248,12 @@ def test_strategies_give_symbolic_workloads_their_knobs():
     rows = Workload("nn.softmax", ((("b", "s", 128), "float32"),), (("axis", -1),), (False,),
                     ("b", "s", 128))  # fmt: skip
     assert find_strategy("nn.softmax", HOST).default(rows, HOST, {}).impl == "rows"
+    conv_attrs = (("dilation", (1, 1)), ("groups", 1), ("padding", (1, 1, 1, 1)),
+                  ("strides", (1, 1)))  # fmt: skip
+    conv = Workload("nn.conv2d", (((1, 64, 32, "w"), "float32"), ((64, 64, 3, 3), "float32")),
+                    conv_attrs, (False, True), (1, 64, 32, "w"))  # fmt: skip
+    # an OCR line of any width: the direct blocked conv (Winograd's tiles are per size)
+    assert find_strategy("nn.conv2d", HOST).default(conv, HOST, {}).impl == "direct_nchwc"
     # the config's tile for the top bucket, the rules' below it
     n = te.var("n")
     x, w = te.placeholder((n, 64), name="x"), te.placeholder((48, 64), name="w")

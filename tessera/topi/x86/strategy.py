@@ -133,9 +133,13 @@ class _Conv:
         (xs, xd), (ws, wd) = wl.inputs
         if len(xs) != 4 or len(ws) != 4 or (xd, wd) != ("float32", "float32"):
             return None
+        if not isinstance(xs[1], int):
+            return None  # a symbolic channel count
         c = _Conv()
         c.ic, c.oc, c.kh, c.kw = xs[1], ws[0], ws[2], ws[3]
-        c.n, _, c.oh, c.ow = wl.output
+        # a symbolic batch or size: the rules at the representative size (topi/symbolic.py)
+        c.symbolic = not all(isinstance(d, int) for d in (*xs, *wl.output))
+        c.n, _, c.oh, c.ow = representative_shape(wl.output)
         c.groups = wl.attr("groups", 1)
         c.strides, c.dilation = tuple(wl.attr("strides")), tuple(wl.attr("dilation"))
         c.depthwise = c.groups > 1 and c.groups == c.ic == c.oc and ws[1] == 1
@@ -276,8 +280,8 @@ def _depthwise_space(wl: Workload, target) -> ConfigSpace | None:
 
 def _winograd_space(wl: Workload, target) -> ConfigSpace | None:
     c = _Conv.of(wl, target)
-    if c is None or not c.is_winograd_shape() or not c.out_blocks():
-        return None
+    if c is None or c.symbolic or not c.is_winograd_shape() or not c.out_blocks():
+        return None  # (its tiles are per size: no symbolic kernel)
     if channel_block(c.ic, c.lanes) < c.min_block:
         return None
 
@@ -313,6 +317,7 @@ def _conv_default(wl: Workload, target, context) -> str:
         return "nchw"
     ib = context.get("in_block") or channel_block(c.ic, c.lanes)
     use = context.get("winograd", True) and c.is_winograd_shape() and ib >= c.min_block
+    use = use and not c.symbolic
     if use and _winograd_plan(c, ob, context, target) is not None:
         return "winograd"
     return "direct_nchwc"
