@@ -91,13 +91,21 @@ def _collect(e: E.Expr, scale: int, out: Linear) -> None:
 
 
 def fold_fuse_identity(lin: Linear) -> bool:
-    """Replace k*c*floordiv(x, c) + k*floormod(x, c) by k*x. True when something changed."""
+    """Replace k*c*floordiv(x, c) + k*floormod(x, c) by k*x (also k*(floordiv(x, n)*n) with a
+    symbolic n). True when something changed."""
     pairs = {}  # the floormod term -> its floordiv partner
     for term, k in lin.terms.items():
         if isinstance(term, E.FloorMod) and isinstance(term.b, E.IntImm) and term.b.value != 0:
             div = E.FloorDiv(term.a, term.b)
             if lin.terms.get(div) == k * term.b.value:
                 pairs[term] = div
+        elif isinstance(term, E.FloorMod):  # a symbolic divisor: floordiv(x, n)*n + ...
+            for div in (
+                E.Mul(E.FloorDiv(term.a, term.b), term.b),
+                E.Mul(term.b, E.FloorDiv(term.a, term.b)),
+            ):
+                if lin.terms.get(div) == k:
+                    pairs[term] = div
     if not pairs:
         return False
     # rebuild in order, x taking the place of its floormod term
@@ -109,6 +117,24 @@ def fold_fuse_identity(lin: Linear) -> bool:
         elif term not in dropped:
             lin.add_term(term, k)
     return True
+
+
+def expand_floordiv(lin: Linear) -> bool:
+    """Replace k*floordiv(x, c) (c > 0 dividing k) by (k/c)*x - (k/c)*floormod(x, c), so that
+    a bound sees floordiv(n, 6)*6 <= n (Note [symbolic tails] in topi/symbolic.py: the main
+    part of a split of n ends at floordiv(n, 6)*6). True when something changed."""
+    found = [
+        (t, k)
+        for t, k in lin.terms.items()
+        if isinstance(t, E.FloorDiv) and isinstance(t.b, E.IntImm) and t.b.value > 0
+        and k % t.b.value == 0
+    ]  # fmt: skip
+    for t, k in found:
+        q = k // t.b.value
+        lin.add_term(t, -k)
+        lin.add(linearize(t.a), q)
+        lin.add_term(E.FloorMod(t.a, t.b), -q)
+    return bool(found)
 
 
 def _times(term: E.Expr, coeff: int, dt: DType) -> E.Expr:

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from tessera.arith import bound as B
-from tessera.arith.canonical import Linear, build, fold_fuse_identity, linearize
+from tessera.arith.canonical import Linear, build, expand_floordiv, fold_fuse_identity, linearize
 from tessera.arith.pattern import rewrite, rule_table
 from tessera.arith.rules import BOOL_RULES, INT_RULES, SELECT_RULES
 from tessera.ir.dtype import DType
@@ -219,7 +219,7 @@ class Simplifier(Mutator):
 
     def _min_max(self, e) -> E.Expr | None:
         if e.dtype.lanes > 1:
-            return _vector_arith(e)
+            return _vector_arith(e) or self._ramp_min_max(e)
         if not _is_signed_scalar(e.dtype):
             return None
         out = self._int_rules(e)
@@ -231,6 +231,22 @@ class Simplifier(Mutator):
         return e.a if a_first else e.b if b_first else None
 
     _local_Min = _local_Max = _min_max
+
+    def _ramp_min_max(self, e) -> E.Expr | None:
+        """min(Ramp, Broadcast(x)) is the ramp where every lane is <= x (a clamped vector index
+        in the main part of a split: Note [clamped tails] in te/lower.py); max alike."""
+        a, b = e.a, e.b
+        if not (isinstance(a, E.Ramp) and isinstance(b, E.Broadcast)):
+            return None
+        if not _is_signed_scalar(a.base.dtype) or not isinstance(a.stride, E.IntImm):
+            return None
+        last = a.base + a.stride * (a.lanes - 1)
+        lo, hi = (a.base, last) if a.stride.value >= 0 else (last, a.base)
+        if isinstance(e, E.Min) and self.analyzer.can_prove(hi <= b.value):
+            return a
+        if isinstance(e, E.Max) and self.analyzer.can_prove(lo >= b.value):
+            return a
+        return None
 
     def _diff(self, a, b) -> Linear:
         lin = linearize(a).add(linearize(b), -1)
@@ -245,6 +261,11 @@ class Simplifier(Mutator):
         d = linear_bound(lin, self.analyzer)
         if d[0] == d[1] or not d[0] <= 0 <= d[1]:
             return d
+        expanded = lin.copy()
+        if expand_floordiv(expanded):
+            d = B.intersect(d, linear_bound(expanded, self.analyzer))
+            if d[0] == d[1] or not d[0] <= 0 <= d[1]:
+                return d
         sym = self._symbolic_bound(lin)
         return d if sym is None else B.intersect(d, sym)
 
@@ -274,8 +295,8 @@ class Simplifier(Mutator):
             s = eval_set(e, dom, an)
         finally:
             an._symbolic_busy = False
-        lo = -B.INF if s.min_value is None else B.const_int_bound(s.min_value, an)[0]
-        hi = B.INF if s.max_value is None else B.const_int_bound(s.max_value, an)[1]
+        lo = -B.INF if s.min_value is None else _expanded_bound(s.min_value, an)[0]
+        hi = B.INF if s.max_value is None else _expanded_bound(s.max_value, an)[1]
         return (lo, hi)
 
     def _compare(self, e: E.CmpOp) -> E.Expr | None:
@@ -289,7 +310,30 @@ class Simplifier(Mutator):
         out = self._int_rules(e)
         if out is not None:
             return out
+        out = self._symbolic_divisor(e)
+        if out is not None:
+            return out
         return self._decide_or_normalize(e)
+
+    def _symbolic_divisor(self, e: E.CmpOp) -> E.Expr | None:
+        """By a divisor d the analyzer proves positive (a symbolic dim: te's Note [shape vars
+        are positive]): floordiv(x, d) < z <=> x < d*z, z <= floordiv(x, d) <=> d*z <= x
+        (z < floordiv(x, d) <=> d*(z + 1) <= x), floormod(x, d) < d. A fused loop over
+        (12, n) then proves floordiv(f, n) < 12."""
+        a, b = e.a, e.b
+        if isinstance(e, E.LT) and isinstance(a, E.FloorDiv | E.FloorMod):
+            d = a.b
+            if isinstance(d, E.IntImm) or not self.analyzer.can_prove(d > 0):
+                return None
+            if isinstance(a, E.FloorMod):
+                return E.const(True, e.dtype) if d.same_as(b) else None
+            return E.LT(a.a, d * b)
+        if isinstance(e, E.LE | E.LT) and isinstance(b, E.FloorDiv):
+            d = b.b
+            if isinstance(d, E.IntImm) or not self.analyzer.can_prove(d > 0):
+                return None
+            return E.LE(d * (a if isinstance(e, E.LE) else a + 1), b.a)
+        return None
 
     _local_LT = _local_LE = _local_GT = _local_GE = _local_EQ = _local_NE = _compare
 
@@ -335,6 +379,13 @@ class Simplifier(Mutator):
         if v.dtype == dt:
             return v
         if dt.lanes > 1:
+            # a widened index ramp stays a ramp (one contiguous vector access, not a gather):
+            # the clamp of a symbolic tail's index, once the main part drops it
+            el = dt.with_lanes(1)
+            if isinstance(v, E.Ramp) and el.is_int and v.dtype.is_int and el.bits >= v.dtype.bits:
+                return E.Ramp(E.Cast(el, v.base), E.Cast(el, v.stride), v.lanes)
+            if isinstance(v, E.Broadcast):
+                return E.Broadcast(E.Cast(el, v.value), v.lanes)
             return None
         if isinstance(v, E.IntImm | E.FloatImm):
             if dt.is_float:
@@ -373,6 +424,18 @@ def _decide(cls, d: B.Bound) -> bool | None:
     }
     yes, no = table[cls]
     return True if yes else False if no else None
+
+
+def _expanded_bound(e: E.Expr, an) -> B.Bound:
+    """e's constant bounds, also after floordiv(x, c)*c becomes x - floormod(x, c) (the
+    symbolic end of a split's main part, floordiv(n, 6)*6 - 1 - n, is then below 0)."""
+    d = B.const_int_bound(e, an)
+    if d[0] == d[1] or not (e.dtype.is_integer and e.dtype.lanes == 1):
+        return d
+    lin = linearize(e)
+    if not expand_floordiv(lin):
+        return d
+    return B.intersect(d, B.const_int_bound(build(lin), an))
 
 
 def _is_const_set(s) -> bool:

@@ -19,12 +19,14 @@ from tessera.arith import Analyzer
 from tessera.ir.node import Mutator
 from tessera.te.bound import BoundInfo, infer_bound, leaf_values, root_values
 from tessera.te.prefetch import check_prefetches, prefetch_stmts
-from tessera.te.schedule import AttachType, Schedule, Stage
+from tessera.te.schedule import AttachType, Schedule, SizeDispatch, Stage
 from tessera.te.tensor import PlaceholderOp, Tensor
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import BufferLoad, Expr, IntImm, IterVar, IterVarType, Reduce, Var
 from tessera.tir.function import PrimFunc
 from tessera.tir.op import likely
+from tessera.tir.op import max as tmax
+from tessera.tir.op import min as tmin
 from tessera.tir.stmt import (
     Allocate,
     AttrStmt,
@@ -47,20 +49,78 @@ def _offset(ix: Expr, off: Expr | None) -> Expr:
 
 
 class _ToBufferLoads(Mutator):
-    def __init__(self, lowerer):
+    def __init__(self, lowerer, clamp: Stage | None = None):
         self.lw = lowerer
+        self.clamp = clamp  # Note [clamped tails]: the stage whose reads are clamped
 
     def visit_ProducerLoad(self, node):
         node = self.generic_visit(node)
         buf, offsets = self.lw.storage_of(node.producer)
-        idx = [_offset(ix, off) for ix, off in zip(node.indices, offsets, strict=True)]
+        indices = node.indices
+        if self.clamp is not None:
+            indices = self._clamped(node.producer, indices, offsets)
+        idx = [_offset(ix, off) for ix, off in zip(indices, offsets, strict=True)]
         return BufferLoad(buf, tuple(self.lw.an.simplify(i) for i in idx))
+
+    def _clamped(self, tensor: Tensor, indices, offsets):
+        if any(not _is_zero(off) for off in offsets):
+            return indices  # a region buffer: bound inference sized it for every read
+        an, out = self.lw.an, []
+        for ix, dim in zip(indices, tensor.shape, strict=True):
+            if not an.can_prove(ix < dim):
+                ix = tmin(ix, dim - 1)
+            if not an.can_prove(ix >= 0):
+                ix = tmax(ix, 0)
+            out.append(ix)
+        return out
+
+
+def _is_zero(off) -> bool:
+    return off is None or isinstance(off, IntImm) and off.value == 0
+
+
+# Note [clamped tails]
+# A stage marked `clamp_tails` (a cache_write accumulator of a matrix product whose rows or
+# columns are symbolic) computes every point of its loops, also those past its extent in the
+# last tile of a split, so its loops carry no guard and its register block stays whole (a
+# guard per element inside a vectorized, unrolled micro-kernel made the partial tiles 10-20x
+# slower). Its reads are clamped into the tensors they read (min(i, n - 1)): the extra points
+# are finite copies of the last row or column, in the stage's own tile-sized buffer, and its
+# consumer stores only the points inside the tensor (its guards stay, and partition_loop peels
+# them). Only the dom guards go; the region guards (a split that does not divide a region)
+# stay. Where a tile is whole, partition_loop's main part proves the clamp is the index itself.
+# A tensor computed at a loop (a conv's input window padded per tile) is read unclamped: its
+# buffer is the region bound inference derived from these very reads, and its own guards keep
+# its points past its extent from reading outside its inputs (those slots are never written;
+# only the extra points read them).
+
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def _bind_shape_vars(an: Analyzer, sch: Schedule) -> None:
+    """Note [shape vars are positive]: the symbolic dims of the stages' shapes are >= 1 for
+    the guards' proofs. A statement runs only inside its loops, and a loop over a dim that is 0
+    runs nothing, so the fused loop of a (12, n) tensor proves floordiv(f, n) < 12 (no guard)."""
+    from tessera.tir.expr import Range
+    from tessera.tir.stmt_functor import free_vars
+
+    seen: set[int] = set()
+    for st in sch.stages:
+        for k in range(st.op.num_outputs):
+            for d in st.op.output(k).shape:
+                for v in free_vars(d):
+                    if id(v) not in seen and v.dtype.is_int:
+                        seen.add(id(v))
+                        one = IntImm(1, v.dtype)
+                        an.bind(v, Range.from_min_extent(one, IntImm(_INT32_MAX - 1, v.dtype)))
 
 
 class _Lowerer:
     def __init__(self, sch: Schedule, bounds: BoundInfo, storage):
         self.sch, self.bounds, self.storage = sch, bounds, storage
         self.an = Analyzer()
+        _bind_shape_vars(self.an, sch)
         for iv, r in bounds.ranges.items():
             if iv.var is not None and r is not None:
                 self.an.bind(iv.var, _zero_based(r))
@@ -74,13 +134,15 @@ class _Lowerer:
         return self.storage[(st, tensor.value_index)]
 
     # ---- guards -------------------------------------------------------------------------
-    def _guards(self, axes, values) -> list[Expr]:
+    def _guards(self, axes, values, in_dom: bool = False) -> list[Expr]:
+        """The conditions under which a point is computed; `in_dom`: points past the tensor's
+        extent are computed too (Note [clamped tails]), only the region is guarded."""
         conds = []
         for iv in axes:
             v, dom = values[iv], iv.dom
-            if not self.an.can_prove(v >= dom.min):
+            if not in_dom and not self.an.can_prove(v >= dom.min):
                 conds.append(v >= dom.min)
-            if not self.an.can_prove(v < dom.min + dom.extent):
+            if not in_dom and not self.an.can_prove(v < dom.min + dom.extent):
                 conds.append(v < self.an.simplify(dom.min + dom.extent))
             # a stage computed at a loop covers its region only: a split that does not divide
             # the region's extent must not write past its (region-sized) buffer
@@ -132,7 +194,7 @@ class _Lowerer:
         ranges = self.bounds.ranges
         vals = root_values(st, ranges, leaf_values(st, ranges))
         vmap = {iv.var: vals[iv] for iv in st.op.axis + st.op.reduce_axis}
-        to_loads = _ToBufferLoads(self)
+        to_loads = _ToBufferLoads(self, st if st.clamp_tail else None)
         body = [to_loads.visit(substitute(b, vmap)) for b in self.bounds.bodies[st]]
         outs = [self.storage[(st, k)] for k in range(len(body))]
         index = [
@@ -143,7 +205,7 @@ class _Lowerer:
             for _, offs in outs
         ]
         bufs = [buf for buf, _ in outs]
-        dp_conds = self._guards(st.op.axis, vals)
+        dp_conds = self._guards(st.op.axis, vals, in_dom=st.clamp_tail)
         if not isinstance(body[0], Reduce):
             stores = seq(
                 *[BufferStore(b, v, ix) for b, v, ix in zip(bufs, body, index, strict=True)]
@@ -242,8 +304,11 @@ def _zero_based(r):
 # arguments and storage
 
 
-def _arg_storage(sch: Schedule, args):
+def _arg_storage(sch: Schedule, args, buffers=None):
+    """(params, storage) of the arguments; `buffers`: the Buffers to use for the tensors (another
+    schedule's of the same compute, Note [size dispatch]), else new ones."""
     params, storage, seen = [], {}, set()
+    given = iter(buffers) if buffers is not None else None
     for a in args:
         if isinstance(a, Var):
             params.append(a)
@@ -253,7 +318,7 @@ def _arg_storage(sch: Schedule, args):
         if id(a) in seen:
             raise ValueError(f"lower: tensor {a.name} is given twice in the arguments")
         seen.add(id(a))
-        buf = Buffer(a.name, a.shape, a.dtype)
+        buf = Buffer(a.name, a.shape, a.dtype) if given is None else next(given)
         params.append(buf)
         st = sch.stage_map.get(a.op)
         if st is not None:
@@ -309,16 +374,37 @@ def _read_tensors(body):
 
 
 def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) -> PrimFunc:
-    """The PrimFunc computing the outputs of `sch`, with `args` (tensors, vars) as parameters.
+    """The PrimFunc computing the outputs of `sch` (a Schedule, or a SizeDispatch of several),
+    with `args` (tensors, vars) as parameters.
 
     `simple_mode` is accepted for TVM compatibility; the result is the same PrimFunc.
     """
+    if isinstance(sch, SizeDispatch):
+        return _lower_dispatch(sch, args, name)
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower needs a te.Schedule, got {type(sch).__name__}")
     if not isinstance(args, (list, tuple)):
         raise TypeError("lower: args must be a list of tensors (and vars)")
+    params, body = _lower_body(sch, args)
+    return PrimFunc(name, tuple(params), body)
+
+
+def _lower_dispatch(d: SizeDispatch, args, name: str) -> PrimFunc:
+    """Each schedule's body, chosen at run time by the size (Note [size dispatch])."""
+    params, body = _lower_body(d.default, args)
+    buffers = [p for p in params if isinstance(p, Buffer)]
+    from tessera.tir.transform._util import copy_fresh
+
+    for limit, s in reversed(d.cases):
+        _, case = _lower_body(s, args, buffers)
+        # the schedules share the compute's axis vars: each body binds fresh ones
+        body = IfThenElse(d.size < limit, copy_fresh(case), body)
+    return PrimFunc(name, tuple(params), body)
+
+
+def _lower_body(sch: Schedule, args, buffers=None):
     bounds = infer_bound(sch)
-    params, storage = _arg_storage(sch, args)
+    params, storage = _arg_storage(sch, args, buffers)
     _check_outputs(sch, storage)
     allocated = _intermediate_storage(sch, bounds, storage)
     _check_args(sch, bounds, storage)
@@ -331,4 +417,4 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
     for st, k in reversed(allocated):
         if st.attach_type == AttachType.ROOT:
             body = Allocate(storage[(st, k)][0], body)
-    return PrimFunc(name, tuple(params), body)
+    return params, body

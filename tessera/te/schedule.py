@@ -92,6 +92,7 @@ class Stage:
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
+        self.clamp_tail = False  # Note [clamped tails] in te/lower.py
         self.prefetches: list[PrefetchSpec] = []
         self._reset_axes()
 
@@ -339,6 +340,18 @@ class Stage:
         self.attach_type, self.attach_stage, self.attach_ivar = AttachType.INLINE, None, None
         self._record(S.ComputeInline(self.name))
 
+    def clamp_tails(self) -> None:
+        """Compute the points of this stage's loops past its extent too (a split's tail tile,
+        as Halide's RoundUp), reading every tensor at indices clamped into its bounds, so that
+        the stage's loops need no guard (Note [clamped tails] in te/lower.py). Only for a stage
+        whose extra points nobody reads: a cache_write accumulator computed at a tile of its
+        consumer, which stores the points inside the tensor only (its guards stay)."""
+        self._check_compute("clamp_tails")
+        if self.is_output:
+            raise ValueError(f"clamp_tails: {self.name} is an output; its tail must be guarded")
+        self.clamp_tail = True
+        self._record(S.ClampTails(self.name))
+
     def compute_root(self) -> None:
         """Compute this stage at the top level, the whole tensor at once (the default)."""
         self._check_compute("compute_root")
@@ -492,3 +505,32 @@ def create_schedule(ops) -> Schedule:
             raise TypeError(f"create_schedule needs operations or tensors, got {op!r}")
         out.append(op)
     return Schedule(out)
+
+
+# Note [size dispatch]
+# A kernel with a symbolic size serves every size with one tile, chosen for a representative
+# size (topi/symbolic.py); at sizes far below it the tile is mostly tail (a 6 x 64 register
+# block for a 1 x 13 product). A SizeDispatch holds schedules of ONE compute for ranges of a
+# size: te.lower gives one PrimFunc whose body is `if (size < limit_0) body_0 else if ... else
+# default`, each body lowered from its schedule with the same parameters, so a caller sees one
+# kernel. The shape-specialized variants of the heavy ops, dispatched at run time.
+
+
+class SizeDispatch:
+    """Schedules of one compute by ranges of `size` (an expression of symbolic dims): `cases`
+    [(limit, schedule), ...] in ascending limits, the first with size < limit runs; else
+    `default`. te.lower lowers it into one PrimFunc (Note [size dispatch])."""
+
+    def __init__(self, size, cases, default: Schedule):
+        limits = [limit for limit, _ in cases]
+        if limits != sorted(limits) or len(set(limits)) != len(limits):
+            raise ValueError(f"SizeDispatch: limits must ascend, got {limits}")
+        self.size, self.cases, self.default = size, list(cases), default
+
+    @property
+    def steps(self):
+        """The default schedule's steps (its config record among them)."""
+        return self.default.steps
+
+    def __repr__(self) -> str:
+        return f"SizeDispatch({self.size}, limits={[limit for limit, _ in self.cases]})"

@@ -231,6 +231,15 @@ class ComputeInline(Step):
         _stage(sch, self.stage).compute_inline()
 
 
+@_step("clamp_tails")
+@dataclass(frozen=True)
+class ClampTails(Step):
+    stage: str
+
+    def apply(self, sch):
+        _stage(sch, self.stage).clamp_tails()
+
+
 @_step("compute_root")
 @dataclass(frozen=True)
 class ComputeRoot(Step):

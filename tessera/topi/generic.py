@@ -73,7 +73,9 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
     lanes = vector_lanes(target, tensor.dtype)
     inner = axes[-1]
     inner_extent = const_extent(inner)
-    if lanes > 1 and inner_extent is not None and inner_extent >= lanes:
+    # a symbolic innermost extent (an image's width) is split too: partition_loop peels its
+    # tail off an unguarded main loop (Note [symbolic tails] in topi/symbolic.py)
+    if lanes > 1 and (inner_extent is None or inner_extent >= lanes):
         _, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
         outer_axes = axes[:-1] + [stage.leaf_iter_vars[len(axes) - 1]]

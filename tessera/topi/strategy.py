@@ -471,6 +471,12 @@ class ConfigRecord(Step):
         return "config(" + ", ".join(f"{k}={v}" for k, v in self.values) + ")"
 
 
+def recorded_config(s) -> tuple | None:
+    """The knob values recorded with a schedule's steps (the last record), or None."""
+    records = [st for st in s.steps if isinstance(st, ConfigRecord)]
+    return records[-1].values if records else None
+
+
 def record_config(s, config: Config | None) -> None:
     """Record `config` with the schedule's steps."""
     if config is not None:

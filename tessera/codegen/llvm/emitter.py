@@ -366,9 +366,9 @@ class FunctionEmitter:
     # far less than the 2^30 of headroom. Without `nsw`, LLVM must sign-extend each int32 index
     # to 64 bits on its own (it cannot widen `(i + 1) * W` to `i * W + W`), which on a machine
     # without memory operands (ARM) costs 3-4 instructions per guarded load. A buffer of symbolic
-    # extent keeps wrapping arithmetic; so does all arithmetic outside an index (integer tensors
-    # wrap as numpy's do), a loaded value inside an index (a gather) excepted: its access is out of
-    # bounds if the sum wraps.
+    # extent has int64 offsets (flatten_storage), so `nsw`; all arithmetic outside an index wraps
+    # (integer tensors wrap as numpy's do), a loaded value inside an index (a gather) excepted:
+    # its access is out of bounds if the sum wraps.
     NSW_INT32_EXTENT = 1 << 30
 
     def _index_flags(self, dt: DType) -> tuple:
@@ -535,13 +535,17 @@ class FunctionEmitter:
         self.serial_loop(lo, hi, body)
 
     def s_Allocate(self, s):
-        buf = s.buffer
+        self.allocate(s.buffer, lambda: self.stmt(s.body))
+
+    def allocate(self, buf, emit_body):
+        """Bind `buf` to new storage (a local constant size: the stack; else the runtime's
+        heap, freed after) around `emit_body()`."""
         size = buf.num_elements()
         el_ty = T.storage_type(buf.dtype)
         if buf.scope == "local" and isinstance(size, E.IntImm):
             slot = self.alloca(ir.ArrayType(el_ty, max(size.value, 1)), name=buf.name)
             self.bind_buffer(buf, self.b.bitcast(slot, el_ty.as_pointer()), 64)
-            self.stmt(s.body)
+            emit_body()
             return
         alloc = self.ctx.declare("tessera_alloc", T.I8.as_pointer(), [T.I64])
         free = self.ctx.declare("tessera_free", ir.VoidType(), [T.I8.as_pointer()])
@@ -552,7 +556,7 @@ class FunctionEmitter:
         failed = self.b.icmp_unsigned("==", raw, ir.Constant(raw.type, None))
         self.check_rc(self.b.select(failed, ir.Constant(T.I32, -1), ir.Constant(T.I32, 0)))
         self.bind_buffer(buf, self.b.bitcast(raw, el_ty.as_pointer()), 64)
-        self.stmt(s.body)
+        emit_body()
         self.b.call(free, [raw])
 
 

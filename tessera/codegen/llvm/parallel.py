@@ -9,6 +9,8 @@ becomes
 The outlined function loads the closure and calls an internal kernel whose buffer parameters
 are noalias (see `define_kernel`), so the body vectorizes as well as a top-level loop. A
 parallel loop inside a parallel body is outlined the same way; the runtime runs it inline.
+Allocations that open the body and do not depend on the loop's var are made once per chunk
+(`_chunk_allocations`).
 """
 
 from __future__ import annotations
@@ -30,16 +32,25 @@ def _outline(em: FunctionEmitter, loop: For, variables, buffers, aligns) -> ir.F
     base = ctx.unique_name(f"{em.name}.parallel")
     var = loop.loop_var
 
+    allocs, rest = _chunk_allocations(loop.body, var)
+
     def body(inner: FunctionEmitter, extra):
         begin, end = extra
-        start = inner.expr(loop.min)
 
-        def iteration(i64):
-            i = T.cast(inner.b, i64, int64, var.dtype)
-            inner.bind_var(var, inner.b.add(start, i))
-            inner.stmt(loop.body)
+        def chunk(k: int):
+            if k < len(allocs):
+                inner.allocate(allocs[k].buffer, lambda: chunk(k + 1))
+                return
+            start = inner.expr(loop.min)
 
-        inner.serial_loop(begin, end, iteration)
+            def iteration(i64):
+                i = T.cast(inner.b, i64, int64, var.dtype)
+                inner.bind_var(var, inner.b.add(start, i))
+                inner.stmt(rest)
+
+            inner.serial_loop(begin, end, iteration)
+
+        chunk(0)
 
     kernel = define_kernel(
         ctx, f"{base}.compute", em.name, buffers, aligns, variables, [T.I64, T.I64], body
@@ -56,6 +67,20 @@ def _outline(em: FunctionEmitter, loop: For, variables, buffers, aligns) -> ir.F
     ]
     b.ret(b.call(kernel, [*fields, begin, end]))
     return fn
+
+
+def _chunk_allocations(body, var):
+    """(the Allocates that open the loop's body and whose size does not depend on its var,
+    the body inside them): they are made once per chunk of iterations, not per iteration (a
+    row buffer of symbolic length on the heap costs an allocation per row otherwise)."""
+    from tessera.tir.stmt import Allocate
+    from tessera.tir.stmt_functor import uses_var
+
+    allocs = []
+    while isinstance(body, Allocate) and not uses_var(body.buffer.num_elements(), var):
+        allocs.append(body)
+        body = body.body
+    return allocs, body
 
 
 def _closure_type(variables, buffers) -> ir.LiteralStructType:

@@ -9,8 +9,8 @@ Each buffer (parameters, Allocates, and any other buffer the body touches) is re
 1-D Buffer with the same name, dtype and scope and shape `(prod(shape),)`, and its indices by
 the row-major offset `i*stride0 + j*stride1 + ...` (simplified: the index of a fused axis,
 `floordiv(f, 10)*10 + floormod(f, 10)`, becomes `f`); a buffer that is already 1-D is kept.
-Offsets are int64 when they may not fit int32 (a dim is int64, or there are 2^31 or more
-elements), so `A[i, j]` of a 70000 x 70000 buffer reads past the first 2^31 elements.
+Offsets are int64 when they may not fit int32 (a dim is int64 or symbolic, or there are 2^31
+or more elements), so `A[i, j]` of a 70000 x 70000 buffer reads past the first 2^31 elements.
 The 1-D buffers replace the parameters in `params` (same names, dtypes and order). The shapes
 the caller passes stay in the PrimFunc attr `("param_shapes", (shape0, shape1, ...))`, one tuple
 of dims per buffer parameter in order, which `PrimFunc.param_shape`, `PrimFunc.scalar_vars` and
@@ -64,13 +64,13 @@ def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
 
 
 def _needs_int64(shape) -> bool:
-    """Whether offsets into a buffer of `shape` may not fit int32."""
+    """Whether offsets into a buffer of `shape` may not fit int32: a symbolic dim may make the
+    buffer as large as it likes (and int64 offsets are `nsw`, Note [index arithmetic nsw])."""
     size = 1
     for dim in shape:
-        if dim.dtype.bits > 32:
+        if dim.dtype.bits > 32 or not isinstance(dim, IntImm):
             return True
-        if isinstance(dim, IntImm):
-            size *= dim.value
+        size *= dim.value
     return size >= 2**31
 
 

@@ -218,7 +218,15 @@ class _Widen(Mutator):
         value = self.visit(node.value)
         if value is node.value:
             return node
-        return Cast(node.dtype.with_lanes(value.dtype.lanes), value)
+        dt = node.dtype
+        # a widened index (flatten_storage's int64 offsets of symbolic buffers) stays a ramp,
+        # so its access stays one contiguous vector load, not a gather
+        if isinstance(value, Ramp) and dt.is_int and value.dtype.is_int:
+            if dt.bits >= value.dtype.bits:
+                return Ramp(Cast(dt, value.base), Cast(dt, value.stride), value.lanes)
+        if isinstance(value, Broadcast):
+            return Broadcast(Cast(dt, value.value), value.lanes)
+        return Cast(dt.with_lanes(value.dtype.lanes), value)
 
     def visit_Call(self, node: Call):
         args = tuple(self.visit(a) for a in node.args)

@@ -23,6 +23,12 @@ def _ints(values, n: int, what: str, op: str) -> tuple[int, ...]:
     return values
 
 
+def _dims(dims) -> tuple:
+    """Each dim as an int where it is static, else its expression (a symbolic batch or
+    spatial size, topi/symbolic.py)."""
+    return tuple(int(d.value) if hasattr(d, "value") else d for d in dims)
+
+
 def _static(dims, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(d.value) for d in dims)
@@ -33,7 +39,7 @@ def _static(dims, what: str) -> tuple[int, ...]:
 def _batch_and_sizes(dims, what: str) -> tuple:
     """NC... dims: the channels static, the batch and the sizes ints or symbolic (graph/dims.py)."""
     _static(dims[1:2], what)
-    return tuple(int(d.value) if hasattr(d, "value") else d for d in dims)
+    return _dims(dims)
 
 
 def pad(x: te.Tensor, before, after, value=0.0, name: str = "pad") -> te.Tensor:
@@ -57,7 +63,7 @@ def conv(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1
     strides = _ints(strides, nd, "strides", op)
     dilation = _ints(dilation, nd, "dilations", op)
     padding = _ints(padding, 2 * nd, "pads", op)
-    n, c, *size = _batch_and_sizes(x.shape, op)
+    n, c, *size = _batch_and_sizes(x.shape, op)  # batch and spatial sizes may be symbolic
     o, cg, *kernel = _static(w.shape, op)
     if groups < 1 or c != cg * groups or o % groups:
         raise ValueError(f"{op}: channels of data {x.shape} and weight {w.shape} disagree")

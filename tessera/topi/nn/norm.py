@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.topi.nn.softmax import _normalize_axis, lane_split_reduce, row_split, row_stage
+from tessera.topi.nn.softmax import (
+    _normalize_axis,
+    lane_split_reduce,
+    row_length,
+    row_split,
+    row_stage,
+)
+from tessera.topi.symbolic import product, representative
 
 
 def _acc(dtype: DType) -> DType:
@@ -64,15 +71,14 @@ def moments(x: te.Tensor, start: int, tag: str):
 def _normalized(x, stats, start, epsilon, scale_shift, name):
     acc = _acc(x.dtype)
     total, squares = stats
-    count = 1
-    for d in x.shape[start:]:
-        count *= d.value
+    count = product([row_length(d) for d in x.shape[start:]])
+    count = float(count) if isinstance(count, int) else te.cast(count, acc)
     first = (0,) * (x.ndim - start)
 
     def f(*i):
         row = i[:start]
-        mean = total(*row) / float(count)
-        var = te.max(squares(*row) / float(count) - mean * mean, te.const(0, acc))
+        mean = total(*row) / count
+        var = te.max(squares(*row) / count - mean * mean, te.const(0, acc))
         d = te.cast(x(*i), acc) - te.cast(x(*row, *first), acc)
         y = te.cast((d - mean) * te.rsqrt(var + epsilon), x.dtype)
         g, b = scale_shift(i)
@@ -84,18 +90,19 @@ def _normalized(x, stats, start, epsilon, scale_shift, name):
 def _layer_norm_last(x, epsilon, scale_shift) -> te.Tensor:
     """layer_norm over the last (static) axis: lane-split moments, float32 normalize pass."""
     acc = _acc(x.dtype)
-    lead, n = list(x.shape[:-1]), int(x.shape[-1].value)
+    lead, n = list(x.shape[:-1]), row_length(x.shape[-1])
 
     def shifted(*i):
         d = te.cast(x(*i), acc) - te.cast(x(*i[:-1], 0), acc)
         return d, d * d
 
-    split = row_split(n, acc)
+    split = row_split(representative(n), acc)
     total, squares = lane_split_reduce(shifted, lead, n, _sums, "layer_norm_moments", split)
+    count = float(n) if isinstance(n, int) else te.cast(n, acc)
 
     def stats(*r):
-        mean = total(*r) / float(n)
-        var = te.max(squares(*r) / float(n) - mean * mean, te.const(0, acc))
+        mean = total(*r) / count
+        var = te.max(squares(*r) / count - mean * mean, te.const(0, acc))
         return te.cast(mean, x.dtype), te.cast(te.rsqrt(var + epsilon), x.dtype)
 
     mean, rstd = row_stage(lead, stats, "layer_norm_stats")
@@ -120,7 +127,7 @@ def layer_norm(x, gamma, beta, axis=-1, epsilon=1e-5) -> te.Tensor:
         )
 
     scale_shift = lambda i: (param(gamma, i), param(beta, i))  # noqa: E731
-    if start == x.ndim - 1 and all(hasattr(d, "value") for d in x.shape):
+    if start == x.ndim - 1:
         return _layer_norm_last(x, epsilon, scale_shift)
     stats = moments(x, start, "layer_norm")
     return _normalized(x, stats, start, epsilon, scale_shift, "layer_norm")

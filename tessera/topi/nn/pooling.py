@@ -13,13 +13,19 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.topi.nn.conv import _batch_and_sizes, _ints, _static
+from tessera.topi.nn.conv import _batch_and_sizes, _dims, _ints
+from tessera.topi.symbolic import product
 
 
 def pool_output_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode) -> int:
     """ONNX/PyTorch output size; with ceil_mode the last window must start in the data or the
     begin pad (the same rule as the type rule of nn.*_pool)."""
     span = size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)
+    if not isinstance(size, int):  # a symbolic size: the same rule as an expression
+        out = (te.floordiv(span + stride - 1, stride) if ceil_mode else te.floordiv(span, stride))
+        if not ceil_mode:
+            return out + 1
+        return out + 1 - te.if_then_else(out * stride >= size + pad_begin, 1, 0)
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_begin:
         out -= 1
@@ -60,9 +66,7 @@ def pool(
     strides = _ints(strides, nd, "strides", op)
     dilation = _ints(dilation or (1,) * nd, nd, "dilations", op)
     padding = _ints(padding, 2 * nd, "pads", op)
-    n, c, *size = _batch_and_sizes(x.shape, op)
-    if ceil_mode and not all(isinstance(s, int) for s in size):
-        raise ValueError(f"{op}: ceil_mode over a symbolic size is not supported, got {x.shape}")
+    n, c, *size = _batch_and_sizes(x.shape, op)  # symbolic dims: topi/symbolic.py
     args = [
         (size[i], pool_size[i], strides[i], padding[i], padding[nd + i], dilation[i])
         for i in range(nd)
@@ -82,7 +86,7 @@ def pool(
             if padding[i]:
                 conds.append(pos[i] >= 0)
             last = (out[i] - 1) * strides[i] - padding[i] + (pool_size[i] - 1) * dilation[i]
-            if not isinstance(size[i], int) or last >= size[i]:  # symbolic: always guarded
+            if not isinstance(size[i], int) or not isinstance(last, int) or last >= size[i]:
                 conds.append(pos[i] < size[i])
         return te.if_then_else(te.all(*conds), te.cast(x(b, ch, *pos), acc), fill)
 
@@ -110,7 +114,7 @@ def global_pool(x: te.Tensor, kind: str) -> te.Tensor:
     if kind not in ("max", "avg"):
         raise ValueError(f"global_pool: kind must be 'max' or 'avg', got {kind!r}")
     nd = x.ndim - 2
-    n, c, *size = _static(x.shape, f"global_{kind}_pool{nd}d")
+    n, c, *size = _dims(x.shape)
     rk = [te.reduce_axis((0, size[i]), name=f"r{'dhw'[3 - nd + i]}") for i in range(nd)]
     if kind == "max":
         return te.compute(
@@ -126,12 +130,11 @@ def global_pool(x: te.Tensor, kind: str) -> te.Tensor:
         name="global_avg_pool_sum",
         tag="pool",
     )
-    count = 1
-    for s in size:
-        count *= s
+    count = product(size)
+    count = float(count) if isinstance(count, int) else te.cast(count, acc)
     return te.compute(
         total.shape,
-        lambda *i: te.cast(total(*i) / float(count), x.dtype),
+        lambda *i: te.cast(total(*i) / count, x.dtype),
         name="global_avg_pool",
         tag="elemwise",
     )

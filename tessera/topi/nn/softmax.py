@@ -34,6 +34,7 @@ import numpy as np
 from tessera import te
 from tessera.target import Target
 from tessera.topi.strategy import compute_config
+from tessera.topi.symbolic import representative
 
 
 def _normalize_axis(axis: int, ndim: int, op: str) -> int:
@@ -108,8 +109,10 @@ def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):
     lanes then a combine of the lanes and the tail (Note [lane split]; `row_split` gives the
     rule's split); shaped `lead`. A value that is a tuple (a tuple reducer) gives a tuple of
     rows."""
-    split = max(1, min(split, n))
-    steps, tail = n // split, n % split
+    # a symbolic n (topi/symbolic.py): steps and tail are expressions, the tail form always
+    static = isinstance(n, int)
+    split = max(1, min(split, n)) if static else max(1, split)
+    steps, tail = (n // split, n % split) if static else (te.floordiv(n, split), None)
     attrs = {"n_outer": len(lead), "split": split}
     k = te.reduce_axis((0, steps), name="k")
     part = te.compute(
@@ -120,10 +123,10 @@ def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):
         attrs=attrs,
     )
     parts = part if isinstance(part, tuple) else (part,)
-    j = te.reduce_axis((0, split + tail), name="j")
+    j = te.reduce_axis((0, split + (te.floormod(n, split) if tail is None else tail)), name="j")
 
     def combine(*r):
-        if not tail:
+        if tail == 0:
             lanes = tuple(p(*r, j) for p in parts)
             return reducer(lanes if len(parts) > 1 else lanes[0], axis=j)
         # both indices stay in bounds for every j: a select may load both sides
@@ -146,8 +149,8 @@ _row_max = te.comm_reducer(te.max, _lowest_finite, name="row_max")
 
 def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
     op = "log_softmax" if log else "softmax"
-    lead, n = list(x.shape[:-1]), int(x.shape[-1].value)
-    split = row_split(n, x.dtype)
+    lead, n = list(x.shape[:-1]), row_length(x.shape[-1])
+    split = row_split(representative(n), x.dtype)
     row_max = lane_split_reduce(lambda *i: x(*i), lead, n, _row_max, f"{op}_max", split)
     if log:  # the output needs no exp: the sum computes its own
         exp = lambda *i: te.exp(x(*i) - row_max(*i[:-1]))  # noqa: E731
@@ -160,8 +163,15 @@ def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
     return te.compute(x.shape, lambda *i: e(*i) * inv(*i[:-1]), name=op, tag="elemwise")
 
 
+def row_length(dim):
+    """A row's length: an int when static, else its expression (topi/symbolic.py)."""
+    return int(dim.value) if hasattr(dim, "value") else dim
+
+
 def _is_static_last(x: te.Tensor, axis: int) -> bool:
-    return axis == x.ndim - 1 and all(hasattr(d, "value") for d in x.shape)
+    """Over the last axis: the lane-split row form (also with symbolic dims: their rules take
+    the representative size, topi/symbolic.py)."""
+    return axis == x.ndim - 1
 
 
 def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:

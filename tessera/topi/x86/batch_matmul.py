@@ -21,7 +21,13 @@ from tessera.topi import generic
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.nn.dense import PACK_TAG
 from tessera.topi.nn.schedule import schedule_dense as generic_schedule_dense
-from tessera.topi.strategy import Config, record_config
+from tessera.topi.strategy import Config, record_config, recorded_config
+from tessera.topi.symbolic import (
+    dispatch_by_size,
+    representative,
+    representative_shape,
+    shape_vars,
+)
 from tessera.topi.x86.dense import (
     choose_blocking,
     fit_blocking,
@@ -34,11 +40,6 @@ from tessera.topi.x86.dense import (
 ANCHOR_TAGS = ("dense", "matmul", "batch_matmul")
 
 
-def _static(shape) -> list[int] | None:
-    dims = [getattr(d, "value", None) for d in shape]
-    return None if any(d is None for d in dims) else [int(d) for d in dims]
-
-
 def _anchor(outs) -> te.Tensor | None:
     found = []
     traverse(outs, lambda op: found.append(op.output(0)) if op.tag in ANCHOR_TAGS else None)
@@ -47,7 +48,7 @@ def _anchor(outs) -> te.Tensor | None:
 
 def _is_matrix_product(anchor: te.Tensor) -> bool:
     """Rows x columns in the last two axes of the output, both operands read as matrices."""
-    if anchor.ndim < 2 or _static(anchor.shape) is None:
+    if anchor.ndim < 2:
         return False
     if anchor.op.tag == "matmul":  # numpy.matmul drops the axis of a 1-D operand
         inputs = anchor.op.input_tensors
@@ -68,11 +69,31 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
         s = generic_schedule_dense(outs, target)
         record_config(s, Config("generic"))
         return s
+    k_extent = anchor.op.reduce_axis[0].dom.extent
+    variables = shape_vars(anchor.shape, [k_extent])
+    if config is not None and not config.get("size_buckets", False):
+        return _schedule_blocked(outs, anchor, target, config)  # one tile
+    # the rules' tiles per size bucket; a config's tile for the top bucket (Note [size buckets])
+    return dispatch_by_size(
+        variables,
+        lambda: _blocked_and_key(outs, anchor, target, None),
+        None if config is None else lambda: _blocked_and_key(outs, anchor, target, config),
+    )
+
+
+def _blocked_and_key(outs, anchor, target, config):
+    """The schedule at the current sizes (the rules', or the config's), and its knobs."""
+    s = _schedule_blocked(outs, anchor, target, config)
+    return s, recorded_config(s)
+
+
+def _schedule_blocked(outs, anchor, target, config) -> te.Schedule:
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
-    shape = _static(anchor.shape)
+    # symbolic dims (batch, M, N, K): the rules at their representative sizes (topi/symbolic.py)
+    shape = representative_shape(anchor.shape)
     M, N = shape[-2], shape[-1]
-    K = int(anchor.op.reduce_axis[0].dom.extent.value)
+    K = representative(anchor.op.reduce_axis[0].dom.extent)
     rows = math.prod(shape[:-1])
     lanes = target.vector_lanes(anchor.dtype) if target is not None else 4
     for t in anchor.op.input_tensors:

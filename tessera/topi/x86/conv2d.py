@@ -20,8 +20,9 @@ import numpy as np
 
 from tessera import te
 from tessera.topi.generic import inline_injective
-from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.strategy import Config, record_config
+from tessera.topi.symbolic import all_static, representative_shape
 from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
 
 CONV_TAG = "conv2d_nchwc"
@@ -31,7 +32,7 @@ PAD_TAG = "pad"
 def pad_nchwc(x: te.Tensor, before, after, fill=None) -> te.Tensor:
     """x padded with `fill` (zero by default) on the spatial axes (2, 3) of a blocked
     (N, C/b, H, W, b) tensor."""
-    _, _, h, w, _ = _static(x.shape, "pad_nchwc")
+    _, _, h, w, _ = _dims(x.shape)  # h and w may be symbolic
     shape = (x.shape[0], x.shape[1], h + before[0] + after[0], w + before[1] + after[1], x.shape[4])
 
     def f(n, c, i, j, k):
@@ -189,7 +190,7 @@ def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1):
     out = []
     for i, (size, k) in enumerate(((h, kh), (w, kw))):
         span = size + padding[i] + padding[2 + i] - dilation[i] * (k - 1) - 1
-        if span < 0:
+        if isinstance(span, int) and span < 0:
             raise ValueError(f"kernel {(kh, kw)} is larger than the padded input {x_shape}")
         out.append(span // strides[i] + 1)
     return (n, ocb, out[0], out[1], ob), depthwise
@@ -215,7 +216,9 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
     dilation = _ints(dilation, 2, "dilations", CONV_TAG)
     padding = _ints(padding, 4, "pads", CONV_TAG)
     x = as_nchw1c(x)
-    x_shape, w_shape = _static(x.shape, CONV_TAG), _static(w.shape, CONV_TAG)
+    # batch, height and width may be symbolic (topi/symbolic.py); channels are static
+    x_shape, w_shape = _dims(x.shape), _static(w.shape, CONV_TAG)
+    _static(x.shape[1:2] + x.shape[4:], CONV_TAG)
     out_shape, depthwise = conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups)
     xp = pad_nchwc(x, padding[:2], padding[2:]) if any(padding) and not depthwise else x
     ocb, icgb, kh, kw, wib, ob = w_shape
@@ -328,7 +331,12 @@ def _find_conv(outs) -> te.Tensor:
 
 
 def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
-    return _static(a.shape, "conv") == _static(b.shape, "conv")
+    from tessera.arith import Analyzer
+
+    an = Analyzer()
+    return len(a.shape) == len(b.shape) and all(
+        an.can_prove_equal(x, y) for x, y in zip(a.shape, b.shape, strict=True)
+    )
 
 
 # Note [padding per tile]
@@ -358,7 +366,7 @@ PAD_TILE_BYTES = 256 * 1024
 
 def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile) -> int:
     """Bytes of one channel block's window of a register tile."""
-    ib = _static(pad.shape, CONV_TAG)[4]
+    ib = int(pad.shape[4].value)
     a = conv.op.attrs
     cols = (tile.ow_block - 1) * a["stride_w"] + a["window_w"]
     return a["window_h"] * cols * ib * pad.dtype.bits // 8
@@ -381,7 +389,7 @@ def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=N
     for t in conv.op.input_tensors:
         if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
             continue
-        block = _static(t.shape, CONV_TAG)[4]
+        block = int(t.shape[4].value)
         if per_tile is None:
             made = pad_per_tile_rule(block, _pad_tile_bytes(t, conv, tile))
         else:
@@ -406,13 +414,17 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     inline_injective(s, outs)
     conv = _find_conv(outs)
     depthwise = bool(conv.op.attrs.get("depthwise", 0))
-    _, ocb, _, ow, _ = _static(conv.shape, CONV_TAG)
+    # a symbolic width (or batch, height): the rules at the representative size, the
+    # accumulators' tail tile computed whole (Note [clamped tails] in te/lower.py)
+    _, ocb, _, ow, _ = representative_shape(conv.shape)
     if config is not None:
         tile = ConvTile(config["ow_block"], config.get("oc_vectors", 1))
     else:
         tile = choose_conv_tile(ow, ocb, vector_registers(target), depthwise)
     out_ops = {id(t.op) for t in outs}
     acc = s.cache_write(conv, "local")
+    if not all_static(conv.shape):
+        s[acc].clamp_tails()
     if id(conv.op) in out_ops:
         out = conv
     elif len(outs) == 1 and _same_shape(outs[0], conv):
@@ -445,7 +457,7 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     if depthwise:
         knobs = {"ow_block": tile.ow_block, "unroll_tiles": unroll}
     else:
-        ob = _static(conv.shape, CONV_TAG)[4]
+        ob = int(conv.shape[4].value)
         knobs = {"out_block": ob, "ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors}
         knobs["prefetch"] = prefetch
         if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
@@ -507,7 +519,7 @@ def _prefetch_pays(out: te.Tensor, acc: te.Tensor, tile: ConvTile, l2: int) -> b
     ocb, *rest = _static(w.shape, CONV_TAG)
     total = ocb * math.prod(rest) * w.dtype.bits // 8
     chunk = total // ocb * tile.oc_vectors
-    n, _, oh, ow, _ = _static(out.shape, CONV_TAG)
+    n, _, oh, ow, _ = representative_shape(out.shape)
     return total > l2 and 4 * chunk <= l2 and n * oh * ow <= PREFETCH_MAX_REUSE
 
 

@@ -38,6 +38,15 @@ from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.strategy import Config, record_config
+from tessera.topi.symbolic import (
+    all_static,
+    dispatch_by_size,
+    product,
+    representative,
+    representative_shape,
+    shape_vars,
+    static_or_none,
+)
 from tessera.topi.transform import ravel
 from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
 
@@ -186,16 +195,23 @@ def _static(shape) -> list[int]:
 
 def dense_packed(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
     """x (..., K) @ the weight packed in wp (panels, K, nr) -> (..., units); see Note [row view]."""
-    lead, K = _static(x.shape[:-1]), int(x.shape[-1].value)
+    # leading dims may be symbolic (topi/symbolic.py): M is then their product's expression
+    lead = [d if static_or_none(d) is None else static_or_none(d) for d in x.shape[:-1]]
+    K = int(x.shape[-1].value)
     panels, kw, nr = _static(wp.shape)
     if kw != K or panels * nr < units or (panels - 1) * nr >= units:
         raise ValueError(f"dense_packed: data {x.shape}, packed weight {wp.shape}, units {units}")
-    M = math.prod(lead)
+    M = product(lead)
 
     def unravel(r):
         idx = []
-        for d in reversed(lead):
-            idx.append(r % d if d > 1 else 0)
+        for k, d in enumerate(reversed(lead)):
+            if isinstance(d, int) and d == 1:
+                idx.append(0)
+            elif k == len(lead) - 1 and not isinstance(d, int):
+                idx.append(r)  # the outermost: no remainder (bounds see r itself)
+            else:
+                idx.append(r % d)
             r = r // d
         return idx[::-1]
 
@@ -244,8 +260,11 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     rows = [iv for iv in rows if _extent(iv) != 1]
     if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
         stage.reorder(*batch, *rows, col)
-    n_rows = math.prod(_extent(iv) or 0 for iv in rows) if rows else 1
-    n_cols = _extent(col) or 0
+    # symbolic extents (Note [symbolic tails] in topi/symbolic.py): always tails; the rules
+    # count tiles at the representative size
+    n_rows = math.prod(representative(iv.dom.extent) for iv in rows) if rows else 1
+    n_cols = representative(col.dom.extent)
+    static = all(_extent(iv) is not None for iv in (*rows, col))
     if rows:
         row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
         ro, no, ri, ni = stage.tile(row, col, blk.mr, blk.nr)
@@ -254,7 +273,7 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     else:
         no, ni = stage.split(col, factor=blk.nr)
         tiles = [no]
-    if n_rows % blk.mr == 0 and n_cols % blk.nr == 0:
+    if static and n_rows % blk.mr == 0 and n_cols % blk.nr == 0:
         outer = [*batch, *tiles]
         tile = stage.fuse(*outer) if len(outer) > 1 else outer[0]
         stage.parallel(tile)
@@ -281,7 +300,7 @@ def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blo
     partition_loop peels the partial tiles off a guard-free main part; the parallel loop is
     blk.parallel's (where this kernel has it), else parallel_rule's. Returns the innermost tile
     loop (where the micro-kernel goes)."""
-    n_batch = math.prod(_extent(iv) or 1 for iv in batch) if batch else 0
+    n_batch = math.prod(representative(iv.dom.extent) for iv in batch) if batch else 0
     if len(batch) > 1:
         batch = [stage.fuse(*batch)]
     n_rows = n_rows if len(tiles) > 1 else 0
@@ -321,6 +340,8 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
     from tessera.topi import generic
 
     acc = s.cache_write(anchor, "local")
+    if not all_static(anchor.shape):  # Note [clamped tails] in te/lower.py
+        s[acc].clamp_tails()
     view = [t for t in outs if t.op is not anchor.op]
     if len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes):
         s[anchor].compute_inline()
@@ -338,27 +359,46 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
 def _view_of(out: te.Tensor, anchor: te.Tensor, row_axes: int) -> bool:
     """Does `out` have the anchor's rows x cols (a 2-D anchor: its leading axes raveled into the
     rows, see Note [row view]; else the very same shape)?"""
-    o, a = _static(out.shape), _static(anchor.shape)
+    o, a = list(out.shape), list(anchor.shape)
     if row_axes or len(a) != 2:
-        return o == a
-    return len(o) >= 1 and o[-1] == a[-1] and math.prod(o[:-1]) == a[0]
+        return len(o) == len(a) and all(_same(x, y) for x, y in zip(o, a, strict=True))
+    return len(o) >= 1 and _same(o[-1], a[-1]) and _same(product(o[:-1]), a[0])
+
+
+def _same(a, b) -> bool:
+    from tessera.arith import Analyzer
+
+    return Analyzer().can_prove_equal(a, b)
 
 
 def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
     """A group anchored by dense_packed (see the module docstring); `config`: the x86
     strategy's knobs (mr, kc; nv is the packed panel's), None: the rules."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    anchor = find_tagged(outs, PACKED_TAG)
+    if config is not None and not config.get("size_buckets", False):
+        return _packed_and_key(outs, target, config)[0]  # one tile
+    # symbolic rows: the rules' tiles per size bucket, a config's for the top one
+    # (Note [size buckets] in topi/symbolic.py)
+    return dispatch_by_size(
+        shape_vars(anchor.shape),
+        lambda: _packed_and_key(outs, target, None),
+        None if config is None else lambda: _packed_and_key(outs, target, config),
+    )
+
+
+def _packed_and_key(outs, target, config):
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     anchor = find_tagged(outs, PACKED_TAG)
-    M, N = _static(anchor.shape)
+    M, N = representative_shape(anchor.shape)
     nr = int(anchor.op.attrs["nr"])
     K = int(anchor.op.reduce_axis[0].dom.extent.value)
     blk = with_parallel(
         with_config(blocking_for_panel(target, M, N, K, nr, fit=True), config), 0, M, N
     )
     record_config(s, Config("packed", knob_values(blk)))
-    return schedule_gemm(s, outs, anchor, blk, target)
+    return schedule_gemm(s, outs, anchor, blk, target), knob_values(blk)
 
 
 def with_parallel(blk: Blocking, n_batch: int, M: int, N: int) -> Blocking:

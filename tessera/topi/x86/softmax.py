@@ -46,8 +46,8 @@ def _inline(s, outs) -> None:
 
 def _vectorize_last(stage, axis, lanes: int):
     """Split `axis` into vectors of `lanes` (vectorized); returns the outer loop, or None."""
-    extent = const_extent(axis)
-    if lanes <= 1 or extent is None or extent < lanes:
+    extent = const_extent(axis)  # None: symbolic; its tail is peeled (topi/symbolic.py)
+    if lanes <= 1 or (extent is not None and extent < lanes):
         return None
     outer, inner = stage.split(axis, factor=lanes)
     stage.vectorize(inner)

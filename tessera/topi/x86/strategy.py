@@ -42,6 +42,7 @@ from tessera.topi.layout import transform_array
 from tessera.topi.nn.norm import _acc as _norm_acc
 from tessera.topi.nn.softmax import ROW_LANES, default_split
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
+from tessera.topi.symbolic import representative_shape
 from tessera.topi.x86 import (
     int8_strategy,  # noqa: F401  (qnn.conv2d's strategy)
     ops,  # noqa: F401  (registers the x86 ops and schedules)
@@ -132,9 +133,13 @@ class _Conv:
         (xs, xd), (ws, wd) = wl.inputs
         if len(xs) != 4 or len(ws) != 4 or (xd, wd) != ("float32", "float32"):
             return None
+        if not isinstance(xs[1], int):
+            return None  # a symbolic channel count
         c = _Conv()
         c.ic, c.oc, c.kh, c.kw = xs[1], ws[0], ws[2], ws[3]
-        c.n, _, c.oh, c.ow = wl.output
+        # a symbolic batch or size: the rules at the representative size (topi/symbolic.py)
+        c.symbolic = not all(isinstance(d, int) for d in (*xs, *wl.output))
+        c.n, _, c.oh, c.ow = representative_shape(wl.output)
         c.groups = wl.attr("groups", 1)
         c.strides, c.dilation = tuple(wl.attr("strides")), tuple(wl.attr("dilation"))
         c.depthwise = c.groups > 1 and c.groups == c.ic == c.oc and ws[1] == 1
@@ -275,8 +280,8 @@ def _depthwise_space(wl: Workload, target) -> ConfigSpace | None:
 
 def _winograd_space(wl: Workload, target) -> ConfigSpace | None:
     c = _Conv.of(wl, target)
-    if c is None or not c.is_winograd_shape() or not c.out_blocks():
-        return None
+    if c is None or c.symbolic or not c.is_winograd_shape() or not c.out_blocks():
+        return None  # (its tiles are per size: no symbolic kernel)
     if channel_block(c.ic, c.lanes) < c.min_block:
         return None
 
@@ -312,6 +317,7 @@ def _conv_default(wl: Workload, target, context) -> str:
         return "nchw"
     ib = context.get("in_block") or channel_block(c.ic, c.lanes)
     use = context.get("winograd", True) and c.is_winograd_shape() and ib >= c.min_block
+    use = use and not c.symbolic
     if use and _winograd_plan(c, ob, context, target) is not None:
         return "winograd"
     return "direct_nchwc"
@@ -409,11 +415,13 @@ class _Gemm:
         if len(wl.inputs) != 2 or len(out) < 2 or any(d != "float32" for _, d in wl.inputs):
             return None
         (a, _), (b, _) = wl.inputs
-        if not all(isinstance(d, int) for d in (*a, *b, *out)):
-            return None
+        # symbolic dims (names): the rules at their representative sizes (topi/symbolic.py)
+        symbolic = not all(isinstance(d, int) for d in (*a, *b, *out))
+        a, b, out = (representative_shape(s) for s in (a, b, out))
         if wl.op == "matmul" and (len(a) < 2 or len(b) < 2):
             return None  # numpy.matmul drops the axis of a 1-D operand: matrix-vector
         g = _Gemm()
+        g.symbolic = symbolic
         g.M, g.N = out[-2], out[-1]
         g.batch = math.prod(out[:-2]) if len(out) > 2 else 0
         if wl.op == "nn.batch_matmul":
@@ -430,9 +438,11 @@ def _packed_gemm(wl: Workload) -> _Gemm | None:
     (xs, xd), (ws, wd) = wl.inputs
     if len(ws) != 2 or len(xs) < 1 or (xd, wd) != ("float32", "float32"):
         return None
-    if not all(isinstance(d, int) for d in xs):
+    if not isinstance(xs[-1], int) or not all(isinstance(d, int) for d in ws):
         return None
     g = _Gemm()
+    g.symbolic = not all(isinstance(d, int) for d in xs)  # rows: representative sizes
+    xs = representative_shape(xs)
     g.M, g.K, g.batch = math.prod(xs[:-1]), xs[-1], 0
     g.N = ws[0] if wl.op == "nn.dense" else ws[1]
     return g
@@ -462,6 +472,8 @@ def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
             default=lambda *a: _parallel(g, a[1], default_blocking),
         ),
     ]
+    if g.symbolic:  # Note [size buckets] in topi/symbolic.py: the tile above is the top one's
+        knobs.append(Knob("size_buckets", (False, True), default=True))
     return ConfigSpace(knobs, [lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs])
 
 
@@ -570,8 +582,9 @@ for _op in ("nn.max_pool2d", "nn.avg_pool2d"):
 def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     (xs, xd), *_ = wl.inputs
     axis = wl.attr("axis", -1)
-    if not xs or not all(isinstance(d, int) for d in xs) or axis not in (-1, len(xs) - 1):
+    if not xs or axis not in (-1, len(xs) - 1):
         return None
+    xs = representative_shape(xs)  # symbolic dims: topi/symbolic.py
     sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
     # the row split (Note [lane split] in topi/nn/softmax.py): 1, 2, 4 or 8 vectors of the
     # target for the dtype it reduces; the default is the rule as lowering computes it, over

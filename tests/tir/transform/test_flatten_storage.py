@@ -21,10 +21,13 @@ def _copy_2d():
 def test_params_become_flat_and_shapes_are_kept():
     f, (n, A, B) = _copy_2d()
     g = flatten_storage(f)
-    A1 = tir.decl_buffer((n * 64,), "float32", "A")
-    B1 = tir.decl_buffer((n * 64,), "float32", "B")
+    # a symbolic dim: int64 offsets (the buffer may hold 2^31 elements or more)
+    i64 = "int64"
+    A1 = tir.decl_buffer((n.astype(i64) * tir.const(64, i64),), "float32", "A")
+    B1 = tir.decl_buffer((n.astype(i64) * tir.const(64, i64),), "float32", "B")
     i, j = tir.Var("i"), tir.Var("j")
-    store = tir.BufferStore(B1, A1[i * 64 + j] * 2.0, (i * 64 + j,))
+    offset = i.astype(i64) * tir.const(64, i64) + j.astype(i64)
+    store = tir.BufferStore(B1, A1[offset] * 2.0, (offset,))
     expected = tir.PrimFunc(
         "f",
         (A1, B1),
@@ -103,8 +106,11 @@ def test_offsets_past_int32_are_int64():
     assert flat_a.shape[0].value == 70000 * 70000
     index = g.body.body.value.indices[0]
     assert index.dtype == tir.DType.parse("int64")
-    small = flatten_storage(_copy_2d()[0])  # int32 offsets where they fit
-    assert small.body.body.body.value.a.indices[0].dtype == tir.DType.parse("int32")
+    C = tir.decl_buffer((60, 64), "float32", "C")  # int32 offsets where they fit
+    small = flatten_storage(tir.PrimFunc("s", (C,), tir.BufferStore(C, 1.0, (k, k))))
+    assert small.body.indices[0].dtype == tir.DType.parse("int32")
+    symbolic = flatten_storage(_copy_2d()[0])  # a symbolic dim: any size, int64 offsets
+    assert symbolic.body.body.body.value.a.indices[0].dtype == tir.DType.parse("int64")
 
 
 def test_offsets_past_int32_read_the_right_element():
