@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.frontend.onnx_registry import NodeError, onnx_op, value_dtype
 from tessera.graph.ir import parse_dtype
 
 
@@ -93,7 +93,7 @@ def _bias(b, Q, attn_mask, nonpad, past_len, q, kv, causal, left, right):
     windowed = causal or left >= 0 or right >= 0
     if windowed and nonpad is None:
         allowed = _allowed_static(q, kv, past_len, causal, left, right)
-        parts.append(b.const(np.where(allowed, 0, -np.inf).astype(Q.type.dtype.numpy_name)))
+        parts.append(b.const(np.where(allowed, 0, -np.inf).astype(value_dtype(Q.type.dtype))))
     elif windowed:
         parts.append(_additive(b, _allowed_per_batch(b, nonpad, q, kv, causal, left, right), Q))
     if nonpad is not None:

@@ -329,8 +329,15 @@ def _is_small(dtype) -> bool:
 def _(x, dtype, saturate=True):
     if _is_small(dtype) or x.dtype.kind == "V" and x.dtype.name != "bfloat16":
         return topi_cast_small.reference(x, parse_dtype(dtype), saturate)
-    target = np.dtype(parse_dtype(dtype).numpy_name)
-    if x.dtype.kind == "f" and target.kind in "iu":
+    target = parse_dtype(dtype)
+    # bfloat16 values are ml_dtypes' bfloat16 (round to nearest even), not their uint16 bits
+    if target.code == "bfloat":
+        import ml_dtypes
+
+        target = np.dtype(ml_dtypes.bfloat16)
+    else:
+        target = np.dtype(target.numpy_name)
+    if x.dtype.kind in "fV" and target.kind in "iu":
         with np.errstate(invalid="ignore"):
             return np.trunc(x).astype(target)
     return x.astype(target)
