@@ -133,7 +133,7 @@ def attention(b, Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad
         if hq % hk:
             raise NodeError(f"{hq} query heads do not group over {hk} key/value heads")
         K, V = _repeat_heads(b, K, hq // hk), _repeat_heads(b, V, hq // hk)
-    dtype = Q.type.dtype.numpy_name
+    dtype = value_dtype(Q.type.dtype)
     s = 1 / np.sqrt(b.shape_of(Q)[3]) if scale is None else scale
     s = b.scalar(np.asarray(np.sqrt(s), dtype=dtype), Q)
     kt = b.call("transpose", b.call("multiply", K, s), axes=(0, 1, 3, 2))
