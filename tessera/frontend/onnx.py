@@ -25,6 +25,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_compose,
     onnx_contrib,
     onnx_control,
+    onnx_dynamic,
     onnx_image,
     onnx_loss,
     onnx_math,

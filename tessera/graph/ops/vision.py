@@ -171,3 +171,6 @@ def _(
     return topi_vision.non_max_suppression(
         boxes, scores, max_output_per_class, iou_threshold, score_threshold, center_point_box
     )
+
+
+nms.row_counts = {0: 1}  # the selected rows: the first `count` (Note [run-time rows])

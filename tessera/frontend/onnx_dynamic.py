@@ -1,0 +1,57 @@
+"""ONNX converters for ops whose output shape depends on the data: NonMaxSuppression, Unique.
+
+tessera compiles every buffer at a static shape, so such an op writes a buffer of the largest
+size its input shapes allow (NMS: batches x classes x min(max_output_per_class, boxes) rows;
+Unique: one row per input element or slice) plus an int64 count of the rows it filled. As a
+model output the executor returns the filled rows (Note [run-time rows] in
+graph_build/executor_plan.py); a value with run-time rows that feeds another op is refused
+(`ConvertContext.partial_rows`), as a Loop's early-stopping scan outputs are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.graph.ir import Constant
+
+
+def _scalar(b, v, default, what: str):
+    if v is None:
+        return default
+    a = np.asarray(b.known(v, what)).reshape(-1)
+    if a.size != 1:
+        raise NodeError(f"input {what!r} must hold one value, got {a.size}")
+    return a[0].item()
+
+
+def _partial(b, outs, counted: tuple[int, ...], count_index: int, what: str):
+    """The node's outputs: trimmed at once when they folded to constants, else marked as
+    having run-time rows (readable only as model outputs)."""
+    count = outs[count_index]
+    if isinstance(count, Constant):
+        n = int(count.array)
+        return tuple(
+            b.const(outs[k].array[:n]) if k in counted else outs[k] for k in range(count_index)
+        )
+    for k in counted:
+        b.partial_rows[id(outs[k])] = f"{what} (its rows are counted at run time)"
+    return outs[:count_index]
+
+
+@onnx_op("NonMaxSuppression", since=10)
+def non_max_suppression(b, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
+                        score_threshold=None, *, center_point_box=0):  # fmt: skip
+    k = int(_scalar(b, max_output_boxes_per_class, 0, "max_output_boxes_per_class"))
+    iou = float(_scalar(b, iou_threshold, 0.0, "iou_threshold"))
+    score = float(_scalar(b, score_threshold, float("-inf"), "score_threshold"))
+    if not 0.0 <= iou <= 1.0:
+        raise NodeError(f"iou_threshold must be in [0, 1], got {iou}")
+    if scores.type.dtype != boxes.type.dtype:
+        scores = b.call("cast", scores, dtype=boxes.type.dtype)
+    outs = b.call("vision.non_max_suppression", boxes, scores, max_output_per_class=max(k, 0),
+                  iou_threshold=iou, score_threshold=score,
+                  center_point_box=int(center_point_box))  # fmt: skip
+    (selected,) = _partial(b, outs, (0,), 1, f"the selected boxes of NonMaxSuppression "
+                           f"{b.node_name or b.name_hint!r}")  # fmt: skip
+    return selected
