@@ -25,14 +25,16 @@ def _scalar(b, v, default, what: str):
     return a[0].item()
 
 
-def _partial(b, outs, counted: tuple[int, ...], count_index: int, what: str):
+def _partial(b, outs, counted: dict[int, int], count_index: int, what: str):
     """The node's outputs: trimmed at once when they folded to constants, else marked as
-    having run-time rows (readable only as model outputs)."""
+    having run-time rows (readable only as model outputs). `counted`: output -> the axis its
+    rows are counted along."""
     count = outs[count_index]
     if isinstance(count, Constant):
         n = int(count.array)
+        trim = {k: (slice(None),) * a + (slice(0, n),) for k, a in counted.items()}
         return tuple(
-            b.const(outs[k].array[:n]) if k in counted else outs[k] for k in range(count_index)
+            b.const(outs[k].array[trim[k]]) if k in trim else outs[k] for k in range(count_index)
         )
     for k in counted:
         b.partial_rows[id(outs[k])] = f"{what} (its rows are counted at run time)"
@@ -52,6 +54,17 @@ def non_max_suppression(b, boxes, scores, max_output_boxes_per_class=None, iou_t
     outs = b.call("vision.non_max_suppression", boxes, scores, max_output_per_class=max(k, 0),
                   iou_threshold=iou, score_threshold=score,
                   center_point_box=int(center_point_box))  # fmt: skip
-    (selected,) = _partial(b, outs, (0,), 1, f"the selected boxes of NonMaxSuppression "
+    (selected,) = _partial(b, outs, {0: 0}, 1, f"the selected boxes of NonMaxSuppression "
                            f"{b.node_name or b.name_hint!r}")  # fmt: skip
     return selected
+
+
+@onnx_op("Unique", since=11)
+def unique(b, X, *, axis=None, sorted=1):  # noqa: A002  (ONNX's name)
+    if axis is not None:
+        if not -X.type.ndim <= axis < X.type.ndim:
+            raise NodeError(f"axis {axis} is out of range for rank {X.type.ndim}")
+        axis %= X.type.ndim
+    outs = b.call("unique", X, axis=axis, sorted=bool(sorted))
+    what = f"an output of Unique {b.node_name or b.name_hint!r}"
+    return _partial(b, outs, {0: axis or 0, 1: 0, 3: 0}, 4, what)

@@ -82,8 +82,17 @@ def _workspaces(kernels) -> dict[str, list[int]]:
 def row_counts(func: Function) -> dict[int, Value]:
     """id(output) -> the int64 count of its rows, for the function's outputs whose rows a run
     decides (Note [run-time rows]); looks into fused groups."""
+    return {k: count for k, (count, _) in _counted(func).items()}
+
+
+def row_axes(func: Function) -> dict[int, int]:
+    """id(output) -> the axis along which row_counts counts its rows."""
+    return {k: axis for k, (_, axis) in _counted(func).items()}
+
+
+def _counted(func: Function) -> dict[int, tuple[Value, int]]:
     outputs = {id(v) for v in func.outputs}
-    counts: dict[int, Value] = {}
+    counts: dict[int, tuple[Value, int]] = {}
     for call in func.body:
         group = call.attrs.get("func") if call.op.name == "fused" else None
         inner = group.body if isinstance(group, Function) else (call,)
@@ -97,7 +106,7 @@ def row_counts(func: Function) -> dict[int, Value]:
                     continue
                 if group is not None and id(c.outputs[j]) not in outer:
                     raise ValueError(f"executor plan: the row count of %{out.name} is not kept")
-                counts[id(out)] = count
+                counts[id(out)] = (count, c.op.row_axis(c.attrs, i))
     return counts
 
 
@@ -123,9 +132,12 @@ def make_executor_plan(
         if id(count) not in where:
             where[id(count)] = ["arena", base]
             base += ALIGNMENT
+    axes = row_axes(func)
     for k, v in enumerate(func.outputs):
         if id(v) in counts:
             outputs[k]["rows"] = where[id(counts[id(v)])]
+            if axes[id(v)]:
+                outputs[k]["rows_axis"] = axes[id(v)]
     for a in memory.allocations:
         where.setdefault(id(a.value), ["arena", a.offset])
     scratch = _workspaces(kernels)
