@@ -52,6 +52,7 @@ SUPPORTED_ELEM_TYPES = {
     onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ,
     onnx.TensorProto.FLOAT8E5M2, onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.FLOAT4E2M1,
     onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2,
+    onnx.TensorProto.FLOAT8E8M0,
 }  # fmt: skip
 
 
