@@ -177,6 +177,25 @@ def _held(x) -> bool:
     )
 
 
+def _flat_sequences(refs: list, outputs: list) -> tuple[list, list]:
+    """A sequence output's elements as outputs of their own. The runner recurses into a
+    sequence passing an element where it takes a list of outputs, so a rank-0 element (which
+    has no len()) fails its comparison with a TypeError whatever the values."""
+    if len(refs) != len(outputs):
+        return refs, outputs  # the runner says so
+    flat_refs, flat_outs = [], []
+    for r, o in zip(refs, outputs, strict=True):
+        if isinstance(r, list) and isinstance(o, list):
+            if len(r) != len(o):
+                raise AssertionError(f"a sequence of {len(o)} elements, expected {len(r)}")
+            flat_refs += r
+            flat_outs += o
+        else:
+            flat_refs.append(r)
+            flat_outs.append(o)
+    return flat_refs, flat_outs
+
+
 def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
     """(reason class or None, message): prepare, run and compare one test case."""
     from onnx.backend.test.runner import Runner, _normalize_tensor
@@ -200,6 +219,7 @@ def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
         return classify(e), short(e)
     try:
         for refs, outputs in runs:
+            refs, outputs = _flat_sequences(refs, outputs)
             Runner.assert_similar_outputs(refs, outputs, rtol=case.rtol, atol=case.atol)
     except AssertionError as e:
         return "numerical mismatch", short(e)
