@@ -68,3 +68,25 @@ def unique(b, X, *, axis=None, sorted=1):  # noqa: A002  (ONNX's name)
     outs = b.call("unique", X, axis=axis, sorted=bool(sorted))
     what = f"an output of Unique {b.node_name or b.name_hint!r}"
     return _partial(b, outs, {0: axis or 0, 1: 0, 3: 0}, 4, what)
+
+
+@onnx_op("RoiAlign", since=10)
+def roi_align(b, X, rois, batch_indices, *, coordinate_transformation_mode="half_pixel",
+              mode="avg", output_height=1, output_width=1, sampling_ratio=0,
+              spatial_scale=1.0):  # fmt: skip
+    if b.opset < 16 and coordinate_transformation_mode == "half_pixel":
+        coordinate_transformation_mode = "output_half_pixel"  # RoiAlign-10 had no half pixel
+    coord = coordinate_transformation_mode
+    if coord not in ("half_pixel", "output_half_pixel"):
+        raise NodeError(f"unknown coordinate_transformation_mode {coord!r}")
+    if sampling_ratio <= 0:
+        raise NodeError(
+            "sampling_ratio=0 (adaptive: each ROI's sample count depends on its size, a run-time "
+            "value) is not supported; give sampling_ratio >= 1"
+        )
+    if rois.type.dtype != X.type.dtype:
+        rois = b.call("cast", rois, dtype=X.type.dtype)
+    return b.call("vision.roi_align", X, rois, batch_indices,
+                  output_size=(int(output_height), int(output_width)),
+                  spatial_scale=float(spatial_scale), sampling_ratio=int(sampling_ratio),
+                  mode=mode, half_pixel=coordinate_transformation_mode == "half_pixel")  # fmt: skip
