@@ -37,6 +37,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_shape,
     onnx_signal,
     onnx_training,
+    onnx_trees,
 )
 from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
 from tessera.frontend.onnx_qdq import fuse_qdq
