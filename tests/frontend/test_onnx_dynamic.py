@@ -111,3 +111,19 @@ def test_rows_fed_to_another_op_is_refused():
     why = r"reads an output of Unique 'y' \(its rows are counted at run time\): tessera supports"
     with pytest.raises(ValueError, match=why + " that only as a graph output"):
         from_onnx(model)
+
+
+def test_unique_along_an_axis_from_an_exported_library(tmp_path):
+    """The run-time rows ("rows", "rows_axis") travel in an exported library's plan."""
+    from tessera.runtime import GraphModule, load_module
+
+    node = helper.make_node("Unique", ["x"], ["y", "idx", "inv", "cnt"], axis=1)
+    x = np.array([[1, 2, 1, 3], [4, 5, 4, 6]], np.float32)
+    model = make_model([node], {"x": x}, ["y", "idx", "inv", "cnt"], opset=11)
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = GraphModule(load_module(lib.export_library(tmp_path / "unique.so"))["default"]())
+    for data in (x, np.array([[1, 1, 1, 1], [2, 2, 2, 2]], np.float32)):
+        got = m(x=data)
+        for g, e in zip(got, run_ort(model, {"x": data}), strict=True):
+            np.testing.assert_array_equal(g, e)
