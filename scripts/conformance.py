@@ -52,6 +52,7 @@ SUPPORTED_ELEM_TYPES = {
     onnx.TensorProto.BOOL, onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ,
     onnx.TensorProto.FLOAT8E5M2, onnx.TensorProto.FLOAT8E5M2FNUZ, onnx.TensorProto.FLOAT4E2M1,
     onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.INT2, onnx.TensorProto.UINT2,
+    onnx.TensorProto.FLOAT8E8M0,
 }  # fmt: skip
 
 
@@ -176,6 +177,25 @@ def _held(x) -> bool:
     )
 
 
+def _flat_sequences(refs: list, outputs: list) -> tuple[list, list]:
+    """A sequence output's elements as outputs of their own. The runner recurses into a
+    sequence passing an element where it takes a list of outputs, so a rank-0 element (which
+    has no len()) fails its comparison with a TypeError whatever the values."""
+    if len(refs) != len(outputs):
+        return refs, outputs  # the runner says so
+    flat_refs, flat_outs = [], []
+    for r, o in zip(refs, outputs, strict=True):
+        if isinstance(r, list) and isinstance(o, list):
+            if len(r) != len(o):
+                raise AssertionError(f"a sequence of {len(o)} elements, expected {len(r)}")
+            flat_refs += r
+            flat_outs += o
+        else:
+            flat_refs.append(r)
+            flat_outs.append(o)
+    return flat_refs, flat_outs
+
+
 def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
     """(reason class or None, message): prepare, run and compare one test case."""
     from onnx.backend.test.runner import Runner, _normalize_tensor
@@ -199,6 +219,7 @@ def run_case(case, target: str = TARGET) -> tuple[str | None, str]:
         return classify(e), short(e)
     try:
         for refs, outputs in runs:
+            refs, outputs = _flat_sequences(refs, outputs)
             Runner.assert_similar_outputs(refs, outputs, rtol=case.rtol, atol=case.atol)
     except AssertionError as e:
         return "numerical mismatch", short(e)
@@ -308,23 +329,27 @@ def _op_reasons(tests: list[Result]) -> str:
 
 
 _STRINGS = "tessera compiles tensors of numbers and booleans; its runtime holds no strings"
-_RANDOM = (
-    "random: the suite's expected values come from numpy's generator, which a compiled model "
-    "does not reproduce (a seeded generator of tessera's own would still differ)"
-)
-_DATA_SHAPED = (
-    "its output's shape depends on the input values: tessera allocates outputs at compile-time "
-    "shapes (run-time allocation is not done, docs/dynamic.md)"
-)
-# Why a case fails where it is by design, not a bug: (test name pattern, why). The other
-# failures' messages say what is missing.
+# Why a case fails where it is by design or the suite's reference is at odds with ONNX
+# Runtime, not a bug: (test name pattern, why). The other failures' messages say what is
+# missing.
 WHY = [
     (r"string|regex|label_encoder|strnormalizer", _STRINGS),
     (r"image_decoder", "decodes image files (JPEG, PNG, ...) into a tensor whose shape depends "
                        "on the bytes: not a tensor computation tessera compiles"),
-    (r"bernoulli|training_dropout", _RANDOM),
-    (r"nonmaxsuppression|unique", _DATA_SHAPED),
-    (r"e8m0", "float8e8m0 is not a tessera dtype"),
+    (r"bernoulli", "random: the expected values are draws of numpy's unseeded generator, which "
+                   "no implementation reproduces (ONNX Runtime skips these cases too)"),
+    (r"training_dropout", "random: training-mode Dropout draws its mask at run time; tessera has "
+                          "no run-time random generator (the expected mask is numpy's "
+                          "RandomState(0) stream)"),
+    (r"attention.*fp16", "float16: the reference rounds every step of its softmax (exp, sum, "
+                         "divide) to float16; tessera's float16 softmax rounds otherwise and "
+                         "lands 1-2 float16 ulps away on a few elements, past rtol 1e-3"),
+    (r"dft_inverse", "the reference's float32 rounding noise (about 2e-7) on outputs that are "
+                     "exactly 0 exceeds the suite's atol of 1e-7 (tessera gives about 1e-16)"),
+    (r"resize_downsample_scales_.*align_corners", "the reference divides by scale x length "
+                                                  "(2.4) where ONNX Runtime and PyTorch divide "
+                                                  "by the output length (2); tessera follows "
+                                                  "ONNX Runtime"),
 ]  # fmt: skip
 
 

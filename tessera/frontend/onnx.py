@@ -25,6 +25,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_compose,
     onnx_contrib,
     onnx_control,
+    onnx_dynamic,
     onnx_image,
     onnx_loss,
     onnx_math,
@@ -36,6 +37,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_shape,
     onnx_signal,
     onnx_training,
+    onnx_trees,
 )
 from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
 from tessera.frontend.onnx_qdq import fuse_qdq

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.frontend.onnx_registry import NodeError, onnx_op, value_dtype
 from tessera.graph.ir import parse_dtype
 
 
@@ -93,7 +93,7 @@ def _bias(b, Q, attn_mask, nonpad, past_len, q, kv, causal, left, right):
     windowed = causal or left >= 0 or right >= 0
     if windowed and nonpad is None:
         allowed = _allowed_static(q, kv, past_len, causal, left, right)
-        parts.append(b.const(np.where(allowed, 0, -np.inf).astype(Q.type.dtype.numpy_name)))
+        parts.append(b.const(np.where(allowed, 0, -np.inf).astype(value_dtype(Q.type.dtype))))
     elif windowed:
         parts.append(_additive(b, _allowed_per_batch(b, nonpad, q, kv, causal, left, right), Q))
     if nonpad is not None:
@@ -133,7 +133,7 @@ def attention(b, Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad
         if hq % hk:
             raise NodeError(f"{hq} query heads do not group over {hk} key/value heads")
         K, V = _repeat_heads(b, K, hq // hk), _repeat_heads(b, V, hq // hk)
-    dtype = Q.type.dtype.numpy_name
+    dtype = value_dtype(Q.type.dtype)
     s = 1 / np.sqrt(b.shape_of(Q)[3]) if scale is None else scale
     s = b.scalar(np.asarray(np.sqrt(s), dtype=dtype), Q)
     kt = b.call("transpose", b.call("multiply", K, s), axes=(0, 1, 3, 2))

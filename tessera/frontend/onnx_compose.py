@@ -120,10 +120,17 @@ def causal_conv_with_state(b, input, weight, bias=None, past_state=None, *, acti
     if past_state is None:
         past_state = b.const(np.zeros((n, c, k - 1), input.type.dtype.numpy_name))
     padded = b.call("concatenate", past_state, input, axis=2) if k > 1 else input
-    y = b.call("nn.conv1d", padded, weight, strides=(1,), padding=(0, 0), dilation=(1,),
-               groups=c)  # fmt: skip
+    dtype = input.type.dtype
+    wide = dtype.is_float and dtype.bits == 16 or dtype.code == "bfloat"
+    # 16-bit floats: the convolution and its bias in float32, rounded once (as the reference)
+    x, w = (b.call("cast", v, dtype="float32") for v in (padded, weight)) if wide else (padded,
+                                                                                       weight)
+    y = b.call("nn.conv1d", x, w, strides=(1,), padding=(0, 0), dilation=(1,), groups=c)
     if bias is not None:
-        y = b.call("add", y, b.reshape(bias, (c, 1)))
+        y = b.call("add", y, b.reshape(b.call("cast", bias, dtype="float32") if wide else bias,
+                                       (c, 1)))  # fmt: skip
+    if wide:
+        y = b.call("cast", y, dtype=dtype)
     if activation in ("silu", "swish"):  # in float32 at least, as the reference
         f = _stash(b, y, 1)
         y = _back(b, b.call("multiply", f, b.call("sigmoid", f)), y)

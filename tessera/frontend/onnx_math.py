@@ -7,6 +7,7 @@ from onnx import helper
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.ir import parse_dtype
+from tessera.ir.small_types import E8M0, E8M0_ROUND_MODES
 
 _UNARY = {
     "Abs": "abs",
@@ -184,9 +185,13 @@ def _onnx_dtype(to: int):
         raise NodeError(f"cast to ONNX type {to} is not supported") from None
 
 
-def _cast(b, input, dtype, saturate):
+def _cast(b, input, dtype, saturate, round_mode="up"):
     if input.type.dtype == dtype:
         return input
+    if dtype.code == E8M0:  # the only type round_mode applies to
+        if round_mode not in E8M0_ROUND_MODES:
+            raise NodeError(f"round_mode must be one of {E8M0_ROUND_MODES}, got {round_mode!r}")
+        return b.call("cast", input, dtype=dtype, saturate=bool(saturate), round_mode=round_mode)
     if input.type.dtype.is_storage_only or dtype.is_storage_only:  # float8, int4, ...
         return b.call("cast", input, dtype=dtype, saturate=bool(saturate))
     return b.call("cast", input, dtype=dtype)
@@ -194,12 +199,12 @@ def _cast(b, input, dtype, saturate):
 
 @onnx_op("Cast")
 def cast(b, input, *, to, saturate=1, round_mode="up"):
-    return _cast(b, input, _onnx_dtype(to), saturate)
+    return _cast(b, input, _onnx_dtype(to), saturate, round_mode)
 
 
 @onnx_op("CastLike", since=15)
 def cast_like(b, input, target_type, *, saturate=1, round_mode="up"):
-    return _cast(b, input, target_type.type.dtype, saturate)
+    return _cast(b, input, target_type.type.dtype, saturate, round_mode)
 
 
 @onnx_op("Clip")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.frontend.conv_transpose import conv_transpose as emit_conv_transpose
-from tessera.frontend.onnx_registry import NodeError, onnx_op
+from tessera.frontend.onnx_registry import NodeError, onnx_op, value_dtype
 
 
 def _same_pads(in_dim, kernel, stride, dilation, auto_pad, signed):
@@ -278,6 +278,78 @@ def _resize(b, X, scales, sizes, roi, **attrs):
                   scales=tuple(float(s) for s in scales), roi=roi, **attrs)  # fmt: skip
 
 
+def _antialias_taps(ratio: float, scale: float, mode: str, a: float) -> np.ndarray:
+    """The filter taps at offset `ratio` of an antialiased linear (triangle) or cubic filter,
+    stretched by 1/scale when downsampling, normalized to sum 1 (the ONNX Resize rules)."""
+    scale = min(scale, 1.0)
+    if mode == "linear":
+        start = int(np.floor(-1 / scale) + 1)
+        args = (np.arange(start, 2 - start) - ratio) * scale
+        taps = np.clip(1 - np.abs(args), 0, 1)
+    else:
+        start = int(np.floor(-2 / scale) + 1)
+        x = np.abs((np.arange(start, 2 - start) - ratio) * scale)
+        near = (a + 2) * x**3 - (a + 3) * x**2 + 1
+        far = a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
+        taps = np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+    return taps / taps.sum()
+
+
+def _antialias_matrix(in_len, out_len, scale, mode, coord, a, exclude_outside) -> np.ndarray:
+    """(out_len, in_len) weights of an antialiased 1-D resize: output o is the taps around its
+    source coordinate, the window of taps nearest to it (ties to the lower index), edge
+    indices clamped (or, exclude_outside, dropped and the rest renormalized)."""
+    from tessera.topi.image import static_coords
+
+    x = np.asarray(static_coords(out_len, in_len, scale, coord, None), np.float64)
+    base = np.floor(x)
+    ratios = np.where(x == base, 1.0, x - base)
+    taps = np.stack([_antialias_taps(float(r), scale, mode, a) for r in ratios])
+    n = taps.shape[1]
+    pad = -(-n // 2)
+    p = np.floor(x + pad)
+    frac = x + pad - p
+    if n % 2 == 0:
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p + offset).astype(np.int64)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        taps = np.where((idx < 0) | (idx >= in_len), 0.0, taps)
+        total = taps.sum(axis=1, keepdims=True)
+        taps = taps / np.where(total == 0, 1.0, total)
+    w = np.zeros((out_len, in_len))
+    np.add.at(w, (np.repeat(np.arange(out_len), n), np.clip(idx, 0, in_len - 1).reshape(-1)),
+              taps.reshape(-1))  # fmt: skip
+    return w
+
+
+def _antialiased(b, X, scales, sizes, mode, coord, a, exclude_outside):
+    """Resize with antialias=1: separable, one matrix product per resized axis (the weights
+    are constants: the shapes and scales are)."""
+    shape = b.shape_of(X)
+    if sizes is None:
+        sizes = [int(np.floor(d * s)) for d, s in zip(shape, scales, strict=True)]
+    else:
+        scales = [s / d if d else 1.0 for s, d in zip(sizes, shape, strict=True)]
+    if not X.type.dtype.is_float:
+        raise NodeError(f"antialias=1 needs a float input, got {X.type}")
+    nd, y = len(shape), X
+    for axis in range(nd):
+        if sizes[axis] == shape[axis] and scales[axis] == 1.0:
+            continue
+        w = _antialias_matrix(shape[axis], sizes[axis], scales[axis], mode, coord, a,
+                              exclude_outside)  # fmt: skip
+        perm = [d for d in range(nd) if d != axis] + [axis]
+        back = list(np.argsort(perm))
+        moved = y if axis == nd - 1 else b.call("transpose", y, axes=tuple(perm))
+        wt = b.const(np.ascontiguousarray(w.T).astype(value_dtype(X.type.dtype)))
+        y = b.call("matmul", moved, wt)
+        if axis != nd - 1:
+            y = b.call("transpose", y, axes=tuple(int(d) for d in back))
+    return y
+
+
 def _legacy(b, X, scales, mode):
     """Upsample (7, 9) and Resize-10: asymmetric coordinates; nearest floors when upsampling."""
     scales = [float(s) for s in scales]
@@ -308,8 +380,10 @@ def resize_11(b, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None
               coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
               extrapolation_value=0.0, keep_aspect_ratio_policy="stretch", mode="nearest",
               nearest_mode="round_prefer_floor"):  # fmt: skip
-    if antialias:
-        raise NodeError("antialias=1 is not supported")
+    if antialias and mode not in ("linear", "cubic"):
+        raise NodeError(f"antialias=1 applies to the linear and cubic modes, not {mode!r}")
+    if antialias and coordinate_transformation_mode == "tf_crop_and_resize":
+        raise NodeError("antialias=1 with tf_crop_and_resize is not supported")
     nd = X.type.ndim
     axes = [a % nd for a in (axes or range(nd))]
     roi_v = b.known_or(roi, None, "roi")
@@ -339,6 +413,9 @@ def resize_11(b, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None
         for j, a in enumerate(axes):
             full_roi[a], full_roi[a + nd] = r[j], r[j + len(axes)]
         full_roi = tuple(full_roi)
+    if antialias:
+        return _antialiased(b, X, full_scales, full_sizes, mode, coordinate_transformation_mode,
+                            cubic_coeff_a, exclude_outside)  # fmt: skip
     return _resize(b, X, full_scales, full_sizes, full_roi, mode=mode,
                    coordinate_transformation_mode=coordinate_transformation_mode,
                    nearest_mode=nearest_mode, cubic_coeff_a=cubic_coeff_a,

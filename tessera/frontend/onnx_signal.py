@@ -28,6 +28,7 @@ O(m log m) with m < 4n, for a prime n where one matrix was O(n^2).
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 
@@ -252,3 +253,37 @@ def stft(b, signal, frame_step, window=None, frame_length=None, *, onesided=1):
     if window is not None:
         x = b.call("multiply", x, b.reshape(window, (size, 1)))
     return _dft(b, x, size, 2, False, onesided)
+
+
+@onnx_op("MelWeightMatrix", since=17)
+def mel_weight_matrix(b, num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
+                      upper_edge_hertz, *, output_datatype=1):  # fmt: skip
+    """The (dft_length // 2 + 1, num_mel_bins) triangular filter bank, a constant (its inputs
+    size it): mel = 2595 log10(1 + hz / 700), num_mel_bins + 2 points spread over the mel
+    range as the ONNX reference spreads them, each filter rising from point i to i + 1 and
+    falling to i + 2 over the spectrogram bins the points floor to."""
+    bins, length, rate = (int(np.asarray(b.known(v, what)).reshape(-1)[0]) for v, what in (
+        (num_mel_bins, "num_mel_bins"), (dft_length, "dft_length"),
+        (sample_rate, "sample_rate")))  # fmt: skip
+    low, high = (float(np.asarray(b.known(v, what)).reshape(-1)[0]) for v, what in (
+        (lower_edge_hertz, "lower_edge_hertz"),
+        (upper_edge_hertz, "upper_edge_hertz")))  # fmt: skip
+    if bins < 1 or length < 1 or rate < 1 or not 0 <= low <= high:
+        raise NodeError(f"MelWeightMatrix needs bins, length, rate >= 1 and 0 <= low <= high, "
+                        f"got {bins}, {length}, {rate}, {low}, {high}")  # fmt: skip
+    mel_low, mel_high = (2595 * np.log1p(f / 700) / np.log(10) for f in (low, high))
+    points = np.arange(bins + 2) * ((mel_high - mel_low) / (bins + 2)) + mel_low
+    hz = 700 * np.expm1(points / 2595 * np.log(10))
+    edges = (((length + 1) * hz) // rate).astype(np.int64)
+    out = np.zeros((length // 2 + 1, bins))
+    for i in range(bins):
+        left, center, right = edges[i : i + 3]
+        if center == left:
+            out[center, i] = 1
+        else:
+            j = np.arange(left, center + 1)
+            out[j, i] = (j - left) / (center - left)
+        if right > center:
+            j = np.arange(center, right)
+            out[j, i] = (right - j) / (right - center)
+    return b.const(out.astype(helper.tensor_dtype_to_np_dtype(output_datatype)))

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.graph.ir import Call, Constant, Function, ShapeConstant, TensorType, Value
+from tessera.graph.ir import (
+    Call,
+    Constant,
+    Function,
+    ShapeConstant,
+    TensorType,
+    Value,
+    parse_dtype,
+)
 from tessera.graph.op import Op, get_op
 from tessera.tir.expr import Expr
 
@@ -101,7 +109,8 @@ class GraphBuilder:
 
     def _folded(self, op: Op, array: np.ndarray, t: TensorType) -> Constant:
         array = np.asarray(array)
-        if array.shape != t.shape or str(array.dtype) != t.dtype.numpy_name:
+        # bfloat16 values are ml_dtypes' bfloat16 (not their uint16 storage)
+        if array.shape != t.shape or parse_dtype(array.dtype) != t.dtype:
             raise TypeError(
                 f"{op.name}: reference gave {array.dtype}{list(array.shape)}, type rule says {t}"
             )

@@ -50,6 +50,10 @@ class Op:
         self.kind = OpKind(kind)
         self.has_side_effects = has_side_effects
         self.rules: dict[str, object] = {}
+        # output i -> output j: a run fills only the leading rows of output i, as many as the
+        # int64 scalar output j says (Note [run-time rows] in graph_build/executor_plan.py)
+        self.row_counts: dict[int, int] = {}
+        self.row_axis = lambda attrs, i: 0  # the axis output i's rows are counted along
 
     def __repr__(self) -> str:
         return f"Op({self.name})"

@@ -38,7 +38,7 @@ from dataclasses import replace
 from tessera.graph.ir import Call, Constant, Function, Value, source_nodes
 from tessera.graph.op import get_op
 from tessera.graph_build.compile import compile_groups
-from tessera.graph_build.executor_plan import _spec, _workspaces, pack_params
+from tessera.graph_build.executor_plan import _spec, _workspaces, pack_params, row_counts
 from tessera.ir.module import IRModule
 from tessera.runtime.graph_executor import PLAN_VERSION, nbytes_of
 from tessera.runtime.ndarray import ALIGNMENT
@@ -238,7 +238,7 @@ def _step_counts(func: Function) -> dict[int, Value]:
         for v in call.outputs[n:-1]:
             if id(v) in outputs:
                 counts[id(v)] = call.outputs[-1]
-    return counts
+    return {**counts, **row_counts(func)}  # and the ops' own (Note [run-time rows])
 
 
 def _control_entry(call: Call, where: dict, region: int) -> tuple[dict, int]:

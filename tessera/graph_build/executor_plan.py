@@ -11,6 +11,13 @@ data plus one byte blob, so an exported library carries it without the compiler.
 Note [workspaces]: a kernel's scratch buffers (`lift_workspaces`) are trailing arguments that
 live for one call, so every call's workspaces share one region of the arena past the planned
 values, as large as the largest call needs.
+
+Note [run-time rows]: an op whose output's row count depends on the data (`Op.row_counts`:
+NonMaxSuppression's selected boxes, Unique's values) writes a buffer of the largest count its
+shapes allow and an int64 count. A model output of such an op carries "rows": the storage of
+its count, which keeps an arena slot of its own past the planned values (it must survive the
+run), and the executor returns that many rows. A value with run-time rows that feeds another
+op is refused by the frontend.
 """
 
 from __future__ import annotations
@@ -73,6 +80,37 @@ def _workspaces(kernels) -> dict[str, list[int]]:
     return sizes
 
 
+def row_counts(func: Function) -> dict[int, Value]:
+    """id(output) -> the int64 count of its rows, for the function's outputs whose rows a run
+    decides (Note [run-time rows]); looks into fused groups."""
+    return {k: count for k, (count, _) in _counted(func).items()}
+
+
+def row_axes(func: Function) -> dict[int, int]:
+    """id(output) -> the axis along which row_counts counts its rows."""
+    return {k: axis for k, (_, axis) in _counted(func).items()}
+
+
+def _counted(func: Function) -> dict[int, tuple[Value, int]]:
+    outputs = {id(v) for v in func.outputs}
+    counts: dict[int, tuple[Value, int]] = {}
+    for call in func.body:
+        group = call.attrs.get("func") if call.op.name == "fused" else None
+        inner = group.body if isinstance(group, Function) else (call,)
+        outer = {}
+        if group is not None:
+            outer = dict(zip((id(v) for v in group.outputs), call.outputs, strict=True))
+        for c in inner:
+            for i, j in c.op.row_counts.items():
+                out, count = (outer.get(id(c.outputs[k]), c.outputs[k]) for k in (i, j))
+                if id(out) not in outputs:
+                    continue
+                if group is not None and id(c.outputs[j]) not in outer:
+                    raise ValueError(f"executor plan: the row count of %{out.name} is not kept")
+                counts[id(out)] = (count, c.op.row_axis(c.attrs, i))
+    return counts
+
+
 def make_executor_plan(
     func: Function, kernel_of_call: list[str], memory: MemoryPlan, kernels=None
 ) -> tuple[dict, np.ndarray]:
@@ -89,11 +127,22 @@ def make_executor_plan(
     for k, v in enumerate(func.outputs):
         where.setdefault(id(v), ["output", k])  # a repeated output refers to its first
         outputs.append({**_spec(v.name, v), "storage": where[id(v)]})
+    counts = row_counts(func)
+    base = -(-memory.arena_bytes // ALIGNMENT) * ALIGNMENT
+    for count in counts.values():  # Note [run-time rows]: kept for the whole run
+        if id(count) not in where:
+            where[id(count)] = ["arena", base]
+            base += ALIGNMENT
+    axes = row_axes(func)
+    for k, v in enumerate(func.outputs):
+        if id(v) in counts:
+            outputs[k]["rows"] = where[id(counts[id(v)])]
+            if axes[id(v)]:
+                outputs[k]["rows_axis"] = axes[id(v)]
     for a in memory.allocations:
         where.setdefault(id(a.value), ["arena", a.offset])
     scratch = _workspaces(kernels)
-    base = -(-memory.arena_bytes // ALIGNMENT) * ALIGNMENT
-    arena_bytes = memory.arena_bytes
+    arena_bytes = max(memory.arena_bytes, base)
     calls = []
     for call, kernel in zip(func.body, kernel_of_call, strict=True):
         for v in (*call.inputs, *call.outputs):

@@ -9,10 +9,11 @@ A `DType` is a (code, bits, lanes) triple that prints the way users write it:
 storage in numpy is uint16 (see `tessera.runtime.ndarray`).
 
 The small ONNX types (`float8_e4m3fn`, `float8_e4m3fnuz`, `float8_e5m2`, `float8_e5m2fnuz`,
-`float4_e2m1fn`, `int4`, `uint4`, `int2`, `uint2`, spelled as ml_dtypes spells them) are storage
-types: one byte per element in memory (ml_dtypes' numpy layout, unpacked), so their `bits` is 8;
-their code is their name. Tensors hold, move and convert them (`tessera.topi.cast_small`), but no
-arithmetic takes them: `is_float` and `is_integer` are False, `is_storage_only` is True.
+`float4_e2m1fn`, `float8_e8m0fnu`, `int4`, `uint4`, `int2`, `uint2`, spelled as ml_dtypes spells
+them) are storage types: one byte per element in memory (ml_dtypes' numpy layout, unpacked), so
+their `bits` is 8; their code is their name. Tensors hold, move and convert them
+(`tessera.topi.cast_small`), but no arithmetic takes them: `is_float` and `is_integer` are
+False, `is_storage_only` is True.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ STORAGE_ONLY = (
     "float8_e5m2",
     "float8_e5m2fnuz",
     "float4_e2m1fn",
+    "float8_e8m0fnu",  # an exponent only (small_types.E8M0)
     "int4",
     "uint4",
     "int2",

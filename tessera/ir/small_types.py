@@ -80,8 +80,39 @@ FLOAT_FORMATS = {
 INT_FORMATS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
 
 
+# float8e8m0 (OCP MX scales): 8 exponent bits and nothing else, 2^(e - 127); e = 255 is NaN; no
+# sign, zero or infinity. Conversion to it (ONNX Cast, onnx.numpy_helper.to_float8e8m0) keeps
+# the float32 exponent field and rounds by `round_mode`: "up" (any mantissa bit set), "down"
+# (truncate) or "nearest" (guard bit and any of round, sticky, or a non-zero exponent);
+# `saturate` stops at 2^127 (bits 254) instead of rounding into NaN. NaN and inf become NaN;
+# the sign is dropped (|x|'s exponent).
+E8M0 = "float8_e8m0fnu"
+E8M0_ROUND_MODES = ("up", "down", "nearest")
+
+
+def e8m0_round(f_bits: int, saturate: bool = True, round_mode: str = "up") -> int:
+    """The e8m0 byte of the float32 whose bits are `f_bits`."""
+    exponent = (f_bits >> 23) & 0xFF
+    if exponent == 0xFF:
+        return 0xFF
+    if round_mode == "nearest":
+        g, r, s = f_bits & 0x400000, f_bits & 0x200000, f_bits & 0x1FFFFF
+        up = bool(g) and bool(r or s or exponent > 0)
+    elif round_mode == "up":
+        up = bool(f_bits & 0x7FFFFF)
+    elif round_mode == "down":
+        up = False
+    else:
+        raise ValueError(f"round_mode must be one of {E8M0_ROUND_MODES}, got {round_mode!r}")
+    if up and saturate and exponent == 0xFE:
+        up = False
+    return exponent + up
+
+
 def _name(dtype) -> str:
     name = str(dtype)
+    if name == E8M0:
+        return name
     if name not in FLOAT_FORMATS and name not in INT_FORMATS:
         raise ValueError(f"{name} is not a small storage type")
     return name
@@ -90,6 +121,8 @@ def _name(dtype) -> str:
 def decode(bits: int, dtype) -> float | int:
     """The value of the stored byte `bits` (a float for the float formats, else an int)."""
     name = _name(dtype)
+    if name == E8M0:
+        return math.nan if int(bits) & 0xFF == 0xFF else math.ldexp(1.0, (int(bits) & 0xFF) - 127)
     if name in INT_FORMATS:
         width, signed = INT_FORMATS[name]
         low = int(bits) & ((1 << width) - 1)
@@ -120,6 +153,14 @@ def _finite_bits(name: str) -> dict[float, int]:
 def encode(value, dtype, saturate: bool = True) -> int:
     """The stored byte of `value` converted to `dtype` by the ONNX Cast rules."""
     name = _name(dtype)
+    if name == E8M0:  # through float32, as ONNX converts (round_mode "up")
+        import struct
+
+        try:
+            f_bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+        except OverflowError:  # beyond float32: its infinity
+            f_bits = 0x7F800000
+        return e8m0_round(f_bits, saturate)
     if name in INT_FORMATS:  # float -> int truncates; ints wrap (ONNX: discard higher bits)
         width, _ = INT_FORMATS[name]
         v = float(value) if not isinstance(value, int) else value

@@ -31,7 +31,8 @@ a weight, or a repeat of an earlier output. A call's "nodes" (optional) name the
 nodes it computes, for profiles. A model with control flow adds the plans of its branches and
 loop bodies ("functions") and control calls (Note [control calls] in
 graph_build/control_flow.py), which run in the native entry only; an output whose row count a
-loop decides at run time has "rows": the storage of that int64 count. Weights travel in an
+loop or an op decides at run time has "rows": the storage of that int64 count (and
+"rows_axis" when they are not counted along axis 0). Weights travel in an
 exported library as the symbol `tessera_params` (written by `.incbin`, no C literal), read back
 zero-copy.
 
@@ -252,6 +253,7 @@ class GraphExecutor:
             self._storage(*out["rows"], "int64", ()) if "rows" in out else None
             for out in plan["outputs"]
         ]
+        self.rows_axis = [int(out.get("rows_axis", 0)) for out in plan["outputs"]]
         self.nodes = [list(call.get("nodes", ())) for call in plan["calls"]]
         self._entry = factory._entry
         self.use_native = self._entry is not None  # False: the Python loop (for debugging)
@@ -394,8 +396,11 @@ class GraphExecutor:
         array, rows = self.outputs[index], self.rows[index]
         if rows is None:
             return array
-        n = int(rows.numpy()[()])
-        return NDArray(array._array[: max(0, min(n, array.shape[0]))], array.dtype, self.device)
+        n, axis = int(rows.numpy()[()]), self.rows_axis[index]
+        kept = (slice(None),) * axis + (slice(0, max(0, min(n, array.shape[axis]))),)
+        view = array._array[kept]
+        view = view if axis == 0 else np.ascontiguousarray(view)
+        return NDArray(view, array.dtype, self.device)
 
     def _native_args(self, factory: GraphExecutorFactory) -> tuple:
         """(inputs, outputs, params, arena) of the entry: pointers fixed for this executor."""

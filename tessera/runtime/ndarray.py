@@ -48,7 +48,7 @@ STORAGE = {
         name: "uint8"
         for name in (
             "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float4_e2m1fn "
-            "int4 uint4 int2 uint2"
+            "float8_e8m0fnu int4 uint4 int2 uint2"
         ).split()
     },
 }

@@ -72,6 +72,8 @@ def check_plan(plan, where) -> None:
             _check_call(call, len(functions), need)
     for out in plan["outputs"]:
         need("rows" not in out or _is_arg(out["rows"]), "an output's rows")
+        axis = out.get("rows_axis", 0)
+        need(isinstance(axis, int) and 0 <= axis < max(1, len(out["shape"])), "rows_axis")
 
 
 def _check_call(call, num_functions: int, need) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType, float32, float64, int32, int64, uint8, uint32, uint64
-from tessera.ir.small_types import FLOAT_FORMATS, INT_FORMATS, FloatFormat
+from tessera.ir.small_types import E8M0, E8M0_ROUND_MODES, FLOAT_FORMATS, INT_FORMATS, FloatFormat
 from tessera.tir.expr import Expr
 
 ELEMWISE = "elemwise"
@@ -124,9 +124,38 @@ def _decode_int(byte: Expr, dt: DType) -> Expr:
     return (low ^ top) - top
 
 
+def _decode_e8m0(byte: Expr) -> Expr:
+    """2^(e - 127) as float32 (e = 0: the subnormal 2^-127; e = 255: NaN)."""
+    e = te.cast(byte, uint32)
+    bits = te.select(e == _u(0xFF), _u(0x7FC00000), te.select(e == _u(0), _u(0x400000), e << 23))
+    return te.reinterpret(bits, float32)
+
+
+def _encode_e8m0(v: Expr, saturate: bool, round_mode: str) -> Expr:
+    """The e8m0 byte of float32 v (small_types.e8m0_round, in integer operations)."""
+    if round_mode not in E8M0_ROUND_MODES:
+        raise ValueError(f"round_mode must be one of {E8M0_ROUND_MODES}, got {round_mode!r}")
+    f = te.reinterpret(v, uint32)
+    exponent = (f >> 23) & _u(0xFF)
+    if round_mode == "nearest":
+        g = (f & _u(0x400000)) != _u(0)
+        rest = te.logical_or((f & _u(0x3FFFFF)) != _u(0), exponent > _u(0))
+        up = te.logical_and(g, rest)
+    elif round_mode == "up":
+        up = (f & _u(0x7FFFFF)) != _u(0)
+    else:
+        up = te.const(False, "bool")
+    if saturate:
+        up = te.logical_and(up, exponent != _u(0xFE))
+    out = te.select(exponent == _u(0xFF), exponent, exponent + te.select(up, _u(1), _u(0)))
+    return te.cast(out, uint8)
+
+
 def _from_small(v: Expr, dt: DType) -> Expr:
     """A small-type value as the plain type that holds it exactly: float32 or int32."""
     byte = te.reinterpret(v, uint8)
+    if dt.code == E8M0:
+        return _decode_e8m0(byte)
     if dt.code in INT_FORMATS:
         return _decode_int(byte, dt)
     return decode_float(byte, FLOAT_FORMATS[dt.code])
@@ -141,8 +170,9 @@ def _plain_cast(v: Expr, dtype: DType) -> Expr:
     return te.cast(v, dtype)
 
 
-def convert(v: Expr, dtype, saturate: bool = True) -> Expr:
-    """v converted to dtype, where v's dtype or dtype (or both) is a small storage type."""
+def convert(v: Expr, dtype, saturate: bool = True, round_mode: str = "up") -> Expr:
+    """v converted to dtype, where v's dtype or dtype (or both) is a small storage type
+    (`round_mode`: float8_e8m0fnu's rounding, small_types.E8M0)."""
     dtype = DType.parse(dtype)
     src = v.dtype
     if src == dtype:
@@ -156,6 +186,9 @@ def convert(v: Expr, dtype, saturate: bool = True) -> Expr:
         raise ValueError(f"convert: neither {src} nor {dtype} is a small storage type")
     if dtype.code in INT_FORMATS:
         return te.reinterpret(_encode_int(v, dtype), dtype)
+    if dtype.code == E8M0:  # from float32, as ONNX converts
+        v = v if v.dtype == float32 else te.cast(v, float32)
+        return te.reinterpret(_encode_e8m0(v, saturate, round_mode), dtype)
     if src.is_bool or (src.is_integer and src.bits <= 16):
         v = te.cast(v, float32)  # exact
     elif src.is_integer or src.bits == 16:  # 16-bit floats widen exactly to float32
@@ -163,11 +196,14 @@ def convert(v: Expr, dtype, saturate: bool = True) -> Expr:
     return te.reinterpret(encode_float(v, FLOAT_FORMATS[dtype.code], saturate), dtype)
 
 
-def cast(x: te.Tensor, dtype, saturate: bool = True) -> te.Tensor:
+def cast(x: te.Tensor, dtype, saturate: bool = True, round_mode: str = "up") -> te.Tensor:
     """x converted element-wise to dtype (x's dtype or dtype a small storage type)."""
     dtype = DType.parse(dtype)
     return te.compute(
-        x.shape, lambda *i: convert(x(*i), dtype, saturate), name="cast", tag=ELEMWISE
+        x.shape,
+        lambda *i: convert(x(*i), dtype, saturate, round_mode),
+        name="cast",
+        tag=ELEMWISE,
     )
 
 
@@ -183,7 +219,19 @@ def _to_float32_round_to_odd(x):
     return np.where(inexact & even, np.nextafter(y, toward), y)
 
 
-def reference(x, dtype, saturate: bool = True):
+def _reference_e8m0(x, saturate: bool, round_mode: str):
+    import ml_dtypes
+    import numpy as np
+
+    from tessera.ir.small_types import e8m0_round
+
+    with np.errstate(over="ignore"):
+        f = np.asarray(x, np.float32).reshape(-1).view(np.uint32)
+    out = np.array([e8m0_round(int(b), saturate, round_mode) for b in f], np.uint8)
+    return out.reshape(np.shape(x)).view(ml_dtypes.float8_e8m0fnu)
+
+
+def reference(x, dtype, saturate: bool = True, round_mode: str = "up"):
     """The numpy reference of `cast` (ml_dtypes arrays for the small types), by the ONNX rules:
     what onnx.reference computes (saturation: clip to the largest finite, then round), except
     that float64 rounds once, as the ONNX tables say (ml_dtypes rounds it to float32 first, so
@@ -194,6 +242,10 @@ def reference(x, dtype, saturate: bool = True):
     dtype = DType.parse(dtype)
     target = dtype.dtype
     x = np.asarray(x)
+    if dtype.code == E8M0:
+        if x.dtype.kind == "V":
+            x = x.astype(np.float32)
+        return _reference_e8m0(x, saturate, round_mode)
     if x.dtype.kind == "V":  # ml_dtypes: bfloat16 and the small types hold exactly in these
         x = x.astype(np.int32 if x.dtype.name in INT_FORMATS else np.float32)
     if dtype.code in FLOAT_FORMATS and x.dtype.kind in "iub":

@@ -132,3 +132,130 @@ def bitonic_work(n: int, k: int) -> int:
         slots //= 2
         work += slots * (1 + steps)
     return work
+
+
+# Note [unique]: te gathers and reduces, it has no sort with carried state, so unique is
+# written with pairwise reductions over the n slices along the axis (m elements each):
+# diff[p, q] = the first element where slices p and q differ (m: equal), O(n^2 m); then
+# first[p] = the lowest slice equal to p, a slice is kept when first[p] == p, its output
+# slot is the number of kept slices before it in sorted (lexicographic) or first-occurrence
+# order, and each output row gathers its slice: O(n^2) more. Quadratic in n, so meant for the
+# small tensors Unique sees in models (vocabularies, labels), not for millions of elements.
+
+
+def unique(x: te.Tensor, axis: int | None, sort: bool):
+    """(y, indices, inverse_indices, counts, count) of numpy.unique(x, axis=axis) with
+    return_index/inverse/counts, at capacity: y has n slices along `axis` (n: the slices of x
+    there, or x's size when axis is None, y then flat), of which the first `count` are the
+    unique ones (sorted, or in order of first occurrence when not `sort`); the rest are 0,
+    and indices/counts past `count` are 0. Note [unique]."""
+    shape = [int(getattr(d, "value", d)) for d in x.shape]
+    if axis is None:
+        n, rest = np_prod(shape), []
+    else:
+        n, rest = shape[axis], shape[:axis] + shape[axis + 1 :]
+    m = np_prod(rest)
+
+    def elem(p, k):
+        """Element k of slice p."""
+        if axis is None:
+            idx, flat = [], p
+            for d in reversed(shape):
+                idx.append(te.floormod(flat, d))
+                flat = te.floordiv(flat, d)
+            return x(*reversed(idx)) if shape else x()
+        idx, flat = [], k
+        for d in reversed(rest):
+            idx.append(te.floormod(flat, d))
+            flat = te.floordiv(flat, d)
+        idx = list(reversed(idx))
+        return x(*idx[:axis], p, *idx[axis:])
+
+    i64 = "int64"
+    k = te.reduce_axis((0, m), name="k")
+    diff = te.compute(
+        (n, n),
+        lambda p, q: te.min(te.select(elem(p, k.var) != elem(q, k.var), k.var, m), axis=k),
+        name="unique_diff",
+        tag=TAG,
+    )
+
+    def before(p, q):
+        """Slice p sorts before slice q (they differ, and p is less where they first do)."""
+        d = diff(p, q)
+        dd = te.min(d, m - 1)
+        return te.logical_and(d < m, elem(p, dd) < elem(q, dd))
+
+    q = te.reduce_axis((0, n), name="q")
+    first = te.compute(
+        (n,), lambda p: te.min(te.select(diff(p, q.var) == m, q.var, n), axis=q),
+        name="unique_first", tag=TAG,
+    )  # fmt: skip
+    r = te.reduce_axis((0, n), name="r")
+    one, zero = te.const(1, "int32"), te.const(0, "int32")
+
+    def slot_of(p):
+        kept = first(r.var) == r.var
+        earlier = before(r.var, p) if sort else r.var < p
+        return te.sum(te.select(te.logical_and(kept, earlier), one, zero), axis=r)
+
+    slot = te.compute((n,), slot_of, name="unique_slot", tag=TAG)
+    s = te.reduce_axis((0, n), name="s")
+    source = te.compute(
+        (n,),
+        lambda t: te.min(
+            te.select(te.logical_and(first(s.var) == s.var, slot(s.var) == t), s.var, n), axis=s
+        ),
+        name="unique_source",
+        tag=TAG,
+    )
+    c = te.reduce_axis((0, n), name="c")
+    counts = te.compute(
+        (n,),
+        lambda t: te.sum(
+            te.select(te.logical_and(source(t) < n, first(c.var) == source(t)),
+                      te.const(1, i64), te.const(0, i64)), axis=c),  # fmt: skip
+        name="unique_counts",
+        tag=TAG,
+    )
+    indices = te.compute(
+        (n,), lambda t: te.cast(te.select(source(t) < n, source(t), 0), i64),
+        name="unique_indices", tag=TAG,
+    )  # fmt: skip
+    inverse = te.compute(
+        (n,), lambda p: te.cast(slot(first(p)), i64), name="unique_inverse", tag=TAG
+    )
+    u = te.reduce_axis((0, n), name="u")
+    count = te.compute(
+        (),
+        lambda: te.sum(te.select(first(u.var) == u.var, te.const(1, i64), te.const(0, i64)),
+                       axis=u),  # fmt: skip
+        name="unique_count",
+        tag=TAG,
+    )
+    zero_x = te.const(0, x.dtype)
+    if axis is None:
+        y = te.compute(
+            (n,), lambda t: te.select(source(t) < n, elem(te.min(source(t), n - 1), 0), zero_x),
+            name="unique_values", tag=TAG,
+        )  # fmt: skip
+    else:
+
+        def value(*i):
+            t = i[axis]
+            kk, stride = 0, 1
+            others = i[:axis] + i[axis + 1 :]
+            for j in range(len(rest) - 1, -1, -1):
+                kk = kk + others[j] * stride
+                stride *= rest[j]
+            return te.select(source(t) < n, elem(te.min(source(t), n - 1), kk), zero_x)
+
+        y = te.compute(tuple(x.shape), value, name="unique_values", tag=TAG)
+    return y, indices, inverse, counts, count
+
+
+def np_prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out

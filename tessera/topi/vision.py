@@ -206,3 +206,58 @@ def _gather_selected(picks, b_, c_, k_):
         name="nms_count",
     )
     return selected, count
+
+
+def roi_align(x: te.Tensor, rois: te.Tensor, batch_indices: te.Tensor, output_size,
+              scale: float, sampling_ratio: int, mode: str = "avg",
+              half_pixel: bool = True) -> te.Tensor:  # fmt: skip
+    """ONNX RoiAlign (ONNX Runtime's algorithm): (R, C, ph, pw); each bin averages (or, mode
+    "max", takes the largest weighted corner of) sampling_ratio^2 bilinear samples. A sample
+    beyond the map by more than one pixel counts 0; one nearer is clamped to the edge."""
+    _, c_, h_, w_ = (_int(d) for d in x.shape)
+    r_ = _int(rois.shape[0])
+    oh, ow = output_size
+    g = int(sampling_ratio)
+    dt = x.dtype
+    iy, ix = te.reduce_axis((0, g), name="iy"), te.reduce_axis((0, g), name="ix")
+    off = te.const(0.5 if half_pixel else 0.0, dt)
+    sc = te.const(float(scale), dt)
+    one, zero = te.const(1.0, dt), te.const(0.0, dt)
+
+    def axis_sample(r, start_k, end_k, p, i, pooled, size):
+        """(low, high, weight of low, weight of high, inside) along one axis."""
+        start = rois(r, start_k) * sc - off
+        length = rois(r, end_k) * sc - off - start
+        if not half_pixel:
+            length = _hi(length, one)
+        binsize = length / te.const(float(pooled), dt)
+        pos = start + te.cast(p, dt) * binsize + (te.cast(i, dt) + te.const(0.5, dt)) * (
+            binsize / te.const(float(g), dt)
+        )
+        inside = te.logical_and(pos >= te.const(-1.0, dt), pos <= te.const(float(size), dt))
+        pos = _hi(pos, zero)
+        low = te.min(te.cast(pos, "int32"), size - 1)  # pos >= 0: the cast floors
+        edge = low >= size - 1
+        high = te.select(edge, low, low + 1)
+        frac = te.select(edge, zero, pos - te.cast(low, dt))
+        return low, high, one - frac, frac, inside
+
+    def body(r, c, p, q):
+        b = te.cast(batch_indices(r), "int32")
+        yl, yh, wyl, wyh, in_y = axis_sample(r, 1, 3, p, iy.var, oh, h_)
+        xl, xh, wxl, wxh, in_x = axis_sample(r, 0, 2, q, ix.var, ow, w_)
+        corners = [x(b, c, yl, xl) * (wyl * wxl), x(b, c, yl, xh) * (wyl * wxh),
+                   x(b, c, yh, xl) * (wyh * wxl), x(b, c, yh, xh) * (wyh * wxh)]  # fmt: skip
+        inside = te.logical_and(in_y, in_x)
+        if mode == "avg":
+            v = corners[0] + corners[1] + corners[2] + corners[3]
+            return te.sum(te.select(inside, v, zero), axis=[iy, ix])
+        v = _hi(_hi(corners[0], corners[1]), _hi(corners[2], corners[3]))
+        return te.max(te.select(inside, v, zero), axis=[iy, ix])
+
+    pooled = te.compute((r_, c_, oh, ow), body, name="roi_align_sum")
+    if mode == "max":
+        return pooled
+    count = te.const(float(max(g * g, 1)), dt)
+    return te.compute(pooled.shape, lambda *i: pooled(*i) / count, name="roi_align",
+                      tag="injective")  # fmt: skip

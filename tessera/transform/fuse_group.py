@@ -107,6 +107,10 @@ def build_groups(func: Function, group_of: list[int]) -> Function:
         exported.update(
             id(v) for v in call.inputs if id(v) in owner and owner[id(v)] != group_of[i]
         )
+    for call in func.body:  # a run-time row count leaves with the rows it counts (Op.row_counts)
+        for i, j in call.op.row_counts.items():
+            if id(call.outputs[i]) in exported:
+                exported.add(id(call.outputs[j]))
     body, taken = [], set()
     for g in _group_order(func, members, owner):
         calls = [func.body[i] for i in members[g]]

@@ -55,3 +55,53 @@ def test_unknown_mode_is_a_clear_error():
     feeds = {"x": np.zeros((1, 1, 2, 2), np.float32), "g": np.zeros((1, 1, 1, 2), np.float32)}
     with pytest.raises(ValueError, match="unknown mode 'area'"):
         from_onnx(make_model([node], feeds, ["y"], opset=16))
+
+
+def test_deform_conv_against_onnx_reference(with_mask=True):
+    """Groups, offset groups, strides, dilations and pads, compiled; against onnx.reference
+    (ONNX Runtime has no CPU DeformConv)."""
+    from onnx import TensorProto
+    from onnx.reference import ReferenceEvaluator
+
+    from tessera.frontend import onnx_backend
+
+    x = R.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    w = R.standard_normal((6, 2, 3, 2)).astype(np.float32)
+    oh, ow = 3, 6  # (7 + 1 + 1 - 5) // 2 + 1, (6 + 0 + 1 - 2) // 1 + 1
+    offset = (1.5 * R.standard_normal((2, 2 * 2 * 6, oh, ow))).astype(np.float32)
+    feeds = {"x": x, "w": w, "offset": offset, "bias": R.standard_normal(6).astype(np.float32)}
+    names = ["x", "w", "offset", "bias"]
+    if with_mask:
+        feeds["mask"] = R.random((2, 2 * 6, oh, ow)).astype(np.float32)
+        names.append("mask")
+    node = helper.make_node("DeformConv", names, ["y"], group=2, offset_group=2,
+                            strides=[2, 1], dilations=[2, 1], pads=[1, 0, 1, 1])  # fmt: skip
+    model = make_model([node], feeds, ["y"], opset=19)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = onnx_backend.prepare(model).run(feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,coord", [("avg", "half_pixel"), ("max", "output_half_pixel")])
+def test_roi_align_matches_ort(mode, coord):
+    """ROIs inside, across and beyond the map, a spatial scale, compiled; against ORT."""
+    from tessera.frontend import onnx_backend
+
+    x = R.standard_normal((2, 3, 10, 8)).astype(np.float32)
+    rois = np.array([[0, 0, 9, 9], [2.5, 1, 14, 20], [-3, -2, 4, 3], [6, 6, 6.5, 6.2]], np.float32)
+    feeds = {"x": x, "rois": rois, "idx": np.array([0, 1, 1, 0], np.int64)}
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"], mode=mode,
+                            coordinate_transformation_mode=coord, output_height=3,
+                            output_width=4, sampling_ratio=2, spatial_scale=0.5)  # fmt: skip
+    model = make_model([node], feeds, ["y"], opset=16)
+    got = onnx_backend.prepare(model).run(feeds)[0]
+    np.testing.assert_allclose(got, run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_roi_align_adaptive_sampling_is_a_clear_error():
+    feeds = {"x": np.zeros((1, 1, 4, 4), np.float32), "rois": np.zeros((1, 4), np.float32),
+             "idx": np.zeros(1, np.int64)}  # fmt: skip
+    node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"])
+    with pytest.raises(ValueError, match="sampling_ratio=0 .* is not supported"):
+        from_onnx(make_model([node], feeds, ["y"], opset=16))

@@ -52,3 +52,16 @@ def test_resize_10_and_upsample():
     check_node("Resize", {"x": X, "const_s": scales}, {"mode": "linear"}, opset=10)
     check_node("Upsample", {"x": X, "const_s": scales}, {"mode": "nearest"}, opset=9)
     check_node("Upsample", {"x": X}, {"mode": "linear", "scales": [1.0, 1.0, 2.0, 2.0]}, opset=7)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("exclude", [0, 1])
+def test_resize_antialias(mode, exclude):
+    """antialias=1: the filter stretched by 1/scale when downsampling (one axis up, two down)."""
+    x = R.standard_normal((1, 2, 9, 11)).astype(np.float32)
+    attrs = {"mode": mode, "antialias": 1, "exclude_outside": exclude}
+    scales = np.array([1, 1, 0.4, 0.7], np.float32)
+    check_node("Resize", {"x": x, "const_roi": EMPTY, "const_scales": scales}, attrs, opset=18)
+    sizes = {"x": x, "const_roi": EMPTY, "const_scales": EMPTY,
+             "const_sizes": np.array([1, 2, 13, 4], np.int64)}  # fmt: skip
+    check_node("Resize", sizes, attrs, opset=18)

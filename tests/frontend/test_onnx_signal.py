@@ -7,7 +7,7 @@ from onnx import helper
 
 import tessera
 from tessera.frontend import from_onnx
-from tessera.frontend.testing import make_model
+from tessera.frontend.testing import make_model, run_ort
 
 R = np.random.default_rng(17)
 
@@ -132,3 +132,17 @@ def test_dft_length_and_inverse_onesided_take_the_fft(length, comps, n, inverse,
         expected = _as_pairs(expected[:, : size // 2 + 1] if onesided else expected)
     got = _run(model, {"x": x})
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max(), rtol=0)
+
+
+@pytest.mark.parametrize("bins,length,rate,low,high", [(8, 16, 8192, 0.0, 4096.0),
+                                                       (5, 63, 16000, 100.0, 3000.0)])  # fmt: skip
+def test_mel_weight_matrix_matches_ort(bins, length, rate, low, high):
+    inits = {"n": np.array(bins, np.int64), "l": np.array(length, np.int64),
+             "r": np.array(rate, np.int64), "lo": np.array(low, np.float32),
+             "hi": np.array(high, np.float32)}  # fmt: skip
+    node = helper.make_node("MelWeightMatrix", ["n", "l", "r", "lo", "hi"], ["y"])
+    model = make_model([node], {}, ["y"], inits, opset=17)
+    from tessera.frontend import onnx_backend
+
+    got = onnx_backend.prepare(model).run({})[0]
+    np.testing.assert_allclose(got, run_ort(model, {})[0], rtol=1e-6, atol=1e-7)

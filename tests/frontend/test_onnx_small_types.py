@@ -117,3 +117,48 @@ def test_arithmetic_on_float8_is_a_clear_error():
     x = np.zeros(4, ml_dtypes.float8_e4m3fn)
     with pytest.raises(Exception, match="storage type"):
         onnx_backend.prepare(model).run({"x": x})
+
+
+_E8M0_VALUES = np.array(
+    [1.0, 3.0, 0.75, 1.5, 1.25, 1.75, -6.0, 0.0, 2.0**-127, 2.0**-130, 3e38, 2.0**127 * 1.5,
+     np.inf, np.nan, 1e-45, 1.0 + 2.0**-23, 1.0 + 2.0**-22 + 2.0**-23],
+    np.float32,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("round_mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_float8e8m0_cast_rounds_and_saturates(round_mode, saturate):
+    """float32 -> float8e8m0 by each rounding mode, saturating or not (against onnx's own
+    numpy_helper.to_float8e8m0), and back to float32 and float16 (llvm)."""
+    e8 = TensorProto.FLOAT8E8M0
+    x = np.concatenate([_E8M0_VALUES, np.random.default_rng(3).standard_normal(40) * 1e3])
+    x = x.astype(np.float32)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["y"], to=e8, saturate=saturate, round_mode=round_mode),
+        helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["y"], ["h"], to=TensorProto.FLOAT16),
+    ]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", e8, x.shape),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, x.shape),
+         helper.make_tensor_value_info("h", TensorProto.FLOAT16, x.shape)],
+        opset=24,
+    )  # fmt: skip
+    y, z, h = onnx_backend.prepare(model, target="llvm").run({"x": x})
+    want = numpy_helper.to_float8e8m0(x, saturate=bool(saturate), round_mode=round_mode)
+    np.testing.assert_array_equal(y.view(np.uint8), want.view(np.uint8))
+    exact = want.astype(np.float32)
+    np.testing.assert_array_equal(z, exact)  # NaN where the byte is 255
+    with np.errstate(over="ignore"):  # 2^16 and up are inf in float16
+        np.testing.assert_array_equal(h, exact.astype(np.float16))
+
+
+def test_float8e8m0_bad_round_mode_is_a_clear_error():
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E8M0, round_mode="odd")
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT8E8M0, [2])], opset=24)
+    with pytest.raises(ValueError, match="round_mode must be one of"):
+        onnx_backend.prepare(model).run({"x": np.ones(2, np.float32)})

@@ -12,6 +12,7 @@ from tessera.graph.ops import (  # noqa: F401
     reduce,
     sampling,
     scatter,
+    sort,
     tensor,
     transform,
     vision,

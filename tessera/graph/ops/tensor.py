@@ -315,9 +315,10 @@ def _(cond, a, b):
 cast = register_op("cast", kind=OpKind.ELEMWISE)
 
 
-# saturate: float8 targets clamp overflow to their largest finite value (ONNX Cast's attribute)
+# saturate: float8 targets clamp overflow to their largest finite value (ONNX Cast's attribute);
+# round_mode: how float8_e8m0fnu rounds ("up", "down", "nearest": small_types.E8M0)
 @cast.type_rule
-def _(x: TensorType, dtype, saturate=True) -> TensorType:
+def _(x: TensorType, dtype, saturate=True, round_mode="up") -> TensorType:
     return x.with_dtype(parse_dtype(dtype))
 
 
@@ -326,20 +327,27 @@ def _is_small(dtype) -> bool:
 
 
 @cast.reference
-def _(x, dtype, saturate=True):
+def _(x, dtype, saturate=True, round_mode="up"):
     if _is_small(dtype) or x.dtype.kind == "V" and x.dtype.name != "bfloat16":
-        return topi_cast_small.reference(x, parse_dtype(dtype), saturate)
-    target = np.dtype(parse_dtype(dtype).numpy_name)
-    if x.dtype.kind == "f" and target.kind in "iu":
+        return topi_cast_small.reference(x, parse_dtype(dtype), saturate, round_mode)
+    target = parse_dtype(dtype)
+    # bfloat16 values are ml_dtypes' bfloat16 (round to nearest even), not their uint16 bits
+    if target.code == "bfloat":
+        import ml_dtypes
+
+        target = np.dtype(ml_dtypes.bfloat16)
+    else:
+        target = np.dtype(target.numpy_name)
+    if x.dtype.kind in "fV" and target.kind in "iu":
         with np.errstate(invalid="ignore"):
             return np.trunc(x).astype(target)
     return x.astype(target)
 
 
 @cast.compute
-def _(x, dtype, saturate=True):
+def _(x, dtype, saturate=True, round_mode="up"):
     if _is_small(dtype) or x.dtype.is_storage_only:
-        return topi_cast_small.cast(x, parse_dtype(dtype), bool(saturate))
+        return topi_cast_small.cast(x, parse_dtype(dtype), bool(saturate), round_mode)
     return topi_elemwise.cast(x, parse_dtype(dtype))
 
 

@@ -171,3 +171,72 @@ def _(
     return topi_vision.non_max_suppression(
         boxes, scores, max_output_per_class, iou_threshold, score_threshold, center_point_box
     )
+
+
+nms.row_counts = {0: 1}  # the selected rows: the first `count` (Note [run-time rows])
+
+
+# -- roi_align --------------------------------------------------------------------------------
+
+roi_align = register_op("vision.roi_align", kind=OpKind.OPAQUE)
+
+
+@roi_align.type_rule
+def _(x: TensorType, rois: TensorType, batch_indices: TensorType, output_size, spatial_scale,
+      sampling_ratio, mode="avg", half_pixel=True):  # fmt: skip
+    op = "vision.roi_align"
+    require_float(op, x)
+    require_rank(op, x, (4,))
+    if rois.ndim != 2 or rois.shape[1] != 4 or rois.dtype != x.dtype:
+        raise type_error(op, f"rois must be [rois, 4] of {x.dtype}, got {rois}")
+    if batch_indices.shape != (rois.shape[0],) or not batch_indices.dtype.is_integer:
+        raise type_error(op, f"batch_indices must be {rois.shape[0]} integers, got {batch_indices}")
+    if mode not in ("avg", "max") or int(sampling_ratio) < 1:
+        raise type_error(op, f"mode avg/max and sampling_ratio >= 1, got {mode}, {sampling_ratio}")
+    oh, ow = output_size
+    return x.with_shape((rois.shape[0], x.shape[1], int(oh), int(ow)))
+
+
+@roi_align.reference
+def _(x, rois, batch_indices, output_size, spatial_scale, sampling_ratio, mode="avg",
+      half_pixel=True):  # fmt: skip
+    oh, ow = output_size
+    g, (_, _, h, w) = int(sampling_ratio), x.shape
+    out = np.zeros((rois.shape[0], x.shape[1], oh, ow), x.dtype)
+    off = 0.5 if half_pixel else 0.0
+    for r, box in enumerate(rois.astype(np.float64)):
+        x1, y1, x2, y2 = box * spatial_scale - off
+        rh, rw = y2 - y1, x2 - x1
+        if not half_pixel:
+            rh, rw = max(rh, 1.0), max(rw, 1.0)
+        ys = y1 + (np.arange(oh)[:, None] + (np.arange(g)[None, :] + 0.5) / g) * (rh / oh)
+        xs = x1 + (np.arange(ow)[:, None] + (np.arange(g)[None, :] + 0.5) / g) * (rw / ow)
+
+        def taps(pos, size):
+            inside = (pos >= -1.0) & (pos <= size)
+            pos = np.maximum(pos, 0)
+            low = np.minimum(pos.astype(np.int64), size - 1)
+            edge = low >= size - 1
+            high = np.where(edge, low, low + 1)
+            frac = np.where(edge, 0.0, pos - low)
+            return low, high, 1 - frac, frac, inside
+
+        yl, yh, wyl, wyh, iny = (a[:, :, None, None] for a in taps(ys, h))  # (oh, g, 1, 1)
+        xl, xh, wxl, wxh, inx = (a[None, None] for a in taps(xs, w))  # (1, 1, ow, g)
+        img = x[int(batch_indices[r])].astype(np.float64)
+        corners = [img[:, yl, xl] * (wyl * wxl), img[:, yl, xh] * (wyl * wxh),
+                   img[:, yh, xl] * (wyh * wxl), img[:, yh, xh] * (wyh * wxh)]  # fmt: skip
+        inside = iny & inx
+        if mode == "avg":
+            v = np.where(inside, sum(corners), 0.0).sum(axis=(2, 4)) / max(g * g, 1)
+        else:
+            v = np.where(inside, np.maximum.reduce(corners), 0.0).max(axis=(2, 4))
+        out[r] = v
+    return out
+
+
+@roi_align.compute
+def _(x, rois, batch_indices, output_size, spatial_scale, sampling_ratio, mode="avg",
+      half_pixel=True):  # fmt: skip
+    return topi_vision.roi_align(x, rois, batch_indices, output_size, spatial_scale,
+                                 sampling_ratio, mode, half_pixel)  # fmt: skip

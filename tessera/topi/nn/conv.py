@@ -12,6 +12,7 @@ or inline it. `padding` lists the begin pads of every spatial axis, then the end
 from __future__ import annotations
 
 from tessera import te
+from tessera.topi.nn.dense import _accumulated, _wide
 
 PAD_TAG = "pad"
 
@@ -80,9 +81,10 @@ def conv(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1
     def f(b, co, *sp):
         ci = rc.var if groups == 1 else co // og * cg + rc.var
         pos = [sp[i] * strides[i] + rk[i].var * dilation[i] for i in range(nd)]
-        return te.sum(xp(b, ci, *pos) * w(co, rc, *rk), axis=[rc, *rk])
+        return te.sum(_wide(xp(b, ci, *pos)) * _wide(w(co, rc, *rk)), axis=[rc, *rk])
 
-    return te.compute((n, o, *out), f, name="conv", tag=f"conv{nd}d_nchw")
+    # 16-bit floats accumulate in float32, rounded once (as dense does)
+    return _accumulated(te.compute((n, o, *out), f, name="conv", tag=f"conv{nd}d_nchw"), x.dtype)
 
 
 def _dilate_pad(x: te.Tensor, strides, offsets, full) -> te.Tensor:
@@ -137,8 +139,9 @@ def conv_transpose(
         ci = rc.var if groups == 1 else co // og * cg + rc.var
         pos = [sp[i] + rk[i].var * dilation[i] for i in range(nd)]
         flipped = [kernel[i] - 1 - rk[i].var for i in range(nd)]
-        return te.sum(xd(b, ci, *pos) * w(ci, co % og, *flipped), axis=[rc, *rk])
+        return te.sum(_wide(xd(b, ci, *pos)) * _wide(w(ci, co % og, *flipped)), axis=[rc, *rk])
 
-    return te.compute(
+    out = te.compute(
         (n, og * groups, *out), f, name="conv_transpose", tag=f"conv{nd}d_transpose_nchw"
     )
+    return _accumulated(out, x.dtype)

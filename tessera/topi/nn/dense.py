@@ -4,7 +4,8 @@
     y = matmul(a, b)                # numpy.matmul: batch dims broadcast, 1-D operands promoted
     y = batch_matmul(a, b, transpose_a=False, transpose_b=True)   # (B, M, K) x (B, N, K)
 
-The reduction axis is always named "k", so schedules find it as `op.reduce_axis[0]`. A weight
+The reduction axis is always named "k", so schedules find it as `op.reduce_axis[0]`. 16-bit
+float operands accumulate in float32, then a rounding stage (an epilogue to the schedules). A weight
 that is read transposed (dense's, batch_matmul's with transpose_b) goes through a transposing
 stage (tag "dense_pack"): computed once per call it makes the output columns contiguous (fast
 vector loads); inlined it gives the plain strided form (better for a single row).
@@ -17,6 +18,22 @@ from tessera import te
 PACK_TAG = "dense_pack"
 
 
+def _accumulated(out: te.Tensor, dtype) -> te.Tensor:
+    """A product accumulated in float32 (for 16-bit float operands), rounded once to `dtype`:
+    16-bit sums lose a bit per add (numpy and ONNX Runtime accumulate wider too)."""
+    if str(out.dtype) == str(dtype):
+        return out
+    return te.compute(
+        out.shape, lambda *i: te.cast(out(*i), dtype), name=f"{out.op.name}_round",
+        tag="elemwise",
+    )  # fmt: skip
+
+
+def _wide(x):
+    """x(...) as the accumulation type: float32 for float16 / bfloat16, else itself."""
+    return te.cast(x, "float32") if str(x.dtype) in ("float16", "bfloat16") else x
+
+
 def _dim(d):
     return getattr(d, "value", d)
 
@@ -27,12 +44,13 @@ def dense(x: te.Tensor, w: te.Tensor) -> te.Tensor:
         raise ValueError(f"dense: data {x.shape} and weight {w.shape} (units, in) disagree")
     wt = pack_transposed(w)
     k = te.reduce_axis((0, w.shape[1]), name="k")
-    return te.compute(
+    out = te.compute(
         (*x.shape[:-1], w.shape[0]),
-        lambda *i: te.sum(x(*i[:-1], k) * wt(k, i[-1]), axis=k),
+        lambda *i: te.sum(_wide(x(*i[:-1], k)) * _wide(wt(k, i[-1])), axis=k),
         name="dense",
         tag="dense",
     )
+    return _accumulated(out, x.dtype)
 
 
 def pack_transposed(w: te.Tensor) -> te.Tensor:
@@ -87,9 +105,9 @@ def matmul(a: te.Tensor, b: te.Tensor) -> te.Tensor:
         col = [] if b_vec else [rest.pop(0)]
         lhs = a(*_broadcast_index(a_batch, bi), *row, k)
         rhs = b(*_broadcast_index(b_batch, bi), k, *col)
-        return te.sum(lhs * rhs, axis=k)
+        return te.sum(_wide(lhs) * _wide(rhs), axis=k)
 
-    return te.compute(shape, f, name="matmul", tag="matmul")
+    return _accumulated(te.compute(shape, f, name="matmul", tag="matmul"), a.dtype)
 
 
 def batch_matmul(a: te.Tensor, b: te.Tensor, transpose_a=False, transpose_b=False) -> te.Tensor:
@@ -109,6 +127,7 @@ def batch_matmul(a: te.Tensor, b: te.Tensor, transpose_a=False, transpose_b=Fals
         ab, bb = _broadcast_index(a.shape[:1], (bi,)), _broadcast_index(b.shape[:1], (bi,))
         lhs = a(*ab, k, i) if transpose_a else a(*ab, i, k)
         rhs = bt(*bb, k, j)
-        return te.sum(lhs * rhs, axis=k)
+        return te.sum(_wide(lhs) * _wide(rhs), axis=k)
 
-    return te.compute((*batch, m, n), f, name="batch_matmul", tag="batch_matmul")
+    out = te.compute((*batch, m, n), f, name="batch_matmul", tag="batch_matmul")
+    return _accumulated(out, a.dtype)

@@ -51,6 +51,10 @@ def _combine(a, b):
 
 def _lowest_finite(dtype):
     # DType.min_value is -inf for floats; -inf - -inf would make the rescaling NaN
+    if str(dtype) == "bfloat16":  # numpy's finfo does not know ml_dtypes' bfloat16
+        import ml_dtypes
+
+        return te.const(float(ml_dtypes.finfo(ml_dtypes.bfloat16).min), dtype)
     return te.const(float(np.finfo(str(dtype)).min), dtype)
 
 
