@@ -97,7 +97,29 @@ static inline float tessera_rint_f32(float x) {
   return copysignf((a + 8388608.0f) - 8388608.0f, x);
 }"""
 
-MICRO_HELPERS = {"dot_u8i8": _DOT_U8I8_DSP}
+# Note [MVE dot]: dot16_s8(acc, a, b, n) = acc + sum over j < min(n, 16) of int8 a[j] * b[j],
+# a and b addresses of contiguous int8 (the MVE kernels' layouts: topi/micro/mve.py). On cores
+# with MVE (Helium: the M55's `__ARM_FEATURE_MVE`) that is two VLDRB.8 of 16 bytes and one
+# VMLADAVA.S8, which sums the 16 products into the scalar accumulator. A run shorter than 16
+# bytes (the tail of a reduction) loads under a VCTP.8 predicate: the lanes past n read as zero
+# and touch no memory. gcc shares the loads of one address between the dots of a register tile.
+# Products fit int16 and 16 of them int32; the sum wraps as the portable loop's, so MVE and
+# portable builds agree bit for bit.
+_DOT16_S8_MVE = """\
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1) && !defined(TESSERA_NO_MVE)
+#include <arm_mve.h>
+static inline int32_t tessera_dot16_s8(int32_t acc, const int8_t* a, const int8_t* b, int32_t n) {
+  if (n >= 16) {
+    return vmladavaq_s8(acc, vldrbq_s8(a), vldrbq_s8(b));
+  }
+  mve_pred16_t p = vctp8q((uint32_t)n);
+  return vmladavaq_s8(acc, vldrbq_z_s8(a, p), vldrbq_z_s8(b, p));
+}
+#else
+%s
+#endif"""
+
+MICRO_HELPERS = {"dot_u8i8": _DOT_U8I8_DSP, "dot16_s8": _DOT16_S8_MVE}
 
 
 def _micro_helpers(source: str) -> str:
@@ -118,19 +140,20 @@ def _micro_helpers(source: str) -> str:
 
 class _FoldDotAccumulator(Mutator):
     """`acc + dot_u8i8(0, a, b)` (how a te.sum of dots lowers) -> `dot_u8i8(acc, a, b)`: the
-    accumulator goes into SMLAD itself rather than through one more add."""
+    accumulator goes into SMLAD (or, dot16_s8, VMLADAVA) itself rather than through one more
+    add."""
 
     def visit_Add(self, node: Add):
         node = self.generic_visit(node)
         for acc, dot in ((node.a, node.b), (node.b, node.a)):
             if (
                 isinstance(dot, Call)
-                and dot.op == "dot_u8i8"
+                and dot.op in ("dot_u8i8", "dot16_s8")
                 and isinstance(dot.args[0], IntImm)
                 and dot.args[0].value == 0
                 and acc.dtype == dot.dtype
             ):
-                return Call(dot.dtype, "dot_u8i8", (acc, *dot.args[1:]))
+                return Call(dot.dtype, dot.op, (acc, *dot.args[1:]))
         return node
 
 
