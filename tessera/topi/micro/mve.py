@@ -130,10 +130,9 @@ def qnn_conv2d_mve(x, wm, comp, *, strides, padding, dilation, groups, pad_value
     fill = tir.const((int(pad_value) & 255) - 128, "int8")  # the zero point (x_u) as x_s
 
     def value(b, ch, y, z):
+        # C's ?: loads only on the taken side (micro kernels are C only): no clamped indices
         inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
-        yc = tir_op.max(tir_op.min(y - pt, h - 1), 0)
-        zc = tir_op.max(tir_op.min(z - pl, w - 1), 0)
-        return tir_op.if_then_else(inside, _signed(x[b, ch, yc, zc], dt), fill)
+        return tir_op.if_then_else(inside, _signed(x[b, ch, y - pt, z - pl], dt), fill)
 
     if form == "planes":
         xp = te.compute((n, c, hp, wp), value, name="x_planes", tag=DATA_TAG)
@@ -236,7 +235,11 @@ def schedule_qnn_conv2d_mve(outs, target=None, config: Config | None = None) -> 
     stage.unroll(oci)
     stage.unroll(owi)
     s[acc].compute_at(stage, owo)
-    s[_data_stage(anchor)].compute_root()
+    data = s[_data_stage(anchor)]
+    data.compute_root()
+    if data.op.name == "x_rows":  # pixels x channels: no division per byte
+        channels = _static(_data_stage(anchor).op.input_tensors[0].shape)[1]
+        data.split(data.op.axis[-1], factor=channels)
     a = s[acc]
     n, o, oh, w = a.op.axis
     reduce = list(a.op.reduce_axis)
