@@ -17,6 +17,7 @@ from tessera.topi.micro import mve
 from tessera.topi.strategy import Config
 
 from .test_int8 import CASES, _build, _host, _ort, qconv_model
+from .test_int8_pool import POOLS, qdq_pool
 
 M4 = "c -device=micro -mcpu=cortex-m4"
 M55 = "c -device=micro -mcpu=cortex-m55"
@@ -190,9 +191,35 @@ def test_mve_kernels_on_the_m55_board_equal_the_host_build():
         assert min(counts) > 0
         np.testing.assert_array_equal(y, _host(lib, x), err_msg=case)
         assert np.abs(y.astype(np.int32) - _ort(model, x).astype(np.int32)).max() <= 1, case
-    model, x = _dense_model(30, 12, np.int8)
+    dense = _dense_model(30, 12, np.int8)
+    pools = [qdq_pool(*POOLS[c][:2], **POOLS[c][2]) for c in ("avg_25x5_ds_cnn",
+                                                                 "avg_3x3_s2_pads_counted")]
+    for model, x in [dense, *pools]:
+        lib = _build(model, x, target=M55)
+        with Session(lib, board="mps3-an547") as s:
+            s.set_input("x", x)
+            s.run()
+            np.testing.assert_array_equal(s.get_output(0), _host(lib, x))
+
+
+# pools (Note [MVE pool]): a global window as one run, windows of KW bytes per row, pads
+POOL_CASES = {
+    **{k: v for k, v in POOLS.items() if v[0] != "MaxPool"},
+    "avg_2x20_long_rows": ("AveragePool", (1, 2, 20, 40),
+                           {"kernel_shape": [2, 20], "strides": [2, 3]}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8], ids=["int8", "uint8"])
+@pytest.mark.parametrize("case", sorted(POOL_CASES))
+def test_mve_pools_equal_the_m4_kernels_and_onnxruntime(case, dtype):
+    op, shape, attrs = POOL_CASES[case]
+    model, x = qdq_pool(op, shape, dtype=dtype, **attrs)
     lib = _build(model, x, target=M55)
-    with Session(lib, board="mps3-an547") as s:
-        s.set_input("x", x)
-        s.run()
-        np.testing.assert_array_equal(s.get_output(0), _host(lib, x))
+    # avg_pads_not_counted: float32 (its windows count differently); global_avg: the frontend's
+    # cast and sum over the plane, not qnn.sum_pool2d
+    if case not in ("avg_pads_not_counted", "global_avg"):
+        assert any("sum_pool_mve" in s for s in lib.kernel_sources.values()), case
+    got = _host(lib, x)
+    np.testing.assert_array_equal(got, _host(_build(model, x, target=M4), x))
+    assert np.abs(got.astype(np.int32) - _ort(model, x).astype(np.int32)).max() <= 1

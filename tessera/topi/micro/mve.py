@@ -308,3 +308,79 @@ def schedule_qnn_dense_mve(outs, target=None, config: Config | None = None) -> t
     a.unroll(n)
     record_config(s, config)
     return s
+
+
+# -- int8 pools: the window sums of qnn.sum_pool2d -----------------------------------------------
+# Note [MVE pool]: a window's row is KW consecutive bytes of its channel's plane (dilation 1), and
+# when a window spans whole rows (KW = the padded width: a global pool) its KH rows are one run.
+# Each chunk of a run is one dot16_s8 with a vector of ones (VMLADAVA of 16 bytes times 1: their
+# sum). Pads are the zero point in a padded copy of the planes (built once per call, as the
+# convs'); data without pads is read in place when it is int8. In x_s, the sum of x - zp over a
+# window of `count` positions is sum x_s - count * zp_s; every window counts the same positions
+# (the op's contract: pads counted, no overhang).
+POOL_TAG = "micro_qpool_mve"
+
+
+def sum_pool2d_mve(x, pool_size, strides, padding, dilation, zero_point=0) -> te.Tensor:
+    """NCHW uint8/int8 -> int32 sums of x - zero_point over each window (Note [MVE pool])."""
+    n, c, h, w = _static(x.shape)
+    (kh, kw), (sh, sw), (dh, _) = pool_size, strides, dilation
+    pt, pl, pb, pr = padding
+    oh = conv_out_size(h, kh, sh, pt, pb, dh)
+    ow = conv_out_size(w, kw, sw, pl, pr, 1)
+    hp, wp = h + pt + pb, w + pl + pr
+    dt = str(x.dtype)
+    zp_s = int(zero_point) - (128 if dt == "uint8" else 0)
+    if any(padding) or dt != "int8":
+        fill = tir.const(zp_s, "int8")
+
+        def value(b, ch, y, z):
+            inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
+            return tir_op.if_then_else(inside, _signed(x[b, ch, y - pt, z - pl], dt), fill)
+
+        data = te.compute((n, c, hp, wp), value, name="x_planes", tag=DATA_TAG)
+    else:
+        data = x
+    ones = te.compute((LANES,), lambda i: tir.const(1, "int8"), name="ones", tag=DATA_TAG)
+    whole_rows = kw == wp and dh == 1  # the window's rows are one run
+    run = kh * kw if whole_rows else kw
+    ry = te.reduce_axis((0, kh), name="ry") if not whole_rows and kh > 1 else None
+    chunks = -(-run // LANES)
+    rj = te.reduce_axis((0, chunks), name="rj") if chunks > 1 else None
+
+    def body(b, ch, i, j):
+        k = rj * LANES if rj is not None else 0
+        count = tir_op.min(LANES, run - k) if rj is not None else tir.const(run, "int32")
+        row = i * sh + (ry * dh if ry is not None else 0)
+        if whole_rows:  # rows i*sh .. + kh - 1 of the plane, from column 0 (kw == wp)
+            first = [b, ch, row + k // wp, k % wp]
+            last_at = k + count - 1
+            last = [b, ch, row + last_at // wp, last_at % wp]
+        else:
+            first = [b, ch, row, j * sw + k]
+            last = [b, ch, row, j * sw + k + count - 1]
+        dot = tir_op.dot16_s8(0, data[tuple(first)], data[tuple(last)], ones[0], count)
+        axes = [a for a in (ry, rj) if a is not None]
+        return te.sum(dot, axis=axes) if axes else dot
+
+    sums = te.compute((n, c, oh, ow), body, name="sum_pool_mve", tag=POOL_TAG)
+    offset = kh * kw * zp_s
+    return te.compute((n, c, oh, ow), lambda *i: sums(*i) - offset, name="sum_pool_mve_out",
+                      tag="injective")  # fmt: skip
+
+
+def schedule_sum_pool2d_mve(outs, target=None) -> te.Schedule:
+    """The padded planes and the ones once per call; each output's runs in registers."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    anchor = _find(outs, POOL_TAG)
+    for t in anchor.op.input_tensors:
+        if getattr(t.op, "tag", None) == DATA_TAG:
+            s[t].compute_root()
+    if anchor.op.reduce_axis:
+        acc = s.cache_write(anchor, "local")
+        tiled = _tile_output(s, outs, anchor)
+        stage = s[tiled]
+        s[acc].compute_at(stage, stage.op.axis[-1])
+    return s

@@ -120,3 +120,28 @@ def _(x, wm, comp, *, units, config=None):
 
 conv2d_mve.schedule("micro")(mve.schedule_qnn_conv2d_mve)
 dense_mve.schedule("micro")(mve.schedule_qnn_dense_mve)
+
+
+def _sum_pool2d_micro(x, *, pool_size, strides, padding, dilation, zero_point=0):
+    """qnn.sum_pool2d on a micro target: Note [MVE pool] where its strategy chose "mve"."""
+    from tessera.topi.strategy import compute_config
+
+    config = compute_config()
+    if config is not None and config.impl == "mve":
+        return mve.sum_pool2d_mve(x, pool_size, strides, padding, dilation, zero_point)
+    return topi_qnn.sum_pool2d(x, pool_size, strides, padding, dilation, zero_point)
+
+
+def _schedule_sum_pool2d_micro(outs, target=None, config=None):
+    from tessera.topi.generic import traverse
+    from tessera.topi.nn import schedule as nn_schedule
+
+    tags = []
+    traverse(list(outs), lambda op: tags.append(op.tag))
+    if mve.POOL_TAG in tags:
+        return mve.schedule_sum_pool2d_mve(outs, target)
+    return nn_schedule.schedule_pool(outs, target)
+
+
+get_op("qnn.sum_pool2d").rules["compute:micro"] = _sum_pool2d_micro
+get_op("qnn.sum_pool2d").schedule("micro")(_schedule_sum_pool2d_micro)

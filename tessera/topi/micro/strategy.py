@@ -273,6 +273,24 @@ def _mve_dense_layout(wl: Workload, config, context, target, wp) -> dict | None:
     return {"op": "qnn.dense_mve", "weight": wm, "constants": (comp,), "attrs": attrs}
 
 
+# qnn.sum_pool2d (int8 average pools): "mve" on cores with MVE for windows whose rows are
+# contiguous (Note [MVE pool] in topi/micro/mve.py), else the generic window loops
+pool = register_strategy("qnn.sum_pool2d", "micro")
+
+
+@pool.implementation("generic")
+def _(wl: Workload, target) -> ConfigSpace | None:
+    return ConfigSpace()
+
+
+@pool.implementation("mve", priority=1)
+def _(wl: Workload, target) -> ConfigSpace | None:
+    dilation = wl.attr("dilation", (1, 1))
+    if not _has_mve(target) or not _static_workload(wl) or int(dilation[1]) != 1:
+        return None
+    return ConfigSpace()
+
+
 # -- qnn.requantize: float (ORT's arithmetic) or fixed point (Note [fixed-point requantize]) ----
 # "fixed" is the default where the scale is a constant: a Cortex-M's epilogue in integers is
 # several times shorter than in float32, and on cores without an FPU float is software.
