@@ -122,6 +122,64 @@ static inline int32_t tessera_dot16_s8(int32_t acc, const int8_t* a, const int8_
 MICRO_HELPERS = {"dot_u8i8": _DOT_U8I8_DSP, "dot16_s8": _DOT16_S8_MVE}
 
 
+# Note [micro saturation]: a requantize ends in min(max(v, -128), 127) (or [0, 255] for uint8),
+# which gcc compiles to two compares and two conditional moves. Arm's SSAT/USAT saturate in
+# one instruction (ACLE's __ssat/__usat, wherever the compiler defines __ARM_FEATURE_SAT: every
+# Cortex-M but the M0/M0+); the portable form gives the same integers.
+_SATURATE = {("-128", "127"): "sat_s8", ("0", "255"): "sat_u8"}
+_SATURATE_HELPERS = """\
+#if defined(__ARM_FEATURE_SAT) && !defined(TESSERA_NO_DSP)
+#include <arm_acle.h>
+static inline int32_t tessera_sat_s8(int32_t x) { return __ssat(x, 8); }
+static inline int32_t tessera_sat_u8(int32_t x) { return (int32_t)__usat(x, 8); }
+#else
+static inline int32_t tessera_sat_s8(int32_t x) { return x < -128 ? -128 : x > 127 ? 127 : x; }
+static inline int32_t tessera_sat_u8(int32_t x) { return x < 0 ? 0 : x > 255 ? 255 : x; }
+#endif"""
+
+
+def _call_args(source: str, open_at: int) -> tuple[list[str], int]:
+    """The top-level arguments of the call whose "(" is at open_at, and the index after ")"."""
+    depth, start, args = 0, open_at + 1, []
+    for k in range(open_at, len(source)):
+        ch = source[k]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                args.append(source[start:k].strip())
+                return args, k + 1
+        elif ch == "," and depth == 1:
+            args.append(source[start:k].strip())
+            start = k + 1
+    raise ValueError("unbalanced parentheses in generated C")
+
+
+def _saturations(source: str) -> str:
+    """min(max(v, lo), hi) and max(min(v, hi), lo) on int32 with [lo, hi] the int8 or uint8
+    range -> tessera_sat_s8/u8(v) (Note [micro saturation])."""
+    pattern = re.compile(r"tessera_(min|max)_i32\(")
+    at, used = 0, False
+    while (m := pattern.search(source, at)) is not None:
+        outer, outer_end = _call_args(source, m.end() - 1)
+        inner = re.fullmatch(r"tessera_(min|max)_i32(\(.*\))", outer[0], re.S)
+        if len(outer) != 2 or inner is None or inner.group(1) == m.group(1):
+            at = m.end()
+            continue
+        args, _ = _call_args(inner.group(2), 0)
+        bounds = (args[1], outer[1]) if m.group(1) == "min" else (outer[1], args[1])
+        if len(args) != 2 or bounds not in _SATURATE:
+            at = m.end()
+            continue
+        source = f"{source[: m.start()]}tessera_{_SATURATE[bounds]}({args[0]}){source[outer_end:]}"
+        at, used = m.start(), True
+    if used:
+        head, _, body = source.partition("\n\n")  # after the header block
+        source = f"{head}\n\n{_SATURATE_HELPERS}\n\n{body}"
+    return source
+
+
 def _micro_helpers(source: str) -> str:
     """`source` with the C generator's portable helpers replaced by their MICRO_HELPERS form,
     and libm's nearbyintf by tessera_rint_f32 (Note [micro rounding])."""
@@ -131,6 +189,7 @@ def _micro_helpers(source: str) -> str:
         portable = helper_text(name)
         if portable in source:
             source = source.replace(portable, template % portable, 1)
+    source = _saturations(source)
     if re.search(r"\bnearbyintf\(", source):
         source = re.sub(r"\bnearbyintf\(", "tessera_rint_f32(", source)
         head, _, body = source.partition("\n\n")  # after the header block

@@ -223,3 +223,29 @@ def test_mve_pools_equal_the_m4_kernels_and_onnxruntime(case, dtype):
     got = _host(lib, x)
     np.testing.assert_array_equal(got, _host(_build(model, x, target=M4), x))
     assert np.abs(got.astype(np.int32) - _ort(model, x).astype(np.int32)).max() <= 1
+
+
+@pytest.mark.parametrize("k", [3, 16, 40])
+def test_dot16_s8_intrinsic_in_c(k):
+    # acc + the products of up to 16 int8 pairs from two addresses; a tail of k % 16 bytes
+    from tessera import te
+    from tessera.tir import op
+
+    rng = np.random.default_rng(k)
+    a8 = rng.integers(-128, 128, (3, k), dtype=np.int8)
+    b8 = rng.integers(-128, 128, (5, -(-k // 16) * 16), dtype=np.int8)
+    a8[0], b8[0] = -128, -128  # the largest products
+    a = te.placeholder((3, k), "int8", name="a")
+    b = te.placeholder(b8.shape, "int8", name="b")
+    r = te.reduce_axis((0, b8.shape[1] // 16), name="r")
+
+    def body(i, j):
+        n = op.min(16, k - r * 16)
+        return te.sum(op.dot16_s8(0, a[i, r * 16], a[i, r * 16 + n - 1], b[j, r * 16], n), axis=r)
+
+    c = te.compute((3, 5), body, name="c")
+    f = tessera.build(te.create_schedule(c.op), [a, b, c], target="c")
+    out = np.zeros((3, 5), np.int32)
+    f(a8, b8, out)
+    expected = a8.astype(np.int64) @ b8[:, :k].astype(np.int64).T
+    np.testing.assert_array_equal(out, expected.astype(np.int32))

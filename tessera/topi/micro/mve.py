@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera import te, tir
+from tessera.te.schedule import AttachType
 from tessera.tir import op as tir_op
 from tessera.topi.generic import inline_injective
 from tessera.topi.qnn import conv_out_size
@@ -235,6 +236,7 @@ def schedule_qnn_conv2d_mve(outs, target=None, config: Config | None = None) -> 
     stage.unroll(oci)
     stage.unroll(owi)
     s[acc].compute_at(stage, owo)
+    _cache_channel_constants(s, tiled, anchor, owo)
     data = s[_data_stage(anchor)]
     data.compute_root()
     if data.op.name == "x_rows":  # pixels x channels: no division per byte
@@ -248,6 +250,31 @@ def schedule_qnn_conv2d_mve(outs, target=None, config: Config | None = None) -> 
     a.unroll(w)
     record_config(s, config)
     return s
+
+
+def _cache_channel_constants(s, tiled, anchor, axis) -> None:
+    """The epilogue's per-channel constants (compensation, bias, requantize multiplier and
+    shift: inputs of shape (O,), (O, 1, 1) or (1, O, 1, 1)) read once per tile into locals:
+    gcc keeps them in registers, where it would load them again after every int8 store (a
+    char store may alias any buffer)."""
+    if tiled is anchor:
+        return
+    oc = _static(anchor.shape)[1]
+    readers: dict[int, tuple] = {}  # placeholder -> the ops (tiled, or inlined into it) reading it
+
+    def visit(op):
+        for t in op.input_tensors:
+            if isinstance(t.op, te.PlaceholderOp):
+                tensor, ops = readers.setdefault(id(t), (t, []))
+                ops.append(op) if all(op is not o for o in ops) else None
+            elif s[t.op].attach_type == AttachType.INLINE:
+                visit(t.op)
+
+    visit(tiled.op)
+    for t, ops in readers.values():
+        if 1 < int(np.prod(_static(t.shape))) <= oc:
+            local = s.cache_read(t, "local", [op.output(0) for op in ops])
+            s[local].compute_at(s[tiled], axis)
 
 
 def _depthwise(anchor) -> bool:

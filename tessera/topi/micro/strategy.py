@@ -147,19 +147,21 @@ get_op("qnn.dense").schedule("micro")(int8.schedule_qnn_dense_micro)
 # -- MVE (Helium) on the Cortex-M55: qnn.conv2d_mve and qnn.dense_mve (topi/micro/mve.py) --------
 # Note [MVE tile rule]: one chunk of an ocb x nw tile loads ocb weight vectors and nw data
 # vectors (VLDRB, 16 bytes each) and runs ocb * nw VMLADAVAs, 16 products each. VMLADAVA sums
-# into a general register that must be even-numbered (r0, r2, ... r14: `EVEN_REGISTERS`, less
-# one for the chunk's count); each accumulator beyond them costs a store and a load (SPILL) per
+# into a general register that must be even-numbered (r0, r2, ... r14: `EVEN_REGISTERS`), less
+# lr (the count of the low-overhead loop, DLS/LE) and two that the loop's addresses take
+# (`MVE_ACCUMULATORS`); each accumulator beyond them costs a store and a load (SPILL) per
 # chunk. The vectors of the smaller side stay in MVE's 8 Q registers while the other side's
 # stream through one more; beyond that, the other side is loaded again per use. As for the
 # scalar tiles, the layer's cost weighs full and end tiles, and the larger tile wins ties.
 
 EVEN_REGISTERS = 8  # r0, r2, ..., r12, r14: VMLADAVA's accumulator is an even register
+MVE_ACCUMULATORS = EVEN_REGISTERS - 3  # less lr (the loop count) and two addresses
 Q_REGISTERS = 8  # MVE's q0-q7
 
 
 def _mve_step(ocb: int, nw: int) -> tuple[int, int]:
     """(instructions, products) of one 16-byte chunk of an ocb x nw tile."""
-    spills = max(0, ocb * nw - (EVEN_REGISTERS - 1))
+    spills = max(0, ocb * nw - MVE_ACCUMULATORS)
     reloads = max(0, min(ocb, nw) + 1 - Q_REGISTERS) * max(ocb, nw)
     return ocb + nw + ocb * nw + SPILL * spills + reloads, 16 * ocb * nw
 
@@ -201,7 +203,7 @@ def default_mve_columns(cols: int) -> int:
 def _mve_columns_cost(nb: int, cols: int) -> float:
     instructions = products = 0
     for c, count in _parts(cols, nb):
-        spills = max(0, c - (EVEN_REGISTERS - 1))
+        spills = max(0, c - MVE_ACCUMULATORS)
         instructions += (1 + 2 * c + SPILL * spills) * count
         products += 16 * c * count
     return instructions / products
