@@ -236,7 +236,7 @@ def schedule_qnn_conv2d_mve(outs, target=None, config: Config | None = None) -> 
     stage.unroll(oci)
     stage.unroll(owi)
     s[acc].compute_at(stage, owo)
-    _cache_channel_constants(s, tiled, anchor, owo)
+    cache_channel_constants(s, tiled, anchor, owo)
     data = s[_data_stage(anchor)]
     data.compute_root()
     if data.op.name == "x_rows":  # pixels x channels: no division per byte
@@ -252,7 +252,7 @@ def schedule_qnn_conv2d_mve(outs, target=None, config: Config | None = None) -> 
     return s
 
 
-def _cache_channel_constants(s, tiled, anchor, axis) -> None:
+def cache_channel_constants(s, tiled, anchor, axis) -> None:
     """The epilogue's per-channel constants (compensation, bias, requantize multiplier and
     shift: inputs of shape (O,), (O, 1, 1) or (1, O, 1, 1)) read once per tile into locals:
     gcc keeps them in registers, where it would load them again after every int8 store (a
