@@ -33,6 +33,7 @@ MVE_CASES = {
     "rows_40_channels": (40, 6, (1, 1), 1, 1, (0, 0, 0, 0)),
     "rows_3x3_20_channels": (20, 5, (3, 3), 1, 1, (1, 1, 1, 1)),
     "planes_multiplier_2": (4, 8, (3, 3), 4, 1, (1, 1, 1, 1)),
+    "rows_1x1_stride2": (20, 6, (1, 1), 1, 2, (0, 0, 0, 0)),  # only the pixels read are copied
 }
 
 

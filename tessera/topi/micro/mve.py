@@ -22,7 +22,8 @@ one shorter, under a VCTP predicate), with the weight's run zero-padded to RP, a
 | taps   | any other conv                | NHWC, rows of WP * C bytes          | C per group  |
 
 rows merges the kernel's columns and the channels into one run (a 1x1 conv's run is its C
-channels; DS-CNN's first conv, 10x4 over one channel, runs 4 bytes). The weight is
+channels; DS-CNN's first conv, 10x4 over one channel, runs 4 bytes). A strided 1x1 conv
+without pads copies only the pixels it reads. The weight is
 (O, KH, T, RP): T = KW for taps, else 1. The dense weight is (N, KP), K zero-padded to KP.
 The register tile is the scalar dot's: ocb output channels x nw output pixels, their
 accumulators live over the reduction, each chunk loading one vector per channel and one per
@@ -135,10 +136,17 @@ def qnn_conv2d_mve(x, wm, comp, *, strides, padding, dilation, groups, pad_value
         inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
         return tir_op.if_then_else(inside, _signed(x[b, ch, y - pt, z - pl], dt), fill)
 
+    # a strided 1x1 conv without pads reads every sh-th row and sw-th pixel: only those are
+    # copied, and the conv reads the copy with stride 1
+    presample = kh == kw == 1 and (sh, sw) != (1, 1) and not any(padding) and form != "planes"
+    if presample:
+        hp, wp, ys, zs, sh, sw = oh, ow, sh, sw, 1, 1
+    else:
+        ys = zs = 1
     if form == "planes":
         xp = te.compute((n, c, hp, wp), value, name="x_planes", tag=DATA_TAG)
     else:  # NHWC rows of WP * C bytes
-        xp = te.compute((n, hp, wp * c), lambda b, y, q: value(b, q % c, y, q // c),
+        xp = te.compute((n, hp, wp * c), lambda b, y, q: value(b, q % c, y * ys, q // c * zs),
                         name="x_rows", tag=DATA_TAG)  # fmt: skip
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, taps), name="rx") if taps > 1 else None
