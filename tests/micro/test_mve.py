@@ -250,3 +250,26 @@ def test_dot16_s8_intrinsic_in_c(k):
     f(a8, b8, out)
     expected = a8.astype(np.int64) @ b8[:, :k].astype(np.int64).T
     np.testing.assert_array_equal(out, expected.astype(np.int32))
+
+
+def test_mve_ops_reference_equals_the_qnn_ops():
+    # the graph-level references of qnn.conv2d_mve / qnn.dense_mve (numpy) against qnn.conv2d's
+    # and qnn.dense's, on weights packed by the strategy's layout functions
+    from tessera.graph.op import get_op
+    from tessera.topi import qnn as topi_qnn
+    from tessera.topi.micro import ops  # noqa: F401  (registers the MVE ops)
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 6, 7, 5)).astype(np.int8)
+    attrs = dict(strides=[2, 1], padding=[1, 0, 1, 2], dilation=[1, 2], groups=2, pad_value=131)
+    w = rng.integers(-127, 128, (4, 3, 3, 2)).astype(np.int8)
+    wm, comp = mve.pack_conv(w, 2, 2)
+    want = get_op("qnn.conv2d").evaluate([x, topi_qnn.pack_conv_weight(w)], attrs)[0]
+    got = get_op("qnn.conv2d_mve").evaluate([x, wm, comp], {**attrs, "kernel": [3, 2]})[0]
+    np.testing.assert_array_equal(got, want)
+    xd = rng.integers(0, 256, (3, 21)).astype(np.uint8)
+    wd = rng.integers(-127, 128, (5, 21)).astype(np.int8)
+    wm, comp = mve.pack_dense(wd)
+    want = get_op("qnn.dense").evaluate([xd, topi_qnn.pack_dense_weight(wd)], {"units": 5})[0]
+    got = get_op("qnn.dense_mve").evaluate([xd, wm, comp], {"units": 5})[0]
+    np.testing.assert_array_equal(got, want)
