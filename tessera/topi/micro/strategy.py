@@ -3,7 +3,9 @@ accumulators on a Cortex-M (compute and schedule in topi/micro/int8.py).
 
     conv = register_strategy("qnn.conv2d", "micro")
     implementations: "dot4" (channels per group a multiple of 4: packed words, SMLAD on DSP
-                     cores) and "bytes" (any other channel count: one MLA per product)
+                     cores) and "bytes" (any other channel count: one MLA per product);
+                     on cores with MVE (the M55) "mve" first (topi/micro/mve.py: the weight
+                     re-packed by transform/pack_qnn_weights.py, Note [MVE tile rule] below)
     knobs:           ocb (output channels per tile), nw (output pixels per tile)
 
 Note [micro tile rule]: the default tile is the one with the fewest instructions per product
