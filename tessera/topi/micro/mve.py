@@ -143,10 +143,19 @@ def qnn_conv2d_mve(x, wm, comp, *, strides, padding, dilation, groups, pad_value
         hp, wp, ys, zs, sh, sw = oh, ow, sh, sw, 1, 1
     else:
         ys = zs = 1
+    # Note [MVE whole vectors]: the weight's runs are zero-padded to 16 bytes, so a chunk may
+    # load 16 bytes of data whatever the run's length: the bytes past the run meet zero weights.
+    # The data gets a tail of pad bytes (more rows after each plane, more pixels after each
+    # row) so that those 16 bytes stay inside it; the loads then need no VCTP predicate. Runs
+    # of whole chunks (64 channels) need no tail.
+    tail = LANES - 1 if run % LANES else 0
     if form == "planes":
-        xp = te.compute((n, c, hp, wp), value, name="x_planes", tag=DATA_TAG)
+        extra = -(-tail // wp)
+        xp = te.compute((n, c, hp + extra, wp), value, name="x_planes", tag=DATA_TAG)
     else:  # NHWC rows of WP * C bytes
-        xp = te.compute((n, hp, wp * c), lambda b, y, q: value(b, q % c, y * ys, q // c * zs),
+        extra = -(-tail // c)
+        xp = te.compute((n, hp, (wp + extra) * c),
+                        lambda b, y, q: value(b, q % c, y * ys, q // c * zs),
                         name="x_rows", tag=DATA_TAG)  # fmt: skip
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, taps), name="rx") if taps > 1 else None
@@ -154,17 +163,22 @@ def qnn_conv2d_mve(x, wm, comp, *, strides, padding, dilation, groups, pad_value
 
     def body(b, o, y, z):
         j = rj * LANES if rj is not None else 0
-        count = tir_op.min(LANES, run - j) if rj is not None else tir.const(run, "int32")
         g = o // opg
         row = y * sh + ry * dh
-        if form == "planes":
-            first = [b, g, row, z * sw + j]
+        if form == "planes":  # 16 bytes from (row, col) may run on into the next rows
+            col = z * sw + j
+            first = [b, g, row, col]
+            last = [b, g, row + (col + LANES - 1) // wp, (col + LANES - 1) % wp]
+            if not tail:  # whole chunks: the run's last byte is in the row
+                last = [b, g, row, col + LANES - 1]
         else:
             col = z * sw + (rx * dw if rx is not None else 0)
             first = [b, row, col * c + g * cg + j]
+            last = [*first[:-1], first[-1] + LANES - 1]
         wfirst = [o, ry, rx if rx is not None else 0, j]
         axes = [a for a in (ry, rx, rj) if a is not None]
-        return te.sum(_dot(0, xp, first, wm, wfirst, count), axis=axes)
+        dot = tir_op.dot16_s8(0, xp[tuple(first)], xp[tuple(last)], wm[tuple(wfirst)], LANES)
+        return te.sum(dot, axis=axes)
 
     acc = te.compute((n, oc, oh, ow), body, name="qconv_mve", tag=CONV_TAG)
     return te.compute((n, oc, oh, ow), lambda b, o, y, z: acc[b, o, y, z] + comp[o],
