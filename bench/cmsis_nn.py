@@ -1,7 +1,8 @@
 """Benchmark: tessera against Arm's CMSIS-NN on the same DS-CNN (keyword spotting), layer by
 layer, float32, on the emulated Cortex-M4F (mps2-an386): instructions per layer, RAM and flash.
 
-    .venv/bin/python bench/cmsis_nn.py [--cmsis ../shared/baselines] [--seed 0]
+    .venv/bin/python bench/cmsis_nn.py [--cmsis ../shared/baselines] [--seed 0] [--int8]
+                                       [--board mps2-an386 | mps3-an547]
 
 The CMSIS-NN side is a C program written here (weights converted to CMSIS-NN's NHWC layouts,
 `arm_convolve_wrapper_f32`, `arm_depthwise_conv_wrapper_f32`, `arm_avg_pool_f32`,
@@ -13,6 +14,9 @@ side is `tessera.micro.Session`. With --int8, also the MLPerf Tiny setting: tess
 DS-CNN (mlperf_tiny.quantize_int8) against CMSIS-NN's s8 kernels with DSP on the same layers,
 per layer, for the four MLPerf Tiny models (--models; the CMSIS-NN program's weights are
 random: counts only, outputs not compared).
+With --board mps3-an547 (Cortex-M55) both sides are built for the M55: tessera's int8 kernels
+take MVE (topi/micro/mve.py) and CMSIS-NN, built with -mcpu=cortex-m55, its MVE paths
+(`ARM_MATH_MVEI`, which its headers define from the compiler's `__ARM_FEATURE_MVE`).
 A benchmark, not a test: nothing here asserts a count.
 """
 
@@ -390,6 +394,7 @@ def run_cmsis(source: str, cmsis: Path, n_out: int, int8: bool = False):
 
 
 def main() -> None:
+    global BOARD
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cmsis", default=str(ROOT.parent.parent / "shared" / "baselines"))
     parser.add_argument("--seed", type=int, default=0)
@@ -397,14 +402,35 @@ def main() -> None:
         "--int8", action="store_true", help="also the int8 models: tessera's and CMSIS-NN's kernels"
     )
     parser.add_argument("--models", default=",".join(mlperf_tiny.MODELS), help="for --int8")
+    parser.add_argument("--board", default=BOARD, help="mps2-an386 (M4F) or mps3-an547 (M55)")
+    parser.add_argument(
+        "--no-float",
+        action="store_true",
+        help="skip the float32 DS-CNN (on the M55, Debian's gcc 12 cannot link CMSIS-NN's MVE "
+        "float kernels: undefined __ARM_undef)",
+    )
     args = parser.parse_args()
+    BOARD = args.board
     cmsis = Path(args.cmsis)
     if not (cmsis / "cmsis-nn" / "Include" / "arm_nnfunctions.h").exists():
         raise SystemExit(f"no CMSIS-NN at {cmsis} (pass --cmsis DIR holding cmsis-nn/)")
-    model = mlperf_tiny.kws_ds_cnn(args.seed)
+    summary = "cmsis_nn:"
+    if not args.no_float:
+        summary += " " + _float_ds_cnn(cmsis, args.seed) + ";"
+    for name in args.models.split(",") if args.int8 else ():
+        net = mlperf_tiny.MODELS[name](args.seed)
+        mine8, theirs8 = _int8_baseline(name, net, cmsis, args.seed)
+        summary += f" {name} int8 {mine8 / 1e6:.2f}M vs {theirs8 / 1e6:.2f}M "
+        summary += f"({mine8 / theirs8:.2f}x);"
+    print(f"{summary.rstrip(';')}, on {BOARD}")
+
+
+def _float_ds_cnn(cmsis: Path, seed: int) -> str:
+    """The float32 DS-CNN on both sides, outputs checked, per layer; its summary."""
+    model = mlperf_tiny.kws_ds_cnn(seed)
     x = np.random.default_rng(1).standard_normal((1, 1, 49, 10)).astype(np.float32)
     mod, params = tessera.frontend.from_onnx(model, {"input": x.shape})
-    lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
+    lib = tessera.build(mod, target=_target(), params=params)
     m = GraphModule(lib["default"](cpu(0)))
     m.set_input("input", x)
     m.run()
@@ -435,14 +461,14 @@ def main() -> None:
         f"RAM {report['ram_bytes']['arena']:,} B arena; CMSIS-NN program: text "
         f"{size['text']:,} B (weights + library + runtime), bss {size['bss']:,} B"
     )
-    summary = (f"cmsis_nn: tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M "
-               f"instructions ({total / theirs:.2f}x), DS-CNN float32")  # fmt: skip
-    for name in args.models.split(",") if args.int8 else ():
-        net = mlperf_tiny.MODELS[name](args.seed)
-        mine8, theirs8 = _int8_baseline(name, net, cmsis, args.seed)
-        summary += f"; {name} int8 {mine8 / 1e6:.2f}M vs {theirs8 / 1e6:.2f}M "
-        summary += f"({mine8 / theirs8:.2f}x)"
-    print(f"{summary}, on {BOARD}")
+    return (
+        f"tessera {total / 1e6:.1f}M vs CMSIS-NN {theirs / 1e6:.1f}M "
+        f"instructions ({total / theirs:.2f}x), DS-CNN float32"
+    )
+
+
+def _target() -> str:
+    return f"c -device=micro -mcpu={boards.get_board(BOARD).mcpu}"
 
 
 def tessera_int8_counts(model) -> tuple[dict, dict]:
@@ -451,7 +477,7 @@ def tessera_int8_counts(model) -> tuple[dict, dict]:
     qmodel = mlperf_tiny.quantize_int8(model)
     shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
     mod, params = tessera.frontend.from_onnx(qmodel, {"input": shape})
-    lib = tessera.build(mod, target="c -device=micro -mcpu=cortex-m4", params=params)
+    lib = tessera.build(mod, target=_target(), params=params)
     x = np.random.default_rng(1).integers(-128, 128, shape).astype(np.int8)  # int8 input
     with Session(lib, board=BOARD) as s:
         s.set_input("input", x)

@@ -2,7 +2,7 @@
 run on an emulated board under QEMU, checked against the host build and ONNX Runtime.
 
     .venv/bin/python bench/micro.py [--board mps2-an386] [--models kws_ds_cnn,ic_resnet8]
-                                    [--dtype int8|float32] [--json out.json]
+                                    [--dtype int8|float32] [--json out.json] [--mattr=-mve]
 
 For each model: build for the board's CPU (target "c -device=micro"), run the host build (the
 same C sources compiled by this machine's compiler), the exported sources built here as a
@@ -14,7 +14,8 @@ take them); it matches when the board's outputs equal the host build's exactly, 
 `ORT steps` is the largest difference from ONNX Runtime in units of the output's quantization
 step. float32: a model matches when the board's outputs
 equal the host build's within rtol 1e-5 (the two libms' expf may differ in the last bit).
-The last line is the summary: `micro: K/N models match the host build, ...`.
+The last line is the summary: `micro: K/N models match the host build, ...`. `--mattr=-mve`
+builds for the board's CPU without its MVE kernels (the M55's DSP kernels, for comparison).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _match(a, b, int8: bool) -> bool:
     return bool(np.array_equal(a, b) if int8 else np.allclose(a, b, rtol=RTOL, atol=ATOL))
 
 
-def bench_model(name: str, board: str, dtype: str = "int8") -> dict:
+def bench_model(name: str, board: str, dtype: str = "int8", mattr: str = "") -> dict:
     int8 = dtype == "int8"
     model = mlperf_tiny.MODELS[name]()
     if int8:
@@ -84,7 +85,8 @@ def bench_model(name: str, board: str, dtype: str = "int8") -> dict:
     mcpu = boards.get_board(board).mcpu
     start = time.perf_counter()
     mod, params = tessera.frontend.from_onnx(model, {"input": tuple(shape)})
-    lib = tessera.build(mod, target=f"c -device=micro -mcpu={mcpu}", params=params)
+    target = f"c -device=micro -mcpu={mcpu}" + (f" -mattr={mattr}" if mattr else "")
+    lib = tessera.build(mod, target=target, params=params)
     compile_s = time.perf_counter() - start
     m = GraphModule(lib["default"](cpu(0)))
     m.set_input("input", x)
@@ -130,13 +132,14 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(mlperf_tiny.MODELS))
     parser.add_argument("--dtype", default="int8", choices=("int8", "float32"))
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--mattr", default="", help="CPU features off or on: -mve")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     results = []
     header = f"{'model':16} {'insns':>12} {'flash':>8} {'(code)':>7} {'RAM':>8} {'(arena)':>8}"
     print(header + "  host  exported  max|dev-host|  max|dev-ort|  ORT steps  compile")
     for name in names:
-        r = bench_model(name, args.board, args.dtype)
+        r = bench_model(name, args.board, args.dtype, args.mattr)
         results.append(r)
         flash, ram = r["flash_bytes"], r["ram_bytes"]
         ort = "-" if r["max_abs_diff_ort"] is None else f"{r['max_abs_diff_ort']:.1e}"
@@ -161,7 +164,7 @@ def main() -> None:
     )
     print(
         f"micro: {good}/{len(results)} models match the host build, {args.dtype} on {board.name} "
-        f"({board.description}); {sizes}"
+        f"({board.description}{', -mattr=' + args.mattr if args.mattr else ''}); {sizes}"
     )
 
 

@@ -460,6 +460,11 @@ class ExprPrinter:
     def _call_dot_u8i8(self, e, lane):
         return self.helper("dot_u8i8", *(self.text(a, lane) for a in e.args))
 
+    def _call_dot16_s8(self, e, lane):
+        acc, first, _last, weight, n = e.args  # `_last` is for bound inference only
+        a, b = (wrap(self.load(v, None, convert=False), UNARY) for v in (first, weight))
+        return self.helper("dot16_s8", self.text(acc, lane), f"&{a}", f"&{b}", self.text(n, lane))
+
     def _call_likely(self, e, lane):
         return self.p(e.args[0], lane)
 

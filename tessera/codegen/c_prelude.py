@@ -145,6 +145,15 @@ static inline int32_t tessera_dot_u8i8(int32_t acc, int32_t a, int32_t b) {
   }
   return (int32_t)sum;
 }""",
+    # up to 16 int8 products from two addresses (MVE's VMLADAVA form: codegen/micro.py)
+    "dot16_s8": """\
+static inline int32_t tessera_dot16_s8(int32_t acc, const int8_t* a, const int8_t* b, int32_t n) {
+  uint32_t sum = (uint32_t)acc;
+  for (int32_t j = 0; j < n && j < 16; ++j) {
+    sum += (uint32_t)((int32_t)a[j] * (int32_t)b[j]);
+  }
+  return (int32_t)sum;
+}""",
     "popcount": """\
 static inline int32_t tessera_popcount(uint64_t x) {
   x = x - ((x >> 1) & 0x5555555555555555u);

@@ -97,7 +97,87 @@ static inline float tessera_rint_f32(float x) {
   return copysignf((a + 8388608.0f) - 8388608.0f, x);
 }"""
 
-MICRO_HELPERS = {"dot_u8i8": _DOT_U8I8_DSP}
+# Note [MVE dot]: dot16_s8(acc, a, b, n) = acc + sum over j < min(n, 16) of int8 a[j] * b[j],
+# a and b addresses of contiguous int8 (the MVE kernels' layouts: topi/micro/mve.py). On cores
+# with MVE (Helium: the M55's `__ARM_FEATURE_MVE`) that is two VLDRB.8 of 16 bytes and one
+# VMLADAVA.S8, which sums the 16 products into the scalar accumulator. A run shorter than 16
+# bytes (the tail of a reduction) loads under a VCTP.8 predicate: the lanes past n read as zero
+# and touch no memory. gcc shares the loads of one address between the dots of a register tile.
+# Products fit int16 and 16 of them int32; the sum wraps as the portable loop's, so MVE and
+# portable builds agree bit for bit.
+_DOT16_S8_MVE = """\
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 1) && !defined(TESSERA_NO_MVE)
+#include <arm_mve.h>
+static inline int32_t tessera_dot16_s8(int32_t acc, const int8_t* a, const int8_t* b, int32_t n) {
+  if (n >= 16) {
+    return vmladavaq_s8(acc, vldrbq_s8(a), vldrbq_s8(b));
+  }
+  mve_pred16_t p = vctp8q((uint32_t)n);
+  return vmladavaq_s8(acc, vldrbq_z_s8(a, p), vldrbq_z_s8(b, p));
+}
+#else
+%s
+#endif"""
+
+MICRO_HELPERS = {"dot_u8i8": _DOT_U8I8_DSP, "dot16_s8": _DOT16_S8_MVE}
+
+
+# Note [micro saturation]: a requantize ends in min(max(v, -128), 127) (or [0, 255] for uint8),
+# which gcc compiles to two compares and two conditional moves. Arm's SSAT/USAT saturate in
+# one instruction (ACLE's __ssat/__usat, wherever the compiler defines __ARM_FEATURE_SAT: every
+# Cortex-M but the M0/M0+); the portable form gives the same integers.
+_SATURATE = {("-128", "127"): "sat_s8", ("0", "255"): "sat_u8"}
+_SATURATE_HELPERS = """\
+#if defined(__ARM_FEATURE_SAT) && !defined(TESSERA_NO_DSP)
+#include <arm_acle.h>
+static inline int32_t tessera_sat_s8(int32_t x) { return __ssat(x, 8); }
+static inline int32_t tessera_sat_u8(int32_t x) { return (int32_t)__usat(x, 8); }
+#else
+static inline int32_t tessera_sat_s8(int32_t x) { return x < -128 ? -128 : x > 127 ? 127 : x; }
+static inline int32_t tessera_sat_u8(int32_t x) { return x < 0 ? 0 : x > 255 ? 255 : x; }
+#endif"""
+
+
+def _call_args(source: str, open_at: int) -> tuple[list[str], int]:
+    """The top-level arguments of the call whose "(" is at open_at, and the index after ")"."""
+    depth, start, args = 0, open_at + 1, []
+    for k in range(open_at, len(source)):
+        ch = source[k]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                args.append(source[start:k].strip())
+                return args, k + 1
+        elif ch == "," and depth == 1:
+            args.append(source[start:k].strip())
+            start = k + 1
+    raise ValueError("unbalanced parentheses in generated C")
+
+
+def _saturations(source: str) -> str:
+    """min(max(v, lo), hi) and max(min(v, hi), lo) on int32 with [lo, hi] the int8 or uint8
+    range -> tessera_sat_s8/u8(v) (Note [micro saturation])."""
+    pattern = re.compile(r"tessera_(min|max)_i32\(")
+    at, used = 0, False
+    while (m := pattern.search(source, at)) is not None:
+        outer, outer_end = _call_args(source, m.end() - 1)
+        inner = re.fullmatch(r"tessera_(min|max)_i32(\(.*\))", outer[0], re.S)
+        if len(outer) != 2 or inner is None or inner.group(1) == m.group(1):
+            at = m.end()
+            continue
+        args, _ = _call_args(inner.group(2), 0)
+        bounds = (args[1], outer[1]) if m.group(1) == "min" else (outer[1], args[1])
+        if len(args) != 2 or bounds not in _SATURATE:
+            at = m.end()
+            continue
+        source = f"{source[: m.start()]}tessera_{_SATURATE[bounds]}({args[0]}){source[outer_end:]}"
+        at, used = m.start(), True
+    if used:
+        head, _, body = source.partition("\n\n")  # after the header block
+        source = f"{head}\n\n{_SATURATE_HELPERS}\n\n{body}"
+    return source
 
 
 def _micro_helpers(source: str) -> str:
@@ -109,6 +189,7 @@ def _micro_helpers(source: str) -> str:
         portable = helper_text(name)
         if portable in source:
             source = source.replace(portable, template % portable, 1)
+    source = _saturations(source)
     if re.search(r"\bnearbyintf\(", source):
         source = re.sub(r"\bnearbyintf\(", "tessera_rint_f32(", source)
         head, _, body = source.partition("\n\n")  # after the header block
@@ -118,19 +199,20 @@ def _micro_helpers(source: str) -> str:
 
 class _FoldDotAccumulator(Mutator):
     """`acc + dot_u8i8(0, a, b)` (how a te.sum of dots lowers) -> `dot_u8i8(acc, a, b)`: the
-    accumulator goes into SMLAD itself rather than through one more add."""
+    accumulator goes into SMLAD (or, dot16_s8, VMLADAVA) itself rather than through one more
+    add."""
 
     def visit_Add(self, node: Add):
         node = self.generic_visit(node)
         for acc, dot in ((node.a, node.b), (node.b, node.a)):
             if (
                 isinstance(dot, Call)
-                and dot.op == "dot_u8i8"
+                and dot.op in ("dot_u8i8", "dot16_s8")
                 and isinstance(dot.args[0], IntImm)
                 and dot.args[0].value == 0
                 and acc.dtype == dot.dtype
             ):
-                return Call(dot.dtype, "dot_u8i8", (acc, *dot.args[1:]))
+                return Call(dot.dtype, dot.op, (acc, *dot.args[1:]))
         return node
 
 

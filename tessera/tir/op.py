@@ -79,6 +79,8 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "prefetch": (3, "any"),  # (element, rw, locality): a hint, evaluated for its effect only
     # int32 lanes: acc + the 4 uint8 bytes of a times the 4 int8 bytes of b (vpdpbusd)
     "dot_u8i8": (3, "int"),
+    # acc + 16 int8 products from two addresses (Arm MVE's VMLADAVA; codegen/micro.py)
+    "dot16_s8": (5, "int"),
 }
 
 
@@ -242,6 +244,18 @@ def dot_u8i8(acc, a, b):
         if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
             raise TypeError(f"dot_u8i8 needs int32 operands, got {v.dtype}")
     return Call(acc.dtype, "dot_u8i8", (acc, a, b))
+
+
+def dot16_s8(acc, first, last, weight, n):
+    """acc + sum over j < min(n, 16) of int8 a[j] * int8 b[j], where a starts at the element
+    `first` and b at `weight` (both BufferLoads of int8 buffers, whose addresses the C code
+    takes). `last`, the element a[n - 1], is not read: it tells bound inference how far a
+    goes. One MVE VMLADAVA with tail predication on cores that have it (codegen/micro.py)."""
+    acc, n = convert(acc, "int32"), convert(n, "int32")
+    for v in (first, last, weight):  # a te tensor's element (ProducerLoad) or a BufferLoad
+        if not hasattr(v, "indices") or str(v.dtype) != "int8":
+            raise TypeError(f"dot16_s8 needs int8 buffer elements, got {v}")
+    return Call(acc.dtype, "dot16_s8", (acc, first, last, weight, n))
 
 
 def popcount(x):

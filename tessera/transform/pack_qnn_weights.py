@@ -10,7 +10,9 @@ Note [int8 conv rule]): "rows" keeps the call as it is, "channels" wants the wei
 of output channels; this pass asks, and re-packs the weight here, once, at compile time. A
 weight used by several calls is re-packed once. It needs the target (`with target:` as `build`
 does, or `target=`); targets whose table row has no `layout_strategies` (the C target) keep
-their convs as they are.
+their convs as they are, except microcontrollers ("c -device=micro"), whose strategies
+(topi/micro/strategy.py) re-pack int8 convs and dense layers for MVE; a plan's "constants"
+(the MVE kernels' compensation) become more inputs of the call.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from tessera.transform.graph_pass import graph_pass, rebuild
 def pack_qnn_weights(func: Function, target: Target | str | None = None) -> Function:
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
-    if target is None or not target.kind_info.layout_strategies:
+    micro = target is not None and target.device == "micro"
+    if target is None or not (target.kind_info.layout_strategies or micro):
         return func
     packed: dict[tuple, Constant] = {}  # (id(weight), op, shape) -> packed weight
     body, constants = [], list(func.constants)
     for call in func.body:
         is_conv = call.op.name == "qnn.conv2d" and len(call.inputs) == 2
+        is_conv = is_conv or (micro and call.op.name == "qnn.dense")
         plan = None
         if is_conv and isinstance(call.inputs[1], Constant) and call.inputs[0].type.is_static:
             plan = strategy.plan_layout(call, target)
@@ -43,8 +47,12 @@ def pack_qnn_weights(func: Function, target: Target | str | None = None) -> Func
         if key not in packed:
             packed[key] = Constant.of(f"{w.name}_packed", plan["weight"])
             constants.append(packed[key])
+            for k, array in enumerate(plan.get("constants", ())):
+                packed[(*key, k)] = Constant.of(f"{w.name}_packed_{k}", array)
+                constants.append(packed[(*key, k)])
+        extra = tuple(packed[(*key, k)] for k in range(len(plan.get("constants", ()))))
         op = get_op(plan["op"])
-        body.append(Call(op, (call.inputs[0], packed[key]), plan["attrs"], call.outputs,
+        body.append(Call(op, (call.inputs[0], packed[key], *extra), plan["attrs"], call.outputs,
                          call.span))  # fmt: skip
     if not packed:
         return func

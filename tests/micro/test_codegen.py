@@ -79,3 +79,18 @@ def test_scalar_schedules_keep_workspaces_small(lib):
     padded_input = 4 * 10 * 10 * 4
     assert layers["dw"]["workspace_bytes"] < padded_input // 2
     assert layers["fc"]["workspace_bytes"] < 3 * 4 * 4
+
+
+def test_requantize_clamps_become_one_saturation():
+    # Note [micro saturation]: min(max(v, -128), 127) -> SSAT (USAT for uint8), either order
+    from tessera.codegen.micro import _saturations
+
+    text = "/* head */\n\nint32_t f(void) {\n  y[0] = (int8_t)tessera_min_i32(tessera_max_i32(" \
+           "g(a, (b + 1)), -128), 127);\n  z = tessera_max_i32(tessera_min_i32(v, 255), 0);\n" \
+           "  w = tessera_min_i32(tessera_max_i32(v, -127), 127);\n}\n"  # fmt: skip
+    out = _saturations(text)
+    assert "(int8_t)tessera_sat_s8(g(a, (b + 1)));" in out
+    assert "z = tessera_sat_u8(v);" in out
+    assert "w = tessera_min_i32(tessera_max_i32(v, -127), 127);" in out  # not a byte's range
+    assert "__ssat(x, 8)" in out and "#if defined(__ARM_FEATURE_SAT)" in out
+    assert _saturations("a\n\nb = tessera_min_i32(c, 1);\n") == "a\n\nb = tessera_min_i32(c, 1);\n"

@@ -29,6 +29,7 @@ import numpy as np
 from tessera import te, tir
 from tessera.tir import op as tir_op
 from tessera.topi.generic import inline_injective
+from tessera.topi.micro.mve import cache_channel_constants
 from tessera.topi.qnn import CONV_TAG, DENSE_TAG, PACK_TAG, conv_out_size, qnn_conv2d
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.int8_dense import schedule_pack
@@ -160,6 +161,7 @@ def schedule_qnn_conv2d_micro(outs, target=None, config: Config | None = None) -
         tiled = anchor
     oco, owo = _tile(s, tiled, ocb, nw)
     s[acc].compute_at(s[tiled], owo)
+    cache_channel_constants(s, tiled, anchor, owo)
     for t in view if tiled is anchor else ():
         s[t].compute_root()
     if not words:  # the padded input, once per call (one byte per value)
