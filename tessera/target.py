@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from tessera.ir.dtype import DType
 
-_INT_OPTIONS = ("num-cores", "max-num-threads")
+_INT_OPTIONS = ("num-cores", "max-num-threads", "msve-vector-bits")
 _BOOL_OPTIONS = ("fast-math",)
 
 _SSE = {"sse", "sse2"}
@@ -78,6 +78,10 @@ MICRO_TRIPLES = {
     "cortex-m55": "thumbv8.1m.main-none-eabihf",
 }
 _DEVICES = ("micro",)
+# The SVE vector length of the Arm cores that have SVE (Note [fixed-length SVE] in
+# tessera/topi/arm/strategy.py): code for a core is built for its length unless
+# -msve-vector-bits says otherwise.
+SVE_VECTOR_BITS = {"neoverse-v1": 256, "neoverse-n2": 128, "neoverse-v2": 128}
 # the baseline of an architecture, when neither -mcpu nor the host tells more
 _ARCH_BASELINE = {"x86_64": _SSE, "aarch64": frozenset({"neon"}), "arm64": frozenset({"neon"})}
 
@@ -218,7 +222,7 @@ def register_target_kind(kind: TargetKind) -> TargetKind:
 register_target_kind(
     TargetKind(
         "llvm",
-        options=("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math"),
+        options=("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math", "msve-vector-bits"),
         strategy_keys=cpu_strategy_keys,
         layout_strategies=True,
         build="tessera.codegen.llvm.build:build_llvm",
@@ -334,6 +338,8 @@ def _normalize(kind: str, opts: dict) -> dict:
                 raise ValueError(f"target option -{key} needs an integer, got {value!r}") from None
             if value < 1:
                 raise ValueError(f"target option -{key} must be >= 1, got {value}")
+            if key == "msve-vector-bits" and (value % 128 or value > 2048):
+                raise ValueError(f"-msve-vector-bits must be 128, 256, ... 2048, got {value}")
         elif key in _BOOL_OPTIONS:
             if not (value is True or str(value).lower() in ("1", "true", "on", "yes")):
                 continue
@@ -485,8 +491,18 @@ class Target:
         return frozenset(feats)
 
     @property
+    def sve_vector_bits(self) -> int | None:
+        """The SVE vector length code is built for (-msve-vector-bits, else the -mcpu's length
+        in SVE_VECTOR_BITS); None without SVE or for a core of unknown length."""
+        if "sve" not in self.features:
+            return None
+        return self._opts.get("msve-vector-bits") or SVE_VECTOR_BITS.get(self.mcpu)
+
+    @property
     def vector_width_bits(self) -> int:
         feats = self.features
+        if self.sve_vector_bits is not None:
+            return self.sve_vector_bits
         if "avx512f" in feats:
             return 512
         if "avx2" in feats or "avx" in feats:

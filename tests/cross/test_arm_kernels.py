@@ -171,21 +171,30 @@ def test_int8_matches_ort_bit_for_bit_under_qemu(target_name, tmp_path):
 
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
-INT8_CPUS = {"neoverse-v1": "usdot", "neoverse-n1": "sdot", "cortex-a72": None}
+# the CPU options -> the dot intrinsic their int8 kernels use
+INT8_CPUS = {
+    "-mcpu=neoverse-v1": "sve.usdot",  # I8MM, 256-bit SVE
+    "-mcpu=neoverse-v1 -mattr=-i8mm": "sve.sdot",  # DotProd, 256-bit SVE
+    "-mcpu=neoverse-v1 -msve-vector-bits=128": "neon.usdot",  # SVE no wider than NEON
+    "-mcpu=neoverse-n1": "neon.sdot",
+    "-mcpu=cortex-a72": None,
+}
+DOTS = ("sve.usdot", "sve.sdot", "neon.usdot", "neon.sdot")
 
 
-@pytest.mark.parametrize("mcpu", list(INT8_CPUS))
-def test_int8_dot_instructions_match_ort(mcpu, tmp_path):
+@pytest.mark.parametrize("cpu", list(INT8_CPUS))
+def test_int8_dot_instructions_match_ort(cpu, tmp_path):
     """dot_u8i8 on AArch64 (codegen/llvm/int8_dot.py): usdot with FEAT_I8MM (neoverse-v1), a
-    pair of sdot with FEAT_DotProd (neoverse-n1), else shifts, multiplies and adds; each bit for
-    bit with ORT (run on QEMU's max CPU, which has both)."""
+    pair of sdot with FEAT_DotProd (neoverse-n1), in their SVE forms on whole 256-bit SVE
+    registers where the length is fixed, else shifts, multiplies and adds; each bit for bit
+    with ORT (run on QEMU's max CPU, which has them all)."""
     require_toolchain("aarch64-neon")
     model, feeds = int8_model()
     mod, params = tessera.frontend.from_onnx(model)
-    lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
+    lib = tessera.build(mod, target=f"{AARCH64} {cpu}", params=params)
     ll = lib.get_source("ll")
-    for name in ("usdot", "sdot"):
-        assert (f"aarch64.neon.{name}." in ll) == (name == INT8_CPUS[mcpu]), name
+    for name in DOTS:
+        assert (f"aarch64.{name}." in ll) == (name == INT8_CPUS[cpu]), name
     got = run_under_qemu(lib.export_library(tmp_path / "int8.so"), feeds, cpu="max")
     for g, e in zip(got, run_ort(model, feeds), strict=True):
         np.testing.assert_array_equal(g, e)
@@ -196,7 +205,9 @@ def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
     model, feeds = int8_model()
     mod, params = tessera.frontend.from_onnx(model)
     counts = {}
-    for mcpu in INT8_CPUS:
-        lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
-        counts[mcpu] = count_instructions(lib.export_library(tmp_path / f"{mcpu}.so"), feeds)
-    assert counts["neoverse-v1"] < counts["neoverse-n1"] < counts["cortex-a72"] / 1.5, counts
+    for cpu, name in INT8_CPUS.items():
+        lib = tessera.build(mod, target=f"{AARCH64} {cpu}", params=params)
+        counts[name] = count_instructions(lib.export_library(tmp_path / f"{name}.so"), feeds)
+    assert counts["neon.usdot"] < counts["neon.sdot"] < counts[None] / 1.5, counts
+    assert counts["sve.usdot"] < counts["neon.usdot"], counts
+    assert counts["sve.sdot"] < counts["neon.sdot"], counts

@@ -16,7 +16,8 @@ defaults: a kernel built without a config (the default one) is scheduled by this
     nn.conv2d          nchw | direct_nchwc | depthwise_nchwc | winograd (the cpu strategy's)
 
 Convolutions take the cpu strategy's implementations, spaces and layouts; on AArch64 its tile
-rule (Note [conv micro-kernel]) serves as it is. On 32-bit ARM the direct conv's defaults are
+rule (Note [conv micro-kernel]) serves as it is. On SVE cores every rule sees the SVE vector
+length (Note [fixed-length SVE]): 8 float32 lanes on neoverse-v1. On 32-bit ARM the direct conv's defaults are
 Note [armv7 conv tile]'s: one output-channel vector per tile, the input padded once.
 """
 
@@ -30,6 +31,22 @@ from tessera.topi.x86 import dense as x86_dense
 from tessera.topi.x86 import strategy as cpu
 from tessera.topi.x86.conv2d import choose_conv_tile
 from tessera.topi.x86.cpu import vector_registers
+
+# Note [fixed-length SVE]
+# SVE code is either vector-length agnostic (scalable vectors, predicated loops) or built for one
+# length. tessera's kernels are built for one: every schedule rule sizes its blocks from
+# Target.vector_width_bits, which on an SVE core is its SVE length (-msve-vector-bits=N, else
+# the core's own: target.SVE_VECTOR_BITS, 256 on neoverse-v1), so a neoverse-v1 conv blocks
+# 8 output channels (NCHW8c) and a dense kernel's panel is nv x 8 columns, in 32 registers.
+# The code generator then states the length in each function (vscale_range(N/128, N/128),
+# codegen/llvm/build.py), which is what lets LLVM lower the 256-bit vectors to whole SVE
+# registers with ptrue predicates rather than pairs of NEON registers; int8's dot becomes SVE's
+# usdot or sdot (codegen/llvm/int8_dot.py). Tails need no predicated loops: the schedules pad
+# or guard them as for any vector width. The price is that the library runs only where the
+# thread's SVE length is N: it asks Linux for N when loaded (prctl), and runners check (Note
+# [SVE length guard], tessera/cross/link.py). Neoverse-N2/V2 have 128-bit SVE: there the NEON
+# kernels are as wide, so their builds are the NEON ones.
+
 
 # Note [arm register tile]
 # A matrix-product micro-kernel holds mr x nv accumulators and, per step of k, loads nv vectors
