@@ -40,6 +40,8 @@ _AVX512 = _AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
 _VNNI = _AVX512 | {"avx512vnni"}
 _BF16 = _VNNI | {"avx512bf16"}
 _AMX = _BF16 | {"avxvnni", "avx512fp16", "amx-tile", "amx-int8", "amx-bf16"}
+# Armv8.2-A cores with DotProd and half-precision arithmetic (FEAT_FP16: fmla v.8h)
+_ARMV82 = {"neon", "dotprod", "fullfp16"}
 
 # Features of the CPU names users pass to -mcpu, for when the CPU is not this machine's (LLVM
 # knows them too, but llvmlite cannot read a target machine's features back).
@@ -57,9 +59,9 @@ CPU_FEATURES: dict[str, frozenset[str]] = {
         (("znver5",), _BF16 | {"avxvnni"}),
         (("sapphirerapids", "emeraldrapids", "graniterapids"), _AMX),
         (("cortex-a53", "cortex-a57", "cortex-a72"), {"neon"}),
-        (("cortex-a55", "cortex-a76"), {"neon", "dotprod"}),  # Armv8.2-A with DotProd
-        (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), {"neon", "dotprod"}),
-        (("neoverse-v1", "neoverse-n2", "neoverse-v2"), {"neon", "dotprod", "sve", "i8mm"}),
+        (("cortex-a55", "cortex-a76"), _ARMV82),
+        (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), _ARMV82),
+        (("neoverse-v1", "neoverse-n2", "neoverse-v2"), _ARMV82 | {"sve", "i8mm"}),
         # microcontrollers ("c -device=micro -mcpu=cortex-m4", docs/micro.md)
         (("cortex-m0", "cortex-m0plus", "cortex-m3"), ()),
         (("cortex-m4", "cortex-m7", "cortex-m33"), {"dsp", "fp"}),

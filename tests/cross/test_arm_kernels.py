@@ -3,6 +3,8 @@ Runtime on every ARM target, with row and column tails; one kernel's instruction
 (count_kernel_instructions); the NEON conv and dense kernels execute >= 4x fewer instructions
 than a naive build of the same op (bench/arm.py prints the table for larger shapes)."""
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -211,3 +213,54 @@ def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
     assert counts["neon.usdot"] < counts["neon.sdot"] < counts[None] / 1.5, counts
     assert counts["sve.usdot"] < counts["neon.usdot"], counts
     assert counts["sve.sdot"] < counts["neon.sdot"], counts
+
+
+def fp16_model(seed=0):
+    """A float16 conv (3x3, pads 1) + relu + dense, and its float32 twin: the same weights,
+    widened, for the reference."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float16),
+        "d": (rng.standard_normal((16 * 6 * 6, 12)) * 0.05).astype(np.float16),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "d"], ["y"]),
+    ]
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float16)
+    models = {}
+    for dt in (np.float16, np.float32):
+        cast = {k: v.astype(dt) for k, v in weights.items()}
+        models[dt] = make_model(nodes, {"x": ((1, 8, 6, 6), dt)}, ["c", "y"], cast)
+    return models, x
+
+
+@pytest.mark.parametrize("cpu", ["cortex-a76", "neoverse-v1"])
+def test_fp16_arithmetic_where_the_core_has_it(cpu, tmp_path):
+    """A float16 model on cores with FEAT_FP16 (Target.features "fullfp16") computes in half
+    precision, `fmla` on 8 (NEON) or 16 (256-bit SVE) halves, and matches the float32 model of
+    the same weights within float16's rounding; without FEAT_FP16 (-mattr=-fullfp16) LLVM
+    widens each half to float32 (fcvtl), and executes more instructions for it."""
+    require_toolchain("aarch64-neon")
+    models, x = fp16_model()
+    expected = run_ort(models[np.float32], {"x": x.astype(np.float32)})
+    mod, params = tessera.frontend.from_onnx(models[np.float16])
+    counts = {}
+    for name, extra in (("fp16", ""), ("widened", " -mattr=-fullfp16")):
+        target = f"{AARCH64} -mcpu={cpu}{extra}"
+        assert ("fullfp16" in tessera.Target(target).features) == (name == "fp16")
+        lib = tessera.build(mod, target=target, params=params)
+        asm = lib.get_source("asm")
+        half_fma = r"\b(fmla\s+v\d+\.8h|fml[as]\s+z\d+\.h|fmad\s+z\d+\.h)"
+        assert bool(re.search(half_fma, asm)) == (name == "fp16"), name
+        path = lib.export_library(tmp_path / f"{name}.so")
+        got = run_under_qemu(path, {"x": x}, cpu="max")
+        for g, e in zip(got, expected, strict=True):
+            assert g.dtype == np.float16
+            scale = float(np.abs(e).max())
+            # products rounded to half, sums of up to 576 of them in half: a few ulp of the scale
+            np.testing.assert_allclose(g.astype(np.float32), e, rtol=0, atol=8e-3 * scale)
+        counts[name] = count_instructions(path, {"x": x}, cpu="max")
+    assert counts["fp16"] < counts["widened"], counts

@@ -17,8 +17,9 @@ defaults: a kernel built without a config (the default one) is scheduled by this
 
 Convolutions take the cpu strategy's implementations, spaces and layouts; on AArch64 its tile
 rule (Note [conv micro-kernel]) serves as it is. On SVE cores every rule sees the SVE vector
-length (Note [fixed-length SVE]): 8 float32 lanes on neoverse-v1. On 32-bit ARM the direct conv's defaults are
-Note [armv7 conv tile]'s: one output-channel vector per tile, the input padded once.
+length (Note [fixed-length SVE]): 8 float32 lanes on neoverse-v1. On 32-bit ARM the direct
+conv's defaults are Note [armv7 conv tile]'s: one output-channel vector per tile, the input
+padded once.
 """
 
 from __future__ import annotations
