@@ -1,6 +1,7 @@
 """Benchmark: instructions executed under QEMU by tessera's ARM kernels against a naive build.
 
     .venv/bin/python bench/arm.py [--targets aarch64-neon,aarch64-sve,armv7-neon] [--only dense]
+    .venv/bin/python bench/arm.py --sve [--only dense]
 
 For each op and ARM target (tessera.cross.testing.ARM_TARGETS) two builds of the same op, each
 counted alone under QEMU user mode by the instruction-counting plugin (one call, one thread;
@@ -12,6 +13,10 @@ tessera.cross.count_kernel_instructions, which runs a kernel on zero-filled buff
 - tessera: the kernel of the one-op ONNX model built with the strategies' defaults (for ARM
   targets the "arm" strategies, then the "cpu" ones), without the layout transforms of the
   model's input and output.
+
+--sve compares instead, per op, tessera's kernels for one SVE core (neoverse-v1) built two
+ways: with SVE off (-mattr=-sve: the 128-bit NEON kernels) and with its 256-bit SVE (Note
+[fixed-length SVE]), both run on QEMU's max CPU.
 
 Instruction counts are exact and repeatable, so one run suffices; they are not times (an
 emulator's wall clock says nothing of a board's), and the machine's load does not change them.
@@ -34,6 +39,7 @@ from tessera.cross.testing import (  # noqa: E402
     matmul_case,
     missing_tools,
     naive_and_tessera_counts,
+    tessera_kernel_count,
 )
 
 # name -> builder of (ONNX model, te tensors); shapes from ResNet-50, MobileNetV2 and BERT
@@ -42,6 +48,7 @@ CASES = {
     "conv 3x3 s2 64->128 28x28": lambda: conv_case(64, 128, 28, 3, stride=2),
     "conv 1x1 64->256 28x28": lambda: conv_case(64, 256, 28, 1),
     "depthwise 3x3 96 28x28": lambda: conv_case(96, 96, 28, 3, groups=96),
+    "depthwise 3x3 s2 96 56x56": lambda: conv_case(96, 96, 56, 3, stride=2, groups=96),
     "dense 16x768 @ 768x768": lambda: matmul_case(16, 768, 768),
     "dense 1x512 @ 512x1000": lambda: matmul_case(1, 512, 1000),
     "matmul 4x(64x64 @ 64x64)": lambda: matmul_case(64, 64, 64, constant_b=False, batch=4),
@@ -53,7 +60,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--targets", default=",".join(ARM_TARGETS), help="of " + ", ".join(ARM_TARGETS))
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--sve", action="store_true", help="neoverse-v1: NEON build vs SVE build")
     args = ap.parse_args(argv)
+    if args.sve:
+        return sve_table(args.only)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
         for target_name in args.targets.split(","):
@@ -71,6 +81,31 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|")
     for name, target_name, naive, ours in rows:
         print(f"| {name} | {target_name} | {naive:,d} | {ours:,d} | {naive / ours:.1f}x |")
+    return 0
+
+
+SVE_CORE = ARM_TARGETS["aarch64-sve"][0]  # neoverse-v1: 256-bit SVE
+
+
+def sve_table(only: str) -> int:
+    """Per op: tessera's kernel for neoverse-v1 with SVE off (NEON) and on (256-bit SVE)."""
+    if missing_tools(SVE_CORE):
+        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+        return 1
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
+        for name, build in CASES.items():
+            if only not in name:
+                continue
+            case = build()
+            neon = tessera_kernel_count(case, SVE_CORE + " -mattr=-sve", "max", Path(tmp) / "n.so")
+            sve = tessera_kernel_count(case, SVE_CORE, "max", Path(tmp) / "s.so")
+            rows.append((name, neon, sve))
+            print(f"  {name:34s} {neon:>12,d} {sve:>12,d}", file=sys.stderr)
+    print("| kernel (neoverse-v1) | NEON build | SVE build (256-bit) | NEON / SVE |")
+    print("|---|---:|---:|---:|")
+    for name, neon, sve in rows:
+        print(f"| {name} | {neon:,d} | {sve:,d} | {neon / sve:.2f}x |")
     return 0
 
 

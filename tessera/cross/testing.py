@@ -153,20 +153,30 @@ def naive_and_tessera_counts(case, target_name, folder) -> tuple[int, int]:
     transforms of the model's input and output)."""
     import tessera
     from tessera import te
-    from tessera.cross.qemu import count_kernel_instructions, read_metadata
-    from tessera.frontend import from_onnx
+    from tessera.cross.qemu import count_kernel_instructions
 
-    model, tensors = case
+    _, tensors = case
     target, cpu = ARM_TARGETS[target_name]
     naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target, name="naive")
     naive_path = naive.export_library(folder / f"naive-{target_name}.so")
+    return (
+        count_kernel_instructions(naive_path, "naive", cpu=cpu),
+        tessera_kernel_count(case, target, cpu, folder / f"tessera-{target_name}.so"),
+    )
+
+
+def tessera_kernel_count(case, target: str, cpu: str, path) -> int:
+    """Instructions under QEMU of tessera's kernel of a one-op case (naive_and_tessera_counts),
+    built for `target` into the library `path`, run on QEMU's `cpu`."""
+    import tessera
+    from tessera.cross.qemu import count_kernel_instructions, read_metadata
+    from tessera.frontend import from_onnx
+
+    model, _ = case
     mod, params = from_onnx(model)
     lib = tessera.build(mod, target=target, params=params)
-    path = lib.export_library(folder / f"tessera-{target_name}.so")
+    path = lib.export_library(path)
     kernels = [f.name for f in read_metadata(path, cpu)[0] if "layout_transform" not in f.name]
     if len(kernels) != 1:
         raise ValueError(f"expected the op's one kernel besides layout transforms, got {kernels}")
-    return (
-        count_kernel_instructions(naive_path, "naive", cpu=cpu),
-        count_kernel_instructions(path, kernels[0], cpu=cpu),
-    )
+    return count_kernel_instructions(path, kernels[0], cpu=cpu)
