@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/arm.py [--targets aarch64-neon,aarch64-sve,armv7-neon] [--only dense]
     .venv/bin/python bench/arm.py --sve [--only dense]
+    .venv/bin/python bench/arm.py --fp16
 
 For each op and ARM target (tessera.cross.testing.ARM_TARGETS) two builds of the same op, each
 counted alone under QEMU user mode by the instruction-counting plugin (one call, one thread;
@@ -17,6 +18,11 @@ tessera.cross.count_kernel_instructions, which runs a kernel on zero-filled buff
 --sve compares instead, per op, tessera's kernels for one SVE core (neoverse-v1) built two
 ways: with SVE off (-mattr=-sve: the 128-bit NEON kernels) and with its 256-bit SVE (Note
 [fixed-length SVE]), both run on QEMU's max CPU.
+
+--fp16 counts one run of a float16 conv + dense model (tessera.cross.testing.fp16_model) on
+cortex-a76 and neoverse-v1, with their half-precision arithmetic (FEAT_FP16) and without it
+(-mattr=-fullfp16: each operation widened to float32), and its largest error against the
+float32 model of the same weights (ONNX Runtime), relative to the output's scale.
 
 Instruction counts are exact and repeatable, so one run suffices; they are not times (an
 emulator's wall clock says nothing of a board's), and the machine's load does not change them.
@@ -35,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tessera.cross.testing import (  # noqa: E402
     ARM_TARGETS,
     conv_case,
+    fp16_model,
     int8_matmul_case,
     matmul_case,
     missing_tools,
@@ -61,9 +68,12 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", default=",".join(ARM_TARGETS), help="of " + ", ".join(ARM_TARGETS))
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--sve", action="store_true", help="neoverse-v1: NEON build vs SVE build")
+    ap.add_argument("--fp16", action="store_true", help="float16 with and without FEAT_FP16")
     args = ap.parse_args(argv)
     if args.sve:
         return sve_table(args.only)
+    if args.fp16:
+        return fp16_table()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
         for target_name in args.targets.split(","):
@@ -106,6 +116,38 @@ def sve_table(only: str) -> int:
     print("|---|---:|---:|---:|")
     for name, neon, sve in rows:
         print(f"| {name} | {neon:,d} | {sve:,d} | {neon / sve:.2f}x |")
+    return 0
+
+
+def fp16_table() -> int:
+    """The float16 model's instructions with FEAT_FP16 and widened, per core."""
+    import numpy as np
+
+    import tessera
+    from tessera.cross import count_instructions, run_under_qemu
+    from tessera.frontend.testing import run_ort
+
+    if missing_tools(SVE_CORE):
+        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+        return 1
+    models, x = fp16_model()
+    expected = run_ort(models[np.float32], {"x": x.astype(np.float32)})
+    mod, params = tessera.frontend.from_onnx(models[np.float16])
+    print("| core | fp16 (fmla on halves) | widened (-mattr=-fullfp16) | widened / fp16 | error |")
+    print("|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
+        for cpu in ("cortex-a76", "neoverse-v1"):
+            counts, errors = [], []
+            for extra in ("", " -mattr=-fullfp16"):
+                target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={cpu}{extra}"
+                lib = tessera.build(mod, target=target, params=params)
+                path = lib.export_library(Path(tmp) / "fp16.so")
+                got = run_under_qemu(path, {"x": x}, cpu="max")
+                for g, e in zip(got, expected, strict=True):
+                    errors.append(np.abs(g.astype(np.float32) - e).max() / np.abs(e).max())
+                counts.append(count_instructions(path, {"x": x}, cpu="max"))
+            ratio = counts[1] / counts[0]
+            print(f"| {cpu} | {counts[0]:,d} | {counts[1]:,d} | {ratio:.1f}x | {max(errors):.1e} |")
     return 0
 
 

@@ -46,6 +46,32 @@ def conv_dense_model(seed=0):
     return model, {"x": x}
 
 
+def fp16_model(seed=0):
+    """A float16 conv (3x3, pads 1) + relu + dense, and its float32 twin: the same weights,
+    widened, for the reference."""
+    from onnx import helper
+
+    from tessera.frontend.testing import make_model
+
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float16),
+        "d": (rng.standard_normal((16 * 6 * 6, 12)) * 0.05).astype(np.float16),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "d"], ["y"]),
+    ]
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float16)
+    models = {}
+    for dt in (np.float16, np.float32):
+        cast = {k: v.astype(dt) for k, v in weights.items()}
+        models[dt] = make_model(nodes, {"x": ((1, 8, 6, 6), dt)}, ["c", "y"], cast)
+    return models, x
+
+
 def missing_tools(target: str) -> list[str]:
     """The cross compiler and emulator of `target` that are not installed here."""
     from tessera.cross.toolchain import toolchain_for

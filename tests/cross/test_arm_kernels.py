@@ -16,6 +16,7 @@ from tessera.cross.testing import (
     ARM_TARGETS,
     check_under_qemu,
     conv_case,
+    fp16_model,
     int8_matmul_case,
     matmul_case,
     missing_tools,
@@ -217,28 +218,6 @@ def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
     assert counts["neon.usdot"] < counts["neon.sdot"] < counts[None] / 1.5, counts
     assert counts["sve.usdot"] < counts["neon.usdot"], counts
     assert counts["sve.sdot"] < counts["neon.sdot"], counts
-
-
-def fp16_model(seed=0):
-    """A float16 conv (3x3, pads 1) + relu + dense, and its float32 twin: the same weights,
-    widened, for the reference."""
-    rng = np.random.default_rng(seed)
-    weights = {
-        "w": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float16),
-        "d": (rng.standard_normal((16 * 6 * 6, 12)) * 0.05).astype(np.float16),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node("Flatten", ["r"], ["f"]),
-        helper.make_node("MatMul", ["f", "d"], ["y"]),
-    ]
-    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float16)
-    models = {}
-    for dt in (np.float16, np.float32):
-        cast = {k: v.astype(dt) for k, v in weights.items()}
-        models[dt] = make_model(nodes, {"x": ((1, 8, 6, 6), dt)}, ["c", "y"], cast)
-    return models, x
 
 
 @pytest.mark.parametrize("cpu", ["cortex-a76", "neoverse-v1"])
