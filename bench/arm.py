@@ -1,6 +1,8 @@
 """Benchmark: instructions executed under QEMU by tessera's ARM kernels against a naive build.
 
     .venv/bin/python bench/arm.py [--targets aarch64-neon,aarch64-sve,armv7-neon] [--only dense]
+    .venv/bin/python bench/arm.py --sve [--only dense]
+    .venv/bin/python bench/arm.py --fp16
 
 For each op and ARM target (tessera.cross.testing.ARM_TARGETS) two builds of the same op, each
 counted alone under QEMU user mode by the instruction-counting plugin (one call, one thread;
@@ -12,6 +14,15 @@ tessera.cross.count_kernel_instructions, which runs a kernel on zero-filled buff
 - tessera: the kernel of the one-op ONNX model built with the strategies' defaults (for ARM
   targets the "arm" strategies, then the "cpu" ones), without the layout transforms of the
   model's input and output.
+
+--sve compares instead, per op, tessera's kernels for one SVE core (neoverse-v1) built two
+ways: with SVE off (-mattr=-sve: the 128-bit NEON kernels) and with its 256-bit SVE (Note
+[fixed-length SVE]), both run on QEMU's max CPU.
+
+--fp16 counts one run of a float16 conv + dense model (tessera.cross.testing.fp16_model) on
+cortex-a76 and neoverse-v1, with their half-precision arithmetic (FEAT_FP16) and without it
+(-mattr=-fullfp16: each operation widened to float32), and its largest error against the
+float32 model of the same weights (ONNX Runtime), relative to the output's scale.
 
 Instruction counts are exact and repeatable, so one run suffices; they are not times (an
 emulator's wall clock says nothing of a board's), and the machine's load does not change them.
@@ -30,10 +41,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tessera.cross.testing import (  # noqa: E402
     ARM_TARGETS,
     conv_case,
+    fp16_model,
     int8_matmul_case,
     matmul_case,
     missing_tools,
     naive_and_tessera_counts,
+    tessera_kernel_count,
 )
 
 # name -> builder of (ONNX model, te tensors); shapes from ResNet-50, MobileNetV2 and BERT
@@ -42,6 +55,7 @@ CASES = {
     "conv 3x3 s2 64->128 28x28": lambda: conv_case(64, 128, 28, 3, stride=2),
     "conv 1x1 64->256 28x28": lambda: conv_case(64, 256, 28, 1),
     "depthwise 3x3 96 28x28": lambda: conv_case(96, 96, 28, 3, groups=96),
+    "depthwise 3x3 s2 96 56x56": lambda: conv_case(96, 96, 56, 3, stride=2, groups=96),
     "dense 16x768 @ 768x768": lambda: matmul_case(16, 768, 768),
     "dense 1x512 @ 512x1000": lambda: matmul_case(1, 512, 1000),
     "matmul 4x(64x64 @ 64x64)": lambda: matmul_case(64, 64, 64, constant_b=False, batch=4),
@@ -53,7 +67,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--targets", default=",".join(ARM_TARGETS), help="of " + ", ".join(ARM_TARGETS))
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--sve", action="store_true", help="neoverse-v1: NEON build vs SVE build")
+    ap.add_argument("--fp16", action="store_true", help="float16 with and without FEAT_FP16")
     args = ap.parse_args(argv)
+    if args.sve:
+        return sve_table(args.only)
+    if args.fp16:
+        return fp16_table()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
         for target_name in args.targets.split(","):
@@ -71,6 +91,63 @@ def main(argv=None) -> int:
     print("|---|---|---:|---:|---:|")
     for name, target_name, naive, ours in rows:
         print(f"| {name} | {target_name} | {naive:,d} | {ours:,d} | {naive / ours:.1f}x |")
+    return 0
+
+
+SVE_CORE = ARM_TARGETS["aarch64-sve"][0]  # neoverse-v1: 256-bit SVE
+
+
+def sve_table(only: str) -> int:
+    """Per op: tessera's kernel for neoverse-v1 with SVE off (NEON) and on (256-bit SVE)."""
+    if missing_tools(SVE_CORE):
+        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+        return 1
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
+        for name, build in CASES.items():
+            if only not in name:
+                continue
+            case = build()
+            neon = tessera_kernel_count(case, SVE_CORE + " -mattr=-sve", "max", Path(tmp) / "n.so")
+            sve = tessera_kernel_count(case, SVE_CORE, "max", Path(tmp) / "s.so")
+            rows.append((name, neon, sve))
+            print(f"  {name:34s} {neon:>12,d} {sve:>12,d}", file=sys.stderr)
+    print("| kernel (neoverse-v1) | NEON build | SVE build (256-bit) | NEON / SVE |")
+    print("|---|---:|---:|---:|")
+    for name, neon, sve in rows:
+        print(f"| {name} | {neon:,d} | {sve:,d} | {neon / sve:.2f}x |")
+    return 0
+
+
+def fp16_table() -> int:
+    """The float16 model's instructions with FEAT_FP16 and widened, per core."""
+    import numpy as np
+
+    import tessera
+    from tessera.cross import count_instructions, run_under_qemu
+    from tessera.frontend.testing import run_ort
+
+    if missing_tools(SVE_CORE):
+        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+        return 1
+    models, x = fp16_model()
+    expected = run_ort(models[np.float32], {"x": x.astype(np.float32)})
+    mod, params = tessera.frontend.from_onnx(models[np.float16])
+    print("| core | fp16 (fmla on halves) | widened (-mattr=-fullfp16) | widened / fp16 | error |")
+    print("|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
+        for cpu in ("cortex-a76", "neoverse-v1"):
+            counts, errors = [], []
+            for extra in ("", " -mattr=-fullfp16"):
+                target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={cpu}{extra}"
+                lib = tessera.build(mod, target=target, params=params)
+                path = lib.export_library(Path(tmp) / "fp16.so")
+                got = run_under_qemu(path, {"x": x}, cpu="max")
+                for g, e in zip(got, expected, strict=True):
+                    errors.append(np.abs(g.astype(np.float32) - e).max() / np.abs(e).max())
+                counts.append(count_instructions(path, {"x": x}, cpu="max"))
+            ratio = counts[1] / counts[0]
+            print(f"| {cpu} | {counts[0]:,d} | {counts[1]:,d} | {ratio:.1f}x | {max(errors):.1e} |")
     return 0
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from tessera.ir.dtype import DType
 
-_INT_OPTIONS = ("num-cores", "max-num-threads")
+_INT_OPTIONS = ("num-cores", "max-num-threads", "msve-vector-bits")
 _BOOL_OPTIONS = ("fast-math",)
 
 _SSE = {"sse", "sse2"}
@@ -40,6 +40,8 @@ _AVX512 = _AVX2 | {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
 _VNNI = _AVX512 | {"avx512vnni"}
 _BF16 = _VNNI | {"avx512bf16"}
 _AMX = _BF16 | {"avxvnni", "avx512fp16", "amx-tile", "amx-int8", "amx-bf16"}
+# Armv8.2-A cores with DotProd and half-precision arithmetic (FEAT_FP16: fmla v.8h)
+_ARMV82 = {"neon", "dotprod", "fullfp16"}
 
 # Features of the CPU names users pass to -mcpu, for when the CPU is not this machine's (LLVM
 # knows them too, but llvmlite cannot read a target machine's features back).
@@ -57,9 +59,9 @@ CPU_FEATURES: dict[str, frozenset[str]] = {
         (("znver5",), _BF16 | {"avxvnni"}),
         (("sapphirerapids", "emeraldrapids", "graniterapids"), _AMX),
         (("cortex-a53", "cortex-a57", "cortex-a72"), {"neon"}),
-        (("cortex-a55", "cortex-a76"), {"neon", "dotprod"}),  # Armv8.2-A with DotProd
-        (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), {"neon", "dotprod"}),
-        (("neoverse-v1", "neoverse-n2", "neoverse-v2"), {"neon", "dotprod", "sve", "i8mm"}),
+        (("cortex-a55", "cortex-a76"), _ARMV82),
+        (("neoverse-n1", "apple-m1", "apple-m2", "apple-m3"), _ARMV82),
+        (("neoverse-v1", "neoverse-n2", "neoverse-v2"), _ARMV82 | {"sve", "i8mm"}),
         # microcontrollers ("c -device=micro -mcpu=cortex-m4", docs/micro.md)
         (("cortex-m0", "cortex-m0plus", "cortex-m3"), ()),
         (("cortex-m4", "cortex-m7", "cortex-m33"), {"dsp", "fp"}),
@@ -78,6 +80,10 @@ MICRO_TRIPLES = {
     "cortex-m55": "thumbv8.1m.main-none-eabihf",
 }
 _DEVICES = ("micro",)
+# The SVE vector length of the Arm cores that have SVE (Note [fixed-length SVE] in
+# tessera/topi/arm/strategy.py): code for a core is built for its length unless
+# -msve-vector-bits says otherwise.
+SVE_VECTOR_BITS = {"neoverse-v1": 256, "neoverse-n2": 128, "neoverse-v2": 128}
 # the baseline of an architecture, when neither -mcpu nor the host tells more
 _ARCH_BASELINE = {"x86_64": _SSE, "aarch64": frozenset({"neon"}), "arm64": frozenset({"neon"})}
 
@@ -218,7 +224,7 @@ def register_target_kind(kind: TargetKind) -> TargetKind:
 register_target_kind(
     TargetKind(
         "llvm",
-        options=("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math"),
+        options=("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math", "msve-vector-bits"),
         strategy_keys=cpu_strategy_keys,
         layout_strategies=True,
         build="tessera.codegen.llvm.build:build_llvm",
@@ -334,6 +340,8 @@ def _normalize(kind: str, opts: dict) -> dict:
                 raise ValueError(f"target option -{key} needs an integer, got {value!r}") from None
             if value < 1:
                 raise ValueError(f"target option -{key} must be >= 1, got {value}")
+            if key == "msve-vector-bits" and (value % 128 or value > 2048):
+                raise ValueError(f"-msve-vector-bits must be 128, 256, ... 2048, got {value}")
         elif key in _BOOL_OPTIONS:
             if not (value is True or str(value).lower() in ("1", "true", "on", "yes")):
                 continue
@@ -485,8 +493,18 @@ class Target:
         return frozenset(feats)
 
     @property
+    def sve_vector_bits(self) -> int | None:
+        """The SVE vector length code is built for (-msve-vector-bits, else the -mcpu's length
+        in SVE_VECTOR_BITS); None without SVE or for a core of unknown length."""
+        if "sve" not in self.features:
+            return None
+        return self._opts.get("msve-vector-bits") or SVE_VECTOR_BITS.get(self.mcpu)
+
+    @property
     def vector_width_bits(self) -> int:
         feats = self.features
+        if self.sve_vector_bits is not None:
+            return self.sve_vector_bits
         if "avx512f" in feats:
             return 512
         if "avx2" in feats or "avx" in feats:

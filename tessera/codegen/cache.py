@@ -164,7 +164,9 @@ def target_fingerprint(target) -> tuple:
 
 def _cpu_parts(target) -> list:
     parts = [target.llvm_triple, target.llvm_cpu, target.llvm_features]
-    return parts + [sorted(target.features), target.vector_width_bits]
+    parts += [sorted(target.features), target.vector_width_bits]
+    # code for a fixed SVE length (vscale_range) differs from the same width's NEON code
+    return parts + [["sve", target.sve_vector_bits]] if target.sve_vector_bits else parts
 
 
 def cpu_fingerprint(target) -> list:

@@ -27,16 +27,37 @@ def runtime_c_source() -> str:
     return (native.include_dir() / "tessera_rt.c").read_text()
 
 
+# Note [SVE length guard]
+# Kernels built for a fixed SVE vector length (Note [fixed-length SVE]) compute garbage at any
+# other length. A library of such code asks Linux for its length when it is loaded (prctl
+# PR_SVE_SET_VL, for the loading thread and the threads it starts later: the thread pool) and
+# exports that length and the one the thread got, which runners check before calling anything
+# (runner.c: a clear error on a core whose SVE is shorter).
+SVE_GUARD_C = """\
+#include <stdint.h>
+#include <sys/prctl.h>
+const int32_t tessera_sve_vector_bits = %d;
+int32_t tessera_sve_vector_bits_now(void) {
+    int vl = prctl(PR_SVE_GET_VL);
+    return vl < 0 ? 0 : (vl & PR_SVE_VL_LEN_MASK) * 8;
+}
+__attribute__((constructor)) static void tessera_set_sve_length(void) {
+    if (tessera_sve_vector_bits_now() != tessera_sve_vector_bits)
+        prctl(PR_SVE_SET_VL, tessera_sve_vector_bits / 8);
+}
+"""
+
+
 def export_settings(target: Target) -> dict:
     """What a Module of code for `target` needs so that export_library links it for `target`:
     {} for this machine's architecture; else its cross compiler (found, or reported missing,
     when export_library runs: building needs none) and the runtime's C to build in."""
     if not is_foreign(target):
         return {}
-    return {
-        "compiler": functools.partial(cross_compiler, target),
-        "c_sources": [runtime_c_source()],
-    }
+    sources = [runtime_c_source()]
+    if target.sve_vector_bits is not None:
+        sources.append(SVE_GUARD_C % target.sve_vector_bits)
+    return {"compiler": functools.partial(cross_compiler, target), "c_sources": sources}
 
 
 def cross_compiler(target: Target) -> list[str]:

@@ -15,6 +15,9 @@
  *       docs/architecture.md), on zero-filled 64-byte aligned buffers of those sizes and the
  *       int64 vars given: what count_kernel_instructions runs to count one kernel alone.
  *
+ * A library built for a fixed SVE vector length (tessera_sve_vector_bits) runs only where the
+ * thread got that length (tessera_sve_vector_bits_now): else exit 3 with both lengths.
+ *
  * It exits 0 on success; 2 for a bad command line, 3 for a library or file error, 4 when the
  * entry returns nonzero (the failing call is printed). Errors go to stderr, one line each.
  */
@@ -143,6 +146,20 @@ int main(int argc, char** argv) {
     if (!lib) {
         fprintf(stderr, "runner: cannot load %s: %s\n", argv[1], dlerror());
         return 3;
+    }
+    const int32_t* sve_bits = (const int32_t*)dlsym(lib, "tessera_sve_vector_bits");
+    if (sve_bits && strcmp(argv[2], "--metadata")) {
+        int32_t now = ((int32_t(*)(void))must_sym(lib, "tessera_sve_vector_bits_now", 1))();
+        if (now == 0) {
+            fprintf(stderr, "runner: %s was built for %d-bit SVE vectors, this CPU has no SVE "
+                    "(build for it without SVE: -mattr=-sve)\n", argv[1], *sve_bits);
+            return 3;
+        }
+        if (now != *sve_bits) {
+            fprintf(stderr, "runner: %s was built for %d-bit SVE vectors, this CPU runs %d-bit "
+                    "ones (build with -msve-vector-bits=%d)\n", argv[1], *sve_bits, now, now);
+            return 3;
+        }
     }
     if (!strcmp(argv[2], "--metadata")) {
         fputs((const char*)must_sym(lib, "tessera_metadata", 1), stdout);

@@ -46,6 +46,32 @@ def conv_dense_model(seed=0):
     return model, {"x": x}
 
 
+def fp16_model(seed=0):
+    """A float16 conv (3x3, pads 1) + relu + dense, and its float32 twin: the same weights,
+    widened, for the reference."""
+    from onnx import helper
+
+    from tessera.frontend.testing import make_model
+
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float16),
+        "d": (rng.standard_normal((16 * 6 * 6, 12)) * 0.05).astype(np.float16),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "d"], ["y"]),
+    ]
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float16)
+    models = {}
+    for dt in (np.float16, np.float32):
+        cast = {k: v.astype(dt) for k, v in weights.items()}
+        models[dt] = make_model(nodes, {"x": ((1, 8, 6, 6), dt)}, ["c", "y"], cast)
+    return models, x
+
+
 def missing_tools(target: str) -> list[str]:
     """The cross compiler and emulator of `target` that are not installed here."""
     from tessera.cross.toolchain import toolchain_for
@@ -153,20 +179,30 @@ def naive_and_tessera_counts(case, target_name, folder) -> tuple[int, int]:
     transforms of the model's input and output)."""
     import tessera
     from tessera import te
-    from tessera.cross.qemu import count_kernel_instructions, read_metadata
-    from tessera.frontend import from_onnx
+    from tessera.cross.qemu import count_kernel_instructions
 
-    model, tensors = case
+    _, tensors = case
     target, cpu = ARM_TARGETS[target_name]
     naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target, name="naive")
     naive_path = naive.export_library(folder / f"naive-{target_name}.so")
+    return (
+        count_kernel_instructions(naive_path, "naive", cpu=cpu),
+        tessera_kernel_count(case, target, cpu, folder / f"tessera-{target_name}.so"),
+    )
+
+
+def tessera_kernel_count(case, target: str, cpu: str, path) -> int:
+    """Instructions under QEMU of tessera's kernel of a one-op case (naive_and_tessera_counts),
+    built for `target` into the library `path`, run on QEMU's `cpu`."""
+    import tessera
+    from tessera.cross.qemu import count_kernel_instructions, read_metadata
+    from tessera.frontend import from_onnx
+
+    model, _ = case
     mod, params = from_onnx(model)
     lib = tessera.build(mod, target=target, params=params)
-    path = lib.export_library(folder / f"tessera-{target_name}.so")
+    path = lib.export_library(path)
     kernels = [f.name for f in read_metadata(path, cpu)[0] if "layout_transform" not in f.name]
     if len(kernels) != 1:
         raise ValueError(f"expected the op's one kernel besides layout transforms, got {kernels}")
-    return (
-        count_kernel_instructions(naive_path, "naive", cpu=cpu),
-        count_kernel_instructions(path, kernels[0], cpu=cpu),
-    )
+    return count_kernel_instructions(path, kernels[0], cpu=cpu)

@@ -3,22 +3,29 @@ Runtime on every ARM target, with row and column tails; one kernel's instruction
 (count_kernel_instructions); the NEON conv and dense kernels execute >= 4x fewer instructions
 than a naive build of the same op (bench/arm.py prints the table for larger shapes)."""
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
 
 import tessera
-from tessera import te
+from tessera import autotune, te
 from tessera.cross import count_instructions, count_kernel_instructions, run_under_qemu
 from tessera.cross.testing import (
     ARM_TARGETS,
     check_under_qemu,
     conv_case,
+    fp16_model,
+    int8_matmul_case,
     matmul_case,
     missing_tools,
     naive_and_tessera_counts,
+    tessera_kernel_count,
 )
+from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model, run_ort
+from tessera.topi.strategy import Config
 
 
 def require_toolchain(target_name: str) -> None:
@@ -171,21 +178,30 @@ def test_int8_matches_ort_bit_for_bit_under_qemu(target_name, tmp_path):
 
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
-INT8_CPUS = {"neoverse-v1": "usdot", "neoverse-n1": "sdot", "cortex-a72": None}
+# the CPU options -> the dot intrinsic their int8 kernels use
+INT8_CPUS = {
+    "-mcpu=neoverse-v1": "sve.usdot",  # I8MM, 256-bit SVE
+    "-mcpu=neoverse-v1 -mattr=-i8mm": "sve.sdot",  # DotProd, 256-bit SVE
+    "-mcpu=neoverse-v1 -msve-vector-bits=128": "neon.usdot",  # SVE no wider than NEON
+    "-mcpu=neoverse-n1": "neon.sdot",
+    "-mcpu=cortex-a72": None,
+}
+DOTS = ("sve.usdot", "sve.sdot", "neon.usdot", "neon.sdot")
 
 
-@pytest.mark.parametrize("mcpu", list(INT8_CPUS))
-def test_int8_dot_instructions_match_ort(mcpu, tmp_path):
+@pytest.mark.parametrize("cpu", list(INT8_CPUS))
+def test_int8_dot_instructions_match_ort(cpu, tmp_path):
     """dot_u8i8 on AArch64 (codegen/llvm/int8_dot.py): usdot with FEAT_I8MM (neoverse-v1), a
-    pair of sdot with FEAT_DotProd (neoverse-n1), else shifts, multiplies and adds; each bit for
-    bit with ORT (run on QEMU's max CPU, which has both)."""
+    pair of sdot with FEAT_DotProd (neoverse-n1), in their SVE forms on whole 256-bit SVE
+    registers where the length is fixed, else shifts, multiplies and adds; each bit for bit
+    with ORT (run on QEMU's max CPU, which has them all)."""
     require_toolchain("aarch64-neon")
     model, feeds = int8_model()
     mod, params = tessera.frontend.from_onnx(model)
-    lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
+    lib = tessera.build(mod, target=f"{AARCH64} {cpu}", params=params)
     ll = lib.get_source("ll")
-    for name in ("usdot", "sdot"):
-        assert (f"aarch64.neon.{name}." in ll) == (name == INT8_CPUS[mcpu]), name
+    for name in DOTS:
+        assert (f"aarch64.{name}." in ll) == (name == INT8_CPUS[cpu]), name
     got = run_under_qemu(lib.export_library(tmp_path / "int8.so"), feeds, cpu="max")
     for g, e in zip(got, run_ort(model, feeds), strict=True):
         np.testing.assert_array_equal(g, e)
@@ -196,7 +212,97 @@ def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
     model, feeds = int8_model()
     mod, params = tessera.frontend.from_onnx(model)
     counts = {}
-    for mcpu in INT8_CPUS:
-        lib = tessera.build(mod, target=f"{AARCH64} -mcpu={mcpu}", params=params)
-        counts[mcpu] = count_instructions(lib.export_library(tmp_path / f"{mcpu}.so"), feeds)
-    assert counts["neoverse-v1"] < counts["neoverse-n1"] < counts["cortex-a72"] / 1.5, counts
+    for cpu, name in INT8_CPUS.items():
+        lib = tessera.build(mod, target=f"{AARCH64} {cpu}", params=params)
+        counts[name] = count_instructions(lib.export_library(tmp_path / f"{name}.so"), feeds)
+    assert counts["neon.usdot"] < counts["neon.sdot"] < counts[None] / 1.5, counts
+    assert counts["sve.usdot"] < counts["neon.usdot"], counts
+    assert counts["sve.sdot"] < counts["neon.sdot"], counts
+
+
+@pytest.mark.parametrize("cpu", ["cortex-a76", "neoverse-v1"])
+def test_fp16_arithmetic_where_the_core_has_it(cpu, tmp_path):
+    """A float16 model on cores with FEAT_FP16 (Target.features "fullfp16") computes in half
+    precision, `fmla` on 8 (NEON) or 16 (256-bit SVE) halves, and matches the float32 model of
+    the same weights within float16's rounding; without FEAT_FP16 (-mattr=-fullfp16) LLVM
+    widens each half to float32 (fcvtl), and executes more instructions for it."""
+    require_toolchain("aarch64-neon")
+    models, x = fp16_model()
+    expected = run_ort(models[np.float32], {"x": x.astype(np.float32)})
+    mod, params = tessera.frontend.from_onnx(models[np.float16])
+    counts = {}
+    for name, extra in (("fp16", ""), ("widened", " -mattr=-fullfp16")):
+        target = f"{AARCH64} -mcpu={cpu}{extra}"
+        assert ("fullfp16" in tessera.Target(target).features) == (name == "fp16")
+        lib = tessera.build(mod, target=target, params=params)
+        asm = lib.get_source("asm")
+        half_fma = r"\b(fmla\s+v\d+\.8h|fml[as]\s+z\d+\.h|fmad\s+z\d+\.h)"
+        assert bool(re.search(half_fma, asm)) == (name == "fp16"), name
+        path = lib.export_library(tmp_path / f"{name}.so")
+        got = run_under_qemu(path, {"x": x}, cpu="max")
+        for g, e in zip(got, expected, strict=True):
+            assert g.dtype == np.float16
+            scale = float(np.abs(e).max())
+            # products rounded to half, sums of up to 576 of them in half: a few ulp of the scale
+            np.testing.assert_allclose(g.astype(np.float32), e, rtol=0, atol=8e-3 * scale)
+        counts[name] = count_instructions(path, {"x": x}, cpu="max")
+    assert counts["fp16"] < counts["widened"], counts
+
+
+def test_sve_int8_dense_reads_whole_panels(tmp_path):
+    """Note [arm int8 panel]: on 256-bit SVE an int8 dense tile keeps its vectors in one weight
+    panel (else each vector was 8 scalar loads): bit for bit with ORT, and fewer instructions
+    than the NEON build of the same core (-mattr=-sve)."""
+    require_toolchain("aarch64-sve")
+    case = int8_matmul_case(16, 96, 64)
+    model, _ = case
+    a = np.random.default_rng(1).integers(0, 256, (16, 96)).astype(np.uint8)
+    check_under_qemu(model, {"a": a}, "aarch64-sve", tmp_path, rtol=0)
+    core = ARM_TARGETS["aarch64-sve"][0]
+    neon = tessera_kernel_count(case, core + " -mattr=-sve", "max", tmp_path / "neon.so")
+    sve = tessera_kernel_count(case, core, "max", tmp_path / "sve.so")
+    assert sve < neon, (sve, neon)
+
+
+def depthwise_model(channels, size, stride, seed=0):
+    """A depthwise 3x3 conv (pads 1) + bias + relu."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": (rng.standard_normal((channels, 1, 3, 3)) * 0.3).astype(np.float32),
+        "b": rng.standard_normal(channels).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w", "b"], ["c"], pads=[1] * 4, strides=[stride] * 2, group=channels
+        ),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": ((1, channels, size, size), np.float32)}, ["y"], weights)
+    return model, {"x": rng.standard_normal((1, channels, size, size)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("target_name", ["aarch64-neon", "aarch64-sve"])
+def test_depthwise_tap_order(target_name, tmp_path):
+    """Note [depthwise tap order]: at stride 2 on AArch64 a 14-wide tile takes each column's
+    taps in turn (the default config says so, stride 1 not), matches ORT, and on NEON executes
+    fewer instructions than the window order (the knob off)."""
+    require_toolchain(target_name)
+    target = tessera.Target(ARM_TARGETS[target_name][0])
+    for stride, inner in ((1, False), (2, True)):
+        mod, params = from_onnx(depthwise_model(16, 14 * stride, stride)[0])
+        (task,) = autotune.extract_tasks(mod, params, target)
+        assert task.default(target)["taps_inner"] is inner, stride
+    model, feeds = depthwise_model(16, 28, 2)
+    check_under_qemu(model, feeds, target_name, tmp_path)
+    mod, params = from_onnx(model)
+    (task,) = autotune.extract_tasks(mod, params, target)
+    counts = {}
+    for inner in (True, False):
+        config = Config("depthwise_nchwc", {**task.default(target), "taps_inner": inner})
+        lib = tessera.build(mod, target=target, params=params, configs={task: config})
+        path = lib.export_library(tmp_path / f"taps-{inner}.so")
+        counts[inner] = count_instructions(path, feeds, cpu=ARM_TARGETS[target_name][1])
+        got = run_under_qemu(path, feeds, cpu=ARM_TARGETS[target_name][1])
+        np.testing.assert_allclose(got[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    if target_name == "aarch64-neon":
+        assert counts[True] < counts[False], counts

@@ -12,10 +12,10 @@ import pytest
 from onnx import helper
 
 import tessera
-from tessera.cross import read_plan, run_under_qemu, toolchain_of_library
+from tessera.cross import count_instructions, read_plan, run_under_qemu, toolchain_of_library
 from tessera.cross.testing import ARM_TARGETS, check_under_qemu, conv_dense_model, missing_tools
 from tessera.frontend import from_onnx
-from tessera.frontend.testing import make_model
+from tessera.frontend.testing import make_model, run_ort
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -87,18 +87,53 @@ def test_host_library_is_not_taken_for_a_cross_one(tmp_path):
 
 
 def test_the_sve_build_runs_sve_instructions(tmp_path):
-    # the same library that matches ORT under QEMU's SVE CPU stops on a CPU without SVE: its
-    # SVE instructions are executed, not just present
+    # neoverse-v1's code is built for its 256-bit SVE (Note [fixed-length SVE]): whole SVE
+    # registers, predicated by ptrue. The library asks for that length when loaded (QEMU's max
+    # CPU starts at 512 bits), and refuses, by name, a CPU without SVE or with shorter vectors.
     require_toolchain("aarch64-sve")
     model, feeds = conv_dense_model()
     mod, params = from_onnx(model)
     lib = tessera.build(mod, target=ARM_TARGETS["aarch64-sve"][0], params=params)
-    assert re.search(r"\bz\d+\.[bhsd]\b", lib.get_source("asm"))  # SVE vector registers
+    asm = lib.get_source("asm")
+    assert re.search(r"\bfml[as]\s+z\d+\.s", asm) or re.search(r"\bfmad\s+z\d+\.s", asm)
+    assert "vscale_range(2,2)" in lib.get_source("ll")
     path = lib.export_library(tmp_path / "sve.so")
-    logits, _ = run_under_qemu(path, feeds, cpu="max")
-    assert np.isfinite(logits).all()
-    with pytest.raises(RuntimeError, match="Illegal instruction"):
+    expected = run_ort(model, feeds)
+    for cpu in ("max", "max,sve-default-vector-length=32"):
+        for got, want in zip(run_under_qemu(path, feeds, cpu=cpu), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="built for 256-bit SVE vectors, this CPU has no SVE"):
         run_under_qemu(path, feeds, cpu="cortex-a76")
+    with pytest.raises(RuntimeError, match="this CPU runs 128-bit ones"):
+        run_under_qemu(path, feeds, cpu="max,sve128=on")
+
+
+def test_sve_vector_length_is_a_target_option(tmp_path):
+    # -msve-vector-bits=128: SVE no wider than NEON, so the 128-bit kernels, for any SVE core
+    require_toolchain("aarch64-sve")
+    model, feeds = conv_dense_model()
+    mod, params = from_onnx(model)
+    target = ARM_TARGETS["aarch64-sve"][0] + " -msve-vector-bits=128"
+    assert tessera.Target(target).vector_lanes("float32") == 4
+    lib = tessera.build(mod, target=target, params=params)
+    path = lib.export_library(tmp_path / "sve128.so")
+    got = run_under_qemu(path, feeds, cpu="max,sve128=on")
+    for g, want in zip(got, run_ort(model, feeds), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="-msve-vector-bits must be 128, 256"):
+        tessera.Target(target.replace("=128", "=192"))
+
+
+def test_sve_build_executes_fewer_instructions_than_neon(tmp_path):
+    # the same core (neoverse-v1) with SVE off (-mattr=-sve: NEON kernels) and on (256 bits)
+    require_toolchain("aarch64-sve")
+    model, feeds = conv_dense_model()
+    mod, params = from_onnx(model)
+    counts = {}
+    for name, extra in (("neon", " -mattr=-sve"), ("sve", "")):
+        lib = tessera.build(mod, target=ARM_TARGETS["aarch64-sve"][0] + extra, params=params)
+        counts[name] = count_instructions(lib.export_library(tmp_path / f"{name}.so"), feeds)
+    assert counts["sve"] < counts["neon"], counts
 
 
 def test_outputs_stored_in_an_input_a_weight_or_an_earlier_output(tmp_path):

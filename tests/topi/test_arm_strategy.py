@@ -105,3 +105,35 @@ def test_aarch64_conv_defaults_are_the_cpu_rule():
     (task,) = autotune.extract_tasks(mod, params, AARCH64)
     assert task.default(AARCH64) == Task(task.workload, "cpu").default(AARCH64)
     assert task.default(AARCH64)["oc_vectors"] > 1  # the cpu tile rule, not armv7's
+
+
+@pytest.mark.parametrize(
+    "target, bits, lanes",
+    [
+        ("-mcpu=neoverse-v1", 256, 8),  # the core's own SVE length
+        ("-mcpu=neoverse-v1 -msve-vector-bits=128", 128, 4),
+        ("-mcpu=neoverse-v1 -mattr=-sve", None, 4),  # NEON
+        ("-mcpu=neoverse-v2", 128, 4),
+        ("-mattr=+sve -msve-vector-bits=512", 512, 16),
+        ("-mattr=+sve", None, 4),  # an SVE core of unknown length: NEON-wide, no fixed length
+        ("-mcpu=cortex-a76", None, 4),
+    ],
+)
+def test_sve_vector_length_sizes_the_blocks(target, bits, lanes):
+    """Note [fixed-length SVE]: the SVE length is the target's vector width, so the blocks
+    (here a dense tile's vectors and a conv's channel block) are as wide."""
+    t = tessera.Target(f"llvm -mtriple=aarch64-linux-gnu {target}")
+    assert t.sve_vector_bits == bits and t.vector_lanes("float32") == lanes
+    assert tessera.Target(str(t)) == t
+    assert arm_blocking(t, 16, 256, 256).lanes == lanes
+    mod, params = from_onnx(conv_model(64, 128, 28, 2))
+    (task,) = autotune.extract_tasks(mod, params, t)
+    config = task.default(t)
+    assert config.impl == "direct_nchwc" and config["out_block"] == lanes  # NCHW[lanes]c
+
+
+def test_sve_length_option_is_checked():
+    with pytest.raises(ValueError, match="-msve-vector-bits must be 128, 256"):
+        tessera.Target("llvm -mtriple=aarch64-linux-gnu -mattr=+sve -msve-vector-bits=96")
+    with pytest.raises(ValueError, match="needs an integer"):
+        tessera.Target("llvm -mtriple=aarch64-linux-gnu -msve-vector-bits=wide")

@@ -129,6 +129,19 @@ def _optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
     pb.getModulePassManager().run(module, pb)
 
 
+def _fix_sve_length(module: ir.Module, target: Target) -> None:
+    """On a target with a known SVE vector length, tell LLVM that length (vscale_range) in each
+    function, so that vectors wider than NEON's 128 bits become SVE registers and instructions
+    rather than pairs of NEON ones (Note [fixed-length SVE], tessera/topi/arm/strategy.py)."""
+    bits = target.sve_vector_bits
+    if bits is None:
+        return
+    attr = f"vscale_range({bits // 128},{bits // 128})"
+    for fn in module.functions:
+        if fn.blocks:  # llvmlite knows no vscale_range: add it past its list of known names
+            set.add(fn.attributes, attr)
+
+
 def _load_runtime_if_needed(text: str) -> None:
     """Load tessera_rt (RTLD_GLOBAL) when the code calls it, so the JIT resolves its symbols."""
     if "@tessera_" in text:
@@ -150,6 +163,7 @@ def compile_llvm(funcs: list[PrimFunc], target: Target):
     ctx = ModuleContext(module, target, fast_math=target.fast_math)
     for func in funcs:
         emit_prim_func(ctx, func)
+    _fix_sve_length(module, target)
     parsed = llvm.parse_assembly(str(module))
     parsed.verify()
     _optimize(parsed, tm)

@@ -8,6 +8,8 @@ bytes of a with the four int8 bytes of b (Note [int8 dot]).
     lanes 8,  avx2                  2 x vpmaddwd ymm
     lanes 4,  i8mm (AArch64)        usdot v.4s          (llvm.aarch64.neon.usdot: u8 x s8)
     lanes 4,  dotprod (AArch64)     2 x sdot v.4s       (a - 128 as int8, see below)
+    fixed-length SVE wider than 128 bits (Note [fixed-length SVE]): the SVE forms of these,
+    usdot z.s or 2 x sdot z.s, on whole SVE registers (other widths split or padded)
     otherwise                       shifts, multiplies and adds on int32 lanes
 
 The target's features decide (`Target.features`, read from LLVM for the host: never assumed).
@@ -77,15 +79,25 @@ def emit_dot(em, acc, a, b, lanes: int) -> ir.Value:
     """Vectors of other widths (a 28-wide row is 16 + 12 lanes) are padded to, or split into,
     the native width, so that a tail of a row still runs on vpdpbusd."""
     feats = _features(em)
+    sve = _sve_lanes(em, feats)
+    if sve and lanes > 1:
+        if lanes == sve:
+            return _sve_dot(em, feats, acc, a, b, lanes)
+        return _split(em, acc, a, b, lanes, sve, lambda *v: _sve_dot(em, feats, *v, sve))
     width = _native_width(feats)
     if lanes in (8, 16, width) or width == 0 or lanes == 1:
         return _emit_native(em, feats, acc, a, b, lanes)
     step = width if lanes > 8 or width < 16 else 8
+    return _split(em, acc, a, b, lanes, step, lambda *v: _emit_native(em, feats, *v, step))
+
+
+def _split(em, acc, a, b, lanes, step, native):
+    """native(acc, a, b) on pieces of `step` lanes (the last one padded), put back together."""
     pieces = []
     for start in range(0, lanes, step):
         n = min(step, lanes - start)
         parts = [_lanes_of(em, v, start, n, step) for v in (acc, a, b)]
-        pieces.append((_emit_native(em, feats, *parts, step), n))
+        pieces.append((native(*parts), n))
     return _concat(em, pieces, lanes)
 
 
@@ -149,6 +161,69 @@ def _sdot_pair(em, acc, a, b):
     minus128 = ir.Constant(bytes16, [-128] * 16)
     zero = _const(em, 0, T.I32, 4)
     return em.b.sub(em.b.call(fn, [acc, flipped, b8]), em.b.call(fn, [zero, minus128, b8]))
+
+
+def _sve_lanes(em, feats) -> int:
+    """int32 lanes of an SVE register when the target fixes an SVE length wider than NEON's
+    and has SVE's dot instructions (0: use the NEON or x86 forms)."""
+    target = em.ctx.target
+    bits = getattr(target, "sve_vector_bits", None) if target is not None else None
+    if not bits or bits <= 128 or not ({"i8mm", "dotprod"} & feats):
+        return 0
+    return bits // 32
+
+
+class _Scalable(ir.Type):
+    """An SVE register's type, <vscale x count x element> (llvmlite has no scalable vectors)."""
+
+    def __init__(self, element, count):
+        self.element, self.count = element, count
+
+    def _to_string(self):
+        return f"<vscale x {self.count} x {self.element}>"
+
+    def __eq__(self, other):
+        return isinstance(other, _Scalable) and str(self) == str(other)
+
+    def __hash__(self):
+        return hash(str(self))
+
+
+def _sve_dot(em, feats, acc, a, b, lanes):
+    """SVE USDOT (I8MM) or the SDOT pair of Note [int8 dot] on whole SVE registers: the fixed
+    vectors go in (llvm.vector.insert) and come out (llvm.vector.extract), which LLVM folds
+    away when the function's vscale_range fixes the length (codegen/llvm/build.py)."""
+    words, bytes_ = _Scalable(T.I32, 4), _Scalable(T.I8, 16)
+    fixed = ir.VectorType(T.I8, 4 * lanes)
+
+    def scalable(v, ty):
+        name = f"llvm.vector.insert.{_mangle(ty)}.{_mangle(v.type)}"
+        fn = em.ctx.declare(name, ty, [ty, v.type, T.I64])
+        return em.b.call(fn, [ir.Constant(ty, ir.Undefined), v, ir.Constant(T.I64, 0)])
+
+    def dot(name, acc_s, x, y):
+        fn = em.ctx.declare(f"llvm.aarch64.sve.{name}.nxv4i32", words, [words, bytes_, bytes_])
+        return em.b.call(fn, [acc_s, scalable(x, bytes_), scalable(y, bytes_)])
+
+    b8 = em.b.bitcast(b, fixed)
+    if "i8mm" in feats:
+        out = dot("usdot", scalable(acc, words), em.b.bitcast(a, fixed), b8)
+    else:
+        flipped = em.b.bitcast(em.b.xor(a, _const(em, -0x7F7F7F80, T.I32, lanes)), fixed)
+        minus128 = ir.Constant(fixed, [-128] * (4 * lanes))
+        zero = scalable(_const(em, 0, T.I32, lanes), words)
+        out = em.b.sub(
+            dot("sdot", scalable(acc, words), flipped, b8), dot("sdot", zero, minus128, b8)
+        )
+    vec = ir.VectorType(T.I32, lanes)
+    fn = em.ctx.declare(f"llvm.vector.extract.v{lanes}i32.nxv4i32", vec, [words, T.I64])
+    return em.b.call(fn, [out, ir.Constant(T.I64, 0)])
+
+
+def _mangle(ty) -> str:
+    if isinstance(ty, _Scalable):
+        return f"nxv{ty.count}{ty.element}"
+    return f"v{ty.count}{ty.element}"
 
 
 def _vec(ty, lanes):

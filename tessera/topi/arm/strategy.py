@@ -16,20 +16,42 @@ defaults: a kernel built without a config (the default one) is scheduled by this
     nn.conv2d          nchw | direct_nchwc | depthwise_nchwc | winograd (the cpu strategy's)
 
 Convolutions take the cpu strategy's implementations, spaces and layouts; on AArch64 its tile
-rule (Note [conv micro-kernel]) serves as it is. On 32-bit ARM the direct conv's defaults are
-Note [armv7 conv tile]'s: one output-channel vector per tile, the input padded once.
+rule (Note [conv micro-kernel]) serves as it is. On SVE cores every rule sees the SVE vector
+length (Note [fixed-length SVE]): 8 float32 lanes on neoverse-v1. On 32-bit ARM the direct
+conv's defaults are Note [armv7 conv tile]'s: one output-channel vector per tile, the input
+padded once.
 """
 
 from __future__ import annotations
 
+from tessera import te
 from tessera.graph.op import get_op
+from tessera.topi.generic import inline_injective
+from tessera.topi.qnn import DENSE_TAG as QNN_DENSE_TAG
 from tessera.topi.strategy import Config, ConfigSpace, Workload, register_strategy
 from tessera.topi.x86 import batch_matmul as x86_bmm
 from tessera.topi.x86 import conv2d as x86_conv
 from tessera.topi.x86 import dense as x86_dense
+from tessera.topi.x86 import int8_dense as x86_int8
 from tessera.topi.x86 import strategy as cpu
 from tessera.topi.x86.conv2d import choose_conv_tile
 from tessera.topi.x86.cpu import vector_registers
+
+# Note [fixed-length SVE]
+# SVE code is either vector-length agnostic (scalable vectors, predicated loops) or built for one
+# length. tessera's kernels are built for one: every schedule rule sizes its blocks from
+# Target.vector_width_bits, which on an SVE core is its SVE length (-msve-vector-bits=N, else
+# the core's own: target.SVE_VECTOR_BITS, 256 on neoverse-v1), so a neoverse-v1 conv blocks
+# 8 output channels (NCHW8c) and a dense kernel's panel is nv x 8 columns, in 32 registers.
+# The code generator then states the length in each function (vscale_range(N/128, N/128),
+# codegen/llvm/build.py), which is what lets LLVM lower the 256-bit vectors to whole SVE
+# registers with ptrue predicates rather than pairs of NEON registers; int8's dot becomes SVE's
+# usdot or sdot (codegen/llvm/int8_dot.py). Tails need no predicated loops: the schedules pad
+# or guard them as for any vector width. The price is that the library runs only where the
+# thread's SVE length is N: it asks Linux for N when loaded (prctl), and runners check (Note
+# [SVE length guard], tessera/cross/link.py). Neoverse-N2/V2 have 128-bit SVE: there the NEON
+# kernels are as wide, so their builds are the NEON ones.
+
 
 # Note [arm register tile]
 # A matrix-product micro-kernel holds mr x nv accumulators and, per step of k, loads nv vectors
@@ -145,11 +167,47 @@ def _arm_direct_space(wl: Workload, target) -> ConfigSpace | None:
     return ConfigSpace(knobs, space.constraints)
 
 
+# Note [depthwise tap order]
+# A depthwise register tile (ow_block columns of one channel vector) takes its 3x3 window with
+# the taps outside the loop over its columns: for each tap, one FMA per column. The input
+# vectors a kernel row reads, (ow_block - 1) * stride + kw of them, are loaded once and stay
+# live across the row's taps, next to ow_block accumulators and a weight. Where that exceeds
+# the register file (a 14-wide 3x3 tile at stride 2: 14 + 29 + 1 > 32), LLVM spills the inputs it
+# hoisted. With the row's taps inside the column loop instead, a column takes its taps in turn
+# (the same order of sums per output: bit-identical results) and each input is live for one or
+# two columns only. Under QEMU (bench/arm.py), depthwise 3x3 stride 2, 96 channels 56x56 ->
+# 28x28, cortex-a76: 379 k -> 308 k instructions; stride 1 (14 + 16 + 1 fit): 321 k either
+# way; 256-bit SVE at stride 2: 191 k either way. On 32-bit ARM it costs (7-wide tiles at
+# stride 2: 502 k -> 629 k): each of the column-wise reads takes an address register or an add
+# there (Note [armv7 conv tile]). So the rule: taps inside on AArch64 when the window order's
+# live vectors exceed the register file; a knob (taps_inner) to tune.
+
+
+def taps_inner_rule(target, ow_block: int, stride_w: int, window_w: int) -> bool:
+    """Note [depthwise tap order]: the row's taps inside the column loop? (window_w: the
+    columns a kernel row spans, (kw - 1) * dilation + 1)"""
+    live = ow_block + (ow_block - 1) * stride_w + window_w + 1
+    return not _aarch32(target) and live > vector_registers(target)
+
+
+def _arm_depthwise_space(wl: Workload, target) -> ConfigSpace | None:
+    space = cpu._depthwise_space(wl, target)
+    if space is None:
+        return None
+    c = cpu._Conv.of(wl, target)
+
+    def taps_default(wl, target, context):
+        ow_block = choose_conv_tile(c.ow, 1, c.registers, depthwise=True).ow_block
+        return taps_inner_rule(target, ow_block, c.strides[1], (c.kw - 1) * c.dilation[1] + 1)
+
+    return ConfigSpace([*space.knobs, cpu.Knob("taps_inner", (False, True), taps_default)])
+
+
 _conv = register_strategy("nn.conv2d", "arm")
 _conv.implementation("nchw")(cpu._nchw_space)
 _conv.implementation("direct_nchwc", priority=1, layout=cpu._direct_layout)(_arm_direct_space)
 _conv.implementation("depthwise_nchwc", priority=1, layout=cpu._depthwise_layout)(
-    cpu._depthwise_space
+    _arm_depthwise_space
 )
 _conv.implementation("winograd", priority=2, layout=cpu._winograd_layout)(cpu._winograd_space)
 _conv.choose_default(cpu._conv_default)
@@ -186,7 +244,10 @@ def schedule_matmul(outs, target=None, config=None):
 
 def schedule_conv2d_nchwc(outs, target=None, config=None):
     """conv2d_nchwc (x86_conv.schedule_conv2d_nchwc) with Note [armv7 conv tile]'s defaults for
-    a direct (not depthwise) conv on 32-bit ARM when no config is given."""
+    a direct (not depthwise) conv on 32-bit ARM, and Note [depthwise tap order]'s for a
+    depthwise one, when no config is given."""
+    if config is None and target is not None:
+        config = _depthwise_default(list(outs), target)
     if config is None and target is not None and _aarch32(target):
         conv = x86_conv._find_conv(list(outs))
         if not conv.op.attrs.get("depthwise", 0):
@@ -197,6 +258,52 @@ def schedule_conv2d_nchwc(outs, target=None, config=None):
     return x86_conv.schedule_conv2d_nchwc(outs, target, config)
 
 
+def _depthwise_default(outs, target) -> Config | None:
+    """The depthwise config of the rules (x86_conv's tile and unrolling) with the tap order
+    of Note [depthwise tap order] where it says taps inside; else None (the cpu schedule)."""
+    conv = x86_conv._find_conv(outs)
+    if not conv.op.attrs.get("depthwise", 0):
+        return None
+    ow = int(conv.shape[3].value)
+    tile = choose_conv_tile(ow, 1, vector_registers(target), depthwise=True)
+    attrs = conv.op.attrs
+    if not taps_inner_rule(target, tile.ow_block, attrs["stride_w"], attrs["window_w"]):
+        return None
+    unroll = -(-ow // tile.ow_block) == 2  # x86_conv.schedule_conv2d_nchwc's rule
+    knobs = {"ow_block": tile.ow_block, "unroll_tiles": unroll, "taps_inner": True}
+    return Config("depthwise_nchwc", knobs)
+
+
+# Note [arm int8 panel]
+# The int8 dense kernel (topi/x86/int8_dense.py) reads weights packed in panels of 16 int32
+# columns (topi/qnn.py pack_dense_weight) and lets a tile span several panels, each of its
+# vectors reading one. With 8 int32 lanes (256-bit SVE) a vector is half a panel, and the
+# lanes' panel and column (j // 16, j % 16) are not resolved to one contiguous read: LLVM gets
+# 8 scalar loads per vector (dense 16x768 @ 768x768 on neoverse-v1: 2.25 M instructions, twice
+# NEON's 1.06 M). On ARM a tile's vectors stay within one panel (nv at most 16 / lanes: 2 on
+# 256-bit SVE), rows by the same rule: 0.74 M on neoverse-v1's SVE. NEON's tiles (4 vectors,
+# one panel) are as before; the ARM register tile (mr 4 rather than 6) would cost 4-6% more
+# there, the int8 step's broadcast row word being reused by the sdot pair's correction.
+
+
+def schedule_qnn_dense(outs, target=None):
+    """qnn.dense (x86_int8.schedule_qnn_dense) with Note [arm int8 panel]'s tile."""
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    s = te.create_schedule([t.op for t in outs])
+    inline_injective(s, outs)
+    x86_int8.schedule_pack(s, outs, target)
+    anchor = x86_dense.find_tagged(outs, QNN_DENSE_TAG)
+    M, N = (int(d.value) for d in anchor.shape)
+    K4 = int(anchor.op.reduce_axis[0].dom.extent.value)
+    nr = int(anchor.op.attrs["nr"])
+    blk = x86_int8.int32_blocking(target, M, N, K4, nr)
+    if blk.nv > nr // blk.lanes:
+        fit = x86_dense.choose_blocking(target, M, N, K4, nv=nr // blk.lanes)
+        blk = x86_dense.Blocking(blk.lanes, fit.registers, fit.mr, fit.nv, fit.kc, fit.l1, fit.l2)
+    return x86_dense.schedule_gemm(s, outs, anchor, blk, target)
+
+
+get_op("qnn.dense").schedule("arm")(schedule_qnn_dense)
 get_op("nn.conv2d_nchwc").schedule("arm")(schedule_conv2d_nchwc)
 get_op("nn.dense_packed").schedule("arm")(schedule_dense_packed)
 for _name in ("nn.batch_matmul", "matmul", "nn.dense"):

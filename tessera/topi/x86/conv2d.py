@@ -439,7 +439,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         prefetch = bool(config.get("prefetch", False))
     else:
         prefetch = _prefetch_pays(out, acc, tile, target_cache_sizes(target)[2])
-    tiles = _schedule_tile(s, out, acc, tile, prefetch)
+    taps_inner = bool(config.get("taps_inner", False)) if config is not None else False
+    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner)
     pad_knob = config.get("pad_per_tile") if config is not None else None
     per_tile = _schedule_pad(s, conv, acc, tile, pad_knob)
     if config is not None:
@@ -456,6 +457,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         s[out].unroll(tiles)
     if depthwise:
         knobs = {"ow_block": tile.ow_block, "unroll_tiles": unroll}
+        if config is not None and config.get("taps_inner") is not None:  # ARM's knob
+            knobs["taps_inner"] = taps_inner
     else:
         ob = int(conv.shape[4].value)
         knobs = {"out_block": ob, "ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors}
@@ -466,8 +469,10 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     return s
 
 
-def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile, prefetch: bool):
-    """The register tile's loops; returns the loop over a row's tiles."""
+def _schedule_tile(s, out, acc, tile: ConvTile, prefetch: bool, taps_inner: bool = False):
+    """The register tile's loops; returns the loop over a row's tiles. `taps_inner` (depthwise):
+    a kernel row's taps inside the loop over the tile's columns (Note [depthwise tap order] in
+    topi/arm/strategy.py); else the whole window outside it."""
     st = s[out]
     n, oc, oh, ow, oi = st.op.axis
     oco, oci = st.split(oc, factor=tile.oc_vectors)
@@ -480,7 +485,12 @@ def _schedule_tile(s, out: te.Tensor, acc: te.Tensor, tile: ConvTile, prefetch: 
     s[acc].compute_at(st, owo)
     a = s[acc]
     an, aoc, aoh, aow, aoi = a.op.axis
-    a.reorder(an, aoh, *a.op.reduce_axis, aoc, aow, aoi)
+    if taps_inner and len(a.op.reduce_axis) == 2:
+        rh, rw = a.op.reduce_axis
+        a.reorder(an, aoh, rh, aoc, aow, rw, aoi)
+        a.unroll(rw)
+    else:
+        a.reorder(an, aoh, *a.op.reduce_axis, aoc, aow, aoi)
     a.unroll(aoc)
     a.unroll(aow)
     a.vectorize(aoi)
