@@ -223,16 +223,19 @@ def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te
 
 
 def lower_group(group: Function, target: Target, name: str | None = None) -> tir.PrimFunc:
-    """The PrimFunc of one fused group: params are its inputs, then its outputs."""
-    placeholders, outs = _compute_group(group, target)
-    try:
-        s = schedule_group(group, outs, target)
-        return te.lower(s, [*placeholders, *outs], name=name or group.name)
-    except Exception as err:
-        raise LoweringError(
-            f"{group.name}: scheduling or lowering failed ({_anchor(group).op.name} anchors "
-            f"the group): {type(err).__name__}: {err}"
-        ) from err
+    """The PrimFunc of one fused group: params are its inputs, then its outputs. The target
+    is current while its computes and schedule run (rules that read `Target.current()`, such
+    as the row split of softmax, take its rule; Note [lane split] in topi/nn/softmax.py)."""
+    with target:
+        placeholders, outs = _compute_group(group, target)
+        try:
+            s = schedule_group(group, outs, target)
+            return te.lower(s, [*placeholders, *outs], name=name or group.name)
+        except Exception as err:
+            raise LoweringError(
+                f"{group.name}: scheduling or lowering failed ({_anchor(group).op.name} "
+                f"anchors the group): {type(err).__name__}: {err}"
+            ) from err
 
 
 @dataclass

@@ -40,7 +40,7 @@ import numpy as np
 
 from tessera.topi.layout import transform_array
 from tessera.topi.nn.norm import _acc as _norm_acc
-from tessera.topi.nn.softmax import ROW_LANES, default_split
+from tessera.topi.nn.softmax import default_split
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.x86 import (
     int8_strategy,  # noqa: F401  (qnn.conv2d's strategy)
@@ -574,11 +574,11 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
         return None
     sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
     # the row split (Note [lane split] in topi/nn/softmax.py): 1, 2, 4 or 8 vectors of the
-    # target for the dtype it reduces; the default is the rule as lowering computes it, over
-    # ROW_LANES (no target is current there)
+    # target for the dtype it reduces; the default is the rule over the target's vectors, as
+    # lowering computes it (the group's target is current there)
     n, dtype = xs[-1], str(_norm_acc(xd)) if wl.op == "nn.layer_norm" else xd
     lanes = max(1, target.vector_lanes(dtype))
-    default = default_split(n, ROW_LANES)
+    default = default_split(n, lanes)
     splits = sorted({a * lanes for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
     knobs = [
         Knob("stack_bytes", sizes, default=STACK_BYTES),
