@@ -47,12 +47,12 @@ from tessera.topi.x86 import (
     ops,  # noqa: F401  (registers the x86 ops and schedules)
 )
 from tessera.topi.x86.conv2d import (
-    PREFETCH_MAX_REUSE,
     GroupWindow,
     _accumulator_budget,
     choose_conv_tile,
     pad_per_tile_rule,
     pad_tile_bytes,
+    prefetch_max_reuse,
 )
 from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
 from tessera.topi.x86.dense import (
@@ -225,7 +225,7 @@ def _default_prefetch(wl, target, context) -> bool:
     total = ocp * (icp // c.groups) * c.kh * c.kw * 4
     chunk = total // (ocp // ob) * _default_tile(1)(wl, target, context)
     l2 = target_cache_sizes(target)[2]
-    return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= PREFETCH_MAX_REUSE
+    return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= prefetch_max_reuse(target)
 
 
 def _default_pad_per_tile(wl, target, context) -> bool:
@@ -440,7 +440,7 @@ def _packed_gemm(wl: Workload) -> _Gemm | None:
 
 def _parallel(g: _Gemm, target, default_blocking) -> str:
     blk = default_blocking(target)
-    return parallel_rule(g.batch, g.M, g.N, blk.mr, blk.nr)
+    return parallel_rule(g.batch, g.M, g.N, blk.mr, blk.nr, blk.tasks)
 
 
 def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
