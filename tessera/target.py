@@ -277,6 +277,8 @@ STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
     "cpu": ("tessera.topi.x86.strategy",),  # the x86 kernels' rules hold for any CPU
     "arm": ("tessera.topi.arm.strategy",),  # ARM's register tile (docs/arm.md)
     "micro": ("tessera.topi.micro.strategy",),  # Cortex-M int8 kernels (docs/micro.md)
+    "cuda": ("tessera.topi.gpu.strategy",),  # tiled matmuls, implicit-GEMM conv (docs/gpu.md)
+    "opencl": ("tessera.topi.gpu.strategy",),
     "generic": (),
 }
 
