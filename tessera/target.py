@@ -499,6 +499,13 @@ class Target:
             return 32
         return 128
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
+        if "avx512f" in self.features or self.llvm_triple.startswith(("aarch64", "arm64")):
+            return 32
+        return 16
+
     def vector_lanes(self, dtype) -> int:
         """How many elements of `dtype` fill one vector register."""
         bits = max(DType.parse(dtype).element.bits, 8)

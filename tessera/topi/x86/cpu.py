@@ -48,12 +48,9 @@ def target_cache_sizes(target) -> dict[int, int]:
 
 
 def vector_registers(target) -> int:
-    """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
-    if target is None:
-        return 16
-    if "avx512f" in target.features or target.llvm_triple.startswith(("aarch64", "arm64")):
-        return 32
-    return 16
+    """Architectural vector registers (`Target.vector_registers`): 32 with AVX-512 and on
+    AArch64, else 16."""
+    return 16 if target is None else target.vector_registers
 
 
 # Note [machine balance]
