@@ -23,7 +23,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.topi.generic import const_extent
 from tessera.topi.gpu.dense import _cooperative_fetch, _dim_config, _fallback, _reduction
-from tessera.topi.gpu.schedule import MAX_SHARED_BYTES, inline_elementwise, schedule_default
+from tessera.topi.gpu.schedule import MAX_SHARED_BYTES, inline_elementwise
 from tessera.topi.strategy import Config, record_config
 
 SHARED_BUDGET = MAX_SHARED_BYTES * 2 // 3  # the default rule's budget (32 KiB)
@@ -46,12 +46,13 @@ def conv_config(f: int, ow: int, c: int, kh: int, kw: int, stride: int) -> dict:
 
 def schedule_conv2d(outs, target=None, config=None) -> te.Schedule:
     """The implicit GEMM above; `config`: the GPU strategy's (ty, tx, rf, rx, ct of
-    "implicit_gemm"; "flat": one thread per output), None: the rule (`conv_config`)."""
+    "implicit_gemm"; "flat": one thread per output, its reduction serial), None: the rule
+    (`conv_config`)."""
     outs = list(outs)
-    if config is not None and config.impl == "flat":
-        return schedule_default(outs, target)
     s = te.create_schedule([t.op for t in outs])
     inline_elementwise(s, outs)
+    if config is not None and config.impl == "flat":
+        return _fallback(s, outs)
     red = _reduction(outs)
     out = outs[0]
     data, weight = red.input_tensors if len(red.input_tensors) == 2 else (None, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.topi.generic import const_extent, traverse
-from tessera.topi.gpu.schedule import bind_flat, inline_elementwise, schedule_default
+from tessera.topi.gpu.schedule import bind_flat, inline_elementwise
 from tessera.topi.strategy import Config, record_config
 
 TK = 8  # k-slice staged in shared memory per iteration
@@ -55,12 +55,12 @@ def _reduction(outs) -> te.ComputeOp:
 def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
     """The tiled schedule above for a group anchored by dense, matmul or batch_matmul;
     `config`: the GPU strategy's (ty, tx, rm, rn, tk of "tiled"; "flat": one thread per
-    output), None: the rule (`tile_config`)."""
+    output, its reduction serial), None: the rule (`tile_config`)."""
     outs = list(outs)
-    if config is not None and config.impl == "flat":
-        return schedule_default(outs, target)
     s = te.create_schedule([t.op for t in outs])
     inline_elementwise(s, outs)
+    if config is not None and config.impl == "flat":
+        return _fallback(s, outs)
     red = _reduction(outs)
     out = outs[0]
     if len(outs) != 1 or len(red.axis) < 2 or len(red.reduce_axis) != 1:

@@ -2,7 +2,7 @@
 have a GPU schedule of their own, their knobs with today's rules as defaults, and the schedule
 rules (`op.schedule(key)`) that take the config.
 
-    nn.dense, matmul,   flat (one thread per output: schedule_default) | tiled (dense.py:
+    nn.dense, matmul,   flat (one thread per output, as dense.py's fallback) | tiled (dense.py:
     nn.batch_matmul     block tiles of ty*rm x tx*rn outputs, a k-slice of tk in shared memory)
     nn.conv2d           flat | implicit_gemm (conv2d.py: ty*rf output channels x tx*rx output
                         columns per block, a slice of ct input channels in shared memory)
@@ -16,7 +16,7 @@ Constraints: the block's threads within the target's limit (`-max-num-threads`, 
 1024) and its shared tiles within MAX_SHARED_BYTES (what codegen/gpu.py verifies), each
 thread's register tile at most MAX_REGISTER_TILE accumulators (the tile is unrolled).
 Other ops take `schedule_default` (one thread per output element, long reductions a block of
-threads), which has no decision besides THREADS.
+threads), whose numbers (THREADS, REDUCE_THREADS) are rules, not knobs.
 
     task = Task.of(dense_call, Target("opencl"))      # opencl:nn.dense(...)
     task.default(target)                               # Config('tiled', rm=4, rn=4, tk=8, ...)
