@@ -244,9 +244,8 @@ def build(
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
         if target.kind_info.build_graph is not None:  # a kind with its own graph build (GPUs)
-            if configs is not None:
-                raise TypeError(f"build: configs are not supported for {target.kind} targets yet")
-            return target.kind_info.resolve("build_graph")(mod, target, params)
+            with use_configs(configs, target):  # its lowering asks the strategies too
+                return target.kind_info.resolve("build_graph")(mod, target, params)
         return build_graph(mod, target, params, configs)
     if params is not None:
         raise TypeError("build: params are the weights of a graph module; this is a kernel")

@@ -283,6 +283,8 @@ STRATEGY_MODULES: dict[str, tuple[str, ...]] = {
     "cpu": ("tessera.topi.x86.strategy",),  # the x86 kernels' rules hold for any CPU
     "arm": ("tessera.topi.arm.strategy",),  # ARM's register tile (docs/arm.md)
     "micro": ("tessera.topi.micro.strategy",),  # Cortex-M int8 kernels (docs/micro.md)
+    "cuda": ("tessera.topi.gpu.strategy",),  # tiled matmuls, implicit-GEMM conv (docs/gpu.md)
+    "opencl": ("tessera.topi.gpu.strategy",),
     "generic": (),
 }
 
@@ -514,6 +516,13 @@ class Target:
             # vectorize the C generator's lane loops for MVE (DS-CNN ran 1.7x more instructions)
             return 32
         return 128
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
+        if "avx512f" in self.features or self.llvm_triple.startswith(("aarch64", "arm64")):
+            return 32
+        return 16
 
     def vector_lanes(self, dtype) -> int:
         """How many elements of `dtype` fill one vector register."""

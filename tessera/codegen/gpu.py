@@ -31,16 +31,15 @@ from tessera.tir.transform.insert_barriers import insert_barriers
 from tessera.tir.transform.lower_thread_allreduce import lower_thread_allreduce
 from tessera.tir.transform.split_kernels import LAUNCH_ATTR, GPUHostPlan, split_kernels
 from tessera.tir.verify_gpu import verify_gpu
+from tessera.topi.gpu.schedule import MAX_SHARED_BYTES
+from tessera.topi.gpu.schedule import max_threads as device_max_threads
 from tessera.transform.pass_context import PassContext, run_passes
 
 # Nothing that drops loops runs before split_kernels: `simplify` removes a loop of extent 1, and
 # a thread loop of extent 1 still says that the stage runs in a kernel of its own.
 GPU_TIR_PASSES = [tt.flatten_storage]
 KERNEL_PASSES = [tt.simplify, insert_barriers, tt.vectorize_loop, tt.simplify, tt.remove_no_op]
-# Device limits checked at compile time (CUDA's for every architecture since sm_30; pocl's
-# CPU device takes 4096 threads per work-group, so the common bound is CUDA's).
-MAX_THREADS_PER_BLOCK = 1024
-MAX_SHARED_BYTES = 48 * 1024
+# Device limits checked at compile time: topi/gpu/schedule.py (the strategies keep to them).
 
 
 def lower_gpu(func: tir.PrimFunc, target: Target) -> tuple[list[tir.PrimFunc], GPUHostPlan]:
@@ -48,7 +47,7 @@ def lower_gpu(func: tir.PrimFunc, target: Target) -> tuple[list[tir.PrimFunc], G
     ctx = PassContext.current()
     func = run_passes(GPU_TIR_PASSES, func, ctx)
     kernels, plan = split_kernels(func)
-    max_threads = target.to_dict().get("max_num_threads", MAX_THREADS_PER_BLOCK)
+    max_threads = device_max_threads(target)
     out = []
     for k in kernels:
         k = lower_thread_allreduce(k, warp_shuffle=backend_of(target).warp_shuffle)

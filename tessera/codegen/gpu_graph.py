@@ -6,7 +6,8 @@ source compiled once, the executor plan with a device arena.
 The graph passes and the fused groups are the CPU build's (driver.build_graph; the layout and
 weight-packing passes act on llvm targets only, so a GPU model keeps NCHW). Each distinct group
 is computed by its ops' compute rules, scheduled by `topi.gpu.schedule_group` (the anchor op's
-GPU schedule), lowered and split into kernels (codegen/gpu.py). Intermediates are placed by
+GPU schedule, with its GPU strategy's config: given to the build, else the default), lowered
+and split into kernels (codegen/gpu.py). Intermediates are placed by
 `plan_memory` at offsets aligned to ARENA_ALIGNMENT, so that each slot can be a view of one
 device allocation (OpenCL sub-buffers need their device's base alignment; CUDA's allocations
 are 256-byte aligned).
@@ -23,6 +24,7 @@ from tessera.graph_build.lower_group import (
     _anchor,
     _compute_group,
     distinct_groups,
+    group_config,
 )
 from tessera.ir.module import IRModule
 from tessera.target import Target
@@ -33,12 +35,16 @@ ARENA_ALIGNMENT = 256
 
 def lower_group_gpu(group, target: Target):
     """(device kernels, host plan as data) of one fused group on a GPU target."""
-    placeholders, outs = _compute_group(group)
     anchor = _anchor(group).op.name
     try:
-        s = schedule_group(anchor, outs, target)
-        func = te.lower(s, [*placeholders, *outs], name=group.name)
+        with target:  # as lower_group: rules that read the current target see this one
+            placeholders, outs = _compute_group(group, target)
+            config = group_config(group, target)  # the GPU strategy's, for ops that have one
+            s = schedule_group(_anchor(group).op, outs, target, config)
+            func = te.lower(s, [*placeholders, *outs], name=group.name)
         kernels, plan = lower_gpu(func, target)
+    except LoweringError:
+        raise
     except Exception as err:
         raise LoweringError(
             f"{group.name}: GPU scheduling or lowering failed ({anchor} anchors the group): "

@@ -226,8 +226,10 @@ def schedule_group(group: Function, outs: list[te.Tensor], target: Target) -> te
 
 
 def lower_group(group: Function, target: Target, name: str | None = None) -> tir.PrimFunc:
-    """The PrimFunc of one fused group: params are its inputs, then its outputs."""
-    with _size_hints(group):
+    """The PrimFunc of one fused group: params are its inputs, then its outputs. The target
+    is current while its computes and schedule run (rules that read `Target.current()`, such
+    as the row split of softmax, take its rule; Note [lane split] in topi/nn/softmax.py)."""
+    with target, _size_hints(group):
         return _lower_group(group, target, name)
 
 

@@ -76,18 +76,18 @@ def run(lib, feeds):
     return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
 
 
-def check_random_configs(model, seeds, rtol=1e-3, atol=1e-4, feeds=None):
+def check_random_configs(model, seeds, rtol=1e-3, atol=1e-4, feeds=None, target=HOST):
     """Build `model` with a random valid config for every task, per seed; compare with ORT."""
     feeds = feeds or feeds_of(model)
     expected = run_ort(model, feeds)
     mod, params = from_onnx(model)
     with PassContext(opt_level=3):
-        tasks = autotune.extract_tasks(mod, params, HOST)
+        tasks = autotune.extract_tasks(mod, params, target)
         assert tasks
         for seed in seeds:
             rng = random.Random(seed)
-            configs = {t: t.sample(HOST, rng) for t in tasks}
-            lib = tessera.build(mod, target=HOST, params=params, configs=configs)
+            configs = {t: t.sample(target, rng) for t in tasks}
+            lib = tessera.build(mod, target=target, params=params, configs=configs)
             for got, want in zip(run(lib, feeds), expected, strict=True):
                 np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"seed {seed}")
     return tasks
@@ -113,6 +113,16 @@ def test_extract_tasks_lists_each_workload_once_with_a_space():
 def test_random_configs_match_onnxruntime_small_model():
     tasks = check_random_configs(small_model(), seeds=range(4))
     assert len(tasks) >= 6
+
+
+def test_random_configs_match_onnxruntime_for_avx2():
+    """Another target description (AVX2: 16 registers, 8 lanes, its own balance and tiles)
+    gives other spaces and defaults; their random configs are correct too."""
+    if "avx2" not in HOST.features or "fma" not in HOST.features:
+        pytest.skip("the host cannot run AVX2 code")
+    target = tessera.Target("llvm -mcpu=haswell")
+    tasks = check_random_configs(small_model(), seeds=range(2), target=target)
+    assert {t.workload.op for t in tasks} >= {"nn.conv2d", "nn.dense", "matmul"}
 
 
 def test_configs_change_the_kernels():

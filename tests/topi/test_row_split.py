@@ -1,8 +1,10 @@
 """The knob `split` of the x86 "rows" strategy (softmax, log_softmax, layer_norm: Note [lane
 split] in topi/nn/softmax.py): it reaches the computes' row split through the group's config,
-every candidate builds correct kernels, and the default is the split builds used before."""
+every candidate builds correct kernels, and builds take the target's rule (lowering makes the
+group's target current)."""
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from tessera import autotune, te
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model
 from tessera.runtime import GraphModule, cpu
+from tessera.target import Target
 from tessera.topi import nn as topi_nn
 from tessera.topi.nn.softmax import (
     LONG_ROW_STEPS,
@@ -63,18 +66,51 @@ def test_rule_is_the_old_literal_rule():
             assert row_accumulators(n, lanes) == old
 
 
-def test_build_default_is_the_split_lowering_computed_before():
-    """Lowering computes with no current target: the split it used is the rule over ROW_LANES,
-    on every target and dtype; the strategy's default is that split."""
+def test_default_is_the_rule_over_the_targets_vectors():
+    """The strategy's default is the rule over the target's vectors for the dtype the row is
+    reduced in (layer_norm sums in float64), as the compute takes it with the target current;
+    ROW_LANES only where no CPU target is."""
     import tessera.topi.x86.strategy  # noqa: F401  (registers the rows strategy)
     from tessera.topi.strategy import Task, Workload
 
     for target in (HOST, tessera.Target("llvm -mcpu=haswell")):
-        for op in ("nn.softmax", "nn.layer_norm"):
+        for op, acc in (("nn.softmax", "float32"), ("nn.layer_norm", "float64")):
             for n in (7, 100, 768, 1000, 4099, 1 << 15):
-                assert row_split(n, "float32") == default_split(n, ROW_LANES)  # no target
+                assert row_split(n, acc) == default_split(n, ROW_LANES)  # no target
                 wl = Workload(op, (((2, n), "float32"),), (("axis", -1),), (False,), (2, n))
-                assert Task(wl, "x86").default(target)["split"] == row_split(n, "float32")
+                with target:
+                    assert Task(wl, "x86").default(target)["split"] == row_split(n, acc)
+
+
+def _lowered_partials(target, n: int) -> dict[str, int]:
+    """{partial buffer: its lanes} of the kernels a build of the softmax/layer_norm model
+    lowers for `target` (lower_group, as compile_groups calls it: no target entered here)."""
+    from tessera.driver import fused_function
+    from tessera.graph_build.lower_group import distinct_groups, lower_group
+
+    model, _, _ = _model(n)
+    mod, params = from_onnx(model)
+    func = fused_function(mod, target, params)
+    found = {}
+    for group in distinct_groups(func)[0]:
+        text = str(lower_group(group, target))
+        for name, lanes in re.findall(r"allocate (\w+_partial[\w.]*): \w+\[1, (\d+)\]", text):
+            found[name] = int(lanes)
+    return found
+
+
+def test_build_lowers_with_the_targets_rule():
+    """lower_group makes the group's target current: a build for AVX2 splits softmax rows
+    into vectors of 8 float32 lanes and layer_norm's (float64 sums) into vectors of 4, by the
+    rule; before, every build took ROW_LANES partials (64 for these rows)."""
+    n = 4099
+    assert Target.current() is None
+    for target in (tessera.Target("llvm -mcpu=haswell"), HOST):
+        partials = _lowered_partials(target, n)
+        assert partials["softmax_max_partial"] == default_split(n, target.vector_lanes("float32"))
+        moments = {v for k, v in partials.items() if k.startswith("layer_norm")}
+        assert moments == {default_split(n, target.vector_lanes("float64"))}
+    assert default_split(n, 8) != default_split(n, ROW_LANES)  # the test tells them apart
 
 
 def test_config_reaches_the_row_split():

@@ -288,3 +288,26 @@ def test_matmul_of_a_tensor_with_itself():
     m.set_input("X", x)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), x @ x, rtol=1e-5, atol=1e-5)
+
+
+def test_the_parallel_loop_rule_balances_the_targets_cores():
+    """Note [tails]: the parallel loop is the first with parallel_tasks(target) iterations,
+    four per core (cpu.py). A 60 x 130 product on AVX2 (6 x 16 tiles: 9 column panels, 10
+    row tiles) runs its panels in parallel on 2 cores (8 tasks); on 4 (16 tasks) neither loop
+    has enough, and the one with the most, the rows, is taken."""
+    import tessera.topi.x86.strategy  # noqa: F401  (registers the cpu strategies)
+    from tessera.topi.strategy import Task, Workload
+    from tessera.topi.x86.cpu import parallel_tasks
+    from tessera.topi.x86.dense import choose_blocking, parallel_rule
+
+    two = tessera.Target("llvm -mcpu=haswell -num-cores=2")
+    four = tessera.Target("llvm -mcpu=haswell -num-cores=4")
+    assert (parallel_tasks(two), parallel_tasks(four)) == (8, 16)
+    assert choose_blocking(two, 60, 130, 64).tasks == 8
+    assert parallel_rule(0, 60, 130, 6, 16, tasks=8) == "cols"
+    assert parallel_rule(0, 60, 130, 6, 16, tasks=16) == "rows"
+    wl = Workload("matmul", (((60, 64), "float32"), ((64, 130), "float32")), (), (False, False),
+                  (60, 130))  # fmt: skip
+    task = Task(wl, "cpu")
+    assert task.default(two) == Config("blocked", mr=6, nv=2, kc=64, parallel="cols")
+    assert task.default(four) == Config("blocked", mr=6, nv=2, kc=64, parallel="rows")

@@ -107,10 +107,23 @@ def test_type_rule_rejects_mismatched_weights():
 def test_rule_follows_image_size_and_channels():
     # big images, few channels: F(4x4); 7x7 images with many channels: the weights (a*a/9
     # times larger) dominate, F(2x2); 2x2 outputs: direct
-    assert choose_winograd(56, 56, 64, 64, rows=6) == 4
-    assert choose_winograd(14, 14, 256, 256, rows=6) == 4
-    assert choose_winograd(7, 7, 512, 512, rows=6) == 2
-    assert choose_winograd(2, 2, 512, 512, rows=6) is None
+    assert choose_winograd(56, 56, 64, 64, rows=6, memory=16) == 4
+    assert choose_winograd(14, 14, 256, 256, rows=6, memory=16) == 4
+    assert choose_winograd(7, 7, 512, 512, rows=6, memory=16) == 2
+    assert choose_winograd(2, 2, 512, 512, rows=6, memory=16) is None
+
+
+def test_the_rule_weighs_memory_by_the_targets_balance():
+    """Note [machine balance]: a weight vector from memory costs memory_cost(target) FMAs
+    (16 with AVX-512, 8 with AVX2's half-width vectors); the more a vector costs, the sooner
+    Winograd's a*a/9 times larger weights lose to the direct conv on small maps."""
+    from tessera.topi.x86.cpu import memory_cost
+
+    assert memory_cost(tessera.Target("llvm -mcpu=skylake-avx512")) == 16
+    assert memory_cost(tessera.Target("llvm -mcpu=haswell")) == 8
+    small = (7, 7, 512, 512)
+    picks = [choose_winograd(*small, rows=6, memory=m) for m in (8, 16, 32)]
+    assert picks == [4, 2, None]
 
 
 def test_product_rows_avoid_padding_waste():

@@ -1,30 +1,31 @@
 """GPU schedules (OpenCL and CUDA targets): one dispatch point, `schedule_group`.
 
-    s = schedule_group("nn.dense", outs, target)    # the op's GPU schedule, else the default
+    s = schedule_group(get_op("nn.dense"), outs, target, config)   # the op's GPU schedule
 
-`SCHEDULES` maps an anchor op name to its GPU schedule; ops without one get
+The ops with a GPU schedule of their own have a strategy per GPU strategy key ("cuda",
+"opencl": `topi/gpu/strategy.py`, loaded by `target.load_strategies`) whose schedule rule
+(`op.schedule(key)`) takes the config the strategy chose (the graph build's `group_config`: a
+config given to the build, else the default); every other op gets
 `schedule.schedule_default` (one thread per output element, element-wise producers inlined).
-This is the one place the graph build asks (Note: the per-target strategy table being built in
-parallel can take `SCHEDULES` as the GPU rows as it stands).
 """
 
 from __future__ import annotations
 
-from tessera.topi.gpu.conv2d import schedule_conv2d
-from tessera.topi.gpu.dense import schedule_matmul
 from tessera.topi.gpu.schedule import schedule_default
 
-SCHEDULES: dict = {
-    "nn.dense": schedule_matmul,
-    "matmul": schedule_matmul,
-    "nn.batch_matmul": schedule_matmul,
-    "nn.conv2d": schedule_conv2d,
-}
+
+def schedule_group(op, outs, target, config=None):
+    """The schedule of a group anchored by `op` (a graph Op) for a GPU target: the op's rule
+    for the target's most specific GPU strategy key, taking `config`, else the default."""
+    from tessera.target import load_strategies
+
+    keys = [k for k in target.kind_info.keys(target) if k != "generic"]
+    load_strategies(keys)
+    for key in keys:
+        rule = op.rules.get(f"schedule:{key}")
+        if rule is not None:
+            return rule(list(outs), target, config=config)
+    return schedule_default(list(outs), target)
 
 
-def schedule_group(anchor_op: str, outs, target):
-    rule = SCHEDULES.get(anchor_op, schedule_default)
-    return rule(list(outs), target)
-
-
-__all__ = ["SCHEDULES", "schedule_default", "schedule_group"]
+__all__ = ["schedule_default", "schedule_group"]

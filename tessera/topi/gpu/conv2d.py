@@ -11,8 +11,10 @@ columns per block, the weights and input patch of each channel slice staged in s
                    barrier; accumulate over (c.inner, ky, kx)
 
 Rows of one block share a y (the output row), so the input patch is a rectangle: CT channels x
-the kh rows x the block's columns (and halo). CT, the channels per slice, keeps the two shared
-tiles under SHARED_BUDGET bytes (a 7x7 conv on 3 channels takes them one at a time). Grouped
+the kh rows x the block's columns (and halo). The sizes are the knobs of the GPU strategy's
+"implicit_gemm" (topi/gpu/strategy.py; `config`), by default the rule `conv_config`: CT, the
+channels per slice, keeps the two shared tiles under SHARED_BUDGET bytes (a 7x7 conv on 3
+channels takes them one at a time; the knob `ct` searches up to the device's limit). Grouped
 and depthwise convs keep the default schedule (one thread per output element).
 """
 
@@ -21,9 +23,10 @@ from __future__ import annotations
 from tessera import te
 from tessera.topi.generic import const_extent
 from tessera.topi.gpu.dense import _cooperative_fetch, _dim_config, _fallback, _reduction
-from tessera.topi.gpu.schedule import inline_elementwise
+from tessera.topi.gpu.schedule import MAX_SHARED_BYTES, inline_elementwise
+from tessera.topi.strategy import Config, record_config
 
-SHARED_BUDGET = 32 * 1024
+SHARED_BUDGET = MAX_SHARED_BYTES * 2 // 3  # the default rule's budget (32 KiB)
 
 
 def _static(t: te.Tensor) -> tuple[int, ...]:
@@ -41,10 +44,15 @@ def conv_config(f: int, ow: int, c: int, kh: int, kw: int, stride: int) -> dict:
     return {"ty": ty, "rf": rf, "tx": tx, "rx": rx, "ct": min(ct, c)}
 
 
-def schedule_conv2d(outs, target=None) -> te.Schedule:
+def schedule_conv2d(outs, target=None, config=None) -> te.Schedule:
+    """The implicit GEMM above; `config`: the GPU strategy's (ty, tx, rf, rx, ct of
+    "implicit_gemm"; "flat": one thread per output, its reduction serial), None: the rule
+    (`conv_config`)."""
     outs = list(outs)
     s = te.create_schedule([t.op for t in outs])
     inline_elementwise(s, outs)
+    if config is not None and config.impl == "flat":
+        return _fallback(s, outs)
     red = _reduction(outs)
     out = outs[0]
     data, weight = red.input_tensors if len(red.input_tensors) == 2 else (None, None)
@@ -63,6 +71,9 @@ def schedule_conv2d(outs, target=None) -> te.Schedule:
     in_w = _static(data)[3]
     stride = max(1, (in_w - kw) // max(ow - 1, 1)) if ow > 1 else 1
     cfg = conv_config(f_out, ow, cg, kh, kw, stride)
+    if config is not None:
+        cfg = {k: config[k] for k in cfg}
+    record_config(s, Config("implicit_gemm", cfg))
     if out.op is red:
         red_stage = s[s.cache_write(out, "local")]
     else:

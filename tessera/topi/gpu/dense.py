@@ -9,7 +9,8 @@ register tile, the operands' k-slices staged through shared memory.
               for ki: C.local[rm, rn] += A.shared[.., ki] * B.shared[ki, ..]
       the epilogue (bias, activation) reads C.local and writes the output
 
-The tile sizes follow the shape (`tile_config`): 16 x 16 threads with 4 x 4 registers for the
+The tile sizes are the knobs of the GPU strategy's "tiled" implementation (topi/gpu/strategy.py;
+`config`), by default the rule `tile_config`: 16 x 16 threads with 4 x 4 registers for the
 large dims, fewer where a dim is short (a batch-1 dense has one row). The operands are the
 reduction's inputs as the compute rule reads them (a transposed weight is read transposed into
 shared memory: the copy is where the transpose happens).
@@ -20,6 +21,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.topi.generic import const_extent, traverse
 from tessera.topi.gpu.schedule import bind_flat, inline_elementwise
+from tessera.topi.strategy import Config, record_config
 
 TK = 8  # k-slice staged in shared memory per iteration
 
@@ -50,11 +52,15 @@ def _reduction(outs) -> te.ComputeOp:
     return found[0]
 
 
-def schedule_matmul(outs, target=None) -> te.Schedule:
-    """The tiled schedule above for a group anchored by dense, matmul or batch_matmul."""
+def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
+    """The tiled schedule above for a group anchored by dense, matmul or batch_matmul;
+    `config`: the GPU strategy's (ty, tx, rm, rn, tk of "tiled"; "flat": one thread per
+    output, its reduction serial), None: the rule (`tile_config`)."""
     outs = list(outs)
     s = te.create_schedule([t.op for t in outs])
     inline_elementwise(s, outs)
+    if config is not None and config.impl == "flat":
+        return _fallback(s, outs)
     red = _reduction(outs)
     out = outs[0]
     if len(outs) != 1 or len(red.axis) < 2 or len(red.reduce_axis) != 1:
@@ -62,7 +68,8 @@ def schedule_matmul(outs, target=None) -> te.Schedule:
     m, n = const_extent(red.axis[-2]), const_extent(red.axis[-1])
     if m is None or n is None or tuple(out.shape) != tuple(red.output(0).shape):
         return _fallback(s, outs)
-    cfg = tile_config(m, n)
+    cfg = tile_config(m, n) if config is None else {k: config[k] for k in tile_config(m, n)}
+    record_config(s, Config("tiled", cfg))
     inputs = list(red.input_tensors)
     if out.op is red:  # the result is written from registers by a copy stage
         local = s.cache_write(out, "local")

@@ -20,6 +20,24 @@ from tessera import te
 from tessera.topi.generic import const_extent, traverse
 
 THREADS = 256  # threads per block: a multiple of the warp (32) and of pocl's vector width
+# Device limits (CUDA's for every architecture since sm_30; pocl's CPU device takes 4096
+# threads per work-group, so the common bound is CUDA's): the strategies' constraints keep
+# configs within them, codegen/gpu.py verifies every kernel against them.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_BYTES = 48 * 1024
+
+
+# threads that share a long reduction, per GPU strategy key: a warp on CUDA (combined by warp
+# shuffles), 64 on OpenCL (a tree in local memory)
+REDUCE_THREADS = {"cuda": 32, "opencl": 64}
+DEFAULT_REDUCE_THREADS = 64
+
+
+def max_threads(target) -> int:
+    """Threads per block the target allows: its `-max-num-threads`, else MAX_THREADS_PER_BLOCK."""
+    if target is None:
+        return MAX_THREADS_PER_BLOCK
+    return int(target.to_dict().get("max_num_threads", MAX_THREADS_PER_BLOCK))
 
 
 def inline_elementwise(s: te.Schedule, outs) -> None:
@@ -57,7 +75,8 @@ def reduce_threads(op, target) -> int:
     extent = 1
     for iv in op.reduce_axis:
         extent *= const_extent(iv) or 0
-    warp = 32 if target is not None and getattr(target, "kind", "") == "cuda" else 64
+    keys = target.kind_info.keys(target) if target is not None else ()
+    warp = next((REDUCE_THREADS[k] for k in keys if k in REDUCE_THREADS), DEFAULT_REDUCE_THREADS)
     return warp if extent >= warp else 0
 
 

@@ -84,11 +84,35 @@ def schedule_reduction_loops(stage, n_outer: int, lanes: int):
     return outer
 
 
+# Scalar code (no vector registers: a Cortex-M) keeps up to half of the 16 general registers of
+# ARM and x86-64 as accumulators; the rest hold the weight, the input and the pointers.
+SCALAR_ACCUMULATORS = 8
+# A register block of GEMM_ROWS rows of A (one broadcast each per step of k) by the most column
+# vectors (a power of two, at most MAX_COLUMN_VECTORS) whose accumulators, B row and broadcast fit
+# the vector registers: 4 x 4 with 32 registers (AVX-512, AArch64), 4 x 2 with 16 (AVX2). Not a
+# knob: this is the fallback ("generic") implementation; the CPU strategies' blocked and packed
+# ones search their register tiles (topi/x86/strategy.py).
+GEMM_ROWS = 4
+MAX_COLUMN_VECTORS = 4
+
+
 def _scalar_block(extent) -> int:
-    """The largest divisor of `extent` up to 8 (no tail loop), 1 when unknown."""
+    """The largest divisor of `extent` up to SCALAR_ACCUMULATORS (no tail loop), 1 when
+    unknown."""
     if extent is None:
         return 1
-    return max(d for d in range(1, min(extent, 8) + 1) if extent % d == 0)
+    most = min(extent, SCALAR_ACCUMULATORS)
+    return max(d for d in range(1, most + 1) if extent % d == 0)
+
+
+def _column_vectors(target) -> int:
+    """The register block's column vectors: GEMM_ROWS x cv accumulators, cv vectors of a B row
+    and one broadcast within the target's vector registers."""
+    registers = getattr(target, "vector_registers", 16) if target is not None else 16
+    cv = MAX_COLUMN_VECTORS
+    while cv > 1 and GEMM_ROWS * cv + cv + 1 > registers:
+        cv //= 2
+    return cv
 
 
 def schedule_anchor(s, anchor, outs, target, n_outer: int) -> None:
@@ -154,7 +178,7 @@ def _pad_per_plane(conv: te.Tensor, padded: te.Tensor, target) -> bool:
     return single and vector_lanes(target, conv.dtype) == 1
 
 
-def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
+def _gemm_loops(stage, lanes: int, data_only: bool = False, target=None) -> list:
     """Tile a matrix product's loops: [batch, row blocks, column blocks] (returned, to run in
     parallel), then k, then a register block of rows x column vectors (unrolled, vectorized)."""
     axes = list(stage.op.axis)
@@ -162,12 +186,11 @@ def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
     extent = const_extent(axes[-1]) if axes else None
     if extent is None or extent < lanes or lanes == 1:
         return axes
-    # 4 rows x 4 (AVX-512) or 2 (narrower) vectors of accumulators fit the vector registers
-    col_vectors = max(1, min(4 if lanes >= 16 else 2, extent // lanes))
+    col_vectors = max(1, min(_column_vectors(target), extent // lanes))
     jo, ji = stage.split(axes[-1], factor=lanes * col_vectors)
     jv, jl = stage.split(ji, factor=lanes)
     if len(axes) >= 2:
-        io, ii = stage.split(axes[-2], factor=min(4, const_extent(axes[-2]) or 1))
+        io, ii = stage.split(axes[-2], factor=min(GEMM_ROWS, const_extent(axes[-2]) or 1))
         outer, block = [*axes[:-2], io, jo], [ii, jv, jl]
     else:
         outer, block = [jo], [jv, jl]
@@ -181,8 +204,9 @@ def _gemm_loops(stage, lanes: int, data_only: bool = False) -> list:
 
 def schedule_dense(outs, target=None) -> te.Schedule:
     """dense/matmul/batch_matmul: blocks of rows x columns in parallel, the k loop inside, a
-    register block of 4 rows x 2-4 column vectors innermost. A transposed weight is packed once
-    per call when there are enough rows to pay for it and vectors read it (else read strided)."""
+    register block of GEMM_ROWS rows x 1-4 column vectors innermost (`_column_vectors`). A
+    transposed weight is packed once per call when there are enough rows to pay for it and
+    vectors read it (else read strided)."""
     outs, s = _new_schedule(outs)
     anchor = _find_anchor(outs, ["dense", "matmul", "batch_matmul"])
     lanes = vector_lanes(target, anchor.dtype)
@@ -197,15 +221,16 @@ def schedule_dense(outs, target=None) -> te.Schedule:
                 s[t].compute_inline()
     out_ops = {id(t.op) for t in outs}
     if id(anchor.op) in out_ops or len(outs) != 1 or not _same_shape(outs[0], anchor):
-        _parallel_outer(s[anchor], _gemm_loops(s[anchor], lanes))
+        _parallel_outer(s[anchor], _gemm_loops(s[anchor], lanes, target=target))
         for t in outs:
             if t.op is not anchor.op:
                 generic.schedule_elementwise_stage(s, t, target)
         return s
-    fused = _parallel_outer(s[outs[0]], _gemm_loops(s[outs[0]], lanes, data_only=True))
+    loops = _gemm_loops(s[outs[0]], lanes, data_only=True, target=target)
+    fused = _parallel_outer(s[outs[0]], loops)
     if fused is not None:
         s[anchor].compute_at(s[outs[0]], fused)
-    _gemm_loops(s[anchor], lanes)
+    _gemm_loops(s[anchor], lanes, target=target)
     return s
 
 

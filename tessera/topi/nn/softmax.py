@@ -12,8 +12,10 @@ n % split tail elements. `row_split` gives the split: the knob `split` of the gr
 (x86 strategy "rows"), by default the rule `default_split`: one vector for short rows (the
 combine reduces every lane, serially, once per row), up to ROW_ACCUMULATORS vectors for long
 rows (independent accumulators: one chain of vector adds waits on each add's latency).
-Lowering computes with no current target, so builds take vectors of ROW_LANES (16) on every
-target and dtype; the strategy's default is that split.
+Lowering computes a group with its target current (`lower_group`), so the rule takes that
+target's vectors for the dtype (16 float32 lanes with AVX-512, 8 with AVX2); the strategy's
+default is the same rule. Only where no CPU target is current (a GPU group, a compute outside
+any build) does the split count ROW_LANES partials (16).
 Measured (bench/nn_ops.py, AVX-512): 4 x 32768 rows 15% faster at 64 lanes than 16, 12 x 64
 x 64 rows 2x slower at 64 lanes than 16. softmax keeps exp(x - m) in a row stage
 `softmax_exp` (attrs["row_stage"]) that the row sum and the output both read: one exp per
@@ -81,7 +83,7 @@ def row_max_sum(x: te.Tensor, axis: int, tag: str):
 
 
 ROW_ACCUMULATORS = 4  # vectors in flight for long rows (Note [lane split])
-ROW_LANES = 16  # the lanes of one vector where no CPU target is current (an AVX-512 float32)
+ROW_LANES = 16  # partials of a row where no CPU target is current (GPU groups, no build)
 LONG_ROW_STEPS = 32  # steps per accumulator below which another accumulator does not pay
 
 
@@ -99,7 +101,8 @@ def default_split(n: int, lanes: int) -> int:
 def row_split(n: int, dtype) -> int:
     """The lanes a row reduction of n elements is split into (Note [lane split]): the group's
     config (knob `split` of the x86 "rows" strategy), else `default_split` over the vectors of
-    the current target (ROW_LANES where none is current, as when lowering computes a group)."""
+    the current target (lowering makes the group's target current; ROW_LANES where no CPU
+    target is)."""
     config = compute_config()
     if config is not None and "split" in config:
         return config["split"]

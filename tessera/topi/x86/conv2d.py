@@ -23,7 +23,7 @@ from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.symbolic import all_static, representative_shape
-from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
+from tessera.topi.x86.cpu import memory_cost, target_cache_sizes, vector_registers
 
 CONV_TAG = "conv2d_nchwc"
 PAD_TAG = "pad"
@@ -438,7 +438,7 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     if config is not None:
         prefetch = bool(config.get("prefetch", False))
     else:
-        prefetch = _prefetch_pays(out, acc, tile, target_cache_sizes(target)[2])
+        prefetch = _prefetch_pays(out, acc, tile, target)
     taps_inner = bool(config.get("taps_inner", False)) if config is not None else False
     tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner)
     pad_knob = config.get("pad_per_tile") if config is not None else None
@@ -514,14 +514,23 @@ def _schedule_tile(s, out, acc, tile: ConvTile, prefetch: bool, taps_inner: bool
 # Where it does not: the weights fit in L2 (they stay cached between calls, or are small next
 # to the computation); two chunks take more than half of L2 (the next chunk evicts the current
 # one: 3x3 512 s2, chunks of 590 KiB, 1.32 -> 1.58 ms); each weight serves more than
-# PREFETCH_MAX_REUSE outputs (the first row is a small share: 1024->512 on 14x14 0.945 ->
-# 0.962). With warm weights the prefetches cost 1-3%.
-PREFETCH_MAX_REUSE = 64
+# `prefetch_max_reuse` outputs (the first row is a small share: 1024->512 on 14x14 0.945 ->
+# 0.962). With warm weights the prefetches cost 1-3%. The bound is the target's balance: a
+# weight vector takes `memory_cost` FMAs to arrive from memory (Note [machine balance] in
+# cpu.py) and feeds one FMA per output, so the memory reads are at least PREFETCH_MEMORY_SHARE
+# of the FMAs up to memory_cost / PREFETCH_MEMORY_SHARE outputs (64 with AVX-512: 7x7 maps,
+# stage 4 of ResNet-50, prefetch; 14x14 ones do not).
+PREFETCH_MEMORY_SHARE = 0.25
 
 
-def _prefetch_pays(out: te.Tensor, acc: te.Tensor, tile: ConvTile, l2: int) -> bool:
+def prefetch_max_reuse(target) -> float:
+    """Note [weight prefetch]: the most outputs per weight for which prefetching pays."""
+    return memory_cost(target) / PREFETCH_MEMORY_SHARE
+
+
+def _prefetch_pays(out: te.Tensor, acc: te.Tensor, tile: ConvTile, target, l2=None) -> bool:
     """Note [weight prefetch]: weights larger than L2, two chunks within half of it, few
-    outputs reusing each weight."""
+    outputs reusing each weight (`l2`: the target's L2 where None)."""
     ws = [t for t in acc.op.input_tensors if len(t.shape) == 6]
     if len(ws) != 1 or len(acc.op.reduce_axis) != 4:  # depthwise: no channel reduction
         return False
@@ -530,7 +539,8 @@ def _prefetch_pays(out: te.Tensor, acc: te.Tensor, tile: ConvTile, l2: int) -> b
     total = ocb * math.prod(rest) * w.dtype.bits // 8
     chunk = total // ocb * tile.oc_vectors
     n, _, oh, ow, _ = representative_shape(out.shape)
-    return total > l2 and 4 * chunk <= l2 and n * oh * ow <= PREFETCH_MAX_REUSE
+    l2 = target_cache_sizes(target)[2] if l2 is None else l2
+    return total > l2 and 4 * chunk <= l2 and n * oh * ow <= prefetch_max_reuse(target)
 
 
 def _schedule_elementwise(s, t: te.Tensor) -> None:

@@ -48,9 +48,38 @@ def target_cache_sizes(target) -> dict[int, int]:
 
 
 def vector_registers(target) -> int:
-    """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
+    """Architectural vector registers (`Target.vector_registers`): 32 with AVX-512 and on
+    AArch64, else 16."""
+    return 16 if target is None else target.vector_registers
+
+
+# Note [machine balance]
+# The cost rules count work in vector FMAs of one core. Reading weights from memory (they do
+# not stay in cache between inferences of a large model) costs the FMAs the core could issue
+# while one vector register's bytes arrive: `memory_cost`, the target's compute-to-bandwidth
+# balance = FMAs per cycle x vector bytes / DRAM bytes per cycle per core. AVX-512 with two FMA
+# pipes and ~8 bytes a cycle per core (what DRAM gives one core of a desktop or server part):
+# 2 x 64 / 8 = 16; AVX2: 8; 128-bit vectors: 4. The Winograd rule (Note [winograd rule]) and the
+# weight prefetch (Note [weight prefetch]) use it.
+DRAM_BYTES_PER_CYCLE = 8  # per core; a target description default, as DEFAULT_CACHES
+
+
+def fma_per_cycle(target) -> int:
+    """Vector FMAs a core issues per cycle: two pipes where the CPU has FMA (x86 FMA3, AArch64),
+    one otherwise."""
     if target is None:
-        return 16
-    if "avx512f" in target.features or target.llvm_triple.startswith(("aarch64", "arm64")):
-        return 32
-    return 16
+        return 1
+    arm64 = target.llvm_triple.startswith(("aarch64", "arm64"))
+    return 2 if "fma" in target.features or arm64 else 1
+
+
+def memory_cost(target) -> float:
+    """FMAs of one core per vector register read from DRAM (Note [machine balance])."""
+    vector_bytes = target.vector_width_bits / 8 if target is not None else 16
+    return fma_per_cycle(target) * vector_bytes / DRAM_BYTES_PER_CYCLE
+
+
+def parallel_tasks(target) -> int:
+    """Iterations a parallel loop needs to balance the target's threads: four per core, so
+    the runtime's guided chunks even out a thread that starts late or runs slow."""
+    return 4 * (target.num_cores if target is not None else 1)

@@ -22,8 +22,9 @@ tiles' guards (`ro*mr + ri < M`, `no*nr + ni < N`) must stay affine in one loop 
 partition_loop cannot peel them and every tile keeps per-element guards in its register block
 (LLVM then spills the accumulators: 20x slower, e.g. [40 x 120] x [120 x 18710]). So the tile
 loops are not fused into one parallel loop then; the parallel loop is the first of the batch
-(fused), the column panels or the row tiles that has PARALLEL_TASKS iterations (else the
-largest), and the others run inside it, each peeled into its whole tiles and its tail.
+(fused), the column panels or the row tiles that has `parallel_tasks(target)` iterations (four
+per core: cpu.py; else the largest), and the others run inside it, each peeled into its whole
+tiles and its tail.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ from tessera.topi.symbolic import (
     static_or_none,
 )
 from tessera.topi.transform import ravel
-from tessera.topi.x86.cpu import DEFAULT_CACHES, target_cache_sizes, vector_registers
+from tessera.topi.x86.cpu import (
+    DEFAULT_CACHES,
+    parallel_tasks,
+    target_cache_sizes,
+    vector_registers,
+)
 
 PACKED_TAG = "dense_packed"
 TILE_INTENSITY = 0.8  # Note [tile waste]: a tile keeps this share of the best FMAs per load
 TILE_GAIN = 0.1  # ... and replaces the densest tile only when it wastes this much less
-PARALLEL_TASKS = 8  # Note [tails]: enough loop iterations to balance a few threads
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Blocking:
     l1: int
     l2: int
     parallel: str | None = None  # with partial tiles: "batch", "cols" or "rows" (Note [tails])
+    tasks: int | None = None  # iterations that balance the threads (cpu.parallel_tasks)
 
     @property
     def nr(self) -> int:
@@ -111,7 +117,8 @@ def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None 
     mr = max(1, min((regs - nv - 1) // nv, M))
     l1 = caches.get(1, DEFAULT_CACHES[1])
     kc = _k_block(l1, mr, nv, lanes, K)
-    return Blocking(lanes, regs, mr, nv, kc, l1, caches.get(2, DEFAULT_CACHES[2]))
+    l2 = caches.get(2, DEFAULT_CACHES[2])
+    return Blocking(lanes, regs, mr, nv, kc, l1, l2, tasks=parallel_tasks(target))
 
 
 def _k_block(l1: int, mr: int, nv: int, lanes: int, K: int) -> int:
@@ -128,7 +135,7 @@ def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Block
     fits the registers is rated by the useful share of its FMA slots: mr*nv FMAs per k step
     against mr + nv loads (whichever takes longer), times M*N over the rows and columns its
     tiles cover. Left out: tiles with under TILE_INTENSITY of the best FMAs per load (few
-    accumulators hide FMA latency badly), tiles that make fewer tiles than PARALLEL_TASKS (or
+    accumulators hide FMA latency badly), tiles that make fewer tiles than parallel_tasks (or
     than choose_blocking's tile makes) to share among threads, and tiles with more vectors than
     rows (the B row's registers and LLVM's loads of the next k step make it spill: 3 x 7 did
     on AVX-512). Among the rest the highest rate (in percent) wins, then the most FMAs per
@@ -155,7 +162,7 @@ def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Block
         return -(-M // tile[0]) * -(-N // (tile[1] * lanes))
 
     best = max(intensity(t) for t in tiles)
-    enough = min(PARALLEL_TASKS, count((base.mr, base.nv)))
+    enough = min(base.tasks, count((base.mr, base.nv)))
     tiles = [
         t
         for t in tiles
@@ -285,12 +292,12 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     return tile
 
 
-def parallel_rule(n_batch: int, n_rows: int, n_cols: int, mr: int, nr: int) -> str:
+def parallel_rule(n_batch: int, n_rows: int, n_cols: int, mr: int, nr: int, tasks: int) -> str:
     """Note [tails]: the loop that runs in parallel when the tiles have tails: the first of the
-    batch, the column panels and the row tiles with PARALLEL_TASKS iterations, else the one
-    with the most (n_batch 0: no batch loop; n_rows 0: no row loop)."""
+    batch, the column panels and the row tiles with `tasks` iterations (cpu.parallel_tasks),
+    else the one with the most (n_batch 0: no batch loop; n_rows 0: no row loop)."""
     counts = {"batch": n_batch, "cols": -(-n_cols // nr), "rows": -(-n_rows // mr)}
-    ready = [name for name, c in counts.items() if c >= PARALLEL_TASKS]
+    ready = [name for name, c in counts.items() if c >= tasks]
     return ready[0] if ready else max(counts, key=counts.get)
 
 
@@ -306,7 +313,7 @@ def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blo
     n_rows = n_rows if len(tiles) > 1 else 0
     pick = blk.parallel
     if pick not in ("batch", "cols", "rows") or {"batch": n_batch, "rows": n_rows}.get(pick) == 0:
-        pick = parallel_rule(n_batch, n_rows, n_cols, blk.mr, blk.nr)
+        pick = parallel_rule(n_batch, n_rows, n_cols, blk.mr, blk.nr, blk.tasks)
     no, ro = tiles[0], tiles[-1]
     if pick == "rows":
         stage.reorder(*batch, ro, no)
@@ -339,6 +346,8 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
     or, when the outputs are not shaped like the anchor's view, at the anchor's own tiles."""
     from tessera.topi import generic
 
+    if blk.tasks is None:  # a blocking made without choose_blocking (int8's)
+        blk = dataclasses.replace(blk, tasks=parallel_tasks(target))
     acc = s.cache_write(anchor, "local")
     if not all_static(anchor.shape):  # Note [clamped tails] in te/lower.py
         s[acc].clamp_tails()
@@ -405,7 +414,8 @@ def with_parallel(blk: Blocking, n_batch: int, M: int, N: int) -> Blocking:
     """The blocking with parallel_rule's loop, where no config chose one."""
     if blk.parallel is not None:
         return blk
-    return dataclasses.replace(blk, parallel=parallel_rule(n_batch, M, N, blk.mr, blk.nr))
+    pick = parallel_rule(n_batch, M, N, blk.mr, blk.nr, blk.tasks)
+    return dataclasses.replace(blk, parallel=pick)
 
 
 def knob_values(blk: Blocking) -> dict:
@@ -430,4 +440,4 @@ def blocking_for_panel(target, M: int, N: int, K: int, nr: int, fit: bool = Fals
         lanes //= 2
     choose = fit_blocking if fit and lanes == _lanes(target) else choose_blocking
     blk = choose(target, M, N, K, nv=nr // lanes)
-    return Blocking(lanes, blk.registers, blk.mr, nr // lanes, blk.kc, blk.l1, blk.l2)
+    return dataclasses.replace(blk, lanes=lanes, nv=nr // lanes)

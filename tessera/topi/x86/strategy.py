@@ -40,7 +40,7 @@ import numpy as np
 
 from tessera.topi.layout import transform_array
 from tessera.topi.nn.norm import _acc as _norm_acc
-from tessera.topi.nn.softmax import ROW_LANES, default_split
+from tessera.topi.nn.softmax import default_split
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.symbolic import representative_shape
 from tessera.topi.x86 import (
@@ -48,12 +48,12 @@ from tessera.topi.x86 import (
     ops,  # noqa: F401  (registers the x86 ops and schedules)
 )
 from tessera.topi.x86.conv2d import (
-    PREFETCH_MAX_REUSE,
     GroupWindow,
     _accumulator_budget,
     choose_conv_tile,
     pad_per_tile_rule,
     pad_tile_bytes,
+    prefetch_max_reuse,
 )
 from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
 from tessera.topi.x86.dense import (
@@ -230,7 +230,7 @@ def _default_prefetch(wl, target, context) -> bool:
     total = ocp * (icp // c.groups) * c.kh * c.kw * 4
     chunk = total // (ocp // ob) * _default_tile(1)(wl, target, context)
     l2 = target_cache_sizes(target)[2]
-    return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= PREFETCH_MAX_REUSE
+    return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= prefetch_max_reuse(target)
 
 
 def _default_pad_per_tile(wl, target, context) -> bool:
@@ -450,7 +450,7 @@ def _packed_gemm(wl: Workload) -> _Gemm | None:
 
 def _parallel(g: _Gemm, target, default_blocking) -> str:
     blk = default_blocking(target)
-    return parallel_rule(g.batch, g.M, g.N, blk.mr, blk.nr)
+    return parallel_rule(g.batch, g.M, g.N, blk.mr, blk.nr, blk.tasks)
 
 
 def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
@@ -587,11 +587,11 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     xs = representative_shape(xs)  # symbolic dims: topi/symbolic.py
     sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
     # the row split (Note [lane split] in topi/nn/softmax.py): 1, 2, 4 or 8 vectors of the
-    # target for the dtype it reduces; the default is the rule as lowering computes it, over
-    # ROW_LANES (no target is current there)
+    # target for the dtype it reduces; the default is the rule over the target's vectors, as
+    # lowering computes it (the group's target is current there)
     n, dtype = xs[-1], str(_norm_acc(xd)) if wl.op == "nn.layer_norm" else xd
     lanes = max(1, target.vector_lanes(dtype))
-    default = default_split(n, ROW_LANES)
+    default = default_split(n, lanes)
     splits = sorted({a * lanes for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
     knobs = [
         Knob("stack_bytes", sizes, default=STACK_BYTES),

@@ -38,6 +38,7 @@ from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _ints, _static
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
+from tessera.topi.x86.cpu import memory_cost
 from tessera.topi.x86.dense import (
     blocking_for_panel,
     choose_blocking,
@@ -165,45 +166,52 @@ def winograd_shape(x_shape, u_shape, padding, m: int, channels: int, out_block: 
 #              from memory (the transformed weights are a*a/9 times larger), whichever is more;
 #              plus the two transforms, ~8 vector ops per element of V (a*a*T*C) and of
 #              M (a*a*T*K).
-# A weight vector from memory is counted as MEMORY_COST FMAs (64 bytes per 16 FMAs: ~8 bytes a
-# cycle per core, what DRAM gives one core): the weights of a large model do not stay in cache
-# between inferences. So small images with many channels (7x7, 512 channels: T = 4 tiles of 4x4)
-# stay direct or take m = 2, large images with few channels take m = 4 (a 2.5x faster kernel on
-# 56x56x64). In ResNet-50 (2 threads) this rule measured 1-2% faster than MEMORY_COST = 28
-# (F(2x2) on 14x14x256, direct on 7x7x512).
+# A weight vector from memory is counted as `memory_cost(target)` FMAs, the target's balance of
+# compute and bandwidth (Note [machine balance] in cpu.py: 16 with AVX-512, 64 bytes per 16
+# FMAs), since the weights of a large model do not stay in cache between inferences. So small
+# images with many channels (7x7, 512 channels: T = 4 tiles of 4x4) stay direct or take m = 2,
+# large images with few channels take m = 4 (a 2.5x faster kernel on 56x56x64). In ResNet-50
+# (2 threads, AVX-512) this rule measured 1-2% faster than counting 28 FMAs per vector (F(2x2)
+# on 14x14x256, direct on 7x7x512).
+# TRANSFORM_COST and MARGIN are no property of the target: the transforms take the same count
+# of vector instructions per element on every vector width (costs are per vector, as the FMAs
+# are; F(4x4)'s B^T d B is 7.3 adds and multiplies per element of V), and MARGIN is the share
+# of the direct conv's estimate that Winograd must beat, for the error of an estimate that
+# leaves the transforms' loads and stores out. The choice they shape is searched: the
+# strategy's implementation (winograd or direct_nchwc) and its knob `tile`.
 # `PassContext(config={"alter_layout.winograd": False})` turns the rewrite off.
-MEMORY_COST = 16
-TRANSFORM_COST = 8
+TRANSFORM_COST = 8  # vector instructions per element of V and of M
 MARGIN = 0.8
 
 
-def winograd_cost(oh: int, ow: int, c: int, k: int, m: int, rows: int) -> float:
+def winograd_cost(oh: int, ow: int, c: int, k: int, m: int, rows: int, memory: float) -> float:
     """The estimated cost of F(m x m, 3 x 3) per channel pair (Note [winograd rule]);
-    `rows`: the micro-kernel's row count."""
+    `rows`: the micro-kernel's row count; `memory`: FMAs per weight vector read from memory."""
     a = m + 2
     tiles = -(-oh // m) * -(-ow // m)
     padded = -(-tiles // rows) * rows
-    gemm = max(a * a * padded, a * a * MEMORY_COST)
+    gemm = max(a * a * padded, a * a * memory)
     return gemm + TRANSFORM_COST * a * a * tiles * (c + k) / (c * k)
 
 
-def direct_cost(oh: int, ow: int) -> float:
-    return max(oh * ow * 9, 9 * MEMORY_COST)
+def direct_cost(oh: int, ow: int, memory: float) -> float:
+    return max(oh * ow * 9, 9 * memory)
 
 
-def choose_winograd(oh: int, ow: int, c: int, k: int, rows: int) -> int | None:
+def choose_winograd(oh: int, ow: int, c: int, k: int, rows: int, memory: float) -> int | None:
     """The output tile m of the cheapest winograd form of a 3x3 stride-1 conv with an OH x OW
-    output, C inputs and K outputs, or None when the direct conv is estimated as fast."""
-    costs = {m: winograd_cost(oh, ow, c, k, m, rows) for m in TILES}
+    output, C inputs and K outputs, or None when the direct conv is estimated as fast;
+    `memory`: the target's `memory_cost` (Note [machine balance] in cpu.py)."""
+    costs = {m: winograd_cost(oh, ow, c, k, m, rows, memory) for m in TILES}
     m = min(costs, key=costs.get)
-    return m if costs[m] < MARGIN * direct_cost(oh, ow) else None
+    return m if costs[m] < MARGIN * direct_cost(oh, ow, memory) else None
 
 
 def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int, int] | None:
     """(m, nr, mr): the tile (Note [winograd rule]), the weight panel width and the rows of the
     matrix products' micro-kernel for this target, or None (direct conv)."""
     blk = _panel_blocking(target, k, c)
-    m = choose_winograd(oh, ow, c, k, blk.mr)
+    m = choose_winograd(oh, ow, c, k, blk.mr, memory_cost(target))
     if m is None:
         return None
     return m, blk.nr, product_rows(-(-oh // m) * -(-ow // m), blk.mr, blk.nv)
