@@ -295,17 +295,21 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
     oh, ow = out_hw
     kw4 = -(-kw // 4)
     rows = (oh - 1) * sh + (kh - 1) * dh + 1  # padded rows that some output reads
-    cols = (ow - 1) * sw + (kw - 1) * dw + 1
     dt = str(x.dtype)
+    if max(pl, pr) > w:
+        raise ValueError(f"qnn.conv2d: pads {padding} wider than the data {x.shape}")
 
-    def padded(b, ch, y, z):
-        inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
+    # Note [segmented rows]: a padded row is built as three segments of w bytes, (pad, data,
+    # pad), so that each condition is the same across a vector of columns (the vectorizer
+    # keeps a guarded load only then) and the data is one contiguous copy; column p of the
+    # padded row is byte w - pl + p of the three, a plain offset once the index is flattened.
+    def segment(b, ch, y, seg, i):
+        inside = tir_op.all(seg == 1, y >= pt, y < pt + h)
         yc = tir_op.max(tir_op.min(y - pt, h - 1), 0)
-        zc = tir_op.max(tir_op.min(z - pl, w - 1), 0)
-        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, zc], dt).astype("uint8"),
+        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, i], dt).astype("uint8"),
                                    tir.const(int(pad_value), "uint8"))  # fmt: skip
 
-    xp = te.compute((n, c, rows, cols), padded, name="x_padded", tag=DW_PACK_TAG)
+    xp = te.compute((n, c, rows, 3, w), segment, name="x_padded", tag=DW_PACK_TAG)
 
     def tap(q, j):
         t = q * 4 + j  # taps past KW meet zero weights: any in-bounds byte will do
@@ -314,7 +318,8 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
     def x_word(b, ch, yp, q, z):
         word = None
         for j in range(4):
-            byte = xp[b, ch, yp, z * sw + tap(q, j) * dw].astype("int32")
+            f = w - pl + z * sw + tap(q, j) * dw
+            byte = xp[b, ch, yp, f // w, f % w].astype("int32")
             byte = byte if j == 0 else tir_op.shift_left(byte, 8 * j)
             word = byte if word is None else tir_op.bitwise_or(word, byte)
         return word

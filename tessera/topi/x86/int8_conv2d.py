@@ -135,6 +135,21 @@ def _stages(outs) -> list[te.Tensor]:
     return found
 
 
+DEPTHWISE_STACK_BYTES = 1 << 19  # most bytes of a block's data stages kept on the stack
+
+
+def _block_bytes(anchor, ocb: int) -> int:
+    """Bytes of one channel block's padded rows and tap words (their shapes per channel)."""
+    total = 0
+    for t in _stages([anchor]):
+        if t.op.tag == DW_PACK_TAG:
+            per_channel = 1
+            for d in t.shape[2:]:
+                per_channel *= int(d.value)
+            total += per_channel * ocb * t.dtype.itemsize
+    return total
+
+
 def _schedule_depthwise(s, outs, target, config) -> te.Schedule:
     """Tiles of ocb channels x nw row vectors, parallel over channel blocks; each block's
     padded rows and tap words are built at the block (in cache), then its rows run through
@@ -171,10 +186,13 @@ def _schedule_depthwise(s, outs, target, config) -> te.Schedule:
     stage.vectorize(owl)
     s[acc].compute_at(stage, owo)
     _schedule_acc(s, acc, lanes)
+    stacked = _block_bytes(anchor, ocb) <= DEPTHWISE_STACK_BYTES
     for t in _stages([anchor]):
         if t.op.tag != DW_PACK_TAG:
             continue
         s[t].compute_at(stage, block)
+        if stacked:  # on the stack: no allocation per block (a heap block each took ~1 us)
+            s[t].set_scope("local")
         inner = s[t].op.axis[-1]
         width = vector_lanes(target, t.dtype)
         extent = const_extent(inner) or 0
