@@ -335,7 +335,7 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
         return word
 
     xw = te.compute((n, c, rows, kw4, ow), x_word, name="x_taps", tag=DW_PACK_TAG)
-    ww = te.compute((c, kh, kw4), w_word, name="w_taps", tag=PACK_TAG)
+    ww = te.compute((c, kh, kw4), w_word, name="w_taps", tag=DW_PACK_TAG)
     ry = te.reduce_axis((0, kh), name="ry")
     rq = te.reduce_axis((0, kw4), name="rq")
 

@@ -144,7 +144,7 @@ def _block_bytes(anchor, ocb: int) -> int:
     for t in _stages([anchor]):
         if t.op.tag == DW_PACK_TAG:
             per_channel = 1
-            for d in t.shape[2:]:
+            for d in t.shape[len(t.shape) - 3 :]:
                 per_channel *= int(d.value)
             total += per_channel * ocb * t.dtype.itemsize
     return total
