@@ -11,6 +11,12 @@ uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. 
 SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
 QDQ file are within one output quantization step of ORT's run of it.
 
+`--layers N` adds where the time goes: every kernel call of tessera int8 and tessera fp32 timed
+natively (`GraphModule.profile`), and each node of ORT int8 from its own profiler, medians over
+`--runs` runs taken in turns (a per-call median shrugs off the preemptions of a shared
+machine that inflate whole-run times); it prints the sums of those medians and the N slowest
+tessera int8 calls next to the ORT int8 nodes of the same source conv/matmul.
+
 `--model` takes an onnx light model name, `mobilenet_v2` or `bert` (bench/model_zoo.py's
 MobileNetV2 and BERT-base encoder; random weights: timings are real, accuracies are of a random
 network) or an .onnx path; calibration feeds are seeded uniform [0, 1) samples (BERT: token
@@ -90,6 +96,7 @@ def tessera_runner(mod, params, feed):
         m.run()
         return m.get_output(0).numpy()
 
+    run.module = m
     return run
 
 
@@ -164,6 +171,63 @@ def output_step(qdq: onnx.ModelProto) -> float:
     return float(inits[node.input[1]])
 
 
+def call_medians(module, runs: int) -> tuple[list, np.ndarray]:
+    """(the calls of one run, each call's median seconds over `runs` profiled runs)."""
+    calls = module.profile(repeat=1)
+    seconds = [[p.seconds for p in module.profile(repeat=1)] for _ in range(runs)]
+    return calls, np.median(np.array(seconds), axis=0)
+
+
+def ort_node_medians(path: str, threads: int, feed: dict, runs: int) -> dict[str, float]:
+    """Median seconds of each node of an ORT session over `runs` runs (ORT's profiler)."""
+    import json
+
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 1):
+        sess.run(None, feed)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)
+    per_node: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_node.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] * 1e-6)
+    return {k: float(np.median(v[1:] or v)) for k, v in per_node.items()}  # first: warm-up
+
+
+def _anchor(nodes: list[str]) -> str:
+    """The conv or matmul a fused call is built around: the first such source node."""
+    first = nodes[0] if nodes else ""
+    return next((n for n in nodes if n.endswith(("Conv", "Gemm", "MatMul"))), first)
+
+
+def print_layers(modules: dict, ort_path: str, threads: int, feed: dict, runs: int, top: int):
+    """Sums of per-call medians (tessera) and per-node medians (ORT int8); the `top` slowest
+    tessera int8 calls next to ORT's nodes of the same anchor (its fused QLinearConv etc.)."""
+    medians = {}
+    for _ in range(2):  # in turns, twice
+        for name, module in modules.items():
+            calls, secs = call_medians(module, max(1, runs // 2))
+            old = medians.get(name, (calls, []))[1]
+            medians[name] = (calls, list(old) + [secs])
+    ort_nodes = ort_node_medians(ort_path, threads, feed, runs)
+    sums = {k: float(np.median(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in medians.items()}
+    print("\nper-call medians summed (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sums.items())
+          + f", ORT int8 nodes {sum(ort_nodes.values()) * 1e3:.2f}")  # fmt: skip
+    calls, secs = medians["tessera int8"][0], np.median(np.array(medians["tessera int8"][1]), 0)
+    order = np.argsort(-secs)[:top]
+    print(f"  {'tessera int8 ms':>15} {'ORT int8 ms':>11}  anchor / kernel")
+    for k in order:
+        anchor = _anchor(calls[k].nodes)
+        ort_ms = sum(v for n, v in ort_nodes.items() if anchor and n.startswith(anchor)) * 1e3
+        print(f"  {secs[k] * 1e3:15.3f} {ort_ms:11.3f}  {anchor} / {calls[k].kernel[:60]}")
+
+
 def timed(runners: dict, runs: int) -> dict:
     """Median ms of each runner, timed in turns once the others' threads are idle (ORT's spin
     for ~30 ms after a run: Note [fair turns] in tessera/cli/bench.py)."""
@@ -179,6 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--calib", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=0, help="print the N slowest int8 calls")
     args = ap.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
@@ -206,6 +271,9 @@ def main(argv=None) -> int:
         }
         outs = {k: fn() for k, fn in runners.items()}
         ms = timed(runners, args.runs)
+        if args.layers:
+            modules = {k: runners[k].module for k in ("tessera fp32", "tessera int8")}
+            print_layers(modules, qdq_path, args.threads, x, args.runs, args.layers)
     print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
     for k, v in ms.items():
         print(f"  {k:<22} {v:8.2f} ms")

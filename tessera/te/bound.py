@@ -162,14 +162,27 @@ def _scope_chain(consumer: Stage, stage: Stage) -> list[Stage] | None:
     after it, inside that loop), or None when `consumer` runs outside that loop.
 
     Note [readers in scope]: softmax's exp row is read by the output and by the row sum, which
-    is computed at the output's row loop too: the row is computed once there, for both."""
+    is computed at the output's row loop too: the row is computed once there, for both. A
+    reader computed at a loop of the same stage nested inside that loop is in scope too (an
+    int8 depthwise conv's tap words, built per channel block, are read by the accumulator
+    tile computed at the block's column loop)."""
     chain, cur = [], consumer
+    parent, iv = stage.attach_stage, stage.attach_ivar
     while cur.attach_type == AttachType.SCOPE:
         chain.append(cur)
-        if cur.attach_stage is stage.attach_stage and cur.attach_ivar is stage.attach_ivar:
+        if cur.attach_stage is parent and (
+            cur.attach_ivar is iv or _loop_inside(parent, cur.attach_ivar, iv)
+        ):
             return chain
         cur = cur.attach_stage
     return None
+
+
+def _loop_inside(parent: Stage, inner, outer) -> bool:
+    """Whether loop `inner` of parent is nested inside its loop `outer`."""
+    leaves = parent.leaf_iter_vars
+    pos = {id(v): k for k, v in enumerate(leaves)}
+    return id(inner) in pos and id(outer) in pos and pos[id(inner)] > pos[id(outer)]
 
 
 def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]:
@@ -196,6 +209,7 @@ def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]
                 for link in chain
                 for v in link.leaf_iter_vars
             }
+            crelax.update(relax)  # a chain attached deeper runs over parent's inner loops too
             readers.append((c, cmap, crelax))
     for reader, rmap, rrelax in readers:
         for st, load in _reads(sch, bounds.bodies[reader]):

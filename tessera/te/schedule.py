@@ -399,7 +399,8 @@ class Schedule:
         raise ValueError(f"schedule has no tensor named {name!r}")
 
     def _consumes(self, consumer: Stage, producer: Stage) -> bool:
-        """True when consumer reads producer directly or through inlined stages."""
+        """True when consumer reads producer directly or through inlined stages, or a stage
+        computed inside one of consumer's loops does (Note [readers in scope], te/bound.py)."""
         for t in consumer.op.input_tensors:
             st = self.stage_map.get(t.op)
             if st is producer:
@@ -410,7 +411,13 @@ class Schedule:
                 and self._consumes(st, producer)
             ):
                 return True
-        return False
+        return any(
+            st.attach_type == AttachType.SCOPE
+            and st.attach_stage is consumer
+            and st is not producer
+            and self._consumes(st, producer)
+            for st in self.stages
+        )
 
     # ---- steps --------------------------------------------------------------------------
     @contextlib.contextmanager

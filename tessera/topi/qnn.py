@@ -27,6 +27,7 @@ PANEL = 16  # output columns per dense weight panel: one AVX-512 vector of int32
 DENSE_TAG = "qnn_dense"
 CONV_TAG = "qnn_conv2d"
 PACK_TAG = "qnn_pack"
+DW_TAG = "qnn_conv2d_depthwise"
 
 
 def pack_words_np(w: np.ndarray, axis: int) -> np.ndarray:
@@ -269,33 +270,80 @@ def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Te
     return te.compute((n, oc, oh, ow), body, name="qconv", tag=CONV_TAG)
 
 
+DW_PACK_TAG = "qnn_pack_taps"  # the depthwise data stages, computed per channel block
+
+
+# Note [depthwise tap words]
+# A depthwise conv has one input channel per output channel: a word of 4 channels would hold
+# one useful byte. Its words run along the kernel's row instead: word q of padded row yp for
+# output column z holds the data under taps 4q..4q+3 of that row, bytes
+# x_p[yp, z * sw + (4q + j) * dw], and the weight word (c, ry, q) the weights of those taps (zero
+# past KW). A 3x3 conv is then 3 dot_u8i8 (vpdpbusd) per vector of 16 outputs, where int32
+# multiplies took 9 multiplies and 9 adds; the words are built per channel block from the padded
+# uint8 copy (both stay in cache: compute_at the tile, topi/x86/int8_conv2d.py), contiguous in z
+# whatever the stride, so the product loads them as plain vectors.
+
+
 def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tensor:
-    """A depthwise qnn.conv2d without words (a word would hold one channel and three zero
-    bytes): the padded data as x_u (uint8, at root), times the low byte of each weight word
-    (its int8 weight, sign-extended), summed over the window in int32; |sum| < 2**31 always."""
+    """A depthwise qnn.conv2d on tap words (Note [depthwise tap words]): the padded data as x_u
+    (uint8), its tap words (N, C, rows, ceil(KW/4), OW) and the weight's (C, KH, ceil(KW/4)),
+    summed over (ry, q) by dot_u8i8 in int32 (exact: |sum| < 2**31)."""
     n, c, h, w = _static(x.shape)
     _, _, kh, kw = _static(w4.shape)
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
+    oh, ow = out_hw
+    kw4 = -(-kw // 4)
+    rows = (oh - 1) * sh + (kh - 1) * dh + 1  # padded rows that some output reads
     dt = str(x.dtype)
+    if max(pl, pr) > w:
+        raise ValueError(f"qnn.conv2d: pads {padding} wider than the data {x.shape}")
 
-    def padded(b, ch, y, z):
-        inside = tir_op.all(y >= pt, y < pt + h, z >= pl, z < pl + w)
+    # Note [segmented rows]: a padded row is built as three segments of w bytes, (pad, data,
+    # pad), so that each condition is the same across a vector of columns (the vectorizer
+    # keeps a guarded load only then) and the data is one contiguous copy; column p of the
+    # padded row is byte w - pl + p of the three, a plain offset once the index is flattened.
+    def segment(b, ch, y, seg, i):
+        inside = tir_op.all(seg == 1, y >= pt, y < pt + h)
         yc = tir_op.max(tir_op.min(y - pt, h - 1), 0)
-        zc = tir_op.max(tir_op.min(z - pl, w - 1), 0)
-        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, zc], dt).astype("uint8"),
+        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, i], dt).astype("uint8"),
                                    tir.const(int(pad_value), "uint8"))  # fmt: skip
 
-    xp = te.compute((n, c, h + pt + pb, w + pl + pr), padded, name="x_padded", tag=PACK_TAG)
+    xp = te.compute((n, c, rows, 3, w), segment, name="x_padded", tag=DW_PACK_TAG)
+
+    def tap(q, j):
+        t = q * 4 + j  # taps past KW meet zero weights: any in-bounds byte will do
+        return tir_op.min(t, kw - 1) if kw % 4 else t
+
+    def x_word(b, ch, yp, q, z):
+        word = None
+        for j in range(4):
+            f = w - pl + z * sw + tap(q, j) * dw
+            byte = xp[b, ch, yp, f // w, f % w].astype("int32")
+            byte = byte if j == 0 else tir_op.shift_left(byte, 8 * j)
+            word = byte if word is None else tir_op.bitwise_or(word, byte)
+        return word
+
+    def w_word(ch, ry, q):
+        word = None
+        for j in range(4):
+            byte = tir_op.bitwise_and(w4[ch, 0, ry, tap(q, j)], 255)  # the weight's int8 byte
+            if kw % 4:
+                byte = tir_op.if_then_else(q * 4 + j < kw, byte, 0)
+            byte = byte if j == 0 else tir_op.shift_left(byte, 8 * j)
+            word = byte if word is None else tir_op.bitwise_or(word, byte)
+        return word
+
+    xw = te.compute((n, c, rows, kw4, ow), x_word, name="x_taps", tag=DW_PACK_TAG)
+    ww = te.compute((c, kh, kw4), w_word, name="w_taps", tag=DW_PACK_TAG)
     ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
+    rq = te.reduce_axis((0, kw4), name="rq")
 
     def body(b, o, y, z):
-        wbyte = tir_op.shift_right(tir_op.shift_left(w4[o, 0, ry, rx], 24), 24)
-        xu = xp[b, o, y * sh + ry * dh, z * sw + rx * dw].astype("int32")
-        return te.sum(xu * wbyte, axis=[ry, rx])
+        word = xw[b, o, y * sh + ry * dh, rq, z]
+        return te.sum(tir_op.dot_u8i8(0, word, ww[o, ry, rq]), axis=[ry, rq])
 
-    return te.compute((n, c, *out_hw), body, name="qconv_dw", tag=CONV_TAG)
+    return te.compute((n, c, oh, ow), body, name="qconv_dw", tag=DW_TAG)
 
 
 CONV_BLOCKED_TAG = "qnn_conv2d_packed"

@@ -696,3 +696,23 @@ def test_index_arithmetic_of_symbolic_extents_wraps(monkeypatch):
     rows = Var("rows")
     func = _shifted_rows(rows)
     assert _nsw_ir(func, monkeypatch, rows=rows) == _nsw_ir(func, monkeypatch, -1, rows=rows)
+
+
+@pytest.mark.parametrize(
+    "dtype,stride,lanes", [("uint8", 2, 16), ("int32", 3, 8), ("float32", 4, 5)]
+)
+def test_strided_vector_loads_read_every_stride_th_element(dtype, stride, lanes):
+    """Note [strided loads]: one load of the span and a shuffle; the buffer ends at the last
+    lane read, so a load past the span would show up to a sanitizer (and the values differ)."""
+    rows = 3
+    span = (lanes - 1) * stride + 1
+    a = decl_buffer((rows * span,), dtype, "a")
+    c = decl_buffer((rows * lanes,), dtype, "c")
+    i = Var("i", "int32")
+    load = tir.BufferLoad(a, (Ramp(i * span, IntImm(stride), lanes),))
+    body = For(i, 0, rows, SERIAL, BufferStore(c, load, (Ramp(i * lanes, IntImm(1), lanes),)))
+    mod = build_llvm([PrimFunc("strided", [a, c], body)])
+    x = (RNG.integers(0, 100, rows * span)).astype(dtype)
+    y = run(mod, "strided", [x], dtype, n=rows * lanes)
+    np.testing.assert_array_equal(y.reshape(rows, lanes), x.reshape(rows, span)[:, ::stride])
+    assert "shufflevector" in mod.get_source("ll")

@@ -42,6 +42,7 @@ CONVS = [  # (c, h, w, oc, k, stride, pad, groups)
     (16, 6, 28, 32, 3, 1, 1, 2),  # grouped, 28-wide rows (16 + 12 lanes)
     (12, 7, 7, 12, 3, 1, 1, 12),  # depthwise
     (8, 11, 20, 8, 3, 2, 1, 8),  # depthwise, strided, a row of 10
+    (5, 9, 23, 5, 5, 1, 2, 5),  # depthwise 5x5: two tap words per kernel row, the second partial
 ]
 
 
@@ -51,7 +52,7 @@ SLOW = pytest.mark.slow
 CONV_RUNS = [("llvm -mcpu=cascadelake", c) for c in CONVS] + [
     pytest.param(t, c, marks=[SLOW] if c is CONVS[1] else [])
     for t in list(ISAS)[1:]
-    for c in (CONVS[1], CONVS[4], CONVS[6])
+    for c in (CONVS[1], CONVS[4], CONVS[6], CONVS[7])
 ]
 
 
@@ -75,8 +76,30 @@ def test_conv2d_requantize_matches_integer_reference(target, case):
     acc = get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0]
     want = get_op("qnn.requantize").evaluate([acc, scale], dict(zero_point=3, dtype="uint8"))[0]
     np.testing.assert_array_equal(y, want)
-    if ISAS[target] is not None and groups != c:  # depthwise: int32 multiplies, no dot
+    if ISAS[target] is not None:  # depthwise too: words of 4 taps (Note [depthwise tap words])
         assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=cascadelake", "llvm -mcpu=haswell", "c"])
+@pytest.mark.parametrize(
+    "kernel,stride,dilation", [((3, 3), (1, 2), (2, 1)), ((1, 6), (2, 1), (1, 2))]
+)
+def test_depthwise_tap_words_dilated_and_strided(target, kernel, stride, dilation):
+    """Depthwise tap words (Note [depthwise tap words]) under dilation and unequal strides, a
+    1x6 kernel (a full and a half word per row), int8 data and uneven pads: int32 sums exact."""
+    t = _target(target)
+    c, h, w = 6, 12, 19
+    x8 = _data((1, c, h, w), "int8")
+    w4 = qnn.pack_conv_weight(_data((c, 1, *kernel), "int8"))
+    attrs = dict(strides=stride, padding=(1, 2, 0, 3), dilation=dilation, groups=c,
+                 pad_value=200)  # fmt: skip
+    X = te.placeholder(x8.shape, "int8", name="x")
+    W = te.placeholder(w4.shape, "int32", name="w")
+    Y = qnn.qnn_conv2d(X, W, **attrs)
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d([Y], t), [X, W, Y], target=t)
+    y = np.zeros([int(d.value) for d in Y.shape], np.int32)
+    f(x8, w4, y)
+    np.testing.assert_array_equal(y, get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0])
 
 
 @pytest.mark.parametrize("target", list(ISAS))

@@ -418,7 +418,20 @@ class FunctionEmitter:
             p = self.b.bitcast(p, vec_ty.as_pointer())
             v = self.b.load(p, align=self._align_of(buf, index.base))
             return self._from_storage(v, el.with_lanes(lanes))
+        stride = _small_stride(index)
+        if stride and not el.is_bool:
+            return self._strided(buf, index, lanes, stride)
         return self._gather(buf, index, lanes)
+
+    def _strided(self, buf, index, lanes: int, stride: int):
+        """Lanes `stride` apart (Note [strided loads]): one load of the span from the first to
+        the last lane, then every stride-th element of it."""
+        span = (lanes - 1) * stride + 1
+        p = self._element_ptr(buf, self._index_value(buf, index.base), index.base.dtype)
+        p = self.b.bitcast(p, T.storage_type(buf.dtype.with_lanes(span)).as_pointer())
+        wide = self.b.load(p, align=self._align_of(buf, index.base))
+        mask = ir.Constant(ir.VectorType(T.I32, lanes), [k * stride for k in range(lanes)])
+        return self.b.shuffle_vector(wide, ir.Constant(wide.type, ir.Undefined), mask)
 
     def _gather(self, buf, index, lanes):
         """A load of scattered elements, one lane at a time (LLVM forms gathers where they pay)."""
@@ -558,6 +571,20 @@ class FunctionEmitter:
         self.bind_buffer(buf, self.b.bitcast(raw, el_ty.as_pointer()), 64)
         emit_body()
         self.b.call(free, [raw])
+
+
+# Note [strided loads]: a vector load whose lanes are 2 to MAX_LOAD_STRIDE elements apart (a
+# stride-2 conv or pool reading every other column) was one scalar load per lane (LLVM made a
+# gather of it). It is one load of the elements from the first lane to the last, all inside
+# the buffer because both ends are, and a shuffle. Wider strides would load mostly unused data.
+MAX_LOAD_STRIDE = 4
+
+
+def _small_stride(index) -> int:
+    """The lane stride of a Ramp index when it is a constant from 2 to MAX_LOAD_STRIDE, else 0."""
+    if not (isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm)):
+        return 0
+    return index.stride.value if 2 <= index.stride.value <= MAX_LOAD_STRIDE else 0
 
 
 def define_kernel(ctx, fn_name, func_name, buffers, aligns, variables, extra_types, emit_body):

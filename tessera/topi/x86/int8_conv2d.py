@@ -10,9 +10,10 @@ channels x nw vectors of pixels is ocb * nw accumulators in registers across the
 The epilogue (compensation, bias, requantize, ReLU, residual) runs on the tile in registers and
 stores straight into the NCHW output. Tiles (n, channel block, row) run in parallel.
 
-1x1, 3x3, strided, grouped and depthwise convs share this kernel (a depthwise word holds one
-channel and three zero bytes: memory bound anyway). Knobs (defaults are the rule below): lanes,
-nw (vectors per row tile), ocb (channels per tile).
+1x1, 3x3, strided and grouped convs share this kernel. Depthwise convs take words of 4 taps
+of a kernel row (Note [depthwise tap words] in topi/qnn.py), built per tile of channels from
+its padded uint8 copy, both kept in cache next to the tile (`_schedule_depthwise`). Knobs
+(defaults are the rule below): lanes, nw (vectors per row tile), ocb (channels per tile).
 
 # Dispatch point (int8): registered on qnn.conv2d in tessera/graph/ops/qnn.py; becomes the
 # "int8" implementation of conv2d's x86 strategy when that table lands.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.topi.generic import inline_injective, schedule_elementwise_stage
-from tessera.topi.qnn import CONV_TAG
+from tessera.topi.qnn import CONV_TAG, DW_PACK_TAG, DW_TAG
 from tessera.topi.x86.cpu import vector_registers
 from tessera.topi.x86.dense import find_tagged
 from tessera.topi.x86.int8_dense import schedule_pack
@@ -49,6 +50,19 @@ def conv_blocking(target, oc: int, ow: int) -> tuple[int, int, int]:
     regs = vector_registers(target) if target is not None else 16
     ocb = max(1, min(CHANNEL_ROWS, (regs - nw - 1) // nw, oc))
     return lanes, nw, ocb
+
+
+def depthwise_blocking(target, oc: int, ow: int) -> tuple[int, int, int]:
+    """(lanes, nw, ocb) of a depthwise conv: vectors along the row as `conv_blocking`, and as
+    many channels per tile as give DEPTHWISE_CHAINS independent accumulators (a channel's
+    vectors share no operand with another's: more channels buy only latency hiding, and each
+    adds its tap words to the tile's cache footprint)."""
+    lanes = conv_lanes(target, ow)
+    nw = max(1, min(ROW_VECTORS, -(-ow // lanes)))
+    return lanes, nw, max(1, min(oc, -(-DEPTHWISE_CHAINS // nw)))
+
+
+DEPTHWISE_CHAINS = 4  # the rule's independent accumulators per depthwise tile (>= dot latency)
 
 
 def _tile(s, out, lanes, nw, ocb):
@@ -85,6 +99,8 @@ def schedule_qnn_conv2d(outs, target=None, config=None) -> te.Schedule:
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     schedule_pack(s, outs, target)
+    if any(t.op.tag == DW_TAG for t in _stages(outs)):
+        return _schedule_depthwise(s, outs, target, config)
     anchor = find_tagged(outs, CONV_TAG)
     _, oc, _, ow = (int(d.value) for d in anchor.shape)
     lanes, nw, ocb = conv_blocking(target, oc, ow)
@@ -108,6 +124,82 @@ def schedule_qnn_conv2d(outs, target=None, config=None) -> te.Schedule:
         for t in view:
             schedule_elementwise_stage(s, t, target)
     _schedule_acc(s, acc, lanes)
+    return s
+
+
+def _stages(outs) -> list[te.Tensor]:
+    from tessera.topi.generic import traverse
+
+    found = []
+    traverse(outs, lambda op: found.append(op.output(0)))
+    return found
+
+
+DEPTHWISE_STACK_BYTES = 1 << 19  # most bytes of a block's data stages kept on the stack
+
+
+def _block_bytes(anchor, ocb: int) -> int:
+    """Bytes of one channel block's padded rows and tap words (their shapes per channel)."""
+    total = 0
+    for t in _stages([anchor]):
+        if t.op.tag == DW_PACK_TAG:
+            per_channel = 1
+            for d in t.shape[len(t.shape) - 3 :]:
+                per_channel *= int(d.value)
+            total += per_channel * ocb * t.dtype.itemsize
+    return total
+
+
+def _schedule_depthwise(s, outs, target, config) -> te.Schedule:
+    """Tiles of ocb channels x nw row vectors, parallel over channel blocks; each block's
+    padded rows and tap words are built at the block (in cache), then its rows run through
+    the tile, one dot_u8i8 per (kernel row, tap word) and vector."""
+    from tessera.topi.generic import const_extent, vector_lanes
+    from tessera.topi.strategy import record_config
+
+    anchor = find_tagged(outs, DW_TAG)
+    _, oc, _, ow = (int(d.value) for d in anchor.shape)
+    lanes, nw, ocb = depthwise_blocking(target, oc, ow)
+    if config is not None and config.impl == "rows" and "nw" in config:
+        nw, ocb = config["nw"], config["oc_block"]
+        record_config(s, config)
+    acc = s.cache_write(anchor, "local")
+    view = [t for t in outs if t.op is not anchor.op]
+    shape = [int(d.value) for d in anchor.shape]
+    if len(outs) == 1 and view and [int(d.value) for d in outs[0].shape] == shape:
+        s[anchor].compute_inline()
+        tiled = outs[0]
+    else:
+        tiled = anchor
+        for t in view:
+            schedule_elementwise_stage(s, t, target)
+    stage = s[tiled]
+    n, oc_axis, oh, ow_axis = stage.op.axis
+    oco, oci = stage.split(oc_axis, factor=ocb)
+    owo, owi = stage.split(ow_axis, factor=lanes * nw)
+    stage.reorder(n, oco, oh, owo, oci, owi)
+    block = stage.fuse(n, oco)
+    stage.parallel(block)
+    owv, owl = stage.split(owi, factor=lanes)
+    stage.unroll(oci)
+    stage.unroll(owv)
+    stage.vectorize(owl)
+    s[acc].compute_at(stage, owo)
+    _schedule_acc(s, acc, lanes)
+    stacked = _block_bytes(anchor, ocb) <= DEPTHWISE_STACK_BYTES
+    for t in _stages([anchor]):
+        if t.op.tag != DW_PACK_TAG:
+            continue
+        s[t].compute_at(stage, block)
+        if stacked:  # on the stack: no allocation per block (a heap block each took ~1 us)
+            s[t].set_scope("local")
+        inner = s[t].op.axis[-1]
+        width = vector_lanes(target, t.dtype)
+        extent = const_extent(inner) or 0
+        if 1 < extent <= width:  # a short row (14 or 7 wide): one partial vector
+            s[t].vectorize(inner)
+        elif width > 1 and extent > width:
+            s[t].vectorize(s[t].split(inner, factor=width)[1])
     return s
 
 

@@ -17,7 +17,13 @@ import numpy as np
 
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.x86.cpu import vector_registers
-from tessera.topi.x86.int8_conv2d import CHANNEL_ROWS, ROW_VECTORS, channel_tile, conv_blocking
+from tessera.topi.x86.int8_conv2d import (
+    CHANNEL_ROWS,
+    ROW_VECTORS,
+    channel_tile,
+    conv_blocking,
+    depthwise_blocking,
+)
 
 # Note [int8 conv rule]
 # Both kernels do one vpdpbusd lane per word of 4 input channels per output: `words` = C/4 *
@@ -52,6 +58,7 @@ class _QConv:
         q.oc, q.c4, q.kh, q.kw = ws
         q.n, _, q.oh, q.ow = wl.output
         q.groups = wl.attr("groups", 1)
+        q.depthwise = q.groups == xs[1] == q.oc
         q.lanes = _lanes(target)
         q.blocks = -(-q.oc // q.lanes)
         return q
@@ -72,11 +79,13 @@ conv2d = register_strategy("qnn.conv2d", "cpu")
 @conv2d.implementation("rows", priority=1)
 def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     """Knobs nw (vectors of a row per tile) and oc_block (output channels per tile), the
-    register tile of schedule_qnn_conv2d; defaults: its rule, `conv_blocking`."""
+    register tile of schedule_qnn_conv2d; defaults: its rule, `conv_blocking` (depthwise convs:
+    `depthwise_blocking`)."""
     q = _QConv.of(wl, target)
     if q is None:
         return None
-    lanes, nw, ocb = conv_blocking(target, q.oc, q.ow)
+    rule = depthwise_blocking if q.depthwise else conv_blocking
+    lanes, nw, ocb = rule(target, q.oc, q.ow)
     regs = vector_registers(target)
     nws = tuple(sorted({*range(1, min(ROW_VECTORS, -(-q.ow // lanes)) + 1), nw}))
     ocbs = tuple(sorted({*range(1, min(2 * CHANNEL_ROWS, q.oc) + 1), ocb}))
