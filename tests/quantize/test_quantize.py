@@ -122,7 +122,7 @@ def test_calibration_ranges():
     lo, hi = choose_range(obs, "entropy")  # no fewer bins than levels: 255 of 2048 here
     assert lo == 0.0 and 1.0 <= hi <= 50 * 255 / 2048 + 1e-6
     with pytest.raises(ValueError, match="unknown calibration"):
-        choose_range(obs, "mse")
+        choose_range(obs, "median")
 
 
 def test_activation_params():
