@@ -79,6 +79,8 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "prefetch": (3, "any"),  # (element, rw, locality): a hint, evaluated for its effect only
     # int32 lanes: acc + the 4 uint8 bytes of a times the 4 int8 bytes of b (vpdpbusd)
     "dot_u8i8": (3, "int"),
+    # float32 lanes: acc + the 2 bfloat16 halves of a times those of b (vdpbf16ps)
+    "dot_bf16": (3, "any"),
 }
 
 
@@ -242,6 +244,19 @@ def dot_u8i8(acc, a, b):
         if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
             raise TypeError(f"dot_u8i8 needs int32 operands, got {v.dtype}")
     return Call(acc.dtype, "dot_u8i8", (acc, a, b))
+
+
+def dot_bf16(acc, a, b):
+    """Per float32 lane: acc + hi(a) * hi(b) + lo(a) * lo(b), hi and lo the two bfloat16 halves
+    of the int32 words a and b, as x86's vdpbf16ps computes it (codegen/llvm/bf16_dot.py)."""
+    acc = convert(acc, "float32")
+    a, b = (convert(v, "int32") for v in (a, b))
+    if acc.dtype.element.code != "float" or acc.dtype.element.bits != 32:
+        raise TypeError(f"dot_bf16 accumulates in float32, got {acc.dtype}")
+    for v in (a, b):
+        if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
+            raise TypeError(f"dot_bf16 needs int32 words of two bfloat16, got {v.dtype}")
+    return Call(acc.dtype, "dot_bf16", (acc, a, b))
 
 
 def popcount(x):
