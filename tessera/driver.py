@@ -22,6 +22,7 @@ from tessera.graph_build import make_executor_plan
 from tessera.graph_build.compile import compile_groups
 from tessera.graph_build.control_flow import has_control_flow, make_control_plan
 from tessera.ir.module import IRModule
+from tessera.quantize.bf16 import to_bf16
 from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
 from tessera.tir import transform as tt
@@ -52,6 +53,7 @@ from tessera.transform.pass_context import PassContext, run_passes
 GRAPH_PASSES = [
     (infer_types, 0),
     (simplify_inference, 1),
+    (to_bf16, 1),  # config "precision": "bf16": constant-weight dense/matmul as bf16.dense
     (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
     (pack_qnn_weights, 1),  # llvm targets: int8 conv weights as their kernel reads them
     (fold_constant, 1),
