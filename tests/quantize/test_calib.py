@@ -92,7 +92,7 @@ def test_bias_correction_removes_the_mean_error():
     want = run(mod, x, params)
     mean_err, db = {}, {}
     for fix in (False, True):
-        cfg = QConfig(bias_correction=fix, keep_float_below_db=0)
+        cfg = QConfig(bias_correction=fix, keep_float_below_db=0, keep_float_inputs=False)
         result = quantize(mod, params, feeds, cfg)
         got = run(result.mod, x)
         mean_err[fix] = np.abs((want - got).mean(axis=(0, 2, 3))).max()
@@ -109,8 +109,18 @@ def test_bias_correction_report_and_samples():
     mod, params = biased_conv()
     rng = np.random.default_rng(6)
     feeds = [{"x": (0.5 + rng.random((1, 8, 10, 10))).astype(np.float32)} for _ in range(3)]
-    on = quantize(mod, params, feeds, QConfig(correction_samples=2, keep_float_below_db=0))
-    off = quantize(mod, params, feeds, QConfig(bias_correction=False, keep_float_below_db=0))
+    on = quantize(
+        mod,
+        params,
+        feeds,
+        QConfig(correction_samples=2, keep_float_below_db=0, keep_float_inputs=False),
+    )
+    off = quantize(
+        mod,
+        params,
+        feeds,
+        QConfig(bias_correction=False, keep_float_below_db=0, keep_float_inputs=False),
+    )
     # the report's per-layer SQNR is of the corrected layer
     assert on.report[0].sqnr_db > off.report[0].sqnr_db + 3
 
@@ -120,5 +130,14 @@ def test_mse_calibration_end_to_end():
     rng = np.random.default_rng(7)
     feeds = [{"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)} for _ in range(4)]
     x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
-    result = quantize(mod, params, feeds, QConfig(calibrate="mse", keep_float_below_db=0))
+    result = quantize(
+        mod, params, feeds, QConfig(calibrate="mse", keep_float_below_db=0, keep_float_inputs=False)
+    )
     assert sqnr_db(run(mod, x, params), run(result.mod, x)) > 30
+
+
+def test_layers_reading_a_model_input_stay_float_by_default():
+    mod, params = conv(np.random.default_rng(9).standard_normal((4, 8, 3, 3)).astype("float32"))
+    feeds = [{"x": np.random.default_rng(10).random((1, 8, 10, 10), dtype=np.float32)}]
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    assert [r.quantized for r in result.report] == [False] and "qnn" not in str(result.mod)
