@@ -2,7 +2,12 @@
 against numpy with bfloat16 rounding; the dot_bf16 intrinsic's exact semantics; the pass that
 PassContext(config={"precision": "bf16"}) turns on, and its error on a CPU without bf16."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -30,7 +35,10 @@ def runnable(name):
     return name
 
 
-def matmul_model(m, k, n, lead=(1,), transposed=False):
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def matmul_model(m, k, n, lead=(1,), transposed=False, onnx_only=False):
     """MatMul (or Gemm with transB) by a constant weight, plus a bias and a ReLU (epilogue)."""
     w = R.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
     b = R.standard_normal(n).astype(np.float32)
@@ -49,6 +57,8 @@ def matmul_model(m, k, n, lead=(1,), transposed=False):
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
+    if onnx_only:
+        return model
     mod, params = from_onnx(model)
     wt = w if transposed else w.T
     x = R.standard_normal(x_shape).astype(np.float32)
@@ -139,3 +149,18 @@ def test_dot_bf16_semantics():
     got = _dot_bf16(acc, words(a_vals), words(b_vals))
     # lane 0: 2^23 + 2^-9 rounds away, then + 2^20; lane 1: 1 - 2, then + 4.5
     np.testing.assert_array_equal(got, np.array([2.0**23 + 2.0**20, 3.5], np.float32))
+
+
+@pytest.mark.parametrize("mcpu", ["znver4", "skylake-avx512"])
+def test_cli_precision_bf16(tmp_path, mcpu):
+    onnx.save(matmul_model(4, 32, 16, onnx_only=True), tmp_path / "m.onnx")
+    out = tmp_path / "m.so"
+    cmd = [sys.executable, "-m", "tessera.cli", "compile", str(tmp_path / "m.onnx"), "--target",
+           f"llvm -mcpu={mcpu}", "--precision", "bf16", "-o", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if mcpu == "skylake-avx512":  # no AVX512_BF16: a clear error, no traceback
+        assert proc.returncode != 0 and "AVX512_BF16" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert out.exists()
