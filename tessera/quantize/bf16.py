@@ -1,12 +1,15 @@
-"""The bf16 pass: dense and matmul layers with constant float32 weights run as `bf16.dense`
-(bfloat16 products on vdpbf16ps, float32 accumulation and output; topi/x86/bf16_dense.py).
+"""The bf16 passes: dense and matmul layers with constant float32 weights run as `bf16.dense`
+(bfloat16 products on vdpbf16ps, float32 accumulation and output; topi/x86/bf16_dense.py), and,
+after alter_layout, blocked convs as `bf16.conv2d_nchwc` (topi/x86/bf16_conv2d.py).
 
     before:  %y = matmul(%x, %w) : f32[1, 128, 3072]               # %w: a constant f32[768, 3072]
     after:   %y = bf16.dense(%x, %w_bf16, units=3072) : f32[1, 128, 3072]
              (%w_bf16: a constant i32[192, 384, 16], the weight rounded to bfloat16, in panels)
 
 On when `PassContext(config={"precision": "bf16"})` (the CLI's `--precision bf16`) builds for
-a CPU target; everything else stays float32 (activations are float32 between kernels, rounded
+a CPU target (`to_bf16` before pack_weights, `to_bf16_convs` after alter_layout: groups of
+1, even input channel blocks; a 3-channel stem, depthwise and Winograd convs stay float32);
+everything else stays float32 (activations are float32 between kernels, rounded
 to bfloat16 where a bf16 kernel reads them). A CPU without AVX512_BF16 (the target's
 features, read from LLVM for the host) is refused with an error that says so, unless the
 config also sets "bf16_emulate": True (the same numbers on FMAs, slower than float32: for
@@ -84,6 +87,50 @@ def to_bf16(func: Function, target: Target | str | None = None) -> Function:
             constants.append(packed[id(src)])
         attrs = {"units": int(w.shape[0])}
         body.append(Call(get_op("bf16.dense"), (call.inputs[0], packed[id(src)]), attrs,
+                         call.outputs, call.span))  # fmt: skip
+    if not packed:
+        return func
+    used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}
+    return rebuild(func, body, {}, [c for c in constants if id(c) in used])
+
+
+def _conv_weight(call: Call):
+    """The blocked float32 weight of a conv that bf16.conv2d_nchwc takes, else None."""
+    if call.op.name != "nn.conv2d_nchwc" or len(call.inputs) != 2:
+        return None
+    x, w = call.inputs
+    if call.attrs.get("groups", 1) != 1 or not isinstance(w, Constant) or w.type.ndim != 6:
+        return None
+    if str(w.type.dtype) != "float32" or w.type.shape[4] % 2 or x.type.ndim != 5:
+        return None
+    return w.array if x.type.shape[4] == w.type.shape[4] else None
+
+
+@graph_pass(opt_level=2)
+def to_bf16_convs(func: Function, target: Target | str | None = None) -> Function:
+    if precision() != "bf16":
+        return func
+    target = Target.current() if target is None else target
+    target = Target(target) if isinstance(target, str) else target
+    if target is None or not target.kind_info.layout_strategies:
+        return func
+    from tessera.topi.x86.bf16_conv2d import pack_bf16_conv_weight
+
+    packed: dict[int, Constant] = {}
+    body, constants = [], list(func.constants)
+    for call in func.body:
+        w = _conv_weight(call)
+        if w is None:
+            body.append(call)
+            continue
+        if not packed:
+            check_target(target)
+        src = call.inputs[1]
+        if id(src) not in packed:
+            packed[id(src)] = Constant.of(f"{src.name}_bf16", pack_bf16_conv_weight(w))
+            constants.append(packed[id(src)])
+        attrs = {k: call.attrs[k] for k in ("strides", "padding", "dilation")}
+        body.append(Call(get_op("bf16.conv2d_nchwc"), (call.inputs[0], packed[id(src)]), attrs,
                          call.outputs, call.span))  # fmt: skip
     if not packed:
         return func
