@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.graph.ir import Constant
 from tessera.graph.op import get_op
 from tessera.ir.module import IRModule
 from tessera.quantize import calibrate
@@ -151,6 +152,21 @@ def _mean_error(layer: Layer, pairs, act) -> np.ndarray:
     return (total / max(n, 1)).astype(np.float32)
 
 
+# ops that move or pad data without computing on it: a layer behind them still reads the input
+_MOVES = ("pad", "reshape", "transpose", "layout_transform", "squeeze", "expand_dims", "flatten")
+
+
+def _read_from_inputs(func) -> set[int]:
+    """ids of the model inputs and of the values made from one by data movement alone (the
+    explicit Pad of an exported "same"-padded stem)."""
+    out = {id(p) for p in func.params}
+    for call in func.body:
+        data = [v for v in call.inputs if not isinstance(v, Constant)]
+        if call.op.name in _MOVES and len(data) == 1 and id(data[0]) in out:
+            out.update(id(v) for v in call.outputs)
+    return out
+
+
 def quantize(mod, params=None, calibration=(), config: QConfig | None = None, target="llvm"):
     """Quantize `mod`'s convs and dense/matmuls to int8 from the calibration feeds (an iterable
     of {input name: array}); returns a QuantizeResult (mod, params={}, report)."""
@@ -181,7 +197,7 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         act[id(v)] = (scale, zp, config.activation_dtype)
     x_of = {id(v): a for v, a in zip(inputs, first[: len(inputs)], strict=True)}
     where = {id(v): k for k, v in enumerate(inputs)}
-    model_inputs = {id(p) for p in func.params}
+    model_inputs = _read_from_inputs(func)
     report, keep, fixes = [], [], {}
     for j, (layer, y) in enumerate(zip(layers, first[len(inputs) :], strict=True)):
         a = act[id(layer.data)]

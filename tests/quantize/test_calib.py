@@ -141,3 +141,24 @@ def test_layers_reading_a_model_input_stay_float_by_default():
     feeds = [{"x": np.random.default_rng(10).random((1, 8, 10, 10), dtype=np.float32)}]
     result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
     assert [r.quantized for r in result.report] == [False] and "qnn" not in str(result.mod)
+
+
+def test_a_layer_behind_an_explicit_pad_of_the_input_stays_float():
+    w = np.random.default_rng(11).standard_normal((4, 8, 3, 3)).astype(np.float32)
+    pads = np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["p"]),
+         helper.make_node("Conv", ["p", "w"], ["c"], name="stem"),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Conv", ["r", "w2"], ["y"], name="next")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(pads, "pads"),
+         numpy_helper.from_array(w[:, :4], "w2")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    mod, params = from_onnx(model)
+    feeds = [{"x": np.random.default_rng(12).random((1, 8, 10, 10), dtype=np.float32)}]
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    assert [(r.name, r.quantized) for r in result.report] == [("stem", False), ("next", True)]
