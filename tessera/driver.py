@@ -23,6 +23,7 @@ from tessera.graph_build.compile import compile_groups
 from tessera.graph_build.control_flow import has_control_flow, make_control_plan
 from tessera.graph_build.executor_plan import is_dynamic, make_dynamic_plan
 from tessera.ir.module import IRModule
+from tessera.quantize.bf16 import to_bf16, to_bf16_convs
 from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
 from tessera.tir import transform as tt
@@ -53,11 +54,13 @@ from tessera.transform.pass_context import PassContext, run_passes
 GRAPH_PASSES = [
     (infer_types, 0),
     (simplify_inference, 1),
+    (to_bf16, 1),  # config "precision": "bf16": constant-weight dense/matmul as bf16.dense
     (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
     (pack_qnn_weights, 1),  # llvm targets: int8 conv weights as their kernel reads them
     (fold_constant, 1),
     (fixed_point_requantize, 1),  # micro targets: the requantize in integers
     (alter_layout, 2),  # llvm targets: convs in NCHW[x]c, weights re-packed
+    (to_bf16_convs, 2),  # config "precision": "bf16": blocked convs as bf16.conv2d_nchwc
     (eliminate_common_subexpr, 3),
     (eliminate_dead_code, 1),
     (fuse_ops, 2),

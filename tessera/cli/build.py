@@ -83,12 +83,14 @@ def _distinct_kernels(ir) -> int:
     return len({group_key(g) for g in groups}) or len(func.body)
 
 
-def _build(mod, params, target, opt_level, instrument, db=None):
+def _build(mod, params, target, opt_level, instrument, db=None, precision="fp32"):
     import tessera
     from tessera.transform import PassContext
 
     try:
         config = {"tuning.database": db} if db else {}  # tuned configs: `tessera tune`
+        if precision != "fp32":  # bf16 dense/matmul layers: docs/quantization.md
+            config["precision"] = precision
         with PassContext(opt_level=opt_level, instruments=[instrument], config=config):
             return tessera.build(mod, target=target, params=params)
     except (ValueError, TypeError, NotImplementedError) as e:
@@ -107,6 +109,7 @@ def compile_model(
     quantize=None,
     calibrate=None,
     board=None,
+    precision="fp32",
 ):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `db`: tuning
     records (`tessera tune`); `key`: sign the artifact written to `output` with it;
@@ -128,10 +131,10 @@ def compile_model(
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=stderr_console(), transient=True) as bar:
             inst = _Progress(bar, dump_ir)
-            lib = _build(mod, params, target, opt_level, inst, db)
+            lib = _build(mod, params, target, opt_level, inst, db, precision)
     else:
         inst = _Progress(None, dump_ir)
-        lib = _build(mod, params, target, opt_level, inst, db)
+        lib = _build(mod, params, target, opt_level, inst, db, precision)
     seconds = time.perf_counter() - start
     plan = lib.plan
     n_ops = sum(op_histogram(mod["main"]).values())
@@ -229,6 +232,12 @@ def print_summary(rows, title="compiled") -> None:
     help="Calibration data for --quantize: .npz, one array per input, samples stacked.",
 )
 @click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    help="bf16: dense/matmul layers on bfloat16 products (AVX512_BF16), float32 sums.",
+)
+@click.option(
     "--db", type=click.Path(exists=True, dir_okay=False), help="Tuning records (tessera tune)."
 )
 @verbosity_options
@@ -244,6 +253,7 @@ def compile_cmd(
     key_file,
     quantize,
     calibrate,
+    precision,
     db,
 ):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
@@ -274,6 +284,7 @@ def compile_cmd(
         quantize=quantize,
         calibrate=calibrate,
         board=board,
+        precision=precision,
     )
     if not quiet():
         print_summary(summary)

@@ -1,5 +1,5 @@
 """Calibration: run the float model on the calibration feeds, observe the tensors that will be
-quantized, and choose each one's range (min-max, percentile, or KL/entropy).
+quantized, and choose each one's range (min-max, percentile, KL/entropy, or MSE-optimal).
 
     m = compile_probe(func, values, target)                 # values as the outputs
     stats = observe(m, len(values), feeds, histograms=True)  # one Observer per value
@@ -7,8 +7,8 @@ quantized, and choose each one's range (min-max, percentile, or KL/entropy).
     scale, zero_point = activation_params(lo, hi, "uint8")
 
 The float function is compiled once with the observed values as extra outputs. Min and max are
-taken on a first pass over the feeds; the percentile and entropy methods need a histogram of
-|x| over [0, max |x|], filled on a second pass (feeds are kept in a list for it).
+taken on a first pass over the feeds; the percentile, entropy and mse methods need a histogram
+of |x| over [0, max |x|], filled on a second pass (feeds are kept in a list for it).
 """
 
 from __future__ import annotations
@@ -101,6 +101,22 @@ def _kl_threshold(hist: np.ndarray, levels: int) -> int:
     return best_i
 
 
+def _mse_threshold(hist: np.ndarray, width: float, levels: float) -> float:
+    """The clipping threshold t of |x| that minimizes the expected squared error of quantizing
+    to `levels` steps over [0, t]: rounding, (t / levels)^2 / 12 per value inside, plus the
+    clipping, (|x| - t)^2 per value outside (values at their bin's centre). Every bin edge is
+    a candidate; the sums over the clipped tail are suffix sums, so this is one vector pass."""
+    h = hist.astype(np.float64)
+    c = (np.arange(len(h)) + 0.5) * width
+    t = np.arange(1, len(h) + 1) * width  # candidate i keeps bins 0..i-1
+    inside = np.cumsum(h)
+    s0 = inside[-1] - inside  # tail count, sum of c, sum of c^2 past each candidate
+    s1 = np.sum(h * c) - np.cumsum(h * c)
+    s2 = np.sum(h * c * c) - np.cumsum(h * c * c)
+    err = inside * (t / levels) ** 2 / 12 + (s2 - 2 * t * s1 + t * t * s0)
+    return float(t[int(np.argmin(err))])
+
+
 def choose_range(obs: Observer, method: str, percentile: float = 99.99,
                  dtype: str = "uint8") -> tuple[float, float]:  # fmt: skip
     """The float range [lo, hi] (lo <= 0 <= hi) to quantize to `dtype`, by `method`."""
@@ -111,12 +127,16 @@ def choose_range(obs: Observer, method: str, percentile: float = 99.99,
     if method == "percentile":
         cdf = np.cumsum(obs.hist) / obs.hist.sum()
         t = (np.searchsorted(cdf, percentile / 100.0) + 1) * width
-    elif method == "entropy":
+    elif method in ("entropy", "mse"):
         # the levels that |x| gets: all 256 of uint8 for non-negative data, else half
         levels = 255 if lo == 0.0 and dtype == "uint8" else 127
-        t = _kl_threshold(obs.hist, levels) * width
+        if method == "entropy":
+            t = _kl_threshold(obs.hist, levels) * width
+        else:
+            t = _mse_threshold(obs.hist, width, levels)
     else:
-        raise ValueError(f"unknown calibration method {method!r} (minmax, percentile, entropy)")
+        raise ValueError(f"unknown calibration method {method!r} "
+                         "(minmax, percentile, entropy, mse)")  # fmt: skip
     return max(lo, -t), min(hi, t)
 
 

@@ -107,8 +107,11 @@ class _Emitter:
         return out
 
 
-def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value) -> Call:
-    """Emit layer's int8 product and dequantize; the last call defines `out`."""
+def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value,
+                     correction=None) -> Call:  # fmt: skip
+    """Emit layer's int8 product and dequantize; the last call defines `out`. `correction`
+    (float, per output channel) is added to the output, folded into the integer compensation
+    (Note [bias correction])."""
     (sx, zx, dtype) = act
     zx_u = zx + (128 if dtype == "int8" else 0)
     wq, sw = quantize_weight(layer.weight)
@@ -125,6 +128,9 @@ def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value) -> 
         acc = em.call("qnn.dense", (xq, wp), span, hint, units=wq.shape[0])
         comp = zx_u * wq.astype(np.int64).sum(axis=1)
         scale = (np.float32(sx) * sw).astype(np.float32)
+    if correction is not None:
+        steps = np.round(np.asarray(correction, np.float64).reshape(comp.shape) / scale)
+        comp = comp - np.clip(steps, -(2**30), 2**30).astype(np.int64)
     if comp.any():
         acc = em.call("subtract", (acc, em.const(comp.astype(np.int32), hint + "_comp")), span,
                       hint)  # fmt: skip
@@ -172,10 +178,11 @@ def _remap(call: Call, fake: dict) -> Call:
     return Call(call.op, inputs, call.attrs, call.outputs, call.span)
 
 
-def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool = True):
+def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool = True,
+            corrections: dict | None = None):  # fmt: skip
     """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)};
     share: other readers of a quantized value read its int8 copy (Note [shared quantized
-    values])."""
+    values]); corrections: {layer index: float per output channel} added to its output."""
     from tessera.transform import eliminate_dead_code
 
     em = _Emitter(func)
@@ -196,7 +203,8 @@ def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool =
                 scale = em.const(np.float32(act[0]), layer.data.name + "_s")
                 fake[id(layer.data)] = em.call("qnn.dequantize", (xq, scale), call.span,
                                                layer.data.name, zero_point=act[1])  # fmt: skip
-        em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0]))
+        fix = (corrections or {}).get(layer.index)
+        em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0], fix))
     used = {id(v) for c in em.body for v in c.inputs} | {id(v) for v in func.outputs}
     constants = tuple(c for c in em.constants if id(c) in used)
     # a max-pool moved after its quantize leaves the float one unused

@@ -442,7 +442,20 @@ _MATH = {
     "popcount": np.bitwise_count,
     "likely": lambda x: x,
     "dot_u8i8": lambda acc, a, b: _dot_u8i8(acc, a, b),
+    "dot_bf16": lambda acc, a, b: _dot_bf16(acc, a, b),
 }
+
+
+def _dot_bf16(acc, a, b):
+    """acc + hi(a) hi(b) + lo(a) lo(b) per float32 lane, each step rounded to float32 (the
+    products of two bfloat16 are exact in float32), high halves first, as vdpbf16ps."""
+    a32, b32 = np.asarray(a, np.int32).view(np.uint32), np.asarray(b, np.int32).view(np.uint32)
+
+    def half(w, hi):
+        return ((w & np.uint32(0xFFFF0000)) if hi else (w << np.uint32(16))).view(np.float32)
+
+    out = np.asarray(acc, np.float32) + half(a32, True) * half(b32, True)
+    return (out + half(a32, False) * half(b32, False)).astype(np.float32)
 
 
 def _dot_u8i8(acc, a, b):

@@ -81,6 +81,8 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "dot_u8i8": (3, "int"),
     # acc + 16 int8 products from two addresses (Arm MVE's VMLADAVA; codegen/micro.py)
     "dot16_s8": (5, "int"),
+    # float32 lanes: acc + the 2 bfloat16 halves of a times those of b (vdpbf16ps)
+    "dot_bf16": (3, "any"),
 }
 
 
@@ -256,6 +258,19 @@ def dot16_s8(acc, first, last, weight, n):
         if not hasattr(v, "indices") or str(v.dtype) != "int8":
             raise TypeError(f"dot16_s8 needs int8 buffer elements, got {v}")
     return Call(acc.dtype, "dot16_s8", (acc, first, last, weight, n))
+
+
+def dot_bf16(acc, a, b):
+    """Per float32 lane: acc + hi(a) * hi(b) + lo(a) * lo(b), hi and lo the two bfloat16 halves
+    of the int32 words a and b, as x86's vdpbf16ps computes it (codegen/llvm/bf16_dot.py)."""
+    acc = convert(acc, "float32")
+    a, b = (convert(v, "int32") for v in (a, b))
+    if acc.dtype.element.code != "float" or acc.dtype.element.bits != 32:
+        raise TypeError(f"dot_bf16 accumulates in float32, got {acc.dtype}")
+    for v in (a, b):
+        if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
+            raise TypeError(f"dot_bf16 needs int32 words of two bfloat16, got {v.dtype}")
+    return Call(acc.dtype, "dot_bf16", (acc, a, b))
 
 
 def popcount(x):

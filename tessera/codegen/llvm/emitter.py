@@ -183,6 +183,12 @@ class FunctionEmitter:
             fused = fused_accumulate(self, e)
             if fused is not None:
                 return fused
+        if e.dtype.element.code == "float":  # acc + dot_bf16(0, a, b) -> one vdpbf16ps
+            from tessera.codegen.llvm.bf16_dot import fused_accumulate as fused_bf16
+
+            fused = fused_bf16(self, e)
+            if fused is not None:
+                return fused
         return self._arith(e, self.b.add, self.b.add, self.b.fadd)
 
     def e_Sub(self, e):
