@@ -223,14 +223,14 @@ def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
 @pytest.mark.parametrize("cpu", ["cortex-a76", "neoverse-v1"])
 def test_fp16_arithmetic_where_the_core_has_it(cpu, tmp_path):
     """A float16 model on cores with FEAT_FP16 (Target.features "fullfp16") computes in half
-    precision, `fmla` on 8 (NEON) or 16 (256-bit SVE) halves, and matches the float32 model of
-    the same weights within float16's rounding; without FEAT_FP16 (-mattr=-fullfp16) LLVM
-    widens each half to float32 (fcvtl), and executes more instructions for it."""
+    precision, `fmla` on 8 (NEON) or 16 (256-bit SVE) halves (Note [half sums] in
+    topi/nn/dense.py), and matches the float32 model of the same weights within float16's
+    rounding; without FEAT_FP16 (-mattr=-fullfp16) the products are summed in float32. Their
+    instruction counts are bench/arm.py --fp16's to report, not this test's to compare."""
     require_toolchain("aarch64-neon")
     models, x = fp16_model()
     expected = run_ort(models[np.float32], {"x": x.astype(np.float32)})
     mod, params = tessera.frontend.from_onnx(models[np.float16])
-    counts = {}
     for name, extra in (("fp16", ""), ("widened", " -mattr=-fullfp16")):
         target = f"{AARCH64} -mcpu={cpu}{extra}"
         assert ("fullfp16" in tessera.Target(target).features) == (name == "fp16")
@@ -245,8 +245,6 @@ def test_fp16_arithmetic_where_the_core_has_it(cpu, tmp_path):
             scale = float(np.abs(e).max())
             # products rounded to half, sums of up to 576 of them in half: a few ulp of the scale
             np.testing.assert_allclose(g.astype(np.float32), e, rtol=0, atol=8e-3 * scale)
-        counts[name] = count_instructions(path, {"x": x}, cpu="max")
-    assert counts["fp16"] < counts["widened"], counts
 
 
 def test_sve_int8_dense_reads_whole_panels(tmp_path):

@@ -30,8 +30,28 @@ def _accumulated(out: te.Tensor, dtype) -> te.Tensor:
 
 
 def _wide(x):
-    """x(...) as the accumulation type: float32 for float16 / bfloat16, else itself."""
-    return te.cast(x, "float32") if str(x.dtype) in ("float16", "bfloat16") else x
+    """x(...) as the accumulation type: float32 for bfloat16, and for float16 unless the current
+    target computes in half precision (Note [half sums])."""
+    dtype = str(x.dtype)
+    if dtype == "bfloat16" or dtype == "float16" and not _half_arithmetic():
+        return te.cast(x, "float32")
+    return x
+
+
+# Note [half sums]
+# A float16 product accumulates in float32 and is rounded once, as numpy and ONNX Runtime's
+# reference kernels do, except on a target whose CPU has half-precision arithmetic (Arm's
+# FEAT_FP16, "fullfp16" in its features): there the point of a float16 model is the doubled
+# throughput of `fmla` on halves (docs/arm.md), and the sums stay in float16, as Arm's own
+# libraries and ONNX Runtime's fp16 kernels on such cores do. The current target is the
+# build's (lower_group makes it current); with none, float32 sums.
+
+
+def _half_arithmetic() -> bool:
+    from tessera.target import Target
+
+    target = Target.current()
+    return target is not None and "fullfp16" in target.features
 
 
 def _dim(d):
