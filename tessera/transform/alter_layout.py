@@ -409,7 +409,8 @@ class _Rewriter:
         d = tuple(a["dilation"])
         n, c, h, wd = x.type.shape
         if (
-            not self.use_winograd
+            not all(isinstance(v, int) for v in (*x.type.shape, *out.type.shape))
+            or not self.use_winograd
             or d[0] != d[1]
             or d[0] == 1
             or tuple(a["strides"]) != (1, 1)
@@ -716,6 +717,8 @@ def _live_tap_regions(call: Call) -> list[list[tuple[int, int, int, int]]] | Non
     else None."""
     (x, w), (y,) = call.inputs, call.outputs
     a = call.attrs
+    if not all(isinstance(d, int) for d in (*x.type.shape[2:], *y.type.shape[2:])):
+        return None  # symbolic sizes: which taps are live depends on the size
     saving = PassContext.current().config.get("alter_layout.live_tap_saving", LIVE_TAPS_MIN_SAVING)
     axes = []
     for axis in range(2):
