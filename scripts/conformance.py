@@ -337,7 +337,7 @@ WHY = [
     (r"image_decoder", "decodes image files (JPEG, PNG, ...) into a tensor whose shape depends "
                        "on the bytes: not a tensor computation tessera compiles"),
     (r"bernoulli", "random: the expected values are draws of numpy's unseeded generator, which "
-                   "no implementation reproduces (ONNX Runtime skips these cases too)"),
+                   "no implementation reproduces"),
     (r"training_dropout", "random: training-mode Dropout draws its mask at run time; tessera has "
                           "no run-time random generator (the expected mask is numpy's "
                           "RandomState(0) stream)"),
