@@ -460,6 +460,9 @@ class ExprPrinter:
     def _call_dot_u8i8(self, e, lane):
         return self.helper("dot_u8i8", *(self.text(a, lane) for a in e.args))
 
+    def _call_dot_bf16(self, e, lane):
+        return self.helper("dot_bf16", *(self.text(a, lane) for a in e.args))
+
     def _call_likely(self, e, lane):
         return self.p(e.args[0], lane)
 

@@ -295,6 +295,7 @@ def test_every_intrinsic_is_covered_by_these_tests():
     tested |= {"if_then_else"}  # test_if_then_else_guards_an_out_of_bounds_load
     tested |= {"prefetch"}  # tests/codegen/test_prefetch.py
     tested |= {"dot_u8i8"}  # tests/codegen/test_int8_dot.py
+    tested |= {"dot_bf16"}  # tests/quantize/test_bf16.py
     assert set(tir.INTRINSICS) <= tested, set(tir.INTRINSICS) - tested
 
 
