@@ -8,8 +8,9 @@ Three runners (medians in ms): tessera fp32, tessera bf16, ONNX Runtime fp32. Ac
 SQNR of the bf16 output against the fp32 one, on the timed input. `--model`: `bert`
 (bench/model_zoo.py's BERT-base encoder, seq 128), `mobilenet_v2`, an onnx light model name
 (`resnet50`) or an .onnx path; random weights and seeded inputs (bench/int8.py's). What runs in
-bf16 is the dense/matmul layers with constant weights (tessera/quantize/bf16.py); convs stay
-float32, so a CNN gains only its classifier. Needs a CPU with AVX512_BF16 (else the build says
+bf16: the dense/matmul layers with constant weights and the blocked convs (groups of 1, even
+input channel blocks; tessera/quantize/bf16.py); a 3-channel stem, depthwise and Winograd convs
+stay float32. Needs a CPU with AVX512_BF16 (else the build says
 so). A benchmark, not a test: nothing here asserts a time.
 """
 
@@ -59,6 +60,11 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="bert")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument(
+        "--direct",
+        action="store_true",
+        help="also bf16 with Winograd off (every 3x3 conv direct, on vdpbf16ps)",
+    )
     args = ap.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
@@ -71,6 +77,9 @@ def main(argv=None) -> int:
         "tessera bf16": runner(mod, params, feed, {"precision": "bf16"}),
         "ORT fp32": int8.ort_runner(model.SerializeToString(), args.threads, feed),
     }
+    if args.direct:
+        config = {"precision": "bf16", "alter_layout.winograd": False}
+        runners["bf16 direct"] = runner(mod, params, feed, config)
     outs = {k: fn() for k, fn in runners.items()}
     load0 = os.getloadavg()[0]
     ms = int8.timed(runners, args.runs)
@@ -78,9 +87,12 @@ def main(argv=None) -> int:
           f"(load {load0:.1f} -> {os.getloadavg()[0]:.1f})")  # fmt: skip
     for k, v in ms.items():
         print(f"  {k:<14} {v:9.2f} ms")
-    print(f"  bf16 speed-up: {ms['tessera fp32'] / ms['tessera bf16']:.2f}x over tessera fp32, "
-          f"{ms['ORT fp32'] / ms['tessera bf16']:.2f}x over ORT fp32")  # fmt: skip
+    for k in [k for k in ms if "bf16" in k]:
+        print(f"  {k} speed-up: {ms['tessera fp32'] / ms[k]:.2f}x over tessera fp32, "
+              f"{ms['ORT fp32'] / ms[k]:.2f}x over ORT fp32")  # fmt: skip
     ref = outs["tessera fp32"]
+    if args.direct:
+        print(f"  SQNR vs fp32: bf16 direct {sqnr_db(ref, outs['bf16 direct']):.1f} dB")
     print(f"  SQNR vs fp32: bf16 {sqnr_db(ref, outs['tessera bf16']):.1f} dB "
           f"(tessera fp32 vs ORT fp32 {sqnr_db(outs['ORT fp32'], ref):.1f} dB)")  # fmt: skip
     return 0

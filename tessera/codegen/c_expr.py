@@ -465,6 +465,9 @@ class ExprPrinter:
         a, b = (wrap(self.load(v, None, convert=False), UNARY) for v in (first, weight))
         return self.helper("dot16_s8", self.text(acc, lane), f"&{a}", f"&{b}", self.text(n, lane))
 
+    def _call_dot_bf16(self, e, lane):
+        return self.helper("dot_bf16", *(self.text(a, lane) for a in e.args))
+
     def _call_likely(self, e, lane):
         return self.p(e.args[0], lane)
 

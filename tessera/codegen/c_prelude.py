@@ -154,6 +154,15 @@ static inline int32_t tessera_dot16_s8(int32_t acc, const int8_t* a, const int8_
   }
   return (int32_t)sum;
 }""",
+    # x86's vdpbf16ps on one float lane: the high bfloat16 halves first, then the low ones
+    "dot_bf16": """\
+static inline float tessera_dot_bf16(float acc, int32_t a, int32_t b) {
+  union { uint32_t u; float f; } ah, bh, al, bl;
+  ah.u = (uint32_t)a & 0xFFFF0000u; bh.u = (uint32_t)b & 0xFFFF0000u;
+  al.u = (uint32_t)a << 16; bl.u = (uint32_t)b << 16;
+  acc = acc + ah.f * bh.f;
+  return acc + al.f * bl.f;
+}""",
     "popcount": """\
 static inline int32_t tessera_popcount(uint64_t x) {
   x = x - ((x >> 1) & 0x5555555555555555u);

@@ -296,7 +296,7 @@ def test_every_intrinsic_is_covered_by_these_tests():
     tested |= {"prefetch"}  # tests/codegen/test_prefetch.py
     tested |= {"dot_u8i8"}  # tests/codegen/test_int8_dot.py
     tested |= {"dot16_s8"}  # tests/micro/test_mve.py (MVE's VMLADAVA on the M55)
-    tested |= {"dot_bf16"}  # tests/quantize/test_bf16.py (vdpbf16ps; LLVM targets only)
+    tested |= {"dot_bf16"}  # tests/quantize/test_bf16.py
     assert set(tir.INTRINSICS) <= tested, set(tir.INTRINSICS) - tested
 
 

@@ -225,3 +225,38 @@ def test_bf16_conv_pass_rewrites_blocked_convs():
     ):
         text = str(to_bf16_convs(alter_layout(bound)))
     assert "bf16.conv2d_nchwc(" in text and "nn.conv2d_nchwc(" not in text
+
+
+def _dot_kernel(m, k2, n):
+    from tessera import te
+    from tessera.tir import op
+
+    A = te.placeholder((m, k2), "int32", name="A")
+    B = te.placeholder((n, k2), "int32", name="B")
+    k = te.reduce_axis((0, k2), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(op.dot_bf16(0.0, A[i, k], B[j, k]), axis=k))
+    s = te.create_schedule(C.op)
+    s[C].reorder(C.op.axis[0], k, C.op.axis[1])
+    s[C].vectorize(C.op.axis[1])
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("target", [NATIVE, "llvm -mcpu=skylake-avx512", "llvm -mcpu=x86-64", "c"])
+@pytest.mark.parametrize("n", [7, 16, 44])
+def test_dot_bf16_in_every_code_generator(target, n):
+    """The intrinsic alone, in a te kernel, against the interpreter's reference: within a few
+    float32 roundings (LLVM folds the sum's `acc + dot_bf16(0, a, b)` into dot_bf16(acc, a, b),
+    one rounding fewer per step; the interpreter and C keep them apart)."""
+    from tessera.tir.interpreter import interpret
+
+    if target != "c":
+        runnable(target)
+    a = float_to_bfloat16_bits(R.standard_normal((3, 20)).astype(np.float32))
+    b = float_to_bfloat16_bits(R.standard_normal((n, 20)).astype(np.float32))
+    a32, b32 = a.view(np.int32), b.view(np.int32)
+    s, args = _dot_kernel(3, 10, n)
+    c = np.zeros((3, n), np.float32)
+    tessera.build(s, args, target=target)(a32, b32, c)
+    want = np.zeros((3, n), np.float32)
+    interpret(tessera.lower(s, args)["main"], a32, b32, want)
+    np.testing.assert_allclose(c, want, rtol=0, atol=np.abs(want).max() * 1e-6)

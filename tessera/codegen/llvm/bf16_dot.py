@@ -13,7 +13,10 @@ vdpbf16ps computes acc + a_hi * b_hi, rounds to float32, then + a_lo * b_lo, rou
 (round to nearest even; denormal inputs and results flushed to zero). The product of two
 bfloat16 (8-bit significands) is exact in float32, so each step is one rounding, like an FMA:
 the emulation (high halves first, then low) gives the same float32 except where a denormal is
-involved, which the instruction flushes and the emulation keeps.
+involved, which the instruction flushes and the emulation keeps. A te.sum of dots lowers to
+`acc + dot_bf16(0, a, b)`; fused_accumulate makes it dot_bf16(acc, a, b), as vdpbf16ps
+accumulates: one rounding fewer per step than the expression as written (the interpreter and
+the C target keep the two apart), so they may differ in the last bit.
 """
 
 from __future__ import annotations
