@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tessera.codegen.llvm import int8_dot
 from tessera.codegen.llvm import types as T
-from tessera.tir import expr as E
+from tessera.codegen.llvm.int8_dot import _concat, _features, _lanes_of
 
 
 class _BFloat(ir.types.Type):
@@ -42,35 +43,14 @@ class _BFloat(ir.types.Type):
         return hash("bfloat")
 
 
-def _is_zero(e) -> bool:
-    if isinstance(e, E.Broadcast):
-        e = e.value
-    return isinstance(e, E.FloatImm | E.IntImm) and e.value == 0
-
-
 def fused_accumulate(em, e):
     """`x + dot_bf16(0, a, b)` (how a te.sum of dots lowers) as dot_bf16(x, a, b): vdpbf16ps
     accumulates in place. None if e is not that."""
-    for acc, call in ((e.a, e.b), (e.b, e.a)):
-        if isinstance(call, E.Call) and call.op == "dot_bf16" and _is_zero(call.args[0]):
-            lanes = e.dtype.lanes
-            vals = [em.broadcast(em.expr(v), lanes) for v in (acc, call.args[1], call.args[2])]
-            return emit_dot(em, *vals, lanes)
-    return None
+    return int8_dot.fused_accumulate(em, e, "dot_bf16", emit_dot)
 
 
 def emit_dot_call(em, e) -> ir.Value:
-    lanes = e.dtype.lanes
-    acc, a, b = (em.broadcast(em.expr(v), lanes) for v in e.args)
-    return emit_dot(em, acc, a, b, lanes)
-
-
-def _features(em) -> frozenset:
-    target = em.ctx.target
-    try:
-        return target.features if target is not None else frozenset()
-    except (AttributeError, ValueError):  # a target without CPU features (not x86)
-        return frozenset()
+    return int8_dot.emit_dot_call(em, e, emit_dot)
 
 
 def native_lanes(feats) -> tuple[int, ...]:
@@ -103,29 +83,6 @@ def _native(em, acc, a, b, lanes):
     ty = ir.VectorType(T.F32, lanes)
     fn = em.ctx.declare(f"llvm.x86.avx512bf16.dpbf16ps.{32 * lanes}", ty, [ty, bf, bf])
     return em.b.call(fn, [acc, em.b.bitcast(a, bf), em.b.bitcast(b, bf)])
-
-
-def _lanes_of(em, v, start, n, width):
-    """Lanes start .. start+n of v as a vector of `width` lanes (the rest undefined)."""
-    mask = [start + k if k < n else v.type.count for k in range(width)]
-    undef = ir.Constant(v.type, ir.Undefined)
-    return em.b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(T.I32, width), mask))
-
-
-def _concat(em, pieces, lanes):
-    """The first n lanes of each piece, one after the other, as one vector of `lanes`."""
-    out, offset = None, 0
-    index = ir.VectorType(T.I32, lanes)
-    for vec, n in pieces:
-        undef_lane = vec.type.count
-        mask = [i - offset if offset <= i < offset + n else undef_lane for i in range(lanes)]
-        undef = ir.Constant(vec.type, ir.Undefined)
-        placed = em.b.shuffle_vector(vec, undef, ir.Constant(index, mask))
-        if out is not None:
-            keep = [i if i < offset else lanes + i for i in range(lanes)]
-            placed = em.b.shuffle_vector(out, placed, ir.Constant(index, keep))
-        out, offset = placed, offset + n
-    return out
 
 
 def _emulated(em, acc, a, b, lanes):

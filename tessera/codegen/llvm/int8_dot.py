@@ -36,24 +36,26 @@ from tessera.tir import expr as E
 def _is_zero(e) -> bool:
     if isinstance(e, E.Broadcast):
         e = e.value
-    return isinstance(e, E.IntImm) and e.value == 0
+    return isinstance(e, E.FloatImm | E.IntImm) and e.value == 0
 
 
-def fused_accumulate(em, e):
+def fused_accumulate(em, e, op: str = "dot_u8i8", emit=None):
     """`x + dot_u8i8(0, a, b)` (how a te.sum of dots lowers) as dot_u8i8(x, a, b): vpdpbusd
-    accumulates in place, and LLVM does not fold the add into it. None if e is not that."""
+    accumulates in place, and LLVM does not fold the add into it. None if e is not that.
+    `op`, `emit`: another accumulating dot intrinsic and its emitter (bf16_dot.py's)."""
+    emit = emit_dot if emit is None else emit
     for acc, call in ((e.a, e.b), (e.b, e.a)):
-        if isinstance(call, E.Call) and call.op == "dot_u8i8" and _is_zero(call.args[0]):
+        if isinstance(call, E.Call) and call.op == op and _is_zero(call.args[0]):
             lanes = e.dtype.lanes
             vals = [em.broadcast(em.expr(v), lanes) for v in (acc, call.args[1], call.args[2])]
-            return emit_dot(em, *vals, lanes)
+            return emit(em, *vals, lanes)
     return None
 
 
-def emit_dot_call(em, e) -> ir.Value:
+def emit_dot_call(em, e, emit=None) -> ir.Value:
     lanes = e.dtype.lanes
     acc, a, b = (em.broadcast(em.expr(v), lanes) for v in e.args)
-    return emit_dot(em, acc, a, b, lanes)
+    return (emit_dot if emit is None else emit)(em, acc, a, b, lanes)
 
 
 def _features(em) -> frozenset:
