@@ -64,34 +64,13 @@ def check_target(target: Target) -> None:
 
 @graph_pass(opt_level=1)
 def to_bf16(func: Function, target: Target | str | None = None) -> Function:
-    if precision() != "bf16":
-        return func
-    target = Target.current() if target is None else target
-    target = Target(target) if isinstance(target, str) else target
-    if target is None or not target.kind_info.layout_strategies:
-        return func  # C and GPU targets keep float32 (their kernels take no bf16 panels)
+    """dense/matmul layers with constant weights on bf16.dense (before the layout pass)."""
     from tessera.topi.x86.bf16_dense import pack_bf16_weight
 
-    packed: dict[int, Constant] = {}
-    body, constants = [], list(func.constants)
-    for call in func.body:
-        w = _weight(call)
-        if w is None:
-            body.append(call)
-            continue
-        if not packed:
-            check_target(target)
-        src = call.inputs[1]
-        if id(src) not in packed:
-            packed[id(src)] = Constant.of(f"{src.name}_bf16", pack_bf16_weight(w))
-            constants.append(packed[id(src)])
-        attrs = {"units": int(w.shape[0])}
-        body.append(Call(get_op("bf16.dense"), (call.inputs[0], packed[id(src)]), attrs,
-                         call.outputs, call.span))  # fmt: skip
-    if not packed:
-        return func
-    used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}
-    return rebuild(func, body, {}, [c for c in constants if id(c) in used])
+    def attrs(call, w):
+        return {"units": int(w.shape[0])}
+
+    return _rewrite(func, target, _weight, pack_bf16_weight, "bf16.dense", attrs)
 
 
 def _conv_weight(call: Call):
@@ -108,18 +87,29 @@ def _conv_weight(call: Call):
 
 @graph_pass(opt_level=2)
 def to_bf16_convs(func: Function, target: Target | str | None = None) -> Function:
+    """blocked float convs on bf16.conv2d_nchwc (after the layout pass)."""
+    from tessera.topi.x86.bf16_conv2d import pack_bf16_conv_weight
+
+    def attrs(call, w):
+        return {k: call.attrs[k] for k in ("strides", "padding", "dilation")}
+
+    return _rewrite(func, target, _conv_weight, pack_bf16_conv_weight, "bf16.conv2d_nchwc", attrs)
+
+
+def _rewrite(func: Function, target, weight_of, pack, op: str, attrs_of) -> Function:
+    """Each call whose weight `weight_of` gives becomes `op` over its data and that weight
+    packed by `pack` (once per weight), with `attrs_of(call, weight)`; under precision bf16, on
+    targets whose kernels take blocked layouts (C and GPU targets keep float32)."""
     if precision() != "bf16":
         return func
     target = Target.current() if target is None else target
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
         return func
-    from tessera.topi.x86.bf16_conv2d import pack_bf16_conv_weight
-
     packed: dict[int, Constant] = {}
     body, constants = [], list(func.constants)
     for call in func.body:
-        w = _conv_weight(call)
+        w = weight_of(call)
         if w is None:
             body.append(call)
             continue
@@ -127,11 +117,10 @@ def to_bf16_convs(func: Function, target: Target | str | None = None) -> Functio
             check_target(target)
         src = call.inputs[1]
         if id(src) not in packed:
-            packed[id(src)] = Constant.of(f"{src.name}_bf16", pack_bf16_conv_weight(w))
+            packed[id(src)] = Constant.of(f"{src.name}_bf16", pack(w))
             constants.append(packed[id(src)])
-        attrs = {k: call.attrs[k] for k in ("strides", "padding", "dilation")}
-        body.append(Call(get_op("bf16.conv2d_nchwc"), (call.inputs[0], packed[id(src)]), attrs,
-                         call.outputs, call.span))  # fmt: skip
+        inputs = (call.inputs[0], packed[id(src)])
+        body.append(Call(get_op(op), inputs, attrs_of(call, w), call.outputs, call.span))
     if not packed:
         return func
     used = {id(v) for c in body for v in c.inputs} | {id(v) for v in func.outputs}
