@@ -111,11 +111,9 @@ def _counted(func: Function) -> dict[int, tuple[Value, int]]:
     return counts
 
 
-def make_executor_plan(
-    func: Function, kernel_of_call: list[str], memory: MemoryPlan, kernels=None
-) -> tuple[dict, np.ndarray]:
-    """(plan, params blob) of a fused function whose i-th call runs kernel_of_call[i];
-    `kernels` (CompiledKernels) tell the workspaces each kernel takes (Note [workspaces])."""
+def _io_storage(func: Function, spec) -> tuple[list[dict], np.ndarray, dict[int, list], list]:
+    """(param entries, params blob, where each input, weight and output is stored, the outputs'
+    plan entries made with `spec`) of a fused function."""
     weights = _weights(func)
     param_entries, blob = pack_params(weights)
     where: dict[int, list] = {}
@@ -126,7 +124,16 @@ def make_executor_plan(
     outputs = []
     for k, v in enumerate(func.outputs):
         where.setdefault(id(v), ["output", k])  # a repeated output refers to its first
-        outputs.append({**_spec(v.name, v), "storage": where[id(v)]})
+        outputs.append({**spec(v.name, v), "storage": where[id(v)]})
+    return param_entries, blob, where, outputs
+
+
+def make_executor_plan(
+    func: Function, kernel_of_call: list[str], memory: MemoryPlan, kernels=None
+) -> tuple[dict, np.ndarray]:
+    """(plan, params blob) of a fused function whose i-th call runs kernel_of_call[i];
+    `kernels` (CompiledKernels) tell the workspaces each kernel takes (Note [workspaces])."""
+    param_entries, blob, where, outputs = _io_storage(func, _spec)
     counts = row_counts(func)
     base = -(-memory.arena_bytes // ALIGNMENT) * ALIGNMENT
     for count in counts.values():  # Note [run-time rows]: kept for the whole run
@@ -201,17 +208,7 @@ def make_dynamic_plan(
                 f"the dim {v.name!r} is in the model's shapes but in no input's: its size "
                 "cannot be known when the model runs"
             )
-    weights = _weights(func)
-    param_entries, blob = pack_params(weights)
-    where: dict[int, list] = {}
-    for k, p in enumerate(func.params):
-        where[id(p)] = ["input", k]
-    for k, c in enumerate(weights):
-        where[id(c)] = ["param", k]
-    outputs = []
-    for k, v in enumerate(func.outputs):
-        where.setdefault(id(v), ["output", k])
-        outputs.append({**_dyn_spec(v.name, v), "storage": where[id(v)]})
+    param_entries, blob, where, outputs = _io_storage(func, _dyn_spec)
     last_use: dict[int, int] = {}
     for i, call in enumerate(func.body):
         for v in call.inputs:
