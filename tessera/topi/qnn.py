@@ -21,7 +21,7 @@ import numpy as np
 
 from tessera import te, tir
 from tessera.tir import op as tir_op
-from tessera.topi.transform import ravel
+from tessera.topi.transform import ravel, unravel_rows
 
 PANEL = 16  # output columns per dense weight panel: one AVX-512 vector of int32, two of AVX2
 DENSE_TAG = "qnn_dense"
@@ -97,11 +97,7 @@ def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
     dt = str(x.dtype)
 
     def row(r):
-        idx = []
-        for d in reversed(lead):
-            idx.append(r % d if d > 1 else 0)
-            r = r // d
-        return idx[::-1]
+        return unravel_rows(r, lead)
 
     def word(r, k):
         # past K: zero weights meet any byte; the guard keeps the load in bounds

@@ -46,6 +46,22 @@ def unravel(linear: Expr, shape) -> tuple[Expr, ...]:
     return tuple(reversed(out))
 
 
+def unravel_rows(r: Expr, lead) -> list:
+    """The index into leading dims `lead` of row r of their raveled view (Note [row view] in
+    topi/x86/dense.py): 0 for a dim of 1, and r itself for a symbolic outermost dim (no
+    remainder, so bound inference sees r)."""
+    idx = []
+    for k, d in enumerate(reversed(lead)):
+        if isinstance(d, int) and d == 1:
+            idx.append(0)
+        elif k == len(lead) - 1 and not isinstance(d, int):
+            idx.append(r)
+        else:
+            idx.append(r % d)
+        r = r // d
+    return idx[::-1]
+
+
 def reshape(x: te.Tensor, newshape) -> te.Tensor:
     if not all(isinstance(d, int | np.integer | IntImm) for d in (*newshape, *x.shape)):
         return _symbolic_reshape(x, tuple(newshape))

@@ -207,11 +207,9 @@ def qnn_dense_mve(x, wm, comp, units: int) -> te.Tensor:
 
 
 def _unravel(r, lead):
-    idx = []
-    for d in reversed(lead):
-        idx.append(r % d if d > 1 else 0)
-        r = r // d
-    return idx[::-1]
+    from tessera.topi.transform import unravel_rows
+
+    return unravel_rows(r, lead)
 
 
 def _ravel(idx, lead):

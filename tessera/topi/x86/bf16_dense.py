@@ -25,7 +25,7 @@ from tessera.runtime.ndarray import bfloat16_bits_to_float, float_to_bfloat16_bi
 from tessera.tir import op as tir_op
 from tessera.topi.generic import inline_injective
 from tessera.topi.qnn import PACK_TAG
-from tessera.topi.transform import ravel
+from tessera.topi.transform import ravel, unravel_rows
 from tessera.topi.x86.dense import find_tagged, schedule_gemm
 from tessera.topi.x86.int8_dense import int32_blocking, schedule_pack
 
@@ -76,11 +76,7 @@ def bf16_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
     M = int(np.prod(lead)) if lead else 1
 
     def row(r):
-        idx = []
-        for d in reversed(lead):
-            idx.append(r % d if d > 1 else 0)
-            r = r // d
-        return idx[::-1]
+        return unravel_rows(r, lead)
 
     def word(r, k):
         lo = _bf16_half(x(*row(r), k * 2), False)

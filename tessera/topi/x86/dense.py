@@ -48,7 +48,7 @@ from tessera.topi.symbolic import (
     shape_vars,
     static_or_none,
 )
-from tessera.topi.transform import ravel
+from tessera.topi.transform import ravel, unravel_rows
 from tessera.topi.x86.cpu import (
     DEFAULT_CACHES,
     parallel_tasks,
@@ -210,22 +210,10 @@ def dense_packed(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
         raise ValueError(f"dense_packed: data {x.shape}, packed weight {wp.shape}, units {units}")
     M = product(lead)
 
-    def unravel(r):
-        idx = []
-        for k, d in enumerate(reversed(lead)):
-            if isinstance(d, int) and d == 1:
-                idx.append(0)
-            elif k == len(lead) - 1 and not isinstance(d, int):
-                idx.append(r)  # the outermost: no remainder (bounds see r itself)
-            else:
-                idx.append(r % d)
-            r = r // d
-        return idx[::-1]
-
     k = te.reduce_axis((0, K), name="k")
     rows = te.compute(
         (M, units),
-        lambda r, j: te.sum(x(*unravel(r), k) * wp[j // nr, k, j % nr], axis=k),
+        lambda r, j: te.sum(x(*unravel_rows(r, lead), k) * wp[j // nr, k, j % nr], axis=k),
         name="dense",
         tag=PACKED_TAG,
         attrs={"nr": nr},
