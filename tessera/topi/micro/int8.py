@@ -24,12 +24,10 @@ straight into the NCHW output.
 
 from __future__ import annotations
 
-import numpy as np
-
 from tessera import te, tir
 from tessera.tir import op as tir_op
 from tessera.topi.generic import inline_injective
-from tessera.topi.micro.mve import cache_channel_constants
+from tessera.topi.micro.mve import cache_channel_constants, schedule_column_tiles, tiled_stage
 from tessera.topi.qnn import CONV_TAG, DENSE_TAG, PACK_TAG, conv_out_size, qnn_conv2d
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.int8_dense import schedule_pack
@@ -187,26 +185,6 @@ def schedule_qnn_dense_micro(outs, target=None, config: Config | None = None) ->
         config = Config("dot4", nb=default_columns(cols))
     nb = int(config["nb"])
     acc = s.cache_write(anchor, "local")
-    view = [t for t in outs if t.op is not anchor.op]
-    flat = [int(d) for d in _static(outs[0].shape)]
-    tiled = anchor
-    if len(outs) == 1 and view and flat[-1] == cols and int(np.prod(flat)) == rows * cols:
-        tiled = outs[0]  # the epilogue's output, (..., N): its last axis is the anchor's
-    if tiled is anchor:
-        for t in view:
-            s[t].compute_root()
-    else:
-        s[anchor].compute_inline()
-    stage = s[tiled]
-    columns = stage.op.axis[-1]
-    outer, inner = stage.split(columns, factor=nb)
-    stage.unroll(inner)
-    s[acc].compute_at(stage, outer)
-    a = s[acc]
-    m, n = a.op.axis
-    (k,) = a.op.reduce_axis
-    a.reorder(m, k, n)
-    a.unroll(m)
-    a.unroll(n)
+    schedule_column_tiles(s, tiled_stage(s, outs, anchor, rows, cols), acc, nb)
     record_config(s, config)
     return s

@@ -329,20 +329,34 @@ def schedule_qnn_dense_mve(outs, target=None, config: Config | None = None) -> t
         config = Config("mve", nb=default_mve_columns(cols))
     nb = int(config["nb"])
     acc = s.cache_write(anchor, "local")
-    view = [t for t in outs if t.op is not anchor.op]
-    flat = _static(outs[0].shape)
-    tiled = anchor
-    if len(outs) == 1 and view and flat[-1] == cols and int(np.prod(flat)) == rows * cols:
-        tiled = outs[0]
-        s[anchor].compute_inline()
-    else:
-        for t in view:
-            s[t].compute_root()
+    tiled = tiled_stage(s, outs, anchor, rows, cols)
     data = _data_stage(anchor)
     if str(data.op.input_tensors[0].dtype) == "int8":
         s[data].compute_inline()  # int8 data as it is: the dot reads the input itself
     else:
         s[data].compute_root()
+    schedule_column_tiles(s, tiled, acc, nb)
+    record_config(s, config)
+    return s
+
+
+def tiled_stage(s, outs, anchor: te.Tensor, rows: int, cols: int) -> te.Tensor:
+    """The stage a dense's column tiles run on: the epilogue's output where it is the group's
+    one output with the anchor's rows x cols (the anchor inlined into it), else the anchor
+    (the other outputs computed at root)."""
+    view = [t for t in outs if t.op is not anchor.op]
+    flat = [int(d) for d in _static(outs[0].shape)]
+    if len(outs) == 1 and view and flat[-1] == cols and int(np.prod(flat)) == rows * cols:
+        s[anchor].compute_inline()
+        return outs[0]
+    for t in view:
+        s[t].compute_root()
+    return anchor
+
+
+def schedule_column_tiles(s, tiled: te.Tensor, acc: te.Tensor, nb: int) -> None:
+    """Tiles of nb output columns (unrolled) on `tiled`'s last axis, each computing its
+    accumulators `acc` with the reduction outside the nb columns (rows and columns unrolled)."""
     stage = s[tiled]
     outer, inner = stage.split(stage.op.axis[-1], factor=nb)
     stage.unroll(inner)
@@ -353,8 +367,6 @@ def schedule_qnn_dense_mve(outs, target=None, config: Config | None = None) -> t
     a.reorder(m, k, n)
     a.unroll(m)
     a.unroll(n)
-    record_config(s, config)
-    return s
 
 
 # -- int8 pools: the window sums of qnn.sum_pool2d -----------------------------------------------
