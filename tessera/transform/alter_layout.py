@@ -30,6 +30,7 @@ from tessera.graph.op import OpKind, get_op
 from tessera.target import Target
 from tessera.topi import strategy
 from tessera.topi.layout import transform_array
+from tessera.transform.conv_taps import live_tap_regions, trim_dead_taps
 from tessera.transform.graph_pass import graph_pass, uses
 from tessera.transform.pass_context import PassContext
 
@@ -267,10 +268,10 @@ class _Rewriter:
         the NCL data and result of a 1-D conv seen as this 2-d one (Note [1-D convs])."""
         if not (_is_plain_4d(call.inputs[0].type) and isinstance(call.inputs[1], Constant)):
             return False
-        call = _trim_dead_taps(call)
+        call = trim_dead_taps(call)
         if x is None and _multiplier(call) > 1:
             return self.depthwise_multiplier(call)
-        if x is None and (regions := _live_tap_regions(call)) is not None:
+        if x is None and (regions := live_tap_regions(call)) is not None:
             return self.live_tap_regions(call, regions)
         if x is None and self.dilated_as_phases(call):
             return True
@@ -622,72 +623,6 @@ class _Rewriter:
         return True
 
 
-# Note [dead taps]
-# A kernel tap that reads only padding for every output (a dilated conv on a map smaller than
-# its dilation: DeepLabV3's ASPP, dilations 12/24/36 on a 28x28 map) adds zeros: the conv
-# without it, its padding cut by the taps dropped before, is the same conv. Only leading and
-# trailing taps can be dead (the taps of an axis read increasing positions), and they are
-# dropped only where the padding that remains is >= 0 and gives the same output size.
-
-
-def _alive_taps(size, out, k, stride, dilation, pad_before) -> tuple[int, int]:
-    """[first, last] taps of one spatial axis that read some input position."""
-    alive = [
-        t
-        for t in range(k)
-        if any(0 <= i * stride + t * dilation - pad_before < size for i in range(out))
-    ]
-    return (alive[0], alive[-1]) if alive else (0, k - 1)
-
-
-def _trim_dead_taps(call: Call) -> Call:
-    """`call` (nn.conv2d, constant weight) without the taps that read only padding."""
-    (x, w), (y,) = call.inputs, call.outputs
-    a = call.attrs
-    pads, dilation, kernel = list(a["padding"]), list(a["dilation"]), list(w.type.shape[2:])
-    cut = []
-    for axis in range(2):
-        size, out = x.type.shape[2 + axis], y.type.shape[2 + axis]
-        s, d, k, pb = a["strides"][axis], dilation[axis], kernel[axis], pads[axis]
-        if not isinstance(size, int):  # a symbolic size: which taps read it is not known
-            cut.append(slice(0, k))
-            continue
-        first, last = _alive_taps(size, out, k, s, d, pb)
-        before = pb - first * d
-        after = max(0, (out - 1) * s + (last - first) * d + 1 - size - before)
-        span = size + before + after - (last - first) * d - 1
-        if (first, last) == (0, k - 1) or before < 0 or span // s + 1 != out:
-            cut.append(slice(0, k))
-            continue
-        cut.append(slice(first, last + 1))
-        pads[axis], pads[2 + axis], kernel[axis] = before, after, last - first + 1
-        dilation[axis] = d if last > first else 1
-    if cut == [slice(0, k) for k in w.type.shape[2:]]:
-        return call
-    weight = np.ascontiguousarray(w.array[:, :, cut[0], cut[1]])
-    attrs = dict(a, padding=pads, dilation=dilation)
-    return Call(call.op, (x, Constant.of(w.name, weight)), attrs, call.outputs, call.span)
-
-
-# Note [live-tap regions]
-# A dilated conv on a map not much larger than its dilation (DeepLabV3's ASPP: dilations 12 and
-# 24 on a 28x28 map) reads padding with many taps at many outputs, yet no tap is dead
-# everywhere (Note [dead taps]): at dilation 24 the top tap is live only for the bottom 4 rows.
-# Along one axis, the taps output i reads in bounds form a range [t0(i), t1(i)] (the position
-# i * stride + t * dilation - pad is increasing in t), so the outputs fall into intervals of
-# equal ranges, and the conv into one region per pair of a row and a column interval: the conv
-# of the region's input window (a slice) with only its live taps, with no padding at all. The
-# regions are concatenated back along W, then H. The conv's MACs shrink to the live ones
-# (dilation 24 on 28x28: 18%; 12: 51%), at the cost of a copy of each window and of the output,
-# smaller convs and more kernels; so the split is made only for dilated convs (an undilated
-# conv loses taps only at its border outputs: on a small map, e.g. a 3x3 conv over 3x3, that
-# is a large share of tiny convs, and the split cost PP-OCR's classifier 45%), and only where it
-# removes at least LIVE_TAPS_MIN_SAVING of the MACs (PassContext option
-# "alter_layout.live_tap_saving"; 1 disables it). The small dilations of a backbone (2 or 4 on
-# 28x28: 9% and 18%) stay one conv.
-
-LIVE_TAPS_MIN_SAVING = 1 / 3
-
 # Note [dilated phases]
 # A conv with dilation d and stride 1 reads, for the outputs of one phase (rows i = p mod d,
 # columns j = q mod d), only the inputs of that same phase: output (p + d*i', q + d*j') reads
@@ -698,49 +633,6 @@ LIVE_TAPS_MIN_SAVING = 1 / 3
 # (DeepLabV3's backbone: dilation 2 and 4 3x3 convs on 28x28 maps, direct at 1.3-1.4x ORT,
 # Winograd on the phases at 0.5-0.8x): the rewrite is made only when the conv's strategy picks
 # Winograd for the phase conv, since the slices and the interleave cost two copies of the data.
-
-
-def _live_intervals(size, out, k, stride, dilation, pad_before) -> list[tuple[int, int, int, int]]:
-    """(first output, end output, first live tap, last live tap) of the runs of outputs along one
-    axis that read in bounds with the same taps; [] when some output reads no input at all."""
-    runs: list[tuple[int, int, int, int]] = []
-    for i in range(out):
-        live = [t for t in range(k) if 0 <= i * stride + t * dilation - pad_before < size]
-        if not live:
-            return []
-        if runs and runs[-1][1] == i and runs[-1][2:] == (live[0], live[-1]):
-            runs[-1] = (runs[-1][0], i + 1, live[0], live[-1])
-        else:
-            runs.append((i, i + 1, live[0], live[-1]))
-    return runs
-
-
-def _live_tap_regions(call: Call) -> list[list[tuple[int, int, int, int]]] | None:
-    """The row and column intervals of Note [live-tap regions] when splitting `call` there pays,
-    else None."""
-    (x, w), (y,) = call.inputs, call.outputs
-    a = call.attrs
-    if not all(isinstance(d, int) for d in (*x.type.shape[2:], *y.type.shape[2:])):
-        return None  # symbolic sizes: which taps are live depends on the size
-    if all(d == 1 for d in a["dilation"]):
-        return None  # undilated: only the border outputs lose taps (a small map's whole conv)
-    saving = PassContext.current().config.get("alter_layout.live_tap_saving", LIVE_TAPS_MIN_SAVING)
-    axes = []
-    for axis in range(2):
-        runs = _live_intervals(
-            x.type.shape[2 + axis], y.type.shape[2 + axis], w.type.shape[2 + axis],
-            a["strides"][axis], a["dilation"][axis], a["padding"][axis],
-        )  # fmt: skip
-        if not runs:
-            return None
-        axes.append(runs)
-    if len(axes[0]) * len(axes[1]) == 1:
-        return None
-    live = [sum((e - b) * (t1 - t0 + 1) for b, e, t0, t1 in runs) for runs in axes]
-    full = [y.type.shape[2 + i] * w.type.shape[2 + i] for i in range(2)]
-    if live[0] * live[1] > (1 - saving) * full[0] * full[1]:
-        return None
-    return axes
 
 
 # Note [depthwise multipliers]
