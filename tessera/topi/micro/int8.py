@@ -27,7 +27,12 @@ from __future__ import annotations
 from tessera import te, tir
 from tessera.tir import op as tir_op
 from tessera.topi.generic import inline_injective
-from tessera.topi.micro.mve import cache_channel_constants, schedule_column_tiles, tiled_stage
+from tessera.topi.micro.mve import (
+    cache_channel_constants,
+    schedule_column_tiles,
+    tile_channels_columns,
+    tiled_stage,
+)
 from tessera.topi.qnn import CONV_TAG, DENSE_TAG, PACK_TAG, conv_out_size, qnn_conv2d
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.int8_dense import schedule_pack
@@ -109,19 +114,6 @@ def _geometry(anchor: te.Tensor, words: bool) -> tuple[int, int, int]:
     return oc, ow, oc // groups
 
 
-def _tile(s, out, ocb: int, nw: int):
-    """Split out's (channel, column) into tiles of ocb x nw, unrolled innermost; returns the
-    channel-block axis and the column-block axis."""
-    stage = s[out]
-    n, oc, oh, ow = stage.op.axis
-    oco, oci = stage.split(oc, factor=ocb)
-    owo, owi = stage.split(ow, factor=nw)
-    stage.reorder(n, oco, oh, owo, oci, owi)
-    stage.unroll(oci)
-    stage.unroll(owi)
-    return oco, owo
-
-
 def _schedule_acc(s, acc):
     stage = s[acc]
     n, oc, oh, ow = stage.op.axis
@@ -157,7 +149,7 @@ def schedule_qnn_conv2d_micro(outs, target=None, config: Config | None = None) -
         tiled = outs[0]
     else:
         tiled = anchor
-    oco, owo = _tile(s, tiled, ocb, nw)
+    oco, owo = tile_channels_columns(s, tiled, ocb, nw)
     s[acc].compute_at(s[tiled], owo)
     cache_channel_constants(s, tiled, anchor, owo)
     for t in view if tiled is anchor else ():

@@ -249,12 +249,7 @@ def schedule_qnn_conv2d_mve(outs, target=None, config: Config | None = None) -> 
     acc = s.cache_write(anchor, "local")
     tiled = _tile_output(s, outs, anchor)
     stage = s[tiled]
-    n, o, oh, w = stage.op.axis
-    oco, oci = stage.split(o, factor=ocb)
-    owo, owi = stage.split(w, factor=nw)
-    stage.reorder(n, oco, oh, owo, oci, owi)
-    stage.unroll(oci)
-    stage.unroll(owi)
+    oco, owo = tile_channels_columns(s, tiled, ocb, nw)
     s[acc].compute_at(stage, owo)
     cache_channel_constants(s, tiled, anchor, owo)
     data = s[_data_stage(anchor)]
@@ -338,6 +333,19 @@ def schedule_qnn_dense_mve(outs, target=None, config: Config | None = None) -> t
     schedule_column_tiles(s, tiled, acc, nb)
     record_config(s, config)
     return s
+
+
+def tile_channels_columns(s, out: te.Tensor, ocb: int, nw: int):
+    """Split out's (channel, column) into tiles of ocb x nw, unrolled innermost; returns the
+    channel-block axis and the column-block axis."""
+    stage = s[out]
+    n, oc, oh, ow = stage.op.axis
+    oco, oci = stage.split(oc, factor=ocb)
+    owo, owi = stage.split(ow, factor=nw)
+    stage.reorder(n, oco, oh, owo, oci, owi)
+    stage.unroll(oci)
+    stage.unroll(owi)
+    return oco, owo
 
 
 def tiled_stage(s, outs, anchor: te.Tensor, rows: int, cols: int) -> te.Tensor:
