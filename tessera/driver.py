@@ -18,6 +18,7 @@ from tessera import te, tir
 from tessera.codegen import aot
 from tessera.graph.ir import Call, Function, Value
 from tessera.graph.op import get_op
+from tessera.graph.verify import verify_function
 from tessera.graph_build import make_executor_plan
 from tessera.graph_build.compile import compile_groups
 from tessera.graph_build.control_flow import has_control_flow, make_control_plan
@@ -166,6 +167,7 @@ def copy_outputs(func: Function) -> Function:
 def fused_function(mod: IRModule, target: Target, params: dict | None = None) -> Function:
     """The graph passes for `target` (under the current PassContext and configs): "main" with
     its weights bound, optimized, every call in a fused group (what `build_graph` lowers)."""
+    verify_function(mod["main"], types=False)  # an output never defined would have no storage
     mod = bind_params(mod, params or {})  # weights become constants that passes can fold
     for p in mod["main"].params:  # symbolic dims bind at run time; an unbound name cannot
         if any(isinstance(d, str) for d in p.type.shape):

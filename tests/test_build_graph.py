@@ -458,6 +458,11 @@ def test_build_errors():
     dynamic = parse("def main(%x: f32[n, 4]) { %1 = nn.relu(%x); return %1 }")
     with pytest.raises(ValueError, match=r"input %x has a symbolic shape f32\[n, 4\]: bind"):
         tessera.build(dynamic, target="llvm")  # named as the user knows it, not a group's %p0
+    relu = dynamic.body[0]  # a hand-built function returning a value its body never defines
+    stray = type(relu.outputs[0])("stray", relu.outputs[0].type)
+    undefined = type(func)("main", dynamic.params, dynamic.body, (stray,))
+    with pytest.raises(ValueError, match="output %stray is never defined"):
+        tessera.build(undefined, target="llvm")
 
 
 # -- the light models of the onnx package (slow) ---------------------------------------------------

@@ -9,8 +9,9 @@ class VerifyError(ValueError):
     pass
 
 
-def verify_function(func: Function) -> None:
-    """Raise VerifyError naming the first problem found."""
+def verify_function(func: Function, types: bool = True) -> None:
+    """Raise VerifyError naming the first problem found; `types=False` checks only that every
+    value is defined once, before its uses (a function whose types a pass has yet to infer)."""
     defined: set[int] = set()
 
     def define(v, where):
@@ -27,7 +28,7 @@ def verify_function(func: Function) -> None:
             raise VerifyError(f"{func.name}: %{c.name} in the constants table is not a Constant")
         define(c, "constant")
     for call in func.body:
-        _verify_call(func, call, defined)
+        _verify_call(func, call, defined, types)
         for v in call.outputs:
             define(v, f"output of {call.op.name}")
     for v in func.outputs:
@@ -35,12 +36,14 @@ def verify_function(func: Function) -> None:
             raise VerifyError(f"{func.name}: output %{v.name} is never defined")
 
 
-def _verify_call(func: Function, call: Call, defined: set[int]) -> None:
+def _verify_call(func: Function, call: Call, defined: set[int], types: bool) -> None:
     for v in call.inputs:
         if id(v) not in defined:
             raise VerifyError(
                 f"{func.name}: %{v.name} is used by {call.op.name} before it is defined"
             )
+    if not types:
+        return
     try:
         types = call.op.infer_type([v.type for v in call.inputs], call.attrs)
     except (TypeError, ValueError) as e:
