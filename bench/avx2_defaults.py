@@ -11,16 +11,16 @@ target described with that balance (`-dram-bytes-per-cycle=4` on AVX2: 2 x 32 / 
 split of 16. For each model: the tasks whose default differs from that (printed), then the
 model built with today's defaults ("now") and with the old decisions given as `configs=`
 ("before"; and "balance": only the decisions of the balance), run in turns (one run each, then
-the next variant, each run profiled: every kernel call timed natively), the median of each variant's
-time in kernels and its ratio to "now", and the calls whose medians differ most (the changed
-decisions' convs and softmax should lead). A benchmark, not a test: nothing here asserts a
-time.
+the next variant), the median of each variant's process CPU time per run (at 1 thread, the run's own
+work: the time a loaded machine makes it wait for a core is not counted; the wall time is
+printed too) and its ratio to "now". A benchmark, not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -105,28 +105,27 @@ def run(names: list[str], threads: int, seconds: float) -> None:
             err = np.abs(out - outputs["now"]).max() / (np.abs(outputs["now"]).max() + 1e-30)
             if err > 1e-3:
                 raise SystemExit(f"{name}: {variant} differs from now by {err:.2e}")
-        # in turns: one profiled run of each variant (every kernel call timed natively), so the
-        # calls of the changed decisions are seen in the model, weights not in cache
-        calls = {v: [] for v in runners}
+        # in turns: one run of each variant, then the next turn. On a loaded machine a run's
+        # wall time is mostly waiting for a core; at 1 thread the process's CPU time is the
+        # run's own work (what it waited for is not counted), so that is the number compared
+        cpu = {v: [] for v in runners}
+        wall = {v: [] for v in runners}
         deadline = time.time() + seconds
-        while time.time() < deadline or len(calls["now"]) < 10:
+        while time.time() < deadline or len(cpu["now"]) < 10:
             for variant, m in runners.items():
-                calls[variant].append([c.seconds for c in m.profile(repeat=1)])
-        rows = runners["now"].profile(repeat=1)
-        medians = {v: np.median(np.array(ts), axis=0) for v, ts in calls.items()}
-        totals = {v: np.median(np.array(ts).sum(axis=1)) for v, ts in calls.items()}
-        for variant, total in totals.items():
+                c, w = time.process_time(), time.perf_counter()
+                m.run()
+                cpu[variant].append(time.process_time() - c)
+                wall[variant].append(time.perf_counter() - w)
+        base = statistics.median(cpu["now"])
+        for variant in runners:
+            med = statistics.median(cpu[variant])
             print(
-                f"  {variant:8s} kernels median {total * 1e3:8.2f} ms  turns "
-                f"{len(calls[variant]):4d}  / now {total / totals['now']:.3f}"
+                f"  {variant:8s} cpu median {med * 1e3:8.2f} ms"
+                f" (min {min(cpu[variant]) * 1e3:8.2f})"
+                f"  wall median {statistics.median(wall[variant]) * 1e3:8.2f} ms"
+                f"  runs {len(cpu[variant]):4d}  / now {med / base:.3f}"
             )
-        for variant in [v for v in runners if v != "now"]:
-            diff = medians[variant] - medians["now"]
-            for k in np.argsort(-np.abs(diff))[:6]:
-                print(
-                    f"    {variant}: call {k} {rows[k].kernel} ({', '.join(rows[k].nodes[:2])}): "
-                    f"{medians[variant][k] * 1e6:8.1f} us vs now {medians['now'][k] * 1e6:8.1f} us"
-                )
         print(f"  load {os.getloadavg()[0]:.1f}", flush=True)
 
 
