@@ -2,7 +2,10 @@
 target, opt level 3), one line each: diff the output of two checkouts to see which kernels a
 change touches (equal digests: the same code, so the same speed, whatever the machine's load).
 
-    PYTHONPATH=. .venv/bin/python scripts/kernel_digests.py [resnet50,bert_base,...] > k.txt
+    PYTHONPATH=. .venv/bin/python scripts/kernel_digests.py [resnet50,bert_base,...] [target]
+
+The target defaults to "llvm" (this machine); another CPU's kernels are lowered without being
+run ("llvm -mcpu=skylake-avx512" on an AVX2 machine).
 """
 
 import hashlib
@@ -21,15 +24,15 @@ from tessera.transform import PassContext  # noqa: E402
 
 
 def main() -> None:
-    names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(models.SUITE)
-    target = tessera.Target("llvm")
+    names = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else list(models.SUITE)
+    target = tessera.Target(sys.argv[2] if len(sys.argv) > 2 else "llvm")
     for name in names:
         mod, params = from_onnx(models.SUITE[name].build())
         with PassContext(opt_level=3):
             groups, _ = distinct_groups(fused_function(mod, target, params))
             for group in groups:
                 text = str(optimize(lower_group(group, target), target))
-                print(name, group.name, hashlib.sha256(text.encode()).hexdigest()[:16])
+                print(target, name, group.name, hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from tessera.runtime.graph_executor import GraphExecutorFactory
 from tessera.target import Target
 from tessera.tir import transform as tt
 from tessera.tir.verify import verify
+from tessera.topi.rules import use_rules
 from tessera.topi.strategy import use_configs
 from tessera.transform import (
     Sequential,
@@ -181,13 +182,20 @@ def fused_function(mod: IRModule, target: Target, params: dict | None = None) ->
     return copy_outputs(group_each_call(check_limits(mod)["main"]))
 
 
+def context_rules() -> use_rules:
+    """The rule knobs that PassContext config "strategy.rules" sets (Note [rule knobs])."""
+    return use_rules(PassContext.current().config.get("strategy.rules"))
+
+
 def build_graph(
     mod: IRModule, target: Target, params: dict | None = None, configs: dict | None = None
 ) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model;
     `configs`: {autotune Task: Config} for the tasks whose default config is not wanted;
     without them, PassContext config "strategy.configs" (the same mapping) and "tuning.database"
-    (a path: each task's best record, for the tasks the mapping does not name)."""
+    (a path: each task's best record, for the tasks the mapping does not name). PassContext
+    config "strategy.rules" ({rule knob: value}) sets the default rules' own knobs (Note
+    [rule knobs] in topi/strategy.py)."""
     if configs is None:
         config = PassContext.current().config
         configs, database = config.get("strategy.configs"), config.get("tuning.database")
@@ -196,7 +204,8 @@ def build_graph(
 
             with apply_history_best(database, target):  # the inner scope, `configs`, wins
                 return build_graph(mod, target, params, configs or {})
-    with use_configs(configs, target):  # graph passes and lowering ask the strategies
+    # graph passes and lowering ask the strategies
+    with use_configs(configs, target), context_rules():
         func = fused_function(mod, target, params)
         if has_control_flow(func) and is_dynamic(func):
             raise ValueError(
@@ -249,7 +258,8 @@ def build(
     if _is_graph_module(inputs):
         mod = IRModule({"main": inputs}) if isinstance(inputs, Function) else inputs
         if target.kind_info.build_graph is not None:  # a kind with its own graph build (GPUs)
-            with use_configs(configs, target):  # its lowering asks the strategies too
+            # its lowering asks the strategies too
+            with use_configs(configs, target), context_rules():
                 return target.kind_info.resolve("build_graph")(mod, target, params)
         return build_graph(mod, target, params, configs)
     if params is not None:

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 
 from tessera.ir.dtype import DType
 
-_INT_OPTIONS = ("num-cores", "max-num-threads", "msve-vector-bits")
+_INT_OPTIONS = (
+    "num-cores", "max-num-threads", "msve-vector-bits", "dram-bytes-per-cycle", "stack-bytes",
+)  # fmt: skip
 _BOOL_OPTIONS = ("fast-math",)
 
 _SSE = {"sse", "sse2"}
@@ -214,6 +216,23 @@ def c_strategy_keys(target: Target) -> tuple[str, ...]:
 
 TARGET_KINDS: dict[str, TargetKind] = {}
 
+# Note [described machine]
+# What a CPU's schedule rules read besides its features, vector width, registers and caches,
+# as target options with defaults for a typical machine (a cross target has nothing else to go
+# by; the host too, unless told):
+#   -dram-bytes-per-cycle  DRAM bytes one core receives per cycle (8: what DRAM gives one core
+#                          of a desktop or server part; `bench/stream.py` measures this
+#                          machine's: its triad's GB/s over the cores and the clock). The
+#                          compute-to-bandwidth balance of the rules (Note [machine balance] in
+#                          topi/x86/cpu.py) divides by it.
+#   -stack-bytes           the stack of a thread that runs kernels (8 MiB: glibc's default for
+#                          the runtime's pthreads and Linux's for the main thread). Kernels keep
+#                          small buffers on it; their caps are shares of it (topi/x86/cpu.py
+#                          `stack_share`).
+CPU_DESCRIPTION_OPTIONS = ("dram-bytes-per-cycle", "stack-bytes")
+DEFAULT_DRAM_BYTES_PER_CYCLE = 8
+DEFAULT_STACK_BYTES = 8 << 20
+
 
 def register_target_kind(kind: TargetKind) -> TargetKind:
     """Add (or replace) a row of the target table."""
@@ -224,7 +243,16 @@ def register_target_kind(kind: TargetKind) -> TargetKind:
 register_target_kind(
     TargetKind(
         "llvm",
-        options=("mtriple", "mcpu", "mattr", "num-cores", "mabi", "fast-math", "msve-vector-bits"),
+        options=(
+            "mtriple",
+            "mcpu",
+            "mattr",
+            "num-cores",
+            "mabi",
+            "fast-math",
+            "msve-vector-bits",
+            *CPU_DESCRIPTION_OPTIONS,
+        ),  # fmt: skip
         strategy_keys=cpu_strategy_keys,
         layout_strategies=True,
         build="tessera.codegen.llvm.build:build_llvm",
@@ -238,7 +266,7 @@ register_target_kind(
 register_target_kind(
     TargetKind(
         "c",
-        options=("mtriple", "mcpu", "mattr", "num-cores", "device"),
+        options=("mtriple", "mcpu", "mattr", "num-cores", "device", *CPU_DESCRIPTION_OPTIONS),
         strategy_keys=c_strategy_keys,
         # C kernels take the CPU schedules but not the blocked layouts or packed weights: the
         # C target is for portable (and bare-metal) code, and is not measured on those kernels.
@@ -462,6 +490,18 @@ class Target:
     @property
     def num_cores(self) -> int:
         return self._opts.get("num-cores") or _default_num_cores()
+
+    @property
+    def dram_bytes_per_cycle(self) -> int:
+        """DRAM bytes per cycle one core receives (-dram-bytes-per-cycle, else 8: Note
+        [described machine])."""
+        return self._opts.get("dram-bytes-per-cycle") or DEFAULT_DRAM_BYTES_PER_CYCLE
+
+    @property
+    def stack_bytes(self) -> int:
+        """The stack of a thread running kernels (-stack-bytes, else 8 MiB: Note [described
+        machine])."""
+        return self._opts.get("stack-bytes") or DEFAULT_STACK_BYTES
 
     # -- what the machine offers ----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ def extract_tasks(
     `contexts`: a dict to fill with {task: the context the build first asks it with}, the
     layout alter_layout gives the op in the model (its input block, padded channels, ...),
     on which a task's default config depends (`task.default(target, contexts[task])`)."""
-    from tessera.driver import fused_function, resolve_target
+    from tessera.driver import context_rules, fused_function, resolve_target
     from tessera.graph.ir import Function
     from tessera.graph_build.lower_group import distinct_groups, group_config
     from tessera.ir.module import IRModule
@@ -30,7 +30,7 @@ def extract_tasks(
     target = resolve_target(target if isinstance(target, Target) else Target(target), target_host)
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
-    with strategy.record_tasks() as seen:
+    with strategy.record_tasks() as seen, context_rules():
         func = fused_function(mod, target, params)
         groups, _ = distinct_groups(func)
         for group in groups:

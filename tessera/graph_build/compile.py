@@ -31,6 +31,7 @@ from tessera.target import Target
 from tessera.tir.expr import Expr
 from tessera.tir.function import PrimFunc
 from tessera.tir.transform.lift_workspaces import lift_workspaces
+from tessera.topi.rules import rules_in_effect
 
 
 def _describe(x):
@@ -96,6 +97,7 @@ def kernel_key(group: Function, name: str, target: Target) -> str | None:
             group_digest(group),
             cache.target_fingerprint(target),
             repr(group_config(group, target)),  # a config given to the build, or the default
+            rules_in_effect(),  # Note [rule knobs]: rules may shape more than the config
             _context(),
             cache.compiler_fingerprint(target.kind),
         )

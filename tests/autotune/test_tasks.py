@@ -237,3 +237,48 @@ def test_extract_tasks_gives_the_layout_context_of_the_model():
     assert all(contexts[t]["in_block"] for t in convs[1:])
     pool = next(t for t in tasks if t.workload.op == "nn.max_pool2d")
     assert pool.default(HOST, contexts[pool]) != pool.default(HOST)
+
+
+def few_outputs_model():
+    """A 3x3 conv of 3 outputs: blocked on its channels padded to a vector while that is at
+    most "conv.max_pad_work" times the work (Note [few output channels]), else NCHW."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    return make_model(nodes, {"x": ((1, 16, 10, 10), "float32")}, ["y"], {"w": f32(3, 16, 3, 3)})
+
+
+def test_rule_knobs_move_the_defaults_of_a_build():
+    """Note [rule knobs]: PassContext config "strategy.rules" sets a default rule's own
+    knobs for the build (and for extract_tasks); the defaults it moves build correct code."""
+    from tessera.topi.rules import rules_in_effect, use_rules
+
+    model = few_outputs_model()
+    feeds = feeds_of(model)
+    expected = run_ort(model, feeds)
+    mod, params = from_onnx(model)
+    (conv,) = autotune.extract_tasks(mod, params, HOST)
+    assert conv.default(HOST).impl == "direct_nchwc"  # 8 / 3 padded work: at most 4
+    rules = {"strategy.rules": {"conv.max_pad_work": 2}}
+    with use_rules(rules["strategy.rules"]):
+        assert conv.default(HOST).impl == "nchw"
+        assert rules_in_effect() == (("conv.max_pad_work", 2),)  # in the kernels' cache keys
+    assert rules_in_effect() == ()
+    plain = tessera.build(mod, target=HOST, params=params)
+    with PassContext(opt_level=3, config=rules):
+        assert autotune.extract_tasks(mod, params, HOST) == [conv]
+        moved = tessera.build(mod, target=HOST, params=params)
+    assert "conv2d_nchwc" in plain.get_source() and "conv2d_nchwc" not in moved.get_source()
+    for lib in (plain, moved):
+        np.testing.assert_allclose(run(lib, feeds)[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
+def test_rule_knobs_refuse_unknown_names_and_values():
+    from tessera.topi.rules import rule_knobs, use_rules
+
+    with pytest.raises(ValueError, match="unknown rule knob 'winograd.margn'"):
+        use_rules({"winograd.margn": 0.9})
+    with pytest.raises(ValueError, match="expected a value like 4"):
+        use_rules({"conv.max_pad_work": 2.5})
+    with pytest.raises(ValueError, match="expected a value like 0.8"):
+        use_rules({"winograd.margin": "high"})
+    for knob in rule_knobs().values():  # today's value is a candidate a search tries
+        assert knob.default in knob.candidates and knob.doc

@@ -147,16 +147,16 @@ def test_padded_pools_match_reference():
         check_ops(_pool_cases(x[..., :4].copy()), target=HASWELL, schedule_target="x86")
 
 
-def _lowered_pool(x_shape, kind="avg", **attrs):
+def _lowered_pool(x_shape, kind="avg", target="llvm", **attrs):
     from tessera import te
     from tessera.topi.x86.pooling import pool_nchwc, schedule_pool_nchwc
 
     x = te.placeholder(x_shape, name="x")
     y = pool_nchwc(x, kind, (3, 3), (1, 1), (1, 1, 1, 1), **attrs)
-    return str(tessera.lower(schedule_pool_nchwc([y], tessera.Target("llvm")), [x, y]))
+    return str(tessera.lower(schedule_pool_nchwc([y], tessera.Target(target)), [x, y]))
 
 
-def test_pool_pads_each_row_on_the_stack(monkeypatch):
+def test_pool_pads_each_row_on_the_stack():
     from tessera.topi.x86 import pooling
 
     text = _lowered_pool((1, 2, 9, 9, 8), count_include_pad=1)
@@ -165,11 +165,12 @@ def test_pool_pads_each_row_on_the_stack(monkeypatch):
     assert f"allocate pad: float32[{3 * cols * 8}] scope local" in text  # 3 rows of cols x 8
     assert "scope global" not in text and "if_then_else" not in text.split("allocate pad")[0]
     assert "allocate pad" not in _lowered_pool((1, 2, 9, 9, 8), "max")  # bounds tests instead
-    monkeypatch.setattr(pooling, "ROW_BYTES", 0)  # too wide: bounds tests, no copy
-    text = _lowered_pool((1, 2, 9, 9, 8))
+    # a row too wide for the target's described stack (64 of 4096 bytes): bounds tests, no copy
+    small_stack = "llvm -stack-bytes=4096"
+    text = _lowered_pool((1, 2, 9, 9, 8), target=small_stack)
     assert "allocate pad" not in text
     x = RNG.standard_normal((1, 2, 9, 9, 8), dtype=np.float32)
-    check_ops(_pool_cases(x)[:3], schedule_target="x86")
+    check_ops(_pool_cases(x)[:3], target=small_stack, schedule_target="x86")
 
 
 @pytest.mark.parametrize(
@@ -234,14 +235,14 @@ def test_conv_inner_loop_is_register_blocked_fmas():
     assert all(x["stack"] == 0 and x["stores"] == 0 for x in loops)
 
 
-def _lowered_conv(x_shape, w_shape, pad, groups=1):
+def _lowered_conv(x_shape, w_shape, pad, groups=1, target="llvm"):
     from tessera import te
     from tessera.topi.x86.conv2d import conv2d_nchwc, schedule_conv2d_nchwc
 
     x = te.placeholder(x_shape, name="x")
     w = te.placeholder(w_shape, name="w")
     y = conv2d_nchwc(x, w, (1, 1), pad, (1, 1), groups)
-    return str(tessera.lower(schedule_conv2d_nchwc([y], tessera.Target("llvm")), [x, w, y]))
+    return str(tessera.lower(schedule_conv2d_nchwc([y], tessera.Target(target)), [x, w, y]))
 
 
 def test_padding_is_done_per_tile_on_the_stack():
@@ -315,14 +316,16 @@ def test_inputs_of_block_1_pad_the_whole_input():
     check_ops(cases, schedule_target="x86", rtol=1e-4, atol=1e-4)
 
 
-def test_padding_too_wide_for_the_stack_pads_the_whole_input(monkeypatch):
-    from tessera.topi.x86 import conv2d
-
-    monkeypatch.setattr(conv2d, "PAD_TILE_BYTES", 0)
-    text = _lowered_conv((1, 2, 9, 9, 8), (2, 2, 3, 3, 8, 8), (1, 1, 1, 1))
+def test_padding_too_wide_for_the_stack_pads_the_whole_input():
+    # the cap is a share of the target's described stack (-stack-bytes: 128 of 4096 bytes)
+    small_stack = "llvm -stack-bytes=4096"
+    text = _lowered_conv((1, 2, 9, 9, 8), (2, 2, 3, 3, 8, 8), (1, 1, 1, 1), target=small_stack)
     assert "allocate pad: float32[1936] scope global" in text  # 2 * 11 * 11 * 8
     cases = _cases(8)
-    check_ops([cases[2], cases[4], cases[8]], schedule_target="x86", rtol=1e-4, atol=1e-4)
+    check_ops(
+        [cases[2], cases[4], cases[8]],
+        target=small_stack, schedule_target="x86", rtol=1e-4, atol=1e-4,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -126,6 +126,39 @@ def test_the_rule_weighs_memory_by_the_targets_balance():
     assert picks == [4, 2, None]
 
 
+def test_the_balance_is_the_targets_described_bandwidth():
+    """Note [described machine]: -dram-bytes-per-cycle describes the DRAM bandwidth per core
+    (8 unless told); a slower memory makes weight vectors cost more FMAs."""
+    from tessera.topi.x86.cpu import memory_cost
+
+    slow = tessera.Target("llvm -mcpu=haswell -dram-bytes-per-cycle=4")
+    assert slow.dram_bytes_per_cycle == 4 and tessera.Target(str(slow)) == slow
+    assert tessera.Target("llvm -mcpu=haswell").dram_bytes_per_cycle == 8
+    assert memory_cost(slow) == 16  # AVX2 with half the bandwidth: AVX-512's balance
+    with pytest.raises(ValueError, match="dram-bytes-per-cycle"):
+        tessera.Target("llvm -dram-bytes-per-cycle=0")
+
+
+def test_the_margin_and_transform_cost_are_rule_knobs():
+    """Note [rule knobs]: the rule's margin over the direct conv and its transform cost are
+    knobs of the rule; today's values are the defaults, and other values move the choice."""
+    from tessera.topi.rules import rule_knobs, use_rules
+    from tessera.topi.x86.winograd import MARGIN, TRANSFORM_COST
+
+    assert (MARGIN.default, TRANSFORM_COST.default) == (0.8, 8)
+    assert {"winograd.margin", "winograd.transform_cost"} <= set(rule_knobs())
+    small = (7, 7, 512, 512)
+    assert choose_winograd(*small, rows=6, memory=16) == 2
+    with use_rules({"winograd.margin": 0.6}):
+        assert choose_winograd(*small, rows=6, memory=16) is None  # must win by more
+    few = (28, 28, 8, 8)  # few channels: the transforms are most of Winograd's work
+    assert choose_winograd(*few, rows=6, memory=16) == 4
+    with use_rules({"winograd.transform_cost": 12}):
+        assert choose_winograd(*few, rows=6, memory=16) is None
+        assert choose_winograd(56, 56, 64, 64, rows=6, memory=16) == 4
+    assert choose_winograd(*small, rows=6, memory=16) == 2  # the scope ended
+
+
 def test_product_rows_avoid_padding_waste():
     from tessera.topi.x86.winograd import product_rows
 

@@ -65,13 +65,13 @@ from tessera.topi.x86.cpu import vector_registers
 # as lost work and penalized as the conv tile rule does; ties go to the wider panel. Measured
 # with QEMU's instruction counts (bench/arm.py), matmul 16x256 @ 256x256: aarch64 6x4 (the x86
 # rule: 34 registers, spills and a tail) 527 k -> 4x4 413 k; armv7 6x2 800 k -> 2x4 627 k.
-TAIL_PENALTY = 0.75  # the conv tile rule's (topi/x86/conv2d.py choose_conv_tile)
+TAIL_PENALTY = x86_conv.TAIL_PENALTY  # the conv tile rule's rule knob ("tile.tail_penalty")
 
 
 def arm_tile(registers: int, lanes: int, M: int, N: int, nv: int | None = None) -> tuple:
     """(mr, nv) of the micro-kernel by Note [arm register tile]; `nv` given: the panel width
     is fixed (packed weights)."""
-    best, best_score = (1, nv or 1), -1.0
+    best, best_score, penalty = (1, nv or 1), -1.0, TAIL_PENALTY.value()
     widths = (nv,) if nv is not None else tuple(v for v in (1, 2, 4) if v <= -(-N // lanes))
     for v in widths or (1,):
         for mr in range(1, M + 1):
@@ -80,7 +80,7 @@ def arm_tile(registers: int, lanes: int, M: int, N: int, nv: int | None = None) 
             score = mr * v / (mr + v)
             tiles = -(-M // mr)
             if tiles * mr != M:
-                score *= TAIL_PENALTY * M / (tiles * mr)
+                score *= penalty * M / (tiles * mr)
             if score > best_score + 1e-9 or (abs(score - best_score) <= 1e-9 and v > best[1]):
                 best, best_score = (mr, v), score
     return best

@@ -24,9 +24,15 @@ from tessera import te
 from tessera.topi.generic import const_extent
 from tessera.topi.gpu.dense import _cooperative_fetch, _dim_config, _fallback, _reduction
 from tessera.topi.gpu.schedule import MAX_SHARED_BYTES, inline_elementwise
+from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, record_config
 
-SHARED_BUDGET = MAX_SHARED_BYTES * 2 // 3  # the default rule's budget (32 KiB)
+# the default rule's budget: two thirds of the shared memory (32 KiB); a rule knob (Note [rule
+# knobs] in topi/rules.py), the knob `ct` searches up to the device's limit
+SHARED_BUDGET = RuleKnob(
+    "gpu.conv_shared_bytes", (16 << 10, 24 << 10, 32 << 10, 40 << 10, 48 << 10),
+    MAX_SHARED_BYTES * 2 // 3, "shared memory of the default implicit-GEMM conv's two tiles",
+)  # fmt: skip
 
 
 def _static(t: te.Tensor) -> tuple[int, ...]:
@@ -39,7 +45,8 @@ def conv_config(f: int, ow: int, c: int, kh: int, kw: int, stride: int) -> dict:
     tx, rx = _dim_config(ow)
     cols = (tx * rx - 1) * stride + kw
     ct = 16
-    while ct > 1 and 4 * ct * (ty * rf * kh * kw + kh * cols) > SHARED_BUDGET:
+    budget = SHARED_BUDGET.value()
+    while ct > 1 and 4 * ct * (ty * rf * kh * kw + kh * cols) > budget:
         ct //= 2
     return {"ty": ty, "rf": rf, "tx": tx, "rx": rx, "ct": min(ct, c)}
 

@@ -18,8 +18,14 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.topi.generic import const_extent, traverse
+from tessera.topi.rules import RuleKnob
 
-THREADS = 256  # threads per block: a multiple of the warp (32) and of pocl's vector width
+# Threads per block of the default schedule: 256, a multiple of the warp (32) and of pocl's
+# vector width; a rule knob (Note [rule knobs] in topi/rules.py), within the device limits below.
+THREADS = RuleKnob(
+    "gpu.threads", (64, 128, 256, 512, 1024), 256,
+    "threads per block of the default GPU schedule (one output element each)",
+)  # fmt: skip
 # Device limits (CUDA's for every architecture since sm_30; pocl's CPU device takes 4096
 # threads per work-group, so the common bound is CUDA's): the strategies' constraints keep
 # configs within them, codegen/gpu.py verifies every kernel against them.
@@ -28,9 +34,13 @@ MAX_SHARED_BYTES = 48 * 1024
 
 
 # threads that share a long reduction, per GPU strategy key: a warp on CUDA (combined by warp
-# shuffles), 64 on OpenCL (a tree in local memory)
-REDUCE_THREADS = {"cuda": 32, "opencl": 64}
-DEFAULT_REDUCE_THREADS = 64
+# shuffles: a fact of the hardware), a rule knob's 64 on OpenCL and elsewhere (a tree in local
+# memory)
+TREE_REDUCE_THREADS = RuleKnob(
+    "gpu.tree_reduce_threads", (16, 32, 64, 128, 256), 64,
+    "threads sharing one output of a long reduction, combined by a tree in local memory",
+)  # fmt: skip
+WARP_THREADS = {"cuda": 32}
 
 
 def max_threads(target) -> int:
@@ -52,8 +62,10 @@ def inline_elementwise(s: te.Schedule, outs) -> None:
     traverse(outs, visit)
 
 
-def bind_flat(s: te.Schedule, op, threads: int = THREADS) -> None:
-    """Fuse the data-parallel axes of `op`, split by `threads`, bind to blockIdx/threadIdx."""
+def bind_flat(s: te.Schedule, op, threads: int | None = None) -> None:
+    """Fuse the data-parallel axes of `op`, split by `threads` (None: THREADS), bind to
+    blockIdx/threadIdx."""
+    threads = THREADS.value() if threads is None else threads
     stage = s[op]
     axes = list(stage.op.axis)
     if not axes:
@@ -76,7 +88,8 @@ def reduce_threads(op, target) -> int:
     for iv in op.reduce_axis:
         extent *= const_extent(iv) or 0
     keys = target.kind_info.keys(target) if target is not None else ()
-    warp = next((REDUCE_THREADS[k] for k in keys if k in REDUCE_THREADS), DEFAULT_REDUCE_THREADS)
+    warp = next((WARP_THREADS[k] for k in keys if k in WARP_THREADS), None)
+    warp = TREE_REDUCE_THREADS.value() if warp is None else warp
     return warp if extent >= warp else 0
 
 

@@ -16,7 +16,8 @@ Constraints: the block's threads within the target's limit (`-max-num-threads`, 
 1024) and its shared tiles within MAX_SHARED_BYTES (what codegen/gpu.py verifies), each
 thread's register tile at most MAX_REGISTER_TILE accumulators (the tile is unrolled).
 Other ops take `schedule_default` (one thread per output element, long reductions a block of
-threads), whose numbers (THREADS, REDUCE_THREADS) are rules, not knobs.
+threads), whose numbers are rule knobs ("gpu.threads", "gpu.tree_reduce_threads"; Note [rule
+knobs] in topi/rules.py), not task knobs.
 
     task = Task.of(dense_call, Target("opencl"))      # opencl:nn.dense(...)
     task.default(target)                               # Config('tiled', rm=4, rn=4, tk=8, ...)

@@ -20,6 +20,7 @@ from tessera.topi import generic
 from tessera.topi.generic import const_extent, inline_injective, traverse, vector_lanes
 from tessera.topi.nn.conv import PAD_TAG
 from tessera.topi.nn.dense import PACK_TAG
+from tessera.topi.rules import RuleKnob
 
 
 def find_stages(outs, predicate) -> list[te.Tensor]:
@@ -85,8 +86,12 @@ def schedule_reduction_loops(stage, n_outer: int, lanes: int):
 
 
 # Scalar code (no vector registers: a Cortex-M) keeps up to half of the 16 general registers of
-# ARM and x86-64 as accumulators; the rest hold the weight, the input and the pointers.
-SCALAR_ACCUMULATORS = 8
+# ARM and x86-64 as accumulators; the rest hold the weight, the input and the pointers. A rule
+# knob (Note [rule knobs] in topi/rules.py).
+SCALAR_ACCUMULATORS = RuleKnob(
+    "scalar.accumulators", (2, 4, 6, 8, 12), 8,
+    "the most accumulators of scalar code's register block (of 16 general registers)",
+)  # fmt: skip
 # A register block of GEMM_ROWS rows of A (one broadcast each per step of k) by the most column
 # vectors (a power of two, at most MAX_COLUMN_VECTORS) whose accumulators, B row and broadcast fit
 # the vector registers: 4 x 4 with 32 registers (AVX-512, AArch64), 4 x 2 with 16 (AVX2). Not a
@@ -101,7 +106,7 @@ def _scalar_block(extent) -> int:
     unknown."""
     if extent is None:
         return 1
-    most = min(extent, SCALAR_ACCUMULATORS)
+    most = min(extent, SCALAR_ACCUMULATORS.value())
     return max(d for d in range(1, most + 1) if extent % d == 0)
 
 

@@ -21,9 +21,10 @@ import numpy as np
 from tessera import te
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _dims, _ints, _static
+from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.symbolic import all_static, representative_shape
-from tessera.topi.x86.cpu import memory_cost, target_cache_sizes, vector_registers
+from tessera.topi.x86.cpu import memory_cost, stack_share, target_cache_sizes, vector_registers
 
 CONV_TAG = "conv2d_nchwc"
 PAD_TAG = "pad"
@@ -293,11 +294,20 @@ def _accumulator_budget(registers: int) -> int:
     return registers * 5 // 8
 
 
+# A tile rule's penalty for a row tail (peeled into slower code), on top of the lost work: the
+# conv tile's here and ARM's register tile (Note [arm register tile]). A rule knob (Note [rule
+# knobs] in topi/rules.py); the tiles themselves are searched (knobs ow_block, oc_vectors).
+TAIL_PENALTY = RuleKnob(
+    "tile.tail_penalty", (0.5, 0.625, 0.75, 0.875, 1.0), 0.75,
+    "a register tile with a row tail keeps this share of its score (x the work it does not waste)",
+)  # fmt: skip
+
+
 def choose_conv_tile(out_width: int, oc_blocks: int, registers: int, depthwise: bool) -> ConvTile:
     """The register tile by rules (see Note [conv micro-kernel]): the most FMAs per load within
     the accumulator budget, oc_vectors dividing the oc blocks, a row tail (a width that is not
     a multiple of ow_block, peeled into slower code) counted as lost work and penalized."""
-    budget = _accumulator_budget(registers)
+    budget, penalty = _accumulator_budget(registers), TAIL_PENALTY.value()
     best, best_score = ConvTile(1, 1), -1.0
     for ocv in (1,) if depthwise else (1, 2, 3, 4):
         if oc_blocks % ocv:
@@ -307,7 +317,7 @@ def choose_conv_tile(out_width: int, oc_blocks: int, registers: int, depthwise: 
             score = owb * ocv / loads
             tiles = -(-out_width // owb)
             if tiles * owb != out_width:
-                score *= 0.75 * out_width / (tiles * owb)
+                score *= penalty * out_width / (tiles * owb)
             if score > best_score + 1e-9:
                 best, best_score = ConvTile(owb, ocv), score
     return best
@@ -361,7 +371,9 @@ def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
 # the border ones off, so interior tiles run unguarded FMAs on loads from the input itself:
 # 1.2-1.5x faster at 1 thread (32 channels on 112x112: 89 -> 61 us, 96 on 112x112 stride 2:
 # 100 -> 77 us, 576 on 14x14: 22 -> 16 us), for ~0.3 s more compile time per kernel.
-PAD_TILE_BYTES = 256 * 1024
+# The stack buffer's cap: 1 / PAD_TILE_STACK_SHARE of the target's thread stack (`stack_share`
+# in cpu.py: 256 KiB of the default 8 MiB).
+PAD_TILE_STACK_SHARE = 32
 
 
 def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile) -> int:
@@ -372,9 +384,10 @@ def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile) -> int:
     return a["window_h"] * cols * ib * pad.dtype.bits // 8
 
 
-def pad_per_tile_rule(block: int, tile_bytes: int) -> bool:
-    """Note [padding per tile]: blocked inputs whose tile window fits the stack."""
-    return block > 1 and tile_bytes <= PAD_TILE_BYTES
+def pad_per_tile_rule(block: int, tile_bytes: int, target=None) -> bool:
+    """Note [padding per tile]: blocked inputs whose tile window fits the stack (the
+    target's, else the current target's)."""
+    return block > 1 and tile_bytes <= stack_share(target, PAD_TILE_STACK_SHARE)
 
 
 def pad_tile_bytes(window_h, window_w, stride_w, ow_block, block) -> int:
@@ -382,7 +395,9 @@ def pad_tile_bytes(window_h, window_w, stride_w, ow_block, block) -> int:
     return window_h * ((ow_block - 1) * stride_w + window_w) * block * 4
 
 
-def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=None) -> bool:
+def _schedule_pad(
+    s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=None, target=None
+) -> bool:
     """See Note [padding per tile]; `per_tile`: the config's choice (None: the rule). Returns
     the choice made (False when there is no padding)."""
     made = False
@@ -391,7 +406,7 @@ def _schedule_pad(s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=N
             continue
         block = int(t.shape[4].value)
         if per_tile is None:
-            made = pad_per_tile_rule(block, _pad_tile_bytes(t, conv, tile))
+            made = pad_per_tile_rule(block, _pad_tile_bytes(t, conv, tile), target)
         else:
             made = bool(per_tile)
         if made:
@@ -442,7 +457,7 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     taps_inner = bool(config.get("taps_inner", False)) if config is not None else False
     tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner)
     pad_knob = config.get("pad_per_tile") if config is not None else None
-    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob)
+    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target)
     if config is not None:
         unroll = bool(config.get("unroll_tiles", False))
     else:
@@ -519,13 +534,17 @@ def _schedule_tile(s, out, acc, tile: ConvTile, prefetch: bool, taps_inner: bool
 # weight vector takes `memory_cost` FMAs to arrive from memory (Note [machine balance] in
 # cpu.py) and feeds one FMA per output, so the memory reads are at least PREFETCH_MEMORY_SHARE
 # of the FMAs up to memory_cost / PREFETCH_MEMORY_SHARE outputs (64 with AVX-512: 7x7 maps,
-# stage 4 of ResNet-50, prefetch; 14x14 ones do not).
-PREFETCH_MEMORY_SHARE = 0.25
+# stage 4 of ResNet-50, prefetch; 14x14 ones do not). The share is a rule knob (Note [rule
+# knobs] in topi/rules.py); the choice it shapes is knob `prefetch`.
+PREFETCH_MEMORY_SHARE = RuleKnob(
+    "conv.prefetch_memory_share", (0.125, 0.25, 0.5, 1.0), 0.25,
+    "prefetch a conv's weights while their memory reads are at least this share of its FMAs",
+)  # fmt: skip
 
 
 def prefetch_max_reuse(target) -> float:
     """Note [weight prefetch]: the most outputs per weight for which prefetching pays."""
-    return memory_cost(target) / PREFETCH_MEMORY_SHARE
+    return memory_cost(target) / PREFETCH_MEMORY_SHARE.value()
 
 
 def _prefetch_pays(out: te.Tensor, acc: te.Tensor, tile: ConvTile, target, l2=None) -> bool:

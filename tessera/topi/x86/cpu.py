@@ -13,6 +13,8 @@ import functools
 import re
 from pathlib import Path
 
+from tessera.target import DEFAULT_DRAM_BYTES_PER_CYCLE, DEFAULT_STACK_BYTES, Target
+
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 DEFAULT_CACHES = {1: 32 * 1024, 2: 1024 * 1024}  # where sysfs is missing (or cross targets)
 
@@ -57,11 +59,11 @@ def vector_registers(target) -> int:
 # The cost rules count work in vector FMAs of one core. Reading weights from memory (they do
 # not stay in cache between inferences of a large model) costs the FMAs the core could issue
 # while one vector register's bytes arrive: `memory_cost`, the target's compute-to-bandwidth
-# balance = FMAs per cycle x vector bytes / DRAM bytes per cycle per core. AVX-512 with two FMA
-# pipes and ~8 bytes a cycle per core (what DRAM gives one core of a desktop or server part):
-# 2 x 64 / 8 = 16; AVX2: 8; 128-bit vectors: 4. The Winograd rule (Note [winograd rule]) and the
-# weight prefetch (Note [weight prefetch]) use it.
-DRAM_BYTES_PER_CYCLE = 8  # per core; a target description default, as DEFAULT_CACHES
+# balance = FMAs per cycle x vector bytes / DRAM bytes per cycle per core, the last described by
+# the target (`Target.dram_bytes_per_cycle`, -dram-bytes-per-cycle: Note [described machine] in
+# tessera/target.py; 8 unless told, what DRAM gives one core of a desktop or server part).
+# AVX-512 with two FMA pipes: 2 x 64 / 8 = 16; AVX2: 8; 128-bit vectors: 4. The Winograd rule
+# (Note [winograd rule]) and the weight prefetch (Note [weight prefetch]) use it.
 
 
 def fma_per_cycle(target) -> int:
@@ -75,11 +77,21 @@ def fma_per_cycle(target) -> int:
 
 def memory_cost(target) -> float:
     """FMAs of one core per vector register read from DRAM (Note [machine balance])."""
-    vector_bytes = target.vector_width_bits / 8 if target is not None else 16
-    return fma_per_cycle(target) * vector_bytes / DRAM_BYTES_PER_CYCLE
+    if target is None:
+        return fma_per_cycle(None) * 16 / DEFAULT_DRAM_BYTES_PER_CYCLE
+    return fma_per_cycle(target) * target.vector_width_bits / 8 / target.dram_bytes_per_cycle
 
 
 def parallel_tasks(target) -> int:
     """Iterations a parallel loop needs to balance the target's threads: four per core, so
     the runtime's guided chunks even out a thread that starts late or runs slow."""
     return 4 * (target.num_cores if target is not None else 1)
+
+
+def stack_share(target, share: int) -> int:
+    """Bytes of the target's kernel thread stack (`Target.stack_bytes`, Note [described
+    machine] in tessera/target.py; None: the current target's) that one buffer may take:
+    1 / `share` of it."""
+    target = target if target is not None else Target.current()
+    stack = getattr(target, "stack_bytes", None) or DEFAULT_STACK_BYTES  # GPU kinds: none
+    return stack // share

@@ -38,6 +38,7 @@ import numpy as np
 from tessera import te
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
+from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.symbolic import (
     all_static,
@@ -57,8 +58,19 @@ from tessera.topi.x86.cpu import (
 )
 
 PACKED_TAG = "dense_packed"
-TILE_INTENSITY = 0.8  # Note [tile waste]: a tile keeps this share of the best FMAs per load
-TILE_GAIN = 0.1  # ... and replaces the densest tile only when it wastes this much less
+# Note [tile waste]'s rule knobs (Note [rule knobs] in topi/rules.py)
+TILE_INTENSITY = RuleKnob(
+    "dense.tile_intensity", (0.6, 0.7, 0.8, 0.9), 0.8,
+    "a tile that wastes less keeps this share of the best FMAs per load (Note [tile waste])",
+)  # fmt: skip
+TILE_GAIN = RuleKnob(
+    "dense.tile_gain", (0.0, 0.05, 0.1, 0.2), 0.1,
+    "... and replaces the densest tile only when its useful share is this much higher",
+)  # fmt: skip
+LARGE_MATRIX = RuleKnob(
+    "dense.panel_rows", (256, 512, 1024, 2048, 4096), 1024,
+    "packed weight panels are as wide as for M = K = this (a large matrix: the widest tile)",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -161,24 +173,26 @@ def fit_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> Block
     def count(tile):
         return -(-M // tile[0]) * -(-N // (tile[1] * lanes))
 
-    best = max(intensity(t) for t in tiles)
+    best, intensity_share = max(intensity(t) for t in tiles), TILE_INTENSITY.value()
     enough = min(base.tasks, count((base.mr, base.nv)))
     tiles = [
         t
         for t in tiles
-        if intensity(t) >= TILE_INTENSITY * best and count(t) >= enough and t[0] >= min(t[1], M)
+        if intensity(t) >= intensity_share * best and count(t) >= enough and t[0] >= min(t[1], M)
     ]
     if not tiles:
         return base
     mr, v = max(tiles, key=lambda t: (round(100 * rate(t)), intensity(t)))
-    if rate((mr, v)) < (1 + TILE_GAIN) * rate((base.mr, base.nv)):
+    if rate((mr, v)) < (1 + TILE_GAIN.value()) * rate((base.mr, base.nv)):
         return base
     return dataclasses.replace(base, mr=mr, nv=v, kc=_k_block(base.l1, mr, v, lanes, K))
 
 
 def panel_width(target, N: int) -> int:
-    """Columns per packed weight panel (nr) for a weight of N output columns."""
-    return choose_blocking(target, 1 << 10, N, 1 << 10).nr
+    """Columns per packed weight panel (nr) for a weight of N output columns: the tile of a
+    large matrix (LARGE_MATRIX rows and depth)."""
+    large = LARGE_MATRIX.value()
+    return choose_blocking(target, large, N, large).nr
 
 
 # -- packed weights ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.topi.generic import inline_injective, schedule_elementwise_stage
 from tessera.topi.qnn import CONV_TAG, DW_PACK_TAG, DW_TAG
-from tessera.topi.x86.cpu import vector_registers
+from tessera.topi.x86.cpu import stack_share, vector_registers
 from tessera.topi.x86.dense import find_tagged
 from tessera.topi.x86.int8_dense import schedule_pack
 
@@ -135,7 +135,9 @@ def _stages(outs) -> list[te.Tensor]:
     return found
 
 
-DEPTHWISE_STACK_BYTES = 1 << 19  # most bytes of a block's data stages kept on the stack
+# a block's data stages stay on the stack up to 1 / DEPTHWISE_STACK_SHARE of the target's thread
+# stack (`stack_share` in cpu.py: 512 KiB of the default 8 MiB)
+DEPTHWISE_STACK_SHARE = 16
 
 
 def _block_bytes(anchor, ocb: int) -> int:
@@ -186,7 +188,7 @@ def _schedule_depthwise(s, outs, target, config) -> te.Schedule:
     stage.vectorize(owl)
     s[acc].compute_at(stage, owo)
     _schedule_acc(s, acc, lanes)
-    stacked = _block_bytes(anchor, ocb) <= DEPTHWISE_STACK_BYTES
+    stacked = _block_bytes(anchor, ocb) <= stack_share(target, DEPTHWISE_STACK_SHARE)
     for t in _stages([anchor]):
         if t.op.tag != DW_PACK_TAG:
             continue

@@ -15,7 +15,9 @@ from tessera import te
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _ints, _static
 from tessera.topi.nn.pooling import _acc_dtype, _window_count, pool_output_size
+from tessera.topi.rules import RuleKnob
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
+from tessera.topi.x86.cpu import stack_share
 
 POOL_TAG = "pool_nchwc"
 
@@ -138,15 +140,15 @@ def schedule_pool_nchwc(outs, target=None, config=None) -> te.Schedule:
     if single and _static(outs[0].shape, POOL_TAG) == _static(pools[0].shape, POOL_TAG):
         row = _parallel_rows(s, outs[0])
         s[pools[0]].compute_at(s[outs[0]], row)
-        if _row_bytes(pools[0]) <= ROW_BYTES:
+        if _row_bytes(pools[0]) <= stack_share(target, ROW_STACK_SHARE):
             s[pools[0]].set_scope("local")
         _window_loops(s, pools[0], config=config)
-        _schedule_pad(s, pools[0], s[pools[0]].op.axis[2], config)  # inside the output's row
+        _schedule_pad(s, pools[0], s[pools[0]].op.axis[2], config, target)  # in the output's row
         return s
     for pool in pools:
         row = _parallel_rows(s, pool)
         _window_loops(s, pool, row=row, config=config)
-        _schedule_pad(s, pool, row, config)
+        _schedule_pad(s, pool, row, config, target)
     for t in outs:
         if id(t.op) not in {id(p.op) for p in pools}:
             _parallel_rows(s, t)
@@ -163,8 +165,15 @@ def schedule_pool_nchwc(outs, target=None, config=None) -> te.Schedule:
 # rows too wide for the stack. Either way the window loops run over a group of output columns
 # whose sums stay in registers, interleaved (one column alone is a latency-bound chain; the
 # group size: `_column_group`).
-ROW_BYTES = 128 * 1024
-MAX_UNROLLED_WINDOW = 16
+# A row buffer's cap: 1 / ROW_STACK_SHARE of the target's thread stack (`stack_share` in
+# cpu.py: 128 KiB of the default 8 MiB). Windows of more than MAX_UNROLLED_WINDOW elements
+# (global pools: the window is the map) are looped, not unrolled (code size; a rule knob, Note
+# [rule knobs] in topi/rules.py).
+ROW_STACK_SHARE = 64
+MAX_UNROLLED_WINDOW = RuleKnob(
+    "pool.max_unrolled_window", (4, 9, 16, 25, 49), 16,
+    "the most window elements a pool unrolls (larger windows, global pools: a loop)",
+)  # fmt: skip
 COLUMN_GROUP = 8  # accumulators: at most a quarter of 32 registers, half of 16
 
 
@@ -177,12 +186,13 @@ def _row_bytes(t: te.Tensor, rows: int = 1) -> int:
     return rows * shape[3] * shape[4] * t.dtype.bits // 8
 
 
-def pad_rows_rule(kind: str, row_bytes: int) -> bool:
-    """Note [pool rows]: an average pool pads its rows on the stack when they fit."""
-    return kind == "avg" and row_bytes <= ROW_BYTES
+def pad_rows_rule(kind: str, row_bytes: int, target=None) -> bool:
+    """Note [pool rows]: an average pool pads its rows on the stack (the target's, else the
+    current target's) when they fit."""
+    return kind == "avg" and row_bytes <= stack_share(target, ROW_STACK_SHARE)
 
 
-def _schedule_pad(s, pool: te.Tensor, row, config=None) -> None:
+def _schedule_pad(s, pool: te.Tensor, row, config=None, target=None) -> None:
     """See Note [pool rows]: the pad of `pool`'s input at its loop `row` (one output row)."""
     for t in pool.op.input_tensors:
         if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
@@ -191,7 +201,7 @@ def _schedule_pad(s, pool: te.Tensor, row, config=None) -> None:
             pad_rows = bool(config["pad_rows"])
         else:
             pad_rows = pad_rows_rule(
-                pool.op.attrs["kind"], _row_bytes(t, pool.op.attrs["window_h"])
+                pool.op.attrs["kind"], _row_bytes(t, pool.op.attrs["window_h"]), target
             )
         if pad_rows:
             s[t].compute_at(s[pool], row)
@@ -230,7 +240,7 @@ def _window_loops(s, pool: te.Tensor, row=None, config=None) -> None:
     n, c, h, w, k = st.op.axis
     outer = [row] if row is not None else [n, c, h]
     rh, rw = st.op.reduce_axis
-    if _extent(rh) * _extent(rw) > MAX_UNROLLED_WINDOW:  # global pools: the window is the map
+    if _extent(rh) * _extent(rw) > MAX_UNROLLED_WINDOW.value():  # global pools: the whole map
         st.reorder(*outer, w, rh, rw, k)
         st.vectorize(k)
         return

@@ -25,8 +25,16 @@ from tessera.te.schedule import AttachType
 from tessera.topi.generic import const_extent, is_injective, traverse, vector_lanes
 from tessera.topi.nn.schedule import find_stages, schedule_row_reduce
 from tessera.topi.strategy import record_config
+from tessera.topi.x86.cpu import stack_share
 
-STACK_BYTES = 64 << 10  # a row buffer up to this size lives on the stack of the row's thread
+# a row buffer up to 1 / STACK_SHARE of the target's thread stack lives on the stack of the
+# row's thread (`stack_share` in cpu.py: 64 KiB of the default 8 MiB; knob `stack_bytes`)
+STACK_SHARE = 128
+
+
+def stack_bytes_rule(target=None) -> int:
+    """The default of knob `stack_bytes`: a share of the target's (else the current) stack."""
+    return stack_share(target, STACK_SHARE)
 
 
 def _is_row_stage(op) -> bool:
@@ -86,12 +94,12 @@ def schedule_rows(outs, target=None, config=None) -> te.Schedule:
     """Schedule a group anchored by row reductions over the last axis (see the docstring).
     `config`: the x86 row strategy's ("generic", or "rows" with knob stack_bytes: row buffers
     up to this size live on the stack; its knob split is read by the compute), recorded
-    with the steps; None: the rule (STACK_BYTES)."""
+    with the steps; None: the rule (`stack_bytes_rule`)."""
     if config is not None and config.impl == "generic":
         return schedule_row_reduce(
             list(outs) if isinstance(outs, (list, tuple)) else [outs], target
         )
-    stack_bytes = config["stack_bytes"] if config is not None else STACK_BYTES
+    stack_bytes = config["stack_bytes"] if config is not None else stack_bytes_rule(target)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     combines = find_stages(outs, lambda op: op.tag == "row_combine")
     out = outs[0]

@@ -41,6 +41,7 @@ import numpy as np
 from tessera.topi.layout import transform_array
 from tessera.topi.nn.norm import _acc as _norm_acc
 from tessera.topi.nn.softmax import default_split
+from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
 from tessera.topi.symbolic import representative_shape
 from tessera.topi.x86 import (
@@ -64,7 +65,7 @@ from tessera.topi.x86.dense import (
     parallel_rule,
 )
 from tessera.topi.x86.pooling import COLUMN_GROUP
-from tessera.topi.x86.softmax import STACK_BYTES
+from tessera.topi.x86.softmax import stack_bytes_rule
 from tessera.topi.x86.winograd import plan_winograd
 
 # Note [block rule] (transform/alter_layout.py): a conv is blocked only when its output block
@@ -92,8 +93,18 @@ def channel_block(channels: int, lanes: int) -> int:
 # 6.8 ms vs 8 outputs blocked 0.37 ms, 20 outputs 27 ms vs 24 blocked 0.53 ms). So its outputs
 # are padded (Note [channel padding] in alter_layout) while the padded channels are at most
 # MAX_PAD_WORK times the true ones: 3 outputs padded to 8 still ran 1.35x faster, one output
-# padded to 8 1.7x slower than its generic schedule.
-MAX_PAD_WORK = 4
+# padded to 8 1.7x slower than its generic schedule. Channels that a smaller block divides are
+# padded to whole vectors when that adds at most LANE_PAD_WORK - 1 of the work (an eighth).
+# Both are rule knobs (Note [rule knobs] in topi/rules.py); the blocks they choose are searched
+# (knob `out_block`, with the padded block among its candidates, and the nchw implementation).
+MAX_PAD_WORK = RuleKnob(
+    "conv.max_pad_work", (2, 3, 4, 6, 8), 4,
+    "the most padded output channels per true one of a blocked conv (Note [few output channels])",
+)  # fmt: skip
+LANE_PAD_WORK = RuleKnob(
+    "conv.lane_pad_work", (1.0, 1.0625, 1.125, 1.25, 1.5), 1.125,
+    "output channels padded to whole vectors while that adds at most this work (x true)",
+)  # fmt: skip
 
 
 def output_block(channels: int, lanes: int, min_block: int = 1) -> tuple[int, int]:
@@ -101,11 +112,11 @@ def output_block(channels: int, lanes: int, min_block: int = 1) -> tuple[int, in
     Note [few output channels] where no block of `min_block` divides the channels)."""
     block = channel_block(channels, lanes)
     padded = -(-channels // lanes) * lanes
-    if block < lanes and padded * 8 <= channels * 9:
+    if block < lanes and padded <= LANE_PAD_WORK.value() * channels:
         return lanes, padded
     if block < min_block:
         padded = -(-channels // min_block) * min_block
-        if padded <= MAX_PAD_WORK * channels:
+        if padded <= MAX_PAD_WORK.value() * channels:
             return channel_block(padded, lanes), padded
     return block, channels
 
@@ -243,7 +254,8 @@ def _default_pad_per_tile(wl, target, context) -> bool:
     window_h = (c.kh - 1) * c.dilation[0] + 1
     window_w = (c.kw - 1) * c.dilation[1] + 1
     owb = _default_tile(0)(wl, target, context)
-    return pad_per_tile_rule(ib, pad_tile_bytes(window_h, window_w, c.strides[1], owb, ib))
+    window = pad_tile_bytes(window_h, window_w, c.strides[1], owb, ib)
+    return pad_per_tile_rule(ib, window, target)
 
 
 def _direct_space(wl: Workload, target) -> ConfigSpace | None:
@@ -541,7 +553,7 @@ def _pool_space(wl: Workload, target) -> ConfigSpace | None:
         pad = tuple(wl.attr("padding"))
         dilation = tuple(wl.attr("dilation") or (1, 1))
         window_h = (wl.attr("pool_size")[0] - 1) * dilation[0] + 1
-        return pad_rows_rule(kind, window_h * (xs[3] + pad[1] + pad[3]) * block * 4)
+        return pad_rows_rule(kind, window_h * (xs[3] + pad[1] + pad[3]) * block * 4, target)
 
     knobs = [
         Knob("column_group", tuple(range(1, min(ow, COLUMN_GROUP) + 1)), default=_column_default),
@@ -585,7 +597,8 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     if not xs or axis not in (-1, len(xs) - 1):
         return None
     xs = representative_shape(xs)  # symbolic dims: topi/symbolic.py
-    sizes = (0, 4 << 10, 16 << 10, STACK_BYTES, 256 << 10)
+    stack = stack_bytes_rule(target)
+    sizes = tuple(sorted({0, 4 << 10, 16 << 10, 64 << 10, 256 << 10, stack}))
     # the row split (Note [lane split] in topi/nn/softmax.py): 1, 2, 4 or 8 vectors of the
     # target for the dtype it reduces; the default is the rule over the target's vectors, as
     # lowering computes it (the group's target is current there)
@@ -594,7 +607,7 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     default = default_split(n, lanes)
     splits = sorted({a * lanes for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
     knobs = [
-        Knob("stack_bytes", sizes, default=STACK_BYTES),
+        Knob("stack_bytes", sizes, default=stack),
         Knob("split", tuple(splits), default=default),
     ]
     return ConfigSpace(knobs)

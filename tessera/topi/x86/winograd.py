@@ -36,6 +36,7 @@ from tessera import te
 from tessera.topi import generic
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
 from tessera.topi.x86.cpu import memory_cost
@@ -177,11 +178,18 @@ def winograd_shape(x_shape, u_shape, padding, m: int, channels: int, out_block: 
 # of vector instructions per element on every vector width (costs are per vector, as the FMAs
 # are; F(4x4)'s B^T d B is 7.3 adds and multiplies per element of V), and MARGIN is the share
 # of the direct conv's estimate that Winograd must beat, for the error of an estimate that
-# leaves the transforms' loads and stores out. The choice they shape is searched: the
-# strategy's implementation (winograd or direct_nchwc) and its knob `tile`.
+# leaves the transforms' loads and stores out. Both are rule knobs (Note [rule knobs] in
+# topi/rules.py: "winograd.transform_cost", "winograd.margin"); the choice they shape is
+# searched too: the strategy's implementation (winograd or direct_nchwc) and its knob `tile`.
 # `PassContext(config={"alter_layout.winograd": False})` turns the rewrite off.
-TRANSFORM_COST = 8  # vector instructions per element of V and of M
-MARGIN = 0.8
+TRANSFORM_COST = RuleKnob(
+    "winograd.transform_cost", (4, 6, 8, 10, 12), 8,
+    "vector instructions per element of V and of M (Note [winograd rule])",
+)  # fmt: skip
+MARGIN = RuleKnob(
+    "winograd.margin", (0.6, 0.7, 0.8, 0.9, 1.0), 0.8,
+    "the share of the direct conv's estimate Winograd must beat (Note [winograd rule])",
+)  # fmt: skip
 
 
 def winograd_cost(oh: int, ow: int, c: int, k: int, m: int, rows: int, memory: float) -> float:
@@ -191,7 +199,7 @@ def winograd_cost(oh: int, ow: int, c: int, k: int, m: int, rows: int, memory: f
     tiles = -(-oh // m) * -(-ow // m)
     padded = -(-tiles // rows) * rows
     gemm = max(a * a * padded, a * a * memory)
-    return gemm + TRANSFORM_COST * a * a * tiles * (c + k) / (c * k)
+    return gemm + TRANSFORM_COST.value() * a * a * tiles * (c + k) / (c * k)
 
 
 def direct_cost(oh: int, ow: int, memory: float) -> float:
@@ -204,7 +212,7 @@ def choose_winograd(oh: int, ow: int, c: int, k: int, rows: int, memory: float) 
     `memory`: the target's `memory_cost` (Note [machine balance] in cpu.py)."""
     costs = {m: winograd_cost(oh, ow, c, k, m, rows, memory) for m in TILES}
     m = min(costs, key=costs.get)
-    return m if costs[m] < MARGIN * direct_cost(oh, ow, memory) else None
+    return m if costs[m] < MARGIN.value() * direct_cost(oh, ow, memory) else None
 
 
 def plan_winograd(target, oh: int, ow: int, c: int, k: int) -> tuple[int, int, int] | None:
