@@ -31,7 +31,7 @@ from tessera.graph import parse  # noqa: E402
 from tessera.ir.module import IRModule  # noqa: E402
 from tessera.topi.x86.asm import describe_fma_loops  # noqa: E402
 from tessera.topi.x86.conv2d import choose_conv_tile  # noqa: E402
-from tessera.topi.x86.cpu import vector_registers  # noqa: E402
+from tessera.topi.x86.cpu import fma_chains, vector_registers  # noqa: E402
 from tessera.topi.x86.strategy import channel_block, output_block  # noqa: E402
 
 FLUSH_BYTES = 128 << 20  # more than any L3 the cold runs meet
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         depthwise = a.get("groups", 1) > 1 and a["groups"] == x_shape[1] == w_shape[0]
         if depthwise:  # (a depthwise conv of an unpadded input keeps its channels)
             ob, padded = channel_block(w_shape[0], lanes), w_shape[0]
-        tile = choose_conv_tile(ow, padded // ob, regs, depthwise)
+        tile = choose_conv_tile(ow, padded // ob, regs, depthwise, fma_chains(target))
         asm = describe_fma_loops(lib.get_source("asm"))
         print(
             f"| {list(x_shape)} | {list(w_shape)} | {a['strides'][0]} | {count} | "

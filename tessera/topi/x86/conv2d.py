@@ -24,7 +24,13 @@ from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, record_config
 from tessera.topi.symbolic import all_static, representative_shape
-from tessera.topi.x86.cpu import memory_cost, stack_share, target_cache_sizes, vector_registers
+from tessera.topi.x86.cpu import (
+    fma_chains,
+    memory_cost,
+    stack_share,
+    target_cache_sizes,
+    vector_registers,
+)
 
 CONV_TAG = "conv2d_nchwc"
 PAD_TAG = "pad"
@@ -258,7 +264,7 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
                 where=guard,
             )
 
-        attrs = {"depthwise": 0}
+        attrs = {"depthwise": 0, "grouped": int(win is not None)}
     # the window a register tile reads (Note [padding per tile]): rows, then columns per output
     attrs.update(window_h=(kh - 1) * dh + 1, window_w=(kw - 1) * dw + 1, stride_w=sw)
     return te.compute(out_shape, f, name="conv2d_nchwc", tag=CONV_TAG, attrs=attrs)
@@ -303,18 +309,30 @@ TAIL_PENALTY = RuleKnob(
 )  # fmt: skip
 
 
-def choose_conv_tile(out_width: int, oc_blocks: int, registers: int, depthwise: bool) -> ConvTile:
+def choose_conv_tile(
+    out_width: int,
+    oc_blocks: int,
+    registers: int,
+    depthwise: bool,
+    chains: int = 0,
+    grouped: bool = False,
+) -> ConvTile:
     """The register tile by rules (see Note [conv micro-kernel]): the most FMAs per load within
     the accumulator budget, oc_vectors dividing the oc blocks, a row tail (a width that is not
-    a multiple of ow_block, peeled into slower code) counted as lost work and penalized."""
+    a multiple of ow_block, peeled into slower code) counted as lost work and penalized, and a
+    tile of fewer accumulators than `chains` (cpu.fma_chains: Note [FMA chains]) by the share
+    of the FMA pipes it can keep busy. `grouped`: each output block reads its own window of
+    input blocks (Note [grouped blocks]), so the oc_vectors of a tile share no broadcast."""
     budget, penalty = _accumulator_budget(registers), TAIL_PENALTY.value()
     best, best_score = ConvTile(1, 1), -1.0
     for ocv in (1,) if depthwise else (1, 2, 3, 4):
         if oc_blocks % ocv:
             continue
         for owb in range(1, min(out_width, budget // ocv) + 1):
-            loads = owb + (1 if depthwise else ocv)
+            loads = owb * (ocv if grouped else 1) + (1 if depthwise else ocv)
             score = owb * ocv / loads
+            if owb * ocv < chains:
+                score *= owb * ocv / chains
             tiles = -(-out_width // owb)
             if tiles * owb != out_width:
                 score *= penalty * out_width / (tiles * owb)
@@ -435,7 +453,9 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     if config is not None:
         tile = ConvTile(config["ow_block"], config.get("oc_vectors", 1))
     else:
-        tile = choose_conv_tile(ow, ocb, vector_registers(target), depthwise)
+        grouped = bool(conv.op.attrs.get("grouped", 0))
+        registers = vector_registers(target)
+        tile = choose_conv_tile(ow, ocb, registers, depthwise, fma_chains(target), grouped)
     out_ops = {id(t.op) for t in outs}
     acc = s.cache_write(conv, "local")
     if not all_static(conv.shape):

@@ -66,6 +66,22 @@ def vector_registers(target) -> int:
 # (Note [winograd rule]) and the weight prefetch (Note [weight prefetch]) use it.
 
 
+# Note [FMA chains]
+# An FMA's result is ready FMA_LATENCY cycles after it issues (4 on Intel since Skylake, AMD
+# since Zen, and the AArch64 cores of Apple and Arm's Neoverse/Cortex-A7x), so a register tile
+# whose accumulators are each updated once per reduction step keeps the FMA pipes busy only with
+# at least latency x pipes independent accumulators: `fma_chains`. A tile of 4 accumulators on
+# two pipes issues at most half the peak (ShuffleNet's 14-wide grouped convs ran a 2 x 2 tile:
+# 0.185 ms against ORT's 0.10). `choose_conv_tile` scales its score by accumulators / chains
+# below that.
+FMA_LATENCY = 4  # cycles; a target description default, as DRAM_BYTES_PER_CYCLE
+
+
+def fma_chains(target) -> int:
+    """Independent accumulators that keep the FMA pipes busy (Note [FMA chains])."""
+    return fma_per_cycle(target) * FMA_LATENCY
+
+
 def fma_per_cycle(target) -> int:
     """Vector FMAs a core issues per cycle: two pipes where the CPU has FMA (x86 FMA3, AArch64),
     one otherwise."""

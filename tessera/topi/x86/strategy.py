@@ -56,7 +56,7 @@ from tessera.topi.x86.conv2d import (
     pad_tile_bytes,
     prefetch_max_reuse,
 )
-from tessera.topi.x86.cpu import target_cache_sizes, vector_registers
+from tessera.topi.x86.cpu import fma_chains, target_cache_sizes, vector_registers
 from tessera.topi.x86.dense import (
     blocking_for_panel,
     fit_blocking,
@@ -158,6 +158,7 @@ class _Conv:
         c.min_block = min_block(target)
         c.budget = _accumulator_budget(vector_registers(target))
         c.registers = vector_registers(target)
+        c.chains = fma_chains(target)
         return c
 
     def out_blocks(self) -> list[int]:
@@ -225,7 +226,8 @@ def _default_tile(field: int):
         c = _Conv.of(wl, target)
         ob = c.default_out_block(context)
         ocb = c.padded_out(ob) // ob
-        tile = choose_conv_tile(c.ow, ocb, c.registers, c.depthwise)
+        grouped = c.groups > 1 and not c.depthwise
+        tile = choose_conv_tile(c.ow, ocb, c.registers, c.depthwise, c.chains, grouped)
         return (tile.ow_block, tile.oc_vectors)[field]
 
     return rule
