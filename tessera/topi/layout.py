@@ -161,7 +161,7 @@ def transform_array(array, src, dst) -> np.ndarray:
 def layout_transform(x: te.Tensor, src, dst) -> te.Tensor:
     """te: x (in layout `src`) in layout `dst`; an injective stage that inlines into consumers."""
     src, dst = _layouts(src, dst)
-    shape = tuple(int(d.value) for d in x.shape)
+    shape = tuple(int(d.value) if hasattr(d, "value") else d for d in x.shape)  # symbolic N, H, W
     out_shape = transform_shape(shape, src, dst)
 
     def f(*idx):

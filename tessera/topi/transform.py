@@ -153,9 +153,23 @@ def split(x: te.Tensor, axis: int, sections) -> tuple[te.Tensor, ...]:
     return tuple(outs)
 
 
+def slice_length(begin, end, stride):
+    """len(range(begin, end, stride)); over a symbolic axis (graph/dims.py) the end may be a
+    dim expression when the stride is 1 and begin an int (a slice to the axis' end: alter_layout
+    slicing the padded channels of a blocked value keeps its symbolic batch and sizes whole)."""
+    if isinstance(end, Expr) and not isinstance(end, IntImm):
+        if stride != 1 or not isinstance(begin, int) or begin < 0:
+            raise ValueError(
+                f"a slice over a symbolic end {end} needs stride 1 and a static begin >= 0, "
+                f"got begin {begin}, stride {stride}"
+            )
+        return end - begin if begin else end
+    return len(range(begin, int(end), stride))
+
+
 def strided_slice(x: te.Tensor, begin, end, strides) -> te.Tensor:
     """x[b0:e0:s0, ...] with (begin, end, stride) in Python's `slice.indices` form."""
-    shape = tuple(len(range(b, e, s)) for b, e, s in zip(begin, end, strides, strict=True))
+    shape = tuple(slice_length(b, e, s) for b, e, s in zip(begin, end, strides, strict=True))
 
     def body(*i):
         return x(*[b + v * s for v, b, s in zip(i, begin, strides, strict=True)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera.graph.dims import num_elements, same_dim
+from tessera.graph.dims import is_symbolic, num_elements, same_dim
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import normalize_axes, normalize_axis, same_dtype, type_error
@@ -114,7 +114,10 @@ slice_ = register_op("slice", kind=OpKind.INJECTIVE)
 
 
 def _slice_len(start, stop, step):
-    return len(range(start, stop, step))
+    try:
+        return topi_transform.slice_length(start, stop, step)
+    except ValueError as err:
+        raise type_error("slice", str(err)) from None
 
 
 @slice_.type_rule
@@ -123,6 +126,9 @@ def _(x: TensorType, begin, end, strides) -> TensorType:
         raise type_error("slice", f"needs one begin, end and stride per axis of {x}")
     if 0 in strides:
         raise type_error("slice", "strides must not be 0")
+    for e, d in zip(end, x.shape, strict=True):
+        if is_symbolic(e) and not same_dim(e, d):
+            raise type_error("slice", f"a symbolic end {e} must be its axis' dim, got {x}")
     return x.with_shape(tuple(_slice_len(*a) for a in zip(begin, end, strides, strict=True)))
 
 

@@ -149,6 +149,12 @@ def _mul(a, b):
     return a * b
 
 
+def _cast_int(dt, e: Expr) -> Expr:
+    """An integer cast, folded for a constant: a widened ramp's stride stays an IntImm, so a
+    store through it is known injective (a reduction into a symbolic buffer vectorizes)."""
+    return IntImm(e.value, dt) if isinstance(e, IntImm) else Cast(dt, e)
+
+
 def _fold_ramp(cls, a: Expr, b: Expr):
     """a op b as one Ramp when op is +, - or * of a Ramp and a scalar (or two Ramps for +, -)."""
     ra, rb = isinstance(a, Ramp), isinstance(b, Ramp)
@@ -223,7 +229,7 @@ class _Widen(Mutator):
         # so its access stays one contiguous vector load, not a gather
         if isinstance(value, Ramp) and dt.is_int and value.dtype.is_int:
             if dt.bits >= value.dtype.bits:
-                return Ramp(Cast(dt, value.base), Cast(dt, value.stride), value.lanes)
+                return Ramp(Cast(dt, value.base), _cast_int(dt, value.stride), value.lanes)
         if isinstance(value, Broadcast):
             return Broadcast(Cast(dt, value.value), value.lanes)
         return Cast(dt.with_lanes(value.dtype.lanes), value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tessera.graph.dims import dim_bounds, dim_vars, lower_bound
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, get_op, register_op
 from tessera.graph.ops import nn_ref
@@ -48,6 +49,24 @@ def weight_layout(shape) -> str:
     return f"OIHW{shape[4]}i{shape[5]}o"
 
 
+def _static_channels(x: TensorType) -> bool:
+    """Blocked data whose channel blocks and block are ints; the batch and the sizes may be
+    symbolic dims (graph/dims.py; Note [symbolic blocks] in transform/alter_layout.py)."""
+    return all(isinstance(x.shape[i], int) for i in (1, *range(4, x.ndim)))
+
+
+def _check_symbolic_sizes(op, x: TensorType, shape, window: str, size) -> None:
+    """A symbolic output size must be >= 1 at the smallest sizes its dims allow (the static
+    ones are checked by the shape functions)."""
+    if any(lower_bound(d) < 1 for d in shape[2:4] if not isinstance(d, int)):
+        mins = ", ".join(f"{v.name} >= {dim_bounds(v)[0]}" for v in dim_vars([x.shape]))
+        raise type_error(
+            op,
+            f"{window} {tuple(size)} is larger than the padded input {x} at the smallest "
+            f"sizes its dims allow ({mins}; raise them in shape_dict)",
+        )
+
+
 # -- conv2d ------------------------------------------------------------------------------------
 
 conv2d_nchwc = register_op("nn.conv2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
@@ -69,11 +88,11 @@ def _(
     op = "nn.conv2d_nchwc"
     require_float(op, x)
     same_dtype(op, x, w)
-    if x.ndim not in (4, 5) or w.ndim != 6 or not (x.is_static and w.is_static):
+    if x.ndim not in (4, 5) or w.ndim != 6 or not (_static_channels(x) and w.is_static):
         raise type_error(
             op,
-            f"expects static blocked data (rank 5, or rank 4 for blocks of 1) and weight "
-            f"(rank 6), got {x} and {w}",
+            f"expects blocked data (rank 5, or rank 4 for blocks of 1; channels and block "
+            f"static) and a static weight (rank 6), got {x} and {w}",
         )
     _check_spatial(op, strides, padding, dilation)
     try:
@@ -82,6 +101,7 @@ def _(
         )
     except ValueError as err:
         raise type_error(op, str(err)) from None
+    _check_symbolic_sizes(op, x, shape, "kernel", w.shape[2:4])
     return x.with_shape(shape)
 
 
@@ -123,12 +143,18 @@ def _(
     op = "nn.conv2d_winograd_nchwc"
     require_float(op, x)
     same_dtype(op, x, u)
-    if not (x.is_static and u.is_static) or len(padding) != 4 or min(padding) < 0:
-        raise type_error(op, f"expects static shapes and 4 pads >= 0, got {x}, {u}, {padding}")
+    ok = x.ndim == 5 and _static_channels(x) and u.is_static
+    if not ok or len(padding) != 4 or min(padding) < 0:
+        raise type_error(
+            op,
+            f"expects blocked data (channels static), static weights and 4 pads >= 0, got "
+            f"{x}, {u}, {padding}",
+        )
     try:
         shape = x86_winograd.winograd_shape(x.shape, u.shape, padding, tile, channels, out_block)
     except ValueError as err:
         raise type_error(op, str(err)) from None
+    _check_symbolic_sizes(op, x, shape, "kernel", (3, 3))
     return x.with_shape(shape)
 
 
@@ -162,8 +188,8 @@ def _pool_type(op):
         count_include_pad=0,
         config=None,
     ):
-        if x.ndim != 5 or not x.is_static:
-            raise type_error(op, f"expects static blocked data (rank 5), got {x}")
+        if x.ndim != 5 or not _static_channels(x):
+            raise type_error(op, f"expects blocked data (rank 5, channels static), got {x}")
         _check_spatial(op, strides, padding, dilation or (1, 1))
         if len(pool_size) != 2:
             raise type_error(op, f"needs 2 pool sizes, got {pool_size}")
@@ -173,6 +199,7 @@ def _pool_type(op):
             )
         except ValueError as err:
             raise type_error(op, str(err)) from None
+        _check_symbolic_sizes(op, x, shape, "pool window", pool_size)
         return x.with_shape(shape)
 
     return rule

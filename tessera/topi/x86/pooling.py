@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.topi.generic import inline_injective
-from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.nn.pooling import _acc_dtype, _window_count, pool_output_size
 from tessera.topi.rules import RuleKnob
+from tessera.topi.symbolic import representative, representative_shape
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
 from tessera.topi.x86.cpu import stack_share
 
@@ -31,7 +32,7 @@ def pool_nchwc_shape(x_shape, pool_size, strides, padding, dilation=None, ceil_m
         )
         for i, size in enumerate((h, w))
     ]
-    if min(out) < 1:
+    if any(isinstance(o, int) and o < 1 for o in out):  # symbolic: the type rule checks
         raise ValueError(f"pool window {tuple(pool_size)} is larger than the padded input")
     return (n, cb, out[0], out[1], b)
 
@@ -46,7 +47,7 @@ def pool_nchwc(
     strides = _ints(strides, 2, "strides", POOL_TAG)
     dilation = _ints(dilation or (1, 1), 2, "dilations", POOL_TAG)
     padding = _ints(padding, 4, "pads", POOL_TAG)
-    shape = _static(x.shape, POOL_TAG)
+    shape = _blocked_dims(x)
     out = pool_nchwc_shape(shape, pool_size, strides, padding, dilation, ceil_mode)
     size = shape[2:4]
     args = [
@@ -62,7 +63,10 @@ def pool_nchwc(
     # pad just as far as the windows reach (ceil_mode may reach past the pads, or not use them)
     before = padding[:2]
     reach = [(out[2 + i] - 1) * strides[i] + (pool_size[i] - 1) * dilation[i] + 1 for i in (0, 1)]
-    after = [max(0, reach[i] - before[i] - size[i]) for i in (0, 1)]
+    after = [
+        _pad_after(reach[i], before[i], size[i], padding[2 + i], strides[i], ceil_mode)
+        for i in (0, 1)
+    ]
     xp = pad_nchwc(x, before, after, fill) if any(before) or any(after) else x
 
     def value(n, c, sp, k):
@@ -88,11 +92,26 @@ def pool_nchwc(
     return te.compute(out, average, name="avg_pool_nchwc", tag="elemwise")
 
 
+def _blocked_dims(x: te.Tensor) -> tuple:
+    """(N, C/b, H, W, b): the channel blocks and the block static; the batch and the sizes
+    ints or symbolic expressions (topi/symbolic.py)."""
+    _static(x.shape[1:2] + x.shape[4:], POOL_TAG)
+    return _dims(x.shape)
+
+
+def _pad_after(reach, before: int, size, pad_end: int, stride: int, ceil_mode) -> int:
+    """How far the windows read past the end of an axis: exact over a static size; over a
+    symbolic one the end pad, plus up to stride - 1 that ceil_mode's last window may reach."""
+    if isinstance(size, int):
+        return max(0, reach - before - size)
+    return pad_end + (stride - 1 if ceil_mode else 0)
+
+
 def global_pool_nchwc(x: te.Tensor, kind: str) -> te.Tensor:
     """Max or average over H and W of a (N, C/b, H, W, b) tensor: (N, C/b, 1, 1, b)."""
     if kind not in ("max", "avg"):
         raise ValueError(f"global_pool_nchwc: kind must be 'max' or 'avg', got {kind!r}")
-    n, cb, h, w, b = _static(x.shape, POOL_TAG)
+    n, cb, h, w, b = _blocked_dims(x)
     rh, rw = te.reduce_axis((0, h), name="rh"), te.reduce_axis((0, w), name="rw")
     if kind == "max":
         return te.compute(
@@ -137,7 +156,7 @@ def schedule_pool_nchwc(outs, target=None, config=None) -> te.Schedule:
         visit(t.op)
     out_ops = {id(t.op) for t in outs}
     single = len(outs) == 1 and len(pools) == 1 and id(pools[0].op) not in out_ops
-    if single and _static(outs[0].shape, POOL_TAG) == _static(pools[0].shape, POOL_TAG):
+    if single and _same_shape(outs[0], pools[0]):
         row = _parallel_rows(s, outs[0])
         s[pools[0]].compute_at(s[outs[0]], row)
         if _row_bytes(pools[0]) <= stack_share(target, ROW_STACK_SHARE):
@@ -177,12 +196,17 @@ MAX_UNROLLED_WINDOW = RuleKnob(
 COLUMN_GROUP = 8  # accumulators: at most a quarter of 32 registers, half of 16
 
 
+def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
+    return [str(d) for d in a.shape] == [str(d) for d in b.shape]
+
+
 def _extent(iv) -> int:
-    return int(iv.dom.extent.value)
+    """A loop's extent; a symbolic one at its representative size (topi/symbolic.py)."""
+    return representative(iv.dom.extent)
 
 
 def _row_bytes(t: te.Tensor, rows: int = 1) -> int:
-    shape = _static(t.shape, POOL_TAG)
+    shape = representative_shape(t.shape)
     return rows * shape[3] * shape[4] * t.dtype.bits // 8
 
 

@@ -35,9 +35,10 @@ import numpy as np
 from tessera import te
 from tessera.topi import generic
 from tessera.topi.generic import inline_injective
-from tessera.topi.nn.conv import _ints, _static
+from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, record_config
+from tessera.topi.symbolic import representative_shape
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
 from tessera.topi.x86.cpu import memory_cost
 from tessera.topi.x86.dense import (
@@ -150,7 +151,7 @@ def winograd_shape(x_shape, u_shape, padding, m: int, channels: int, out_block: 
         raise ValueError(f"{channels} output channels in blocks of {out_block} do not fit "
                          f"weight panels {panels} x {nr}")  # fmt: skip
     oh, ow = h + padding[0] + padding[2] - 2, w + padding[1] + padding[3] - 2
-    if oh < 1 or ow < 1:
+    if any(isinstance(o, int) and o < 1 for o in (oh, ow)):  # symbolic: the type rule checks
         raise ValueError(f"3x3 kernel larger than the padded input {tuple(x_shape)}")
     return (n, channels // out_block, oh, ow, out_block)
 
@@ -289,6 +290,21 @@ def _transform(mat, index, load):
     return _pick(index, [_combine(row, [load(p) for p in range(len(row))]) for row in mat])
 
 
+def _ceil_div(a, b: int):
+    return -(-a // b) if isinstance(a, int) else te.floordiv(a + b - 1, b)
+
+
+# Note [symbolic winograd]
+# The batch and the sizes may be symbolic (graph/dims.py), as for the direct blocked conv: the
+# tile counts are then expressions (ceil-divisions of the sizes), the products' rows are the tiles
+# rounded up to the micro-kernel's rows as for static shapes (the last tile's loads clamped, so
+# the rounded rows need no guard), and the input is padded past its end by the most a tile can
+# reach (the end pad + m - 1; the pad is computed per tile, on the stack: nothing is stored for
+# it). The tile m and the products' blocking are chosen at the representative sizes
+# (topi/symbolic.py); the parallel loops and the tile tails are those of the static schedule
+# (`tile_output`'s symbolic tails: an unguarded main part, the edge tile guarded).
+
+
 def conv2d_winograd_nchwc(
     x: te.Tensor, u: te.Tensor, padding, m: int, channels: int, out_block: int, rows: int = 1
 ) -> te.Tensor:
@@ -298,22 +314,30 @@ def conv2d_winograd_nchwc(
     last tile repeated: products with a row tail would run guarded code in every tile (their
     row tiles share one parallel loop with the a*a products, so no pass can peel the tail)."""
     padding = _ints(padding, 4, "pads", WINOGRAD_TAG)
-    x_shape, u_shape = _static(x.shape, WINOGRAD_TAG), _static(u.shape, WINOGRAD_TAG)
+    _static(x.shape[1:2] + x.shape[4:], WINOGRAD_TAG)  # Note [symbolic winograd]
+    x_shape, u_shape = _dims(x.shape), _static(u.shape, WINOGRAD_TAG)
     out_shape = winograd_shape(x_shape, u_shape, padding, m, channels, out_block)
     n, icb, h, w, ib = x_shape
     a, _, _, cin, nr = u_shape
     _, _, oh, ow, ob = out_shape
-    th, tw = -(-oh // m), -(-ow // m)
-    after = (th * m + 2 - h - padding[0], tw * m + 2 - w - padding[1])
+    th, tw = _ceil_div(oh, m), _ceil_div(ow, m)
+    after = tuple(
+        t * m + 2 - size - pad if isinstance(t, int) else pad_end + m - 1
+        for t, size, pad, pad_end in (
+            (th, h, padding[0], padding[2]),
+            (tw, w, padding[1], padding[3]),
+        )
+    )
     xp = pad_nchwc(x, padding[:2], after)
     at, _, bt = winograd_matrices(m)
     per_image = th * tw
     tiles = n * per_image
     row_multiple = max(rows, 1)
-    padded = -(-tiles // row_multiple) * row_multiple
+    padded = _ceil_div(tiles, row_multiple) * row_multiple
+    clamp = not isinstance(tiles, int) or padded > tiles
 
     def tile_load(t, c, p, q):
-        if padded > tiles:
+        if clamp:
             t = te.min(t, tiles - 1)
         ni, r = t // per_image, t % per_image
         return xp[ni, c // ib, (r // tw) * m + p, (r % tw) * m + q, c % ib]
@@ -375,7 +399,7 @@ def schedule_conv2d_winograd_nchwc(outs, target=None, config=None) -> te.Schedul
     out_ops = {id(t.op) for t in outs}
     if id(y.op) in out_ops:
         out = y
-    elif len(outs) == 1 and _static(outs[0].shape, "winograd") == _static(y.shape, "winograd"):
+    elif len(outs) == 1 and [str(d) for d in outs[0].shape] == [str(d) for d in y.shape]:
         s[y].compute_inline()  # the epilogue reads the transform's expression
         out = outs[0]
     else:
@@ -384,7 +408,7 @@ def schedule_conv2d_winograd_nchwc(outs, target=None, config=None) -> te.Schedul
             if t.op is not y.op:
                 generic.schedule_elementwise_stage(s, t, target)
     _schedule_output(s, out, out_rows, m)
-    ob = _static(y.shape, "winograd")[4]
+    ob = int(y.shape[4].value)
     record_config(s, Config("winograd", {"out_block": ob, "tile": m}))
     return s
 
@@ -396,7 +420,7 @@ def _schedule_input(s, v: te.Tensor) -> None:
     xp = rows.op.input_tensors[0]
     st = s[v]
     e1, e2, t, c = st.op.axis
-    block = _static(xp.shape, "winograd")[-1]
+    block = int(xp.shape[-1].value)
     co, ci = st.split(c, factor=block)
     st.reorder(t, co, e1, e2, ci)
     tile = st.fuse(t, co)
@@ -413,7 +437,7 @@ def _schedule_input(s, v: te.Tensor) -> None:
 
 
 def _schedule_gemm(s, mm: te.Tensor, u: te.Tensor, target) -> None:
-    _, _, rows, cols = _static(mm.shape, "winograd")
+    _, _, rows, cols = representative_shape(mm.shape)
     nr = int(mm.op.attrs["nr"])
     depth = int(mm.op.reduce_axis[0].dom.extent.value)
     blk = blocking_for_panel(target, rows, cols, depth, nr)
