@@ -12,6 +12,10 @@ bytes of a with the four int8 bytes of b (Note [int8 dot]).
     usdot z.s or 2 x sdot z.s, on whole SVE registers (other widths split or padded)
     otherwise                       shifts, multiplies and adds on int32 lanes
 
+`mmla_u8i8(acc, a, b)` (tir.op.mmla_u8i8, not lane-wise: per 4 lanes a 2x8 by 8x2 product):
+    i8mm (AArch64)                  usmmla v.4s per 4 lanes (llvm.aarch64.neon.usmmla)
+    otherwise                       two dot_u8i8 steps on the rows and columns each lane takes
+
 The target's features decide (`Target.features`, read from LLVM for the host: never assumed).
 
 Note [int8 dot]
@@ -142,6 +146,40 @@ def _emit_native(em, feats, acc, a, b, lanes):
     if lanes == 4 and "dotprod" in feats:
         return _sdot_pair(em, acc, a, b)
     return _generic(em, acc, a, b, lanes)
+
+
+def emit_mmla_call(em, e) -> ir.Value:
+    lanes = e.dtype.lanes
+    acc, a, b = (em.broadcast(em.expr(v), lanes) for v in e.args)
+    return emit_mmla(em, acc, a, b, lanes)
+
+
+def emit_mmla(em, acc, a, b, lanes: int) -> ir.Value:
+    """mmla_u8i8 on vectors of whole 4-lane segments: one usmmla per segment with FEAT_I8MM,
+    else per lane acc + a_row_word0 . b_row_word0 + a_row_word1 . b_row_word1 (dot_u8i8's
+    instructions on the operands' words shuffled to the lanes that take them)."""
+    if lanes % 4:
+        raise ValueError(f"mmla_u8i8 takes whole 4-lane segments, got {lanes} lanes (the "
+                         "compute that uses it must be vectorized over them)")  # fmt: skip
+    if "i8mm" in _features(em):
+        return _split(em, acc, a, b, lanes, 4, lambda *v: _usmmla(em, *v))
+
+    def pick(v, word, of_row):  # lane 2i + j takes row i's (a) or row j's (b) word
+        mask = [s + 2 * ((q // 2) if of_row else (q % 2)) + word for s in range(0, lanes, 4)
+                for q in range(4)]  # fmt: skip
+        return em.b.shuffle_vector(v, v, ir.Constant(ir.VectorType(T.I32, lanes), mask))
+
+    first = emit_dot(em, acc, pick(a, 0, True), pick(b, 0, False), lanes)
+    return emit_dot(em, first, pick(a, 1, True), pick(b, 1, False), lanes)
+
+
+def _usmmla(em, acc, a, b):
+    """AArch64 USMMLA (FEAT_I8MM): acc (2x2 int32) + a (2x8 uint8) times b (2x8 int8)
+    transposed."""
+    bytes16 = ir.VectorType(T.I8, 16)
+    ty = _vec(T.I32, 4)
+    fn = em.ctx.declare("llvm.aarch64.neon.usmmla.v4i32.v16i8", ty, [ty, bytes16, bytes16])
+    return em.b.call(fn, [acc, em.b.bitcast(a, bytes16), em.b.bitcast(b, bytes16)])
 
 
 def _usdot(em, acc, a, b):
