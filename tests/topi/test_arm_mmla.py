@@ -5,6 +5,8 @@ column and k tails, the usmmla instruction in the aarch64 code where the target 
 the "arm" strategy of qnn.dense choosing it only there. QEMU runs: tests/cross/test_arm_kernels.py.
 """
 
+import re
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -103,17 +105,23 @@ def test_kernel_matches_numpy_on_the_host(lead, k, n, dtype):
     np.testing.assert_array_equal(got, ref)
 
 
-def test_aarch64_with_i8mm_emits_usmmla():
+@pytest.mark.parametrize("core, form", [("neoverse-n2", "v"), ("neoverse-v1", "z")])
+def test_aarch64_with_i8mm_emits_usmmla(core, form):
+    """NEON's usmmla on 128-bit cores (neoverse-n2's SVE is as wide), SVE's on whole 256-bit
+    registers (neoverse-v1: two 2x2 blocks per instruction, the data's row pair repeated)."""
+    target = tessera.Target(f"{AARCH64} -mcpu={core}")
+    lanes = int8_mmla.mmla_lanes(target)
+    assert lanes == {"v": 4, "z": 8}[form]
     wm = int8_mmla.pack_mmla_weight(np.zeros((64, 96), np.int8), 4)
     xt = te.placeholder((16, 96), "uint8", name="x")
     wt = te.placeholder(wm.shape, "int32", name="wm")
-    out = int8_mmla.qnn_dense_mmla(xt, wt, 64)
-    target = tessera.Target(f"{AARCH64} -mcpu=neoverse-n2")
+    out = int8_mmla.qnn_dense_mmla(xt, wt, 64, lanes)
     with target:
         s = int8_mmla.schedule_qnn_dense_mmla([out], target)
         asm = tessera.build(s, [xt, wt, out], target=target, name="k").get_source("asm")
-    # the 4 x 4 register tile: 16 usmmla per step of 8 k bytes, no dot steps
-    assert asm.count("usmmla") == 16, asm.count("usmmla")
+    # the register tile: 16 usmmla per step of 8 k bytes, all of one form, no dot steps
+    assert len(re.findall(rf"usmmla\s+{form}\d", asm)) == 16, asm.count("usmmla")
+    assert asm.count("usmmla") == 16
     assert "usdot" not in asm and "sdot" not in asm
 
 
@@ -136,7 +144,7 @@ def test_strategy_takes_mmla_where_the_target_has_i8mm(options, impl):
                        {"a": ((16, 96), np.uint8)}, ["y"], {"b": w})  # fmt: skip
     mod, params = tessera.frontend.from_onnx(model)
     ll = tessera.build(mod, target=target, params=params).get_source("ll")
-    assert ("aarch64.neon.usmmla" in ll) == (impl == "mmla")
+    assert ("usmmla" in ll) == (impl == "mmla")
 
 
 def test_x86_targets_have_no_qnn_dense_strategy():

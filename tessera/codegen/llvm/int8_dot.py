@@ -161,7 +161,11 @@ def emit_mmla(em, acc, a, b, lanes: int) -> ir.Value:
     if lanes % 4:
         raise ValueError(f"mmla_u8i8 takes whole 4-lane segments, got {lanes} lanes (the "
                          "compute that uses it must be vectorized over them)")  # fmt: skip
-    if "i8mm" in _features(em):
+    feats = _features(em)
+    if "i8mm" in feats:
+        sve = _sve_lanes(em, feats)
+        if sve and lanes % sve == 0:  # SVE usmmla: every 128-bit segment at once
+            return _split(em, acc, a, b, lanes, sve, lambda *v: _sve_mmla(em, *v, sve))
         return _split(em, acc, a, b, lanes, 4, lambda *v: _usmmla(em, *v))
 
     def pick(v, word, of_row):  # lane 2i + j takes row i's (a) or row j's (b) word
@@ -229,6 +233,28 @@ class _Scalable(ir.Type):
         return hash(str(self))
 
 
+def _to_scalable(em, v, ty):
+    """A fixed vector as the scalable SVE type ty (llvm.vector.insert at 0)."""
+    fn = em.ctx.declare(f"llvm.vector.insert.{_mangle(ty)}.{_mangle(v.type)}", ty,
+                        [ty, v.type, T.I64])  # fmt: skip
+    return em.b.call(fn, [ir.Constant(ty, ir.Undefined), v, ir.Constant(T.I64, 0)])
+
+
+def _from_scalable(em, v, lanes):
+    vec = ir.VectorType(T.I32, lanes)
+    fn = em.ctx.declare(f"llvm.vector.extract.v{lanes}i32.nxv4i32", vec, [v.type, T.I64])
+    return em.b.call(fn, [v, ir.Constant(T.I64, 0)])
+
+
+def _sve_mmla(em, acc, a, b, lanes):
+    """SVE USMMLA (FEAT_I8MM with SVE): usmmla per 128-bit segment of a whole SVE register."""
+    words, bytes_ = _Scalable(T.I32, 4), _Scalable(T.I8, 16)
+    fixed = ir.VectorType(T.I8, 4 * lanes)
+    fn = em.ctx.declare("llvm.aarch64.sve.usmmla.nxv4i32", words, [words, bytes_, bytes_])
+    x, y = (_to_scalable(em, em.b.bitcast(v, fixed), bytes_) for v in (a, b))
+    return _from_scalable(em, em.b.call(fn, [_to_scalable(em, acc, words), x, y]), lanes)
+
+
 def _sve_dot(em, feats, acc, a, b, lanes):
     """SVE USDOT (I8MM) or the SDOT pair of Note [int8 dot] on whole SVE registers: the fixed
     vectors go in (llvm.vector.insert) and come out (llvm.vector.extract), which LLVM folds
@@ -237,9 +263,7 @@ def _sve_dot(em, feats, acc, a, b, lanes):
     fixed = ir.VectorType(T.I8, 4 * lanes)
 
     def scalable(v, ty):
-        name = f"llvm.vector.insert.{_mangle(ty)}.{_mangle(v.type)}"
-        fn = em.ctx.declare(name, ty, [ty, v.type, T.I64])
-        return em.b.call(fn, [ir.Constant(ty, ir.Undefined), v, ir.Constant(T.I64, 0)])
+        return _to_scalable(em, v, ty)
 
     def dot(name, acc_s, x, y):
         fn = em.ctx.declare(f"llvm.aarch64.sve.{name}.nxv4i32", words, [words, bytes_, bytes_])
@@ -255,9 +279,7 @@ def _sve_dot(em, feats, acc, a, b, lanes):
         out = em.b.sub(
             dot("sdot", scalable(acc, words), flipped, b8), dot("sdot", zero, minus128, b8)
         )
-    vec = ir.VectorType(T.I32, lanes)
-    fn = em.ctx.declare(f"llvm.vector.extract.v{lanes}i32.nxv4i32", vec, [words, T.I64])
-    return em.b.call(fn, [out, ir.Constant(T.I64, 0)])
+    return _from_scalable(em, out, lanes)
 
 
 def _mangle(ty) -> str:

@@ -26,7 +26,13 @@ it is a kernel of its own, not a lane-wise step in dense's loops:
 - the output (M, N) takes lane 2 (m % 2) + n % 2 of block (m // 2, n // 2): the epilogue
   (zero-point compensation, bias, requantize) runs on it, after the tiles.
 mmla_u8i8 is only meaningful on whole 4-lane vectors: the accumulator's columns are padded to
-whole panels so that every vector the schedule makes is one block (the emitter refuses others).
+whole panels so that every vector the schedule makes is whole blocks (the emitter refuses
+others). With a fixed SVE length wider than 128 bits (Note [fixed-length SVE]), SVE's usmmla
+does every 128-bit segment of a register at once: the vectors are SVE registers (8 lanes on
+neoverse-v1: two column pairs), and x_pairs repeats each row pair's 4 words in every segment
+(lane l takes l % 4's), so that one load feeds all the segments. Under QEMU (bench/arm.py
+--i8mm), dense 16x768 @ 768x768 on neoverse-v1: 0.52 M instructions with NEON's usmmla, 0.42 M
+with SVE's; 0.74 M with SVE usdot (the panels kernel), 1.27 M with the SVE sdot pair.
 """
 
 from __future__ import annotations
@@ -69,17 +75,26 @@ def unpack_mmla_weight(wm: np.ndarray, units: int, k: int) -> np.ndarray:
     return np.ascontiguousarray(b.transpose(0, 2, 3, 1, 4)).reshape(-1, k8 * 8)[:units, :k]
 
 
-def qnn_dense_mmla(x: te.Tensor, wm: te.Tensor, units: int) -> te.Tensor:
-    """(..., K) uint8/int8 times column-pair panels wm -> (..., units) int32: sum_k x_u w'."""
+def mmla_lanes(target) -> int:
+    """int32 lanes of the kernel's vectors: an SVE register where the target fixes an SVE
+    length wider than NEON's (SVE's usmmla takes each 128-bit segment as NEON's does), else 4."""
+    bits = getattr(target, "sve_vector_bits", None) if target is not None else None
+    return bits // 32 if bits and bits > 128 else LANES
+
+
+def qnn_dense_mmla(x: te.Tensor, wm: te.Tensor, units: int, lanes: int = LANES) -> te.Tensor:
+    """(..., K) uint8/int8 times column-pair panels wm -> (..., units) int32: sum_k x_u w'.
+    `lanes`: of the vectors the schedule makes (mmla_lanes), each 4-lane block of the data's
+    row-pair words repeated across them (every segment of an SVE register takes the same rows)."""
     lead, K = [int(d.value) for d in x.shape[:-1]], int(x.shape[-1].value)
     panels, k8, nr = (int(d.value) for d in wm.shape)
-    if k8 != -(-K // 8) or nr % LANES or panels * nr // 2 < units:
+    if k8 != -(-K // 8) or nr % lanes or lanes % LANES or panels * nr // 2 < units:
         raise ValueError(f"qnn.dense_mmla: data {x.shape}, weight panels {wm.shape}, units {units}")
     M = int(np.prod(lead)) if lead else 1
     m2, dt = -(-M // 2), str(x.dtype)
 
     def pair_word(r2, q, lane):
-        r = r2 * 2 + lane // 2
+        r = r2 * 2 + lane % LANES // 2
         r = tir_op.min(r, M - 1) if M % 2 else r
         rows = unravel_rows(r, lead)
 
@@ -89,12 +104,12 @@ def qnn_dense_mmla(x: te.Tensor, wm: te.Tensor, units: int) -> te.Tensor:
 
         return _word(get, 4, 0, dt)
 
-    xa = te.compute((m2, k8, LANES), pair_word, name="x_pairs", tag=PACK_TAG)
+    xa = te.compute((m2, k8, lanes), pair_word, name="x_pairs", tag=PACK_TAG)
     k = te.reduce_axis((0, k8), name="k")
     acc = te.compute(
         (m2, panels * nr),
         lambda r, c: te.sum(
-            tir_op.mmla_u8i8(0, xa[r, k, c % LANES], wm[c // nr, k, c % nr]), axis=k
+            tir_op.mmla_u8i8(0, xa[r, k, c % lanes], wm[c // nr, k, c % nr]), axis=k
         ),
         name="qdense_mmla",
         tag=MMLA_TAG,
@@ -109,14 +124,16 @@ def qnn_dense_mmla(x: te.Tensor, wm: te.Tensor, units: int) -> te.Tensor:
 
 
 def mmla_blocking(target, M2: int, cols: int, K8: int, nr: int | None = None, config=None):
-    """The Blocking of the kernel: mr row pairs x nv column pairs (nr / 4, the panel's; None:
-    chosen too) by Note [arm register tile]'s rule, kc by the L1 rule; a config's mr and kc
-    where given."""
+    """The Blocking of the kernel: mr row pairs x nv vectors of mmla_lanes (nr / lanes, the
+    panel's; None: chosen too) by Note [arm register tile]'s rule, kc by the L1 rule; a
+    config's mr and kc where given."""
     from tessera.topi.arm.strategy import arm_tile
 
-    mr, nv = arm_tile(vector_registers(target), LANES, M2, cols, None if nr is None else nr // 4)
+    lanes = mmla_lanes(target)
+    panel = None if nr is None else nr // lanes
+    mr, nv = arm_tile(vector_registers(target), lanes, M2, cols, panel)
     blk = x86_dense.choose_blocking(target, mr, cols, K8, nv=nv)
-    blk = x86_dense.Blocking(LANES, blk.registers, blk.mr, nv, blk.kc, blk.l1, blk.l2)
+    blk = x86_dense.Blocking(lanes, blk.registers, blk.mr, nv, blk.kc, blk.l1, blk.l2)
     return x86_dense.with_config(blk, config)
 
 
@@ -138,25 +155,25 @@ dense_mmla = register_op("qnn.dense_mmla", kind=OpKind.OUT_ELEMWISE_FUSABLE)
 
 
 @dense_mmla.type_rule
-def _(x: TensorType, wm: TensorType, units, config=None) -> TensorType:
+def _(x: TensorType, wm: TensorType, units, lanes=LANES, config=None) -> TensorType:
     if str(x.dtype) not in ("uint8", "int8") or x.ndim < 1:
         raise type_error("qnn.dense_mmla", f"data must be uint8 or int8, got {x}")
-    ok = str(wm.dtype) == "int32" and wm.ndim == 3 and wm.shape[2] % LANES == 0
+    ok = str(wm.dtype) == "int32" and wm.ndim == 3 and wm.shape[2] % lanes == 0 == lanes % LANES
     if not ok or wm.shape[1] != -(-x.shape[-1] // 8) or wm.shape[0] * wm.shape[2] // 2 < units:
         raise type_error("qnn.dense_mmla", f"weight panels {wm} do not fit {x} ({units} units)")
     return TensorType((*x.shape[:-1], units), "int32")
 
 
 @dense_mmla.reference
-def _(x, wm, units, config=None):
+def _(x, wm, units, lanes=LANES, config=None):
     w = unpack_mmla_weight(wm, units, x.shape[-1]).astype(np.int64)
     xu = x.astype(np.int64) + (128 if x.dtype == np.int8 else 0)
     return (xu @ w.T).astype(np.int32)
 
 
 @dense_mmla.compute
-def _(x, wm, *, units, config=None):
-    return qnn_dense_mmla(x, wm, units)
+def _(x, wm, *, units, lanes=LANES, config=None):
+    return qnn_dense_mmla(x, wm, units, lanes)
 
 
 for _key in ("arm", "generic"):

@@ -336,7 +336,7 @@ def _mmla_space(wl: Workload, target) -> ConfigSpace | None:
     if g is None:
         return None
     m2, n2, k8 = g
-    regs = vector_registers(target)
+    regs, lanes = vector_registers(target), int8_mmla.mmla_lanes(target)
 
     def default(field):
         return lambda wl, target, context: getattr(
@@ -346,7 +346,9 @@ def _mmla_space(wl: Workload, target) -> ConfigSpace | None:
     kcs = tuple(sorted({min(1 << i, k8) for i in range(3, 12)} | {default("kc")(wl, target, {})}))
     knobs = [
         cpu.Knob("mr", tuple(range(1, min(regs - 2, m2) + 1)), default("mr")),
-        cpu.Knob("nv", tuple(v for v in (1, 2, 4, 8) if v <= max(1, n2)), default("nv")),
+        cpu.Knob(
+            "nv", tuple(v for v in (1, 2, 4, 8) if v <= max(1, -(-4 * n2 // lanes))), default("nv")
+        ),  # fmt: skip
         cpu.Knob("kc", kcs, default("kc")),
     ]
     return ConfigSpace(knobs, [lambda v: v["mr"] * v["nv"] + v["nv"] + v["mr"] <= regs])
@@ -359,9 +361,10 @@ def _mmla_layout(wl: Workload, config: Config, context, target, wp) -> dict | No
         return None
     units = int(wl.attr("units"))
     w = topi_qnn.unpack_dense_weight(wp, units, wl.shape(0)[-1])
-    weight = int8_mmla.pack_mmla_weight(w, config["nv"])
-    return {"op": "qnn.dense_mmla", "weight": weight,
-            "attrs": {"units": units, "config": config.as_attr()}}  # fmt: skip
+    lanes = int8_mmla.mmla_lanes(target)
+    weight = int8_mmla.pack_mmla_weight(w, config["nv"] * lanes // 4)
+    attrs = {"units": units, "lanes": lanes, "config": config.as_attr()}
+    return {"op": "qnn.dense_mmla", "weight": weight, "attrs": attrs}
 
 
 _qdense = register_strategy("qnn.dense", "arm")
