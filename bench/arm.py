@@ -3,6 +3,7 @@
     .venv/bin/python bench/arm.py [--targets aarch64-neon,aarch64-sve,armv7-neon] [--only dense]
     .venv/bin/python bench/arm.py --sve [--only dense]
     .venv/bin/python bench/arm.py --fp16
+    .venv/bin/python bench/arm.py --i8mm [--only 768]
 
 For each op and ARM target (tessera.cross.testing.ARM_TARGETS) two builds of the same op, each
 counted alone under QEMU user mode by the instruction-counting plugin (one call, one thread;
@@ -23,6 +24,11 @@ ways: with SVE off (-mattr=-sve: the 128-bit NEON kernels) and with its 256-bit 
 cortex-a76 and neoverse-v1, with their half-precision arithmetic (FEAT_FP16) and without it
 (-mattr=-fullfp16: each operation widened to float32), and its largest error against the
 float32 model of the same weights (ONNX Runtime), relative to the output's scale.
+
+--i8mm counts, per int8 matrix product and I8MM core (neoverse-n2: 128-bit SVE, the NEON
+kernels; neoverse-v1: 256-bit SVE), the naive build, the dot kernels without I8MM
+(-mattr=-i8mm: the sdot pair of Note [int8 dot], NEON or SVE) and the usmmla kernel of
+qnn.dense (Note [i8mm matrix step] in topi/arm/int8_mmla.py), on QEMU's max CPU.
 
 Instruction counts are exact and repeatable, so one run suffices; they are not times (an
 emulator's wall clock says nothing of a board's), and the machine's load does not change them.
@@ -69,9 +75,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
     ap.add_argument("--sve", action="store_true", help="neoverse-v1: NEON build vs SVE build")
     ap.add_argument("--fp16", action="store_true", help="float16 with and without FEAT_FP16")
+    ap.add_argument("--i8mm", action="store_true", help="int8: naive vs sdot vs usmmla")
     args = ap.parse_args(argv)
     if args.sve:
         return sve_table(args.only)
+    if args.i8mm:
+        return i8mm_table(args.only)
     if args.fp16:
         return fp16_table()
     rows = []
@@ -116,6 +125,48 @@ def sve_table(only: str) -> int:
     print("|---|---:|---:|---:|")
     for name, neon, sve in rows:
         print(f"| {name} | {neon:,d} | {sve:,d} | {neon / sve:.2f}x |")
+    return 0
+
+
+I8MM_CASES = {
+    "int8 matmul 16x768 @ 768x768": lambda: int8_matmul_case(16, 768, 768),
+    "int8 matmul 128x768 @ 768x768": lambda: int8_matmul_case(128, 768, 768),
+    "int8 matmul 1x512 @ 512x1000": lambda: int8_matmul_case(1, 512, 1000),
+}
+
+
+def i8mm_table(only: str) -> int:
+    """Per int8 product and I8MM core: naive, sdot (-mattr=-i8mm) and usmmla builds."""
+    import tessera
+    from tessera import te
+    from tessera.cross.qemu import count_kernel_instructions
+
+    if missing_tools(SVE_CORE):
+        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+        return 1
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
+        for name, build in I8MM_CASES.items():
+            if only not in name:
+                continue
+            case = build()
+            for core in ("neoverse-n2", "neoverse-v1"):
+                target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={core}"
+                tensors = case[1]
+                naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target,
+                                      name="naive")  # fmt: skip
+                path = naive.export_library(Path(tmp) / "naive.so")
+                counts = [count_kernel_instructions(path, "naive", cpu="max")]
+                for extra in (" -mattr=-i8mm", ""):
+                    counts.append(tessera_kernel_count(case, target + extra, "max",
+                                                       Path(tmp) / "t.so"))  # fmt: skip
+                rows.append((name, core, *counts))
+                print(f"  {core:12s} {name:34s} {counts}", file=sys.stderr)
+    print("| kernel | core | naive | sdot | usmmla | sdot / usmmla | naive / usmmla |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, core, naive, sdot, mmla in rows:
+        print(f"| {name} | {core} | {naive:,d} | {sdot:,d} | {mmla:,d} | {sdot / mmla:.2f}x "
+              f"| {naive / mmla:.1f}x |")  # fmt: skip
     return 0
 
 

@@ -443,6 +443,7 @@ _MATH = {
     "likely": lambda x: x,
     "dot_u8i8": lambda acc, a, b: _dot_u8i8(acc, a, b),
     "dot_bf16": lambda acc, a, b: _dot_bf16(acc, a, b),
+    "mmla_u8i8": lambda acc, a, b: _mmla_u8i8(acc, a, b),
 }
 
 
@@ -465,6 +466,18 @@ def _dot_u8i8(acc, a, b):
     dot = (a8 * b8).sum(axis=1)
     out = (np.asarray(acc, np.int64).reshape(-1) + dot).astype(np.int32)
     return out if np.ndim(a) or np.ndim(b) or np.ndim(acc) else out[0]
+
+
+def _mmla_u8i8(acc, a, b):
+    """usmmla per 4-lane segment (tir.op.mmla_u8i8): lane 2i + j is acc + a's row i (lanes 2i,
+    2i + 1: 8 uint8) dot b's row j (8 int8), as two dot_u8i8 steps."""
+    a, b = np.asarray(a, np.int32).reshape(-1), np.asarray(b, np.int32).reshape(-1)
+    if a.size % 4 or b.size != a.size:
+        raise InterpreterError(f"mmla_u8i8 takes whole 4-lane segments, got {a.size} lanes")
+    lane = np.arange(a.size)
+    seg, i, j = lane - lane % 4, (lane % 4) // 2, lane % 2
+    first = _dot_u8i8(acc, a[seg + 2 * i], b[seg + 2 * j])
+    return _dot_u8i8(first, a[seg + 2 * i + 1], b[seg + 2 * j + 1])
 
 
 def _call(e: E.Call):

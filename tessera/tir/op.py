@@ -79,6 +79,8 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "prefetch": (3, "any"),  # (element, rw, locality): a hint, evaluated for its effect only
     # int32 lanes: acc + the 4 uint8 bytes of a times the 4 int8 bytes of b (vpdpbusd)
     "dot_u8i8": (3, "int"),
+    # int32 vectors of 4 lanes: acc + a 2x8 uint8 matrix times an 8x2 int8 one (AArch64 usmmla)
+    "mmla_u8i8": (3, "int"),
     # acc + 16 int8 products from two addresses (Arm MVE's VMLADAVA; codegen/micro.py)
     "dot16_s8": (5, "int"),
     # float32 lanes: acc + the 2 bfloat16 halves of a times those of b (vdpbf16ps)
@@ -246,6 +248,19 @@ def dot_u8i8(acc, a, b):
         if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
             raise TypeError(f"dot_u8i8 needs int32 operands, got {v.dtype}")
     return Call(acc.dtype, "dot_u8i8", (acc, a, b))
+
+
+def mmla_u8i8(acc, a, b):
+    """AArch64's USMMLA (FEAT_I8MM) per 4 int32 lanes: a's 16 bytes are a 2x8 uint8 matrix (row i:
+    lanes 2i, 2i + 1), b's a 2x8 int8 one (row j: column j of the 8x2 operand); lane 2i + j of
+    the result is acc's plus row i of a dot row j of b. Not lane-wise: it means something only
+    on vectors of whole 4-lane segments, so a compute that uses it must be vectorized over them
+    (Note [i8mm matrix step] in topi/arm/int8_mmla.py; codegen/llvm/int8_dot.py)."""
+    acc, a, b = (convert(v, "int32") for v in (acc, a, b))
+    for v in (acc, a, b):
+        if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
+            raise TypeError(f"mmla_u8i8 needs int32 operands, got {v.dtype}")
+    return Call(acc.dtype, "mmla_u8i8", (acc, a, b))
 
 
 def dot16_s8(acc, first, last, weight, n):

@@ -73,13 +73,16 @@ def _layout(block: int) -> str:
     return f"NCHW{block}c"
 
 
+_BLOCKED = ("float32", "float16")  # float16: where the strategy blocks it (Note [half blocks])
+
+
 def _is_plain_4d(t: TensorType) -> bool:
-    return t.ndim == 4 and _static_channels(t) and str(t.dtype) == "float32"
+    return t.ndim == 4 and _static_channels(t) and str(t.dtype) in _BLOCKED
 
 
 def _is_plain(t: TensorType) -> bool:
     """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
-    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) == "float32"
+    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) in _BLOCKED
 
 
 def _static_channels(t: TensorType) -> bool:

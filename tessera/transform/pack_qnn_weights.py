@@ -35,7 +35,7 @@ def pack_qnn_weights(func: Function, target: Target | str | None = None) -> Func
     body, constants = [], list(func.constants)
     for call in func.body:
         is_conv = call.op.name == "qnn.conv2d" and len(call.inputs) == 2
-        is_conv = is_conv or (micro and call.op.name == "qnn.dense")
+        is_conv = is_conv or call.op.name == "qnn.dense"  # micro (MVE), arm (i8mm)
         plan = None
         if is_conv and isinstance(call.inputs[1], Constant) and call.inputs[0].type.is_static:
             plan = strategy.plan_layout(call, target)

@@ -304,3 +304,79 @@ def test_depthwise_tap_order(target_name, tmp_path):
         np.testing.assert_allclose(got[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
     if target_name == "aarch64-neon":
         assert counts[True] < counts[False], counts
+
+
+# -- int8 dense on FEAT_I8MM's usmmla (topi/arm/int8_mmla.py, Note [i8mm matrix step]) -----------
+I8MM_CPUS = ["-mcpu=neoverse-n2", "-mcpu=neoverse-v1", "-mcpu=cortex-a76 -mattr=+i8mm"]
+
+
+def matmul_integer_model(m, k, n, dtype, seed=0):
+    """MatMulInteger of m x k data (uint8 or int8, with a zero point) by a constant int8 k x n
+    weight, and the numpy integer product it means."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    zero = np.array(info.min + 77, dtype)
+    a = rng.integers(info.min, info.max + 1, (m, k)).astype(dtype)
+    node = helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])
+    model = make_model([node], {"a": ((m, k), dtype)}, ["y"], {"b": w, "az": zero})
+    expected = (a.astype(np.int64) - int(zero)) @ w.astype(np.int64)
+    return model, {"a": a}, expected.astype(np.int32)
+
+
+@pytest.mark.parametrize("cpu", I8MM_CPUS)
+@pytest.mark.parametrize("m, k, n, dtype", [(7, 33, 50, np.uint8), (1, 20, 3, np.int8),
+                                            (16, 96, 64, np.int8)])  # fmt: skip
+def test_i8mm_dense_matches_numpy_under_qemu(cpu, m, k, n, dtype, tmp_path):
+    """qnn.dense on usmmla where the core has I8MM: row and column tails (odd rows, a column
+    pair and k bytes past the ends), uint8 and int8 data, the data's zero point compensated in
+    the epilogue; exact against numpy's integer product."""
+    require_toolchain("aarch64-neon")
+    model, feeds, expected = matmul_integer_model(m, k, n, dtype)
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target=f"{AARCH64} {cpu}", params=params)
+    form = "sve" if "neoverse-v1" in cpu else "neon"  # 256-bit SVE: whole registers
+    assert f"aarch64.{form}.usmmla" in lib.get_source("ll")
+    (got,) = run_under_qemu(lib.export_library(tmp_path / "mmla.so"), feeds, cpu="max")
+    np.testing.assert_array_equal(got, expected)
+
+
+def qlinear_model(seed=0):
+    """A quantized MLP: QLinearMatMul (requantized to uint8), then QLinearMatMul with int8 out."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "xs": np.float32(0.02), "xz": np.array(7, np.uint8),
+        "w1": rng.integers(-128, 128, (72, 40)).astype(np.int8),
+        "w1s": np.float32(0.004), "w1z": np.array(0, np.int8),
+        "hs": np.float32(0.3), "hz": np.array(100, np.uint8),
+        "w2": rng.integers(-128, 128, (40, 10)).astype(np.int8),
+        "w2s": np.float32(0.003), "w2z": np.array(0, np.int8),
+        "ys": np.float32(0.5), "yz": np.array(-3, np.int8),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("QLinearMatMul", ["x", "xs", "xz", "w1", "w1s", "w1z", "hs", "hz"], ["h"]),
+        helper.make_node("QLinearMatMul", ["h", "hs", "hz", "w2", "w2s", "w2z", "ys", "yz"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": ((5, 72), np.uint8)}, ["h", "y"], inits, opset=13)
+    return model, {"x": rng.integers(0, 256, (5, 72)).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("core", ["neoverse-n2", "neoverse-v1"])
+def test_i8mm_quantized_model_matches_the_dot_build_under_qemu(core, tmp_path):
+    """A quantized model end to end (requantize, zero points) on usmmla gives bit for bit the
+    outputs of the same core's build without I8MM (-mattr=-i8mm: the sdot kernels), and
+    executes fewer instructions."""
+    require_toolchain("aarch64-neon")
+    model, feeds = qlinear_model()
+    mod, params = from_onnx(model)
+    outs, counts = {}, {}
+    for name, extra in (("mmla", ""), ("sdot", " -mattr=-i8mm")):
+        lib = tessera.build(mod, target=f"{AARCH64} -mcpu={core}{extra}", params=params)
+        assert ("usmmla" in lib.get_source("ll")) == (name == "mmla")
+        path = lib.export_library(tmp_path / f"{name}.so")
+        outs[name] = run_under_qemu(path, feeds, cpu="max")
+        counts[name] = count_instructions(path, feeds)
+    for a, b in zip(outs["mmla"], outs["sdot"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert len(np.unique(outs["mmla"][1])) > 5  # not saturated to a constant
+    assert counts["mmla"] < counts["sdot"], counts

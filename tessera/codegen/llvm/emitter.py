@@ -178,9 +178,11 @@ class FunctionEmitter:
 
     def e_Add(self, e):
         if e.dtype.element.code == "int":  # acc + dot_u8i8(0, a, b) -> one vpdpbusd
-            from tessera.codegen.llvm.int8_dot import fused_accumulate
+            from tessera.codegen.llvm.int8_dot import emit_mmla, fused_accumulate
 
             fused = fused_accumulate(self, e)
+            if fused is None:  # acc + mmla_u8i8(0, a, b) -> one usmmla
+                fused = fused_accumulate(self, e, "mmla_u8i8", emit_mmla)
             if fused is not None:
                 return fused
         if e.dtype.element.code == "float":  # acc + dot_bf16(0, a, b) -> one vdpbf16ps

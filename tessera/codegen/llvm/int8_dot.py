@@ -12,6 +12,10 @@ bytes of a with the four int8 bytes of b (Note [int8 dot]).
     usdot z.s or 2 x sdot z.s, on whole SVE registers (other widths split or padded)
     otherwise                       shifts, multiplies and adds on int32 lanes
 
+`mmla_u8i8(acc, a, b)` (tir.op.mmla_u8i8, not lane-wise: per 4 lanes a 2x8 by 8x2 product):
+    i8mm (AArch64)                  usmmla v.4s per 4 lanes (llvm.aarch64.neon.usmmla)
+    otherwise                       two dot_u8i8 steps on the rows and columns each lane takes
+
 The target's features decide (`Target.features`, read from LLVM for the host: never assumed).
 
 Note [int8 dot]
@@ -144,6 +148,44 @@ def _emit_native(em, feats, acc, a, b, lanes):
     return _generic(em, acc, a, b, lanes)
 
 
+def emit_mmla_call(em, e) -> ir.Value:
+    lanes = e.dtype.lanes
+    acc, a, b = (em.broadcast(em.expr(v), lanes) for v in e.args)
+    return emit_mmla(em, acc, a, b, lanes)
+
+
+def emit_mmla(em, acc, a, b, lanes: int) -> ir.Value:
+    """mmla_u8i8 on vectors of whole 4-lane segments: one usmmla per segment with FEAT_I8MM,
+    else per lane acc + a_row_word0 . b_row_word0 + a_row_word1 . b_row_word1 (dot_u8i8's
+    instructions on the operands' words shuffled to the lanes that take them)."""
+    if lanes % 4:
+        raise ValueError(f"mmla_u8i8 takes whole 4-lane segments, got {lanes} lanes (the "
+                         "compute that uses it must be vectorized over them)")  # fmt: skip
+    feats = _features(em)
+    if "i8mm" in feats:
+        sve = _sve_lanes(em, feats)
+        if sve and lanes % sve == 0:  # SVE usmmla: every 128-bit segment at once
+            return _split(em, acc, a, b, lanes, sve, lambda *v: _sve_mmla(em, *v, sve))
+        return _split(em, acc, a, b, lanes, 4, lambda *v: _usmmla(em, *v))
+
+    def pick(v, word, of_row):  # lane 2i + j takes row i's (a) or row j's (b) word
+        mask = [s + 2 * ((q // 2) if of_row else (q % 2)) + word for s in range(0, lanes, 4)
+                for q in range(4)]  # fmt: skip
+        return em.b.shuffle_vector(v, v, ir.Constant(ir.VectorType(T.I32, lanes), mask))
+
+    first = emit_dot(em, acc, pick(a, 0, True), pick(b, 0, False), lanes)
+    return emit_dot(em, first, pick(a, 1, True), pick(b, 1, False), lanes)
+
+
+def _usmmla(em, acc, a, b):
+    """AArch64 USMMLA (FEAT_I8MM): acc (2x2 int32) + a (2x8 uint8) times b (2x8 int8)
+    transposed."""
+    bytes16 = ir.VectorType(T.I8, 16)
+    ty = _vec(T.I32, 4)
+    fn = em.ctx.declare("llvm.aarch64.neon.usmmla.v4i32.v16i8", ty, [ty, bytes16, bytes16])
+    return em.b.call(fn, [acc, em.b.bitcast(a, bytes16), em.b.bitcast(b, bytes16)])
+
+
 def _usdot(em, acc, a, b):
     """AArch64 USDOT (FEAT_I8MM): per int32 lane, acc + four uint8 x int8 products: exactly
     dot_u8i8, in one instruction."""
@@ -191,6 +233,28 @@ class _Scalable(ir.Type):
         return hash(str(self))
 
 
+def _to_scalable(em, v, ty):
+    """A fixed vector as the scalable SVE type ty (llvm.vector.insert at 0)."""
+    fn = em.ctx.declare(f"llvm.vector.insert.{_mangle(ty)}.{_mangle(v.type)}", ty,
+                        [ty, v.type, T.I64])  # fmt: skip
+    return em.b.call(fn, [ir.Constant(ty, ir.Undefined), v, ir.Constant(T.I64, 0)])
+
+
+def _from_scalable(em, v, lanes):
+    vec = ir.VectorType(T.I32, lanes)
+    fn = em.ctx.declare(f"llvm.vector.extract.v{lanes}i32.nxv4i32", vec, [v.type, T.I64])
+    return em.b.call(fn, [v, ir.Constant(T.I64, 0)])
+
+
+def _sve_mmla(em, acc, a, b, lanes):
+    """SVE USMMLA (FEAT_I8MM with SVE): usmmla per 128-bit segment of a whole SVE register."""
+    words, bytes_ = _Scalable(T.I32, 4), _Scalable(T.I8, 16)
+    fixed = ir.VectorType(T.I8, 4 * lanes)
+    fn = em.ctx.declare("llvm.aarch64.sve.usmmla.nxv4i32", words, [words, bytes_, bytes_])
+    x, y = (_to_scalable(em, em.b.bitcast(v, fixed), bytes_) for v in (a, b))
+    return _from_scalable(em, em.b.call(fn, [_to_scalable(em, acc, words), x, y]), lanes)
+
+
 def _sve_dot(em, feats, acc, a, b, lanes):
     """SVE USDOT (I8MM) or the SDOT pair of Note [int8 dot] on whole SVE registers: the fixed
     vectors go in (llvm.vector.insert) and come out (llvm.vector.extract), which LLVM folds
@@ -199,9 +263,7 @@ def _sve_dot(em, feats, acc, a, b, lanes):
     fixed = ir.VectorType(T.I8, 4 * lanes)
 
     def scalable(v, ty):
-        name = f"llvm.vector.insert.{_mangle(ty)}.{_mangle(v.type)}"
-        fn = em.ctx.declare(name, ty, [ty, v.type, T.I64])
-        return em.b.call(fn, [ir.Constant(ty, ir.Undefined), v, ir.Constant(T.I64, 0)])
+        return _to_scalable(em, v, ty)
 
     def dot(name, acc_s, x, y):
         fn = em.ctx.declare(f"llvm.aarch64.sve.{name}.nxv4i32", words, [words, bytes_, bytes_])
@@ -217,9 +279,7 @@ def _sve_dot(em, feats, acc, a, b, lanes):
         out = em.b.sub(
             dot("sdot", scalable(acc, words), flipped, b8), dot("sdot", zero, minus128, b8)
         )
-    vec = ir.VectorType(T.I32, lanes)
-    fn = em.ctx.declare(f"llvm.vector.extract.v{lanes}i32.nxv4i32", vec, [words, T.I64])
-    return em.b.call(fn, [out, ir.Constant(T.I64, 0)])
+    return _from_scalable(em, out, lanes)
 
 
 def _mangle(ty) -> str:

@@ -197,6 +197,10 @@ def emit_call(em, e) -> ir.Value:
         from tessera.codegen.llvm.int8_dot import emit_dot_call
 
         return emit_dot_call(em, e)
+    if op == "mmla_u8i8":
+        from tessera.codegen.llvm.int8_dot import emit_mmla_call
+
+        return emit_mmla_call(em, e)
     if op == "dot_bf16":
         from tessera.codegen.llvm.bf16_dot import emit_dot_call as emit_bf16_dot
 

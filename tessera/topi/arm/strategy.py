@@ -24,8 +24,11 @@ padded once.
 
 from __future__ import annotations
 
+import math
+
 from tessera import te
 from tessera.graph.op import get_op
+from tessera.topi.arm import int8_mmla  # qnn.dense_mmla, its compute and schedule
 from tessera.topi.generic import inline_injective
 from tessera.topi.qnn import DENSE_TAG as QNN_DENSE_TAG
 from tessera.topi.strategy import Config, ConfigSpace, Workload, register_strategy
@@ -308,3 +311,68 @@ get_op("nn.conv2d_nchwc").schedule("arm")(schedule_conv2d_nchwc)
 get_op("nn.dense_packed").schedule("arm")(schedule_dense_packed)
 for _name in ("nn.batch_matmul", "matmul", "nn.dense"):
     get_op(_name).schedule("arm")(schedule_matmul)
+
+
+# -- int8 dense on the i8mm matrix step (topi/arm/int8_mmla.py, Note [i8mm matrix step]) -----------
+#   qnn.dense   panels (dot_u8i8 on the 16-column panels: usdot, the sdot pair, ...) |
+#               mmla (usmmla on column-pair panels; cores with FEAT_I8MM, constant weights)
+
+
+def _mmla_gemm(wl: Workload, target):
+    """(M2 row pairs, N2 column pairs, K8 steps) of a qnn.dense the mmla kernel can take on
+    this target, else None: AArch64 with i8mm (the target table's features, from -mcpu and
+    -mattr), a constant weight, static shapes."""
+    if _aarch32(target) or "i8mm" not in target.features or not wl.constant[1:2] == (True,):
+        return None
+    xs, units = wl.shape(0), wl.attr("units")
+    if not all(isinstance(d, int) for d in xs) or not isinstance(units, int):
+        return None
+    M = math.prod(xs[:-1]) if len(xs) > 1 else 1
+    return -(-M // 2), -(-units // 2), -(-xs[-1] // 8)
+
+
+def _mmla_space(wl: Workload, target) -> ConfigSpace | None:
+    g = _mmla_gemm(wl, target)
+    if g is None:
+        return None
+    m2, n2, k8 = g
+    regs, lanes = vector_registers(target), int8_mmla.mmla_lanes(target)
+
+    def default(field):
+        return lambda wl, target, context: getattr(
+            int8_mmla.mmla_blocking(target, m2, 4 * n2, k8), field
+        )
+
+    kcs = tuple(sorted({min(1 << i, k8) for i in range(3, 12)} | {default("kc")(wl, target, {})}))
+    knobs = [
+        cpu.Knob("mr", tuple(range(1, min(regs - 2, m2) + 1)), default("mr")),
+        cpu.Knob(
+            "nv", tuple(v for v in (1, 2, 4, 8) if v <= max(1, -(-4 * n2 // lanes))), default("nv")
+        ),  # fmt: skip
+        cpu.Knob("kc", kcs, default("kc")),
+    ]
+    return ConfigSpace(knobs, [lambda v: v["mr"] * v["nv"] + v["nv"] + v["mr"] <= regs])
+
+
+def _mmla_layout(wl: Workload, config: Config, context, target, wp) -> dict | None:
+    from tessera.topi import qnn as topi_qnn
+
+    if wp is None:
+        return None
+    units = int(wl.attr("units"))
+    w = topi_qnn.unpack_dense_weight(wp, units, wl.shape(0)[-1])
+    lanes = int8_mmla.mmla_lanes(target)
+    weight = int8_mmla.pack_mmla_weight(w, config["nv"] * lanes // 4)
+    attrs = {"units": units, "lanes": lanes, "config": config.as_attr()}
+    return {"op": "qnn.dense_mmla", "weight": weight, "attrs": attrs}
+
+
+_qdense = register_strategy("qnn.dense", "arm")
+_qdense.implementation("panels")(cpu._generic_gemm_space)
+_qdense.implementation("mmla", priority=1, layout=_mmla_layout)(_mmla_space)
+
+
+@_qdense.choose_default
+def _qdense_default(wl: Workload, target, context) -> str:
+    ok = context.get("rewrite", True) and _mmla_gemm(wl, target) is not None
+    return "mmla" if ok else "panels"

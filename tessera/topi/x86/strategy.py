@@ -73,9 +73,9 @@ from tessera.topi.x86.winograd import plan_winograd
 MIN_BLOCK_BITS = 256
 
 
-def min_block(target) -> int:
-    lanes = target.vector_lanes("float32")
-    return min(lanes, MIN_BLOCK_BITS // 32)
+def min_block(target, dtype: str = "float32") -> int:
+    lanes = target.vector_lanes(dtype)
+    return min(lanes, MIN_BLOCK_BITS // (32 if dtype == "float32" else 16))
 
 
 def channel_block(channels: int, lanes: int) -> int:
@@ -133,6 +133,21 @@ def _powers(lo: int, hi: int) -> list[int]:
 # -- conv2d ----------------------------------------------------------------------------------------
 
 
+# Note [half blocks]
+# A float16 conv on a core with half-precision arithmetic (FEAT_FP16: "fullfp16", Note [half
+# sums] in topi/nn/dense.py) sums in half, 8 lanes per 128-bit register: its blocks, tiles and
+# layouts are the float32 rules' with the half lanes (NCHW8c on NEON, channel blocks of 8,
+# register tiles of 8-lane vectors), so the float16 build does half the float32 build's vector
+# work rather than running the generic NCHW schedule (which took 3.4x the float32 build's
+# instructions under QEMU: bench/arm.py --fp16). Without it, float16 is widened op by op and
+# keeps the generic schedules. Winograd stays float32-only (its transforms in half lose digits).
+
+
+def blocked_dtypes(target) -> tuple[str, ...]:
+    """The float types whose convs take the blocked kernels on this target."""
+    return ("float32", "float16") if "fullfp16" in target.features else ("float32",)
+
+
 class _Conv:
     """What the rules need of an NCHW conv workload (None from `of` when not a float32 2-d
     conv with a constant weight)."""
@@ -142,7 +157,7 @@ class _Conv:
         if len(wl.inputs) != 2 or not wl.constant or not wl.constant[1]:
             return None
         (xs, xd), (ws, wd) = wl.inputs
-        if len(xs) != 4 or len(ws) != 4 or (xd, wd) != ("float32", "float32"):
+        if len(xs) != 4 or len(ws) != 4 or xd != wd or xd not in blocked_dtypes(target):
             return None
         if not isinstance(xs[1], int):
             return None  # a symbolic channel count
@@ -154,8 +169,9 @@ class _Conv:
         c.groups = wl.attr("groups", 1)
         c.strides, c.dilation = tuple(wl.attr("strides")), tuple(wl.attr("dilation"))
         c.depthwise = c.groups > 1 and c.groups == c.ic == c.oc and ws[1] == 1
-        c.lanes = target.vector_lanes("float32")
-        c.min_block = min_block(target)
+        c.dtype = xd
+        c.lanes = target.vector_lanes(xd)
+        c.min_block = min_block(target, xd)
         c.budget = _accumulator_budget(vector_registers(target))
         c.registers = vector_registers(target)
         c.chains = fma_chains(target)
@@ -202,7 +218,8 @@ class _Conv:
 
     def is_winograd_shape(self) -> bool:
         return (
-            self.groups == 1
+            self.dtype == "float32"  # half-precision transforms would lose the digits
+            and self.groups == 1
             and (self.kh, self.kw) == (3, 3)
             and self.strides == (1, 1)
             and self.dilation == (1, 1)
