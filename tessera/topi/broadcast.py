@@ -98,11 +98,19 @@ def float_mod(a: Expr, b: Expr) -> Expr:
     return te.select(r == zero, signed_zero, r)
 
 
+# Largest float64 below 2**63: integer powers clip to int64's range before they wrap to their
+# dtype, since a float out of an int's range converts to whatever the CPU's vector convert gives.
+INT64_EDGE = 9.223372036854774784e18
+
+
 def power(a: Expr, b: Expr) -> Expr:
-    """a ** b in a's dtype; integer bases are raised in float64 (as the reference does)."""
+    """a ** b in a's dtype; integer bases are raised in float64 (as the reference does), clipped
+    to int64 and wrapped to a's width (a power too big for int8 is its value modulo 256)."""
     if a.dtype.is_float:
         return te.pow(a, te.cast(b, a.dtype))
-    return te.cast(te.pow(te.cast(a, "float64"), te.cast(b, "float64")), a.dtype)
+    p = te.pow(te.cast(a, "float64"), te.cast(b, "float64"))
+    p = te.min(te.max(p, te.const(-INT64_EDGE, "float64")), te.const(INT64_EDGE, "float64"))
+    return te.cast(te.cast(p, "int64"), a.dtype)
 
 
 def bit_shift(a: Expr, b: Expr, direction: str) -> Expr:

@@ -120,12 +120,15 @@ def test_small_to_wide_is_exact(name, target):
     f(x, *ys)
     values = x.astype(np.float64)
     for d, y in zip(dsts, ys, strict=True):
-        finite = np.isfinite(values)  # NaN/Inf to ints is undefined
+        defined = np.isfinite(values)  # NaN, Inf and values out of an int's range are undefined
+        if np.dtype(d).kind in "iu":  # (numpy's own answer for them differs between CPUs)
+            info = np.iinfo(d)
+            defined &= (values >= info.min) & (values <= info.max)
         if np.dtype(d).kind == "f":
             np.testing.assert_array_equal(y.astype(np.float64), values, err_msg=d)
         else:
             want = _onnx_cast(x, d, True)
-            np.testing.assert_array_equal(y[finite], want[finite], err_msg=d)
+            np.testing.assert_array_equal(y[defined], want[defined], err_msg=d)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -139,8 +142,12 @@ def test_to_small_ints_truncates_and_wraps(name, target):
     f = _build([A, B], [cast_small.cast(A, name), cast_small.cast(B, name)], target)
     ys = [np.zeros(n, DType.parse(name).dtype) for _ in range(2)]
     f(ints, floats, *ys)
-    for x, y in zip((ints, floats), ys, strict=True):
-        np.testing.assert_array_equal(_bits(y), _bits(_onnx_cast(x, name, True)))
+    np.testing.assert_array_equal(_bits(ys[0]), _bits(_onnx_cast(ints, name, True)))
+    # floats truncate toward zero, then wrap as the ints do: onnx.reference's answer for the
+    # negative ones goes through numpy's float -> unsigned cast, which differs between CPUs
+    want = _onnx_cast(np.trunc(floats).astype(np.int32), name, True)
+    np.testing.assert_array_equal(_bits(ys[1]), _bits(want))
+    np.testing.assert_array_equal(_bits(ys[1]), _bits(cast_small.reference(floats, name)))
 
 
 @pytest.mark.parametrize("target", TARGETS)

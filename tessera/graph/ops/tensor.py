@@ -245,8 +245,10 @@ def _(a: TensorType, b: TensorType) -> TensorType:
 @power.reference
 def _(a, b):
     with np.errstate(all="ignore"):
-        if a.dtype.kind in "iu":
-            return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+        if a.dtype.kind in "iu":  # as topi.broadcast.power: clipped to int64, then wrapped
+            p = np.power(a.astype(np.float64), b.astype(np.float64))
+            edge = topi_broadcast.INT64_EDGE
+            return np.clip(p, -edge, edge).astype(np.int64).astype(a.dtype)
         return np.power(a, b.astype(a.dtype)).astype(a.dtype)
 
 
