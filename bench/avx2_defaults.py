@@ -49,6 +49,18 @@ def models() -> dict:
     }
 
 
+def load(name: str):
+    """(graph module, params, feeds) of a model of `models()`."""
+    from tessera.frontend import from_onnx
+    from tessera.models import random_inputs
+
+    make, feeds_of = models()[name]
+    model = make()
+    feeds = (feeds_of or random_inputs)(model, 0)
+    mod, params = from_onnx(model, {k: v.shape for k, v in feeds.items()})
+    return mod, params, feeds
+
+
 def old_decisions(mod, params, target) -> tuple[dict, dict, dict]:
     """({task: config} of the old balance's decisions, the same with the old row split too,
     {task: today's default}) for the tasks whose default differs."""
@@ -92,16 +104,11 @@ def run_kernels(names: list[str], seconds: float) -> None:
     time (1 thread)."""
     import tessera
     from tessera.autotune.measure import kernel_graph
-    from tessera.frontend import from_onnx
-    from tessera.models import random_inputs
 
     tessera.runtime.set_num_threads(1)
     target = tessera.Target(TARGET)
     for name in names:
-        make, feeds_of = models()[name]
-        model = make()
-        feeds = (feeds_of or random_inputs)(model, 0)
-        mod, params = from_onnx(model, {k: v.shape for k, v in feeds.items()})
+        mod, params, _ = load(name)
         print(f"{name} kernels ({TARGET}, 1 thread, cold caches):")
         _, before, today = old_decisions(mod, params, target)
         for task in before:
@@ -132,16 +139,11 @@ def run_kernels(names: list[str], seconds: float) -> None:
 
 def run(names: list[str], threads: int, seconds: float) -> None:
     import tessera
-    from tessera.frontend import from_onnx
-    from tessera.models import random_inputs
 
     tessera.runtime.set_num_threads(threads)
     target = tessera.Target(TARGET)
     for name in names:
-        make, feeds_of = models()[name]
-        model = make()
-        feeds = (feeds_of or random_inputs)(model, 0)
-        mod, params = from_onnx(model, {k: v.shape for k, v in feeds.items()})
+        mod, params, feeds = load(name)
         print(f"{name} ({TARGET}, {threads} thread(s)):")
         balance, before, _ = old_decisions(mod, params, target)
         variants = {"now": {}, "before": before}
