@@ -7,7 +7,9 @@ float32 arrays of `MIB` MiB each, far beyond any cache; each written with `te.co
 loop split in chunks that run in parallel on the runtime's threads, the inner loop vectorized.
 Bytes counted as STREAM counts them (each array read or written once; the write-allocate read
 is not counted). The result is the best of `repeat` timings: a shared machine only ever makes a
-run slower. `bench/roofline.py` takes the triad's figure as the bandwidth bound.
+run slower. `bench/roofline.py` takes the triad's figure as the bandwidth bound; the triad per
+core over the clock is the target's `-dram-bytes-per-cycle` (printed where /proc/cpuinfo gives
+the clock).
 """
 
 from __future__ import annotations
@@ -67,7 +69,28 @@ def measure_bandwidth(threads: int = 1, kernels=("copy", "scale", "add", "triad"
         set_num_threads(before)
 
 
+def clock_ghz() -> float | None:
+    """The first core's clock from /proc/cpuinfo ("cpu MHz"), or None where it is not there."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) / 1000
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def bytes_per_cycle(gb_per_s: float, threads: int, ghz: float) -> float:
+    """A bandwidth as DRAM bytes per cycle per core: the target option -dram-bytes-per-cycle
+    (Note [described machine] in tessera/target.py)."""
+    return gb_per_s / threads / ghz
+
+
 if __name__ == "__main__":
     t = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     rates = measure_bandwidth(t)
     print(f"{t} thread(s): " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in rates.items()))
+    ghz = clock_ghz()
+    if ghz:
+        per = bytes_per_cycle(rates["triad"], t, ghz)
+        print(f"triad at {ghz:.2f} GHz: {per:.1f} bytes per cycle per core (-dram-bytes-per-cycle)")

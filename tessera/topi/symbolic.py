@@ -35,6 +35,7 @@ import math
 import operator
 
 from tessera.tir.expr import IntImm, Var
+from tessera.topi.rules import RuleKnob
 
 UNKNOWN_SIZE = 1 << 10  # Note [unknown size]
 
@@ -167,7 +168,11 @@ def product(dims):
 # the same (equal `key`) merge, and te.lower dispatches among them at run time (te's Note
 # [size dispatch]). Each bucket is one more copy of the kernel's code (compile time): ratio 4
 # halved the copies but left a 4-row tile for 13 rows (2.8x the specialized kernel's time).
-BUCKET_RATIO = 2
+# A rule knob (Note [rule knobs] in topi/rules.py).
+BUCKET_RATIO = RuleKnob(
+    "symbolic.bucket_ratio", (2, 3, 4), 2,
+    "the ratio of successive size buckets of a kernel with a symbolic dim (Note [size buckets])",
+)  # fmt: skip
 
 
 def dispatch_by_size(shape_vars, build, top=None):
@@ -184,11 +189,11 @@ def dispatch_by_size(shape_vars, build, top=None):
     (v,) = shape_vars
     top = hint(v.name)
     regions = [(top, default, key)]  # (lower end, schedule, key), from the top down
-    reps = []
+    reps, ratio = [], BUCKET_RATIO.value()
     rep = 1
     while rep < top:
         reps.append(rep)
-        rep *= BUCKET_RATIO
+        rep *= ratio
     for rep in reversed(reps):
         with sizes({v.name: rep}):
             s, k = build()

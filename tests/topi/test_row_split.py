@@ -62,7 +62,8 @@ def _run(lib, x):
 def test_rule_is_the_old_literal_rule():
     for lanes in (4, 8, 16):
         for n in (1, 7, 64, 511, 4096, 1 << 15):
-            old = max(1, min(ROW_ACCUMULATORS, n // (lanes * LONG_ROW_STEPS)))
+            steps = LONG_ROW_STEPS.value()
+            old = max(1, min(ROW_ACCUMULATORS.value(), n // (lanes * steps)))
             assert row_accumulators(n, lanes) == old
 
 

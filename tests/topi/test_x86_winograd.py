@@ -135,6 +135,8 @@ def test_the_balance_is_the_targets_described_bandwidth():
     assert slow.dram_bytes_per_cycle == 4 and tessera.Target(str(slow)) == slow
     assert tessera.Target("llvm -mcpu=haswell").dram_bytes_per_cycle == 8
     assert memory_cost(slow) == 16  # AVX2 with half the bandwidth: AVX-512's balance
+    measured = tessera.Target("llvm -mcpu=haswell -dram-bytes-per-cycle=5.5")  # bench/stream.py
+    assert tessera.Target(str(measured)).dram_bytes_per_cycle == 5.5
     with pytest.raises(ValueError, match="dram-bytes-per-cycle"):
         tessera.Target("llvm -dram-bytes-per-cycle=0")
 

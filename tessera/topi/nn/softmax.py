@@ -35,6 +35,7 @@ import numpy as np
 
 from tessera import te
 from tessera.target import Target
+from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import compute_config
 from tessera.topi.symbolic import representative
 
@@ -82,15 +83,22 @@ def row_max_sum(x: te.Tensor, axis: int, tag: str):
     return te.compute(shape, f, name=f"{tag}_max_sum", tag=tag, attrs={"n_outer": axis})
 
 
-ROW_ACCUMULATORS = 4  # vectors in flight for long rows (Note [lane split])
+# The rule's parameters are rule knobs (Note [rule knobs] in topi/rules.py); the split it
+# chooses is knob `split` of the x86 "rows" implementation.
+ROW_ACCUMULATORS = RuleKnob(
+    "rows.accumulators", (1, 2, 4, 8), 4, "vectors in flight for long rows (Note [lane split])"
+)
 ROW_LANES = 16  # partials of a row where no CPU target is current (GPU groups, no build)
-LONG_ROW_STEPS = 32  # steps per accumulator below which another accumulator does not pay
+LONG_ROW_STEPS = RuleKnob(
+    "rows.long_row_steps", (8, 16, 32, 64), 32,
+    "vector steps per accumulator below which another accumulator does not pay",
+)  # fmt: skip
 
 
 def row_accumulators(n: int, lanes: int) -> int:
     """The rule for the vectors of `lanes` a row of n elements is reduced in (Note [lane
     split]): one, and one more per LONG_ROW_STEPS vector steps, up to ROW_ACCUMULATORS."""
-    return max(1, min(ROW_ACCUMULATORS, n // (lanes * LONG_ROW_STEPS)))
+    return max(1, min(ROW_ACCUMULATORS.value(), n // (lanes * LONG_ROW_STEPS.value())))
 
 
 def default_split(n: int, lanes: int) -> int:

@@ -1,4 +1,6 @@
-"""What schedule rules ask of a CPU besides `Target.features`: vector registers and cache sizes.
+"""What schedule rules ask of a CPU besides `Target.features`: vector registers, cache sizes,
+the compute-to-bandwidth balance (`memory_cost`, from the target's described DRAM bytes per
+cycle) and shares of the described thread stack (`stack_share`).
 
     vector_registers(Target("llvm -mcpu=haswell"))   # 16 (32 with AVX-512 and on AArch64)
     cache_sizes()                                    # {1: 49152, 2: 1048576, 3: ...} from sysfs

@@ -24,6 +24,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.topi.generic import inline_injective, schedule_elementwise_stage
 from tessera.topi.qnn import CONV_TAG, DW_PACK_TAG, DW_TAG
+from tessera.topi.rules import RuleKnob
 from tessera.topi.x86.cpu import stack_share, vector_registers
 from tessera.topi.x86.dense import find_tagged
 from tessera.topi.x86.int8_dense import schedule_pack
@@ -59,10 +60,13 @@ def depthwise_blocking(target, oc: int, ow: int) -> tuple[int, int, int]:
     adds its tap words to the tile's cache footprint)."""
     lanes = conv_lanes(target, ow)
     nw = max(1, min(ROW_VECTORS, -(-ow // lanes)))
-    return lanes, nw, max(1, min(oc, -(-DEPTHWISE_CHAINS // nw)))
+    return lanes, nw, max(1, min(oc, -(-DEPTHWISE_CHAINS.value() // nw)))
 
 
-DEPTHWISE_CHAINS = 4  # the rule's independent accumulators per depthwise tile (>= dot latency)
+DEPTHWISE_CHAINS = RuleKnob(
+    "int8.depthwise_chains", (2, 4, 6, 8), 4,
+    "independent accumulators per int8 depthwise tile (at least the dot product's latency)",
+)  # fmt: skip
 
 
 def _tile(s, out, lanes, nw, ocb):
