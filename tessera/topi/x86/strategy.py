@@ -73,8 +73,8 @@ MIN_BLOCK_BITS = 256
 
 
 def min_block(target, dtype: str = "float32") -> int:
-    lanes = target.vector_lanes(dtype)
-    return min(lanes, MIN_BLOCK_BITS // (32 if dtype == "float32" else 16))
+    """In channels: a float16 conv's too is 8 (Note [half blocks])."""
+    return min(target.vector_lanes(dtype), MIN_BLOCK_BITS // 32)
 
 
 def channel_block(channels: int, lanes: int) -> int:
@@ -326,7 +326,9 @@ def _conv_default(wl: Workload, target, context) -> str:
         return "nchw"
     if c.depthwise:
         ob = context.get("in_block") or channel_block(c.oc, c.lanes)
-        return "nchw" if ob < c.min_block or ob % c.min_block else "depthwise_nchwc"
+        if ob < c.min_block or ob % c.min_block or _depthwise_space(wl, target) is None:
+            return "nchw"  # (padded channels blocked wider than the true ones divide: NCHW)
+        return "depthwise_nchwc"
     if c.groups > 1 and context.get("in_padded"):
         return "nchw"
     ob = c.default_out_block(context)
