@@ -14,6 +14,7 @@ the CPU micro-kernels (topi/x86/dense.py, batch_matmul.py) registered under "arm
 defaults: a kernel built without a config (the default one) is scheduled by this rule.
 
     nn.conv2d          nchw | direct_nchwc | depthwise_nchwc | winograd (the cpu strategy's)
+    qnn.dense          panels (the cpu int8 kernel) | mmla (I8MM's usmmla: int8_mmla.py)
 
 Convolutions take the cpu strategy's implementations, spaces and layouts; on AArch64 its tile
 rule (Note [conv micro-kernel]) serves as it is. On SVE cores every rule sees the SVE vector
@@ -278,6 +279,7 @@ def _depthwise_default(outs, target) -> Config | None:
 
 
 # Note [arm int8 panel]
+# (Cores without I8MM: with it, qnn.dense runs usmmla, Note [i8mm matrix step].)
 # The int8 dense kernel (topi/x86/int8_dense.py) reads weights packed in panels of 16 int32
 # columns (topi/qnn.py pack_dense_weight) and lets a tile span several panels, each of its
 # vectors reading one. With 8 int32 lanes (256-bit SVE) a vector is half a panel, and the
