@@ -53,6 +53,7 @@ from tessera.cross.testing import (  # noqa: E402
     matmul_case,
     missing_tools,
     naive_and_tessera_counts,
+    naive_kernel_count,
     tessera_kernel_count,
 )
 
@@ -107,21 +108,33 @@ def main(argv=None) -> int:
 SVE_CORE = ARM_TARGETS["aarch64-sve"][0]  # neoverse-v1: 256-bit SVE
 
 
-def sve_table(only: str) -> int:
-    """Per op: tessera's kernel for neoverse-v1 with SVE off (NEON) and on (256-bit SVE)."""
+def count_rows(cases: dict, only: str, counts_of) -> list[tuple] | None:
+    """(name, *counts_of(case, folder)) per case whose name contains `only`, each printed to
+    stderr as it comes; None (and a message) when the aarch64 tools are not installed."""
     if missing_tools(SVE_CORE):
         print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
-        return 1
+        return None
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
-        for name, build in CASES.items():
+        for name, build in cases.items():
             if only not in name:
                 continue
-            case = build()
-            neon = tessera_kernel_count(case, SVE_CORE + " -mattr=-sve", "max", Path(tmp) / "n.so")
-            sve = tessera_kernel_count(case, SVE_CORE, "max", Path(tmp) / "s.so")
-            rows.append((name, neon, sve))
-            print(f"  {name:34s} {neon:>12,d} {sve:>12,d}", file=sys.stderr)
+            for counts in counts_of(build(), Path(tmp)):
+                rows.append((name, *counts))
+                print(f"  {name:34s} {counts}", file=sys.stderr)
+    return rows
+
+
+def sve_table(only: str) -> int:
+    """Per op: tessera's kernel for neoverse-v1 with SVE off (NEON) and on (256-bit SVE)."""
+
+    def counts_of(case, tmp):
+        neon = tessera_kernel_count(case, SVE_CORE + " -mattr=-sve", "max", tmp / "n.so")
+        yield neon, tessera_kernel_count(case, SVE_CORE, "max", tmp / "s.so")
+
+    rows = count_rows(CASES, only, counts_of)
+    if rows is None:
+        return 1
     print("| kernel (neoverse-v1) | NEON build | SVE build (256-bit) | NEON / SVE |")
     print("|---|---:|---:|---:|")
     for name, neon, sve in rows:
@@ -138,31 +151,17 @@ I8MM_CASES = {
 
 def i8mm_table(only: str) -> int:
     """Per int8 product and I8MM core: naive, sdot (-mattr=-i8mm) and usmmla builds."""
-    import tessera
-    from tessera import te
-    from tessera.cross.qemu import count_kernel_instructions
 
-    if missing_tools(SVE_CORE):
-        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+    def counts_of(case, tmp):
+        for core in ("neoverse-n2", "neoverse-v1"):
+            target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={core}"
+            naive = naive_kernel_count(case, target, "max", tmp / "naive.so")
+            sdot = tessera_kernel_count(case, target + " -mattr=-i8mm", "max", tmp / "s.so")
+            yield core, naive, sdot, tessera_kernel_count(case, target, "max", tmp / "m.so")
+
+    rows = count_rows(I8MM_CASES, only, counts_of)
+    if rows is None:
         return 1
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
-        for name, build in I8MM_CASES.items():
-            if only not in name:
-                continue
-            case = build()
-            for core in ("neoverse-n2", "neoverse-v1"):
-                target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={core}"
-                tensors = case[1]
-                naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target,
-                                      name="naive")  # fmt: skip
-                path = naive.export_library(Path(tmp) / "naive.so")
-                counts = [count_kernel_instructions(path, "naive", cpu="max")]
-                for extra in (" -mattr=-i8mm", ""):
-                    counts.append(tessera_kernel_count(case, target + extra, "max",
-                                                       Path(tmp) / "t.so"))  # fmt: skip
-                rows.append((name, core, *counts))
-                print(f"  {core:12s} {name:34s} {counts}", file=sys.stderr)
     print("| kernel | core | naive | sdot | usmmla | sdot / usmmla | naive / usmmla |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name, core, naive, sdot, mmla in rows:
