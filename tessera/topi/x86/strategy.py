@@ -125,11 +125,14 @@ def _powers(lo: int, hi: int) -> list[int]:
 # Note [half blocks]
 # A float16 conv on a core with half-precision arithmetic (FEAT_FP16: "fullfp16", Note [half
 # sums] in topi/nn/dense.py) sums in half, 8 lanes per 128-bit register: its blocks, tiles and
-# layouts are the float32 rules' with the half lanes (NCHW8c on NEON, channel blocks of 8,
-# register tiles of 8-lane vectors), so the float16 build does half the float32 build's vector
-# work rather than running the generic NCHW schedule (which took 3.4x the float32 build's
-# instructions under QEMU: bench/arm.py --fp16). Without it, float16 is widened op by op and
-# keeps the generic schedules. Winograd stays float32-only (its transforms in half lose digits).
+# layouts are the float32 rules' with the half lanes (NCHW8c on NEON, channel blocks of 8 -
+# min_block counts channels, as for float32 - register tiles of 8-lane vectors), so the
+# float16 build does half the float32 build's vector work rather than running the generic
+# NCHW schedule (which took 3.4x the float32 build's instructions under QEMU: bench/arm.py
+# --fp16). Its matrix products likewise take the "blocked" micro-kernel on half lanes (the ARM
+# strategy's default; the packed weights stay float32's). Without FEAT_FP16, float16 is
+# widened op by op and keeps the generic schedules; x86 never blocks float16. Winograd stays
+# float32-only (its transforms in half would lose digits).
 
 
 def blocked_dtypes(target) -> tuple[str, ...]:
@@ -429,9 +432,11 @@ class _Gemm:
     product of matrices with static shapes)."""
 
     @staticmethod
-    def of(wl: Workload) -> _Gemm | None:
+    def of(wl: Workload, dtypes: tuple = ("float32",)) -> _Gemm | None:
         out = wl.output
-        if len(wl.inputs) != 2 or len(out) < 2 or any(d != "float32" for _, d in wl.inputs):
+        if len(wl.inputs) != 2 or len(out) < 2 or any(d not in dtypes for _, d in wl.inputs):
+            return None
+        if len({d for _, d in wl.inputs}) != 1:
             return None
         (a, _), (b, _) = wl.inputs
         # symbolic dims (names): the rules at their representative sizes (topi/symbolic.py)
