@@ -30,9 +30,11 @@ whole panels so that every vector the schedule makes is whole blocks (the emitte
 others). With a fixed SVE length wider than 128 bits (Note [fixed-length SVE]), SVE's usmmla
 does every 128-bit segment of a register at once: the vectors are SVE registers (8 lanes on
 neoverse-v1: two column pairs), and x_pairs repeats each row pair's 4 words in every segment
-(lane l takes l % 4's), so that one load feeds all the segments. Under QEMU (bench/arm.py
---i8mm), dense 16x768 @ 768x768 on neoverse-v1: 0.52 M instructions with NEON's usmmla, 0.42 M
-with SVE's; 0.74 M with SVE usdot (the panels kernel), 1.27 M with the SVE sdot pair.
+(lane l takes l % 4's), so that one load feeds all the segments. The packing unrolls its
+lanes: each word is then one 32-bit load (vectorized, each was four byte-lane gathers; 0.42 M
+-> 0.32 M below). Under QEMU (bench/arm.py --i8mm, --sve), dense 16x768 @ 768x768 on
+neoverse-v1: 0.53 M instructions with NEON's usmmla (-mattr=-sve), 0.32 M with SVE's; 0.74 M
+with SVE usdot (the panels kernel), 1.27 M with the SVE sdot pair.
 """
 
 from __future__ import annotations
