@@ -22,7 +22,8 @@ ways: with SVE off (-mattr=-sve: the 128-bit NEON kernels) and with its 256-bit 
 
 --fp16 counts one run of a float16 conv + dense model (tessera.cross.testing.fp16_model) on
 cortex-a76 and neoverse-v1, with their half-precision arithmetic (FEAT_FP16) and without it
-(-mattr=-fullfp16: each operation widened to float32), and its largest error against the
+(-mattr=-fullfp16: each operation widened to float32), the float32 model's count on the same
+core (Note [half blocks]: the float16 build does fewer), and its largest error against the
 float32 model of the same weights (ONNX Runtime), relative to the output's scale.
 
 --i8mm counts, per int8 matrix product and I8MM core (neoverse-n2: 128-bit SVE, the NEON
@@ -52,6 +53,7 @@ from tessera.cross.testing import (  # noqa: E402
     matmul_case,
     missing_tools,
     naive_and_tessera_counts,
+    naive_kernel_count,
     tessera_kernel_count,
 )
 
@@ -106,21 +108,33 @@ def main(argv=None) -> int:
 SVE_CORE = ARM_TARGETS["aarch64-sve"][0]  # neoverse-v1: 256-bit SVE
 
 
-def sve_table(only: str) -> int:
-    """Per op: tessera's kernel for neoverse-v1 with SVE off (NEON) and on (256-bit SVE)."""
+def count_rows(cases: dict, only: str, counts_of) -> list[tuple] | None:
+    """(name, *counts_of(case, folder)) per case whose name contains `only`, each printed to
+    stderr as it comes; None (and a message) when the aarch64 tools are not installed."""
     if missing_tools(SVE_CORE):
         print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
-        return 1
+        return None
     rows = []
     with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
-        for name, build in CASES.items():
+        for name, build in cases.items():
             if only not in name:
                 continue
-            case = build()
-            neon = tessera_kernel_count(case, SVE_CORE + " -mattr=-sve", "max", Path(tmp) / "n.so")
-            sve = tessera_kernel_count(case, SVE_CORE, "max", Path(tmp) / "s.so")
-            rows.append((name, neon, sve))
-            print(f"  {name:34s} {neon:>12,d} {sve:>12,d}", file=sys.stderr)
+            for counts in counts_of(build(), Path(tmp)):
+                rows.append((name, *counts))
+                print(f"  {name:34s} {counts}", file=sys.stderr)
+    return rows
+
+
+def sve_table(only: str) -> int:
+    """Per op: tessera's kernel for neoverse-v1 with SVE off (NEON) and on (256-bit SVE)."""
+
+    def counts_of(case, tmp):
+        neon = tessera_kernel_count(case, SVE_CORE + " -mattr=-sve", "max", tmp / "n.so")
+        yield neon, tessera_kernel_count(case, SVE_CORE, "max", tmp / "s.so")
+
+    rows = count_rows(CASES, only, counts_of)
+    if rows is None:
+        return 1
     print("| kernel (neoverse-v1) | NEON build | SVE build (256-bit) | NEON / SVE |")
     print("|---|---:|---:|---:|")
     for name, neon, sve in rows:
@@ -137,31 +151,17 @@ I8MM_CASES = {
 
 def i8mm_table(only: str) -> int:
     """Per int8 product and I8MM core: naive, sdot (-mattr=-i8mm) and usmmla builds."""
-    import tessera
-    from tessera import te
-    from tessera.cross.qemu import count_kernel_instructions
 
-    if missing_tools(SVE_CORE):
-        print(f"not installed: {missing_tools(SVE_CORE)}", file=sys.stderr)
+    def counts_of(case, tmp):
+        for core in ("neoverse-n2", "neoverse-v1"):
+            target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={core}"
+            naive = naive_kernel_count(case, target, "max", tmp / "naive.so")
+            sdot = tessera_kernel_count(case, target + " -mattr=-i8mm", "max", tmp / "s.so")
+            yield core, naive, sdot, tessera_kernel_count(case, target, "max", tmp / "m.so")
+
+    rows = count_rows(I8MM_CASES, only, counts_of)
+    if rows is None:
         return 1
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
-        for name, build in I8MM_CASES.items():
-            if only not in name:
-                continue
-            case = build()
-            for core in ("neoverse-n2", "neoverse-v1"):
-                target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={core}"
-                tensors = case[1]
-                naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target,
-                                      name="naive")  # fmt: skip
-                path = naive.export_library(Path(tmp) / "naive.so")
-                counts = [count_kernel_instructions(path, "naive", cpu="max")]
-                for extra in (" -mattr=-i8mm", ""):
-                    counts.append(tessera_kernel_count(case, target + extra, "max",
-                                                       Path(tmp) / "t.so"))  # fmt: skip
-                rows.append((name, core, *counts))
-                print(f"  {core:12s} {name:34s} {counts}", file=sys.stderr)
     print("| kernel | core | naive | sdot | usmmla | sdot / usmmla | naive / usmmla |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name, core, naive, sdot, mmla in rows:
@@ -184,8 +184,10 @@ def fp16_table() -> int:
     models, x = fp16_model()
     expected = run_ort(models[np.float32], {"x": x.astype(np.float32)})
     mod, params = tessera.frontend.from_onnx(models[np.float16])
-    print("| core | fp16 (fmla on halves) | widened (-mattr=-fullfp16) | widened / fp16 | error |")
-    print("|---|---:|---:|---:|---:|")
+    mod32, params32 = tessera.frontend.from_onnx(models[np.float32])
+    print("| core | fp16 (fmla on halves) | widened (-mattr=-fullfp16) | float32 model "
+          "| widened / fp16 | float32 / fp16 | error |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="tessera-bench-arm-") as tmp:
         for cpu in ("cortex-a76", "neoverse-v1"):
             counts, errors = [], []
@@ -197,8 +199,13 @@ def fp16_table() -> int:
                 for g, e in zip(got, expected, strict=True):
                     errors.append(np.abs(g.astype(np.float32) - e).max() / np.abs(e).max())
                 counts.append(count_instructions(path, {"x": x}, cpu="max"))
-            ratio = counts[1] / counts[0]
-            print(f"| {cpu} | {counts[0]:,d} | {counts[1]:,d} | {ratio:.1f}x | {max(errors):.1e} |")
+            target = f"llvm -mtriple=aarch64-linux-gnu -mcpu={cpu}"
+            lib = tessera.build(mod32, target=target, params=params32)
+            path = lib.export_library(Path(tmp) / "fp32.so")
+            counts.append(count_instructions(path, {"x": x.astype(np.float32)}, cpu="max"))
+            half, wide, single = counts
+            print(f"| {cpu} | {half:,d} | {wide:,d} | {single:,d} | {wide / half:.1f}x "
+                  f"| {single / half:.2f}x | {max(errors):.1e} |")  # fmt: skip
     return 0
 
 

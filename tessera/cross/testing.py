@@ -177,18 +177,23 @@ def naive_and_tessera_counts(case, target_name, folder) -> tuple[int, int]:
     the loop nest as written, for the same target by the same LLVM; tessera's kernel of the
     one-op model, built with the strategies' defaults, counted alone: without the layout
     transforms of the model's input and output)."""
+    target, cpu = ARM_TARGETS[target_name]
+    return (
+        naive_kernel_count(case, target, cpu, folder / f"naive-{target_name}.so"),
+        tessera_kernel_count(case, target, cpu, folder / f"tessera-{target_name}.so"),
+    )
+
+
+def naive_kernel_count(case, target: str, cpu: str, path) -> int:
+    """Instructions under QEMU of the naive build of a case's op (naive_and_tessera_counts),
+    built for `target` into the library `path`, run on QEMU's `cpu`."""
     import tessera
     from tessera import te
     from tessera.cross.qemu import count_kernel_instructions
 
     _, tensors = case
-    target, cpu = ARM_TARGETS[target_name]
     naive = tessera.build(te.create_schedule(tensors[-1].op), tensors, target=target, name="naive")
-    naive_path = naive.export_library(folder / f"naive-{target_name}.so")
-    return (
-        count_kernel_instructions(naive_path, "naive", cpu=cpu),
-        tessera_kernel_count(case, target, cpu, folder / f"tessera-{target_name}.so"),
-    )
+    return count_kernel_instructions(naive.export_library(path), "naive", cpu=cpu)
 
 
 def tessera_kernel_count(case, target: str, cpu: str, path) -> int:

@@ -22,6 +22,8 @@ or `target=`); it leaves functions unchanged for targets whose table row has no
 
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 
 from tessera.graph.dims import lowers_symbolic, representative_call
@@ -73,16 +75,18 @@ def _layout(block: int) -> str:
     return f"NCHW{block}c"
 
 
-_BLOCKED = ("float32", "float16")  # float16: where the strategy blocks it (Note [half blocks])
+# the float types blocked for the pass's target: float32, and float16 where the core computes
+# in half (topi/x86/strategy.py blocked_dtypes, Note [half blocks])
+_BLOCKED: contextvars.ContextVar = contextvars.ContextVar("blocked_dtypes", default=("float32",))
 
 
 def _is_plain_4d(t: TensorType) -> bool:
-    return t.ndim == 4 and _static_channels(t) and str(t.dtype) in _BLOCKED
+    return t.ndim == 4 and _static_channels(t) and str(t.dtype) in _BLOCKED.get()
 
 
 def _is_plain(t: TensorType) -> bool:
     """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
-    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) in _BLOCKED
+    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) in _BLOCKED.get()
 
 
 def _static_channels(t: TensorType) -> bool:
@@ -739,7 +743,13 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     if not any(c.op.name in ("nn.conv2d", "nn.conv1d") for c in func.body):
         return func
     use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
-    new = _Rewriter(func, target, use_winograd).run()
+    from tessera.topi.x86.strategy import blocked_dtypes
+
+    token = _BLOCKED.set(blocked_dtypes(target))
+    try:
+        new = _Rewriter(func, target, use_winograd).run()
+    finally:
+        _BLOCKED.reset(token)
     changed = len(new.body) != len(func.body) or any(
         a is not b for a, b in zip(new.body, func.body, strict=True)
     )

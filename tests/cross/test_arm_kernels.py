@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import tessera
 from tessera import autotune, te
@@ -215,9 +215,9 @@ def test_int8_dot_instructions_execute_fewer_instructions(tmp_path):
     for cpu, name in INT8_CPUS.items():
         lib = tessera.build(mod, target=f"{AARCH64} {cpu}", params=params)
         counts[name] = count_instructions(lib.export_library(tmp_path / f"{name}.so"), feeds)
+    # (on the I8MM cores the MatMulInteger runs usmmla: Note [i8mm matrix step])
     assert counts["neon.usdot"] < counts["neon.sdot"] < counts[None] / 1.5, counts
-    assert counts["sve.usdot"] < counts["neon.usdot"], counts
-    assert counts["sve.sdot"] < counts["neon.sdot"], counts
+    assert counts["sve.usdot"] < counts["sve.sdot"] < counts["neon.sdot"], counts
 
 
 @pytest.mark.parametrize("cpu", ["cortex-a76", "neoverse-v1"])
@@ -255,9 +255,15 @@ def test_sve_int8_dense_reads_whole_panels(tmp_path):
     case = int8_matmul_case(16, 96, 64)
     model, _ = case
     a = np.random.default_rng(1).integers(0, 256, (16, 96)).astype(np.uint8)
-    check_under_qemu(model, {"a": a}, "aarch64-sve", tmp_path, rtol=0)
-    core = ARM_TARGETS["aarch64-sve"][0]
-    neon = tessera_kernel_count(case, core + " -mattr=-sve", "max", tmp_path / "neon.so")
+    w = next(numpy_helper.to_array(t) for t in model.graph.initializer)
+    # without I8MM: the dot kernel on panels (the sdot pair), not usmmla (test_i8mm_* below)
+    core = ARM_TARGETS["aarch64-sve"][0] + " -mattr=-i8mm"
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target=core, params=params)
+    assert "usmmla" not in lib.get_source("ll")
+    (got,) = run_under_qemu(lib.export_library(tmp_path / "sve.so"), {"a": a}, cpu="max")
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ w.astype(np.int64))
+    neon = tessera_kernel_count(case, core + ",-sve", "max", tmp_path / "neon.so")
     sve = tessera_kernel_count(case, core, "max", tmp_path / "sve.so")
     assert sve < neon, (sve, neon)
 
@@ -380,3 +386,55 @@ def test_i8mm_quantized_model_matches_the_dot_build_under_qemu(core, tmp_path):
         np.testing.assert_array_equal(a, b)
     assert len(np.unique(outs["mmla"][1])) > 5  # not saturated to a constant
     assert counts["mmla"] < counts["sdot"], counts
+
+
+def fp16_convs_model(dtype, seed=0):
+    """1x1 conv, depthwise 3x3 stride 2, 3x3 conv to 12 channels (padded to a whole block),
+    relu, global pool: the blocked conv kernels of Note [half blocks], in `dtype`."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w1": rng.standard_normal((24, 8, 1, 1)) * 0.3,
+        "b1": rng.standard_normal(24) * 0.1,
+        "wd": rng.standard_normal((24, 1, 3, 3)) * 0.3,
+        "w3": rng.standard_normal((12, 24, 3, 3)) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "wd"], ["cd"], pads=[1] * 4, strides=[2, 2], group=24),
+        helper.make_node("Conv", ["cd", "w3"], ["c3"], pads=[1] * 4),
+        helper.make_node("Relu", ["c3"], ["y"]),
+    ]
+    weights = {k: v.astype(dtype) for k, v in weights.items()}
+    return make_model(nodes, {"x": ((1, 8, 14, 14), dtype)}, ["y"], weights)
+
+
+@pytest.mark.parametrize("cpu", ["cortex-a76", "neoverse-v1"])
+def test_fp16_convs_take_the_blocked_kernels(cpu, tmp_path):
+    """Note [half blocks]: with FEAT_FP16 the float16 convs run the blocked kernels on half
+    lanes (NCHW8c on NEON, NCHW16c on 256-bit SVE), match the float32 model within half's
+    rounding, and execute fewer instructions than the float32 build; without FEAT_FP16 they
+    keep the NCHW schedules."""
+    require_toolchain("aarch64-neon")
+    x = np.random.default_rng(1).standard_normal((1, 8, 14, 14)).astype(np.float16)
+    model32 = fp16_convs_model(np.float32)
+    expected = run_ort(model32, {"x": x.astype(np.float32)})
+    lanes = {"cortex-a76": 8, "neoverse-v1": 16}[cpu]
+    counts = {}
+    for name, extra in (("fp16", ""), ("widened", " -mattr=-fullfp16")):
+        mod, params = from_onnx(fp16_convs_model(np.float16))
+        lib = tessera.build(mod, target=f"{AARCH64} -mcpu={cpu}{extra}", params=params)
+        ll = lib.get_source("ll")
+        assert ("conv2d_nchwc" in ll) == (name == "fp16"), name
+        if name == "fp16":
+            assert f"<{lanes} x half>" in ll
+        path = lib.export_library(tmp_path / f"{name}.so")
+        (got,) = run_under_qemu(path, {"x": x}, cpu="max")
+        scale = float(np.abs(expected[0]).max())
+        np.testing.assert_allclose(got.astype(np.float32), expected[0], rtol=0, atol=8e-3 * scale)
+        counts[name] = count_instructions(path, {"x": x}, cpu="max")
+    mod32, params32 = from_onnx(model32)
+    lib32 = tessera.build(mod32, target=f"{AARCH64} -mcpu={cpu}", params=params32)
+    path = lib32.export_library(tmp_path / "fp32.so")
+    counts["fp32"] = count_instructions(path, {"x": x.astype(np.float32)}, cpu="max")
+    assert counts["fp16"] < counts["fp32"] < counts["widened"], counts

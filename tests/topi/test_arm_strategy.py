@@ -137,3 +137,38 @@ def test_sve_length_option_is_checked():
         tessera.Target("llvm -mtriple=aarch64-linux-gnu -mattr=+sve -msve-vector-bits=96")
     with pytest.raises(ValueError, match="needs an integer"):
         tessera.Target("llvm -mtriple=aarch64-linux-gnu -msve-vector-bits=wide")
+
+
+@pytest.mark.parametrize(
+    "options, blocked, lanes",
+    [("-mcpu=cortex-a76", True, 8), ("-mcpu=neoverse-v1", True, 16),
+     ("-mcpu=cortex-a76 -mattr=-fullfp16", False, 0), ("-mcpu=cortex-a72", False, 0)],
+)  # fmt: skip
+def test_float16_convs_are_blocked_on_half_lanes_where_the_core_has_fp16(options, blocked, lanes):
+    """Note [half blocks]: with FEAT_FP16 a float16 conv takes the blocked kernel (a layout of
+    8 channels, tiles of vectors of the half lanes); without it, NCHW as before."""
+    from tessera.topi.x86.strategy import blocked_dtypes
+
+    target = tessera.Target(f"llvm -mtriple=aarch64-linux-gnu {options}")
+    assert ("float16" in blocked_dtypes(target)) == blocked
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float16)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4, strides=[2, 2])
+    model = make_model([node], {"x": ((1, 16, 14, 14), np.float16)}, ["y"], {"w": w})
+    mod, params = from_onnx(model)
+    ll = tessera.build(mod, target=target, params=params).get_source("ll")
+    assert ("conv2d_nchwc" in ll) == blocked
+    if blocked:
+        assert f"<{lanes} x half>" in ll  # blocks of 8 (NEON) or 16 (256-bit SVE) channels
+
+
+def test_x86_float16_convs_keep_nchw():
+    target = tessera.Target("llvm -mcpu=sapphirerapids")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((24, 16, 3, 3)).astype(np.float16)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)
+    model = make_model([node], {"x": ((1, 16, 14, 14), np.float16)}, ["y"], {"w": w})
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target=target, params=params)
+    assert "conv2d_nchwc" not in lib.get_source("ll")
+    assert "layout_transform" not in lib.get_source("ll")

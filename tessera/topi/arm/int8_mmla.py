@@ -30,12 +30,16 @@ whole panels so that every vector the schedule makes is whole blocks (the emitte
 others). With a fixed SVE length wider than 128 bits (Note [fixed-length SVE]), SVE's usmmla
 does every 128-bit segment of a register at once: the vectors are SVE registers (8 lanes on
 neoverse-v1: two column pairs), and x_pairs repeats each row pair's 4 words in every segment
-(lane l takes l % 4's), so that one load feeds all the segments. Under QEMU (bench/arm.py
---i8mm), dense 16x768 @ 768x768 on neoverse-v1: 0.52 M instructions with NEON's usmmla, 0.42 M
-with SVE's; 0.74 M with SVE usdot (the panels kernel), 1.27 M with the SVE sdot pair.
+(lane l takes l % 4's), so that one load feeds all the segments. The packing unrolls its
+lanes: each word is then one 32-bit load (vectorized, each was four byte-lane gathers; 0.42 M
+-> 0.32 M below). Under QEMU (bench/arm.py --i8mm, --sve), dense 16x768 @ 768x768 on
+neoverse-v1: 0.53 M instructions with NEON's usmmla (-mattr=-sve), 0.32 M with SVE's; 0.74 M
+with SVE usdot (the panels kernel), 1.27 M with the SVE sdot pair.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -44,12 +48,12 @@ from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import type_error
 from tessera.tir import op as tir_op
+from tessera.topi import generic
 from tessera.topi.generic import inline_injective
 from tessera.topi.qnn import PACK_TAG, _word
 from tessera.topi.transform import ravel, unravel_rows
 from tessera.topi.x86 import dense as x86_dense
 from tessera.topi.x86.cpu import vector_registers
-from tessera.topi.x86.int8_dense import schedule_pack
 
 MMLA_TAG = "qnn_dense_mmla"
 LANES = 4  # int32 lanes of one usmmla: a 2x2 block
@@ -137,12 +141,26 @@ def mmla_blocking(target, M2: int, cols: int, K8: int, nr: int | None = None, co
     return x86_dense.with_config(blk, config)
 
 
+def _schedule_pairs(s, xa) -> None:
+    """x_pairs at root, its lanes unrolled: each word is 4 adjacent bytes of a row, which LLVM
+    loads as one 32-bit word where a vector of them was byte-lane gathers (Note [i8mm matrix
+    step])."""
+    stage = s[xa]
+    stage.compute_root()
+    r2, q, lane = stage.op.axis
+    stage.unroll(lane)
+    if math.prod(int(d.value) for d in xa.shape) >= generic._MIN_PARALLEL_WORK:
+        stage.parallel(r2)
+
+
 def schedule_qnn_dense_mmla(outs, target=None, config=None) -> te.Schedule:
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
-    schedule_pack(s, outs, target)
     anchor = x86_dense.find_tagged(outs, MMLA_TAG)
+    for t in anchor.op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == PACK_TAG:
+            _schedule_pairs(s, t)
     M2, cols = (int(d.value) for d in anchor.shape)
     K8 = int(anchor.op.reduce_axis[0].dom.extent.value)
     blk = mmla_blocking(target, M2, cols, K8, int(anchor.op.attrs["nr"]), config)

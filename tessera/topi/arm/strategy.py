@@ -14,6 +14,7 @@ the CPU micro-kernels (topi/x86/dense.py, batch_matmul.py) registered under "arm
 defaults: a kernel built without a config (the default one) is scheduled by this rule.
 
     nn.conv2d          nchw | direct_nchwc | depthwise_nchwc | winograd (the cpu strategy's)
+    qnn.dense          panels (the cpu int8 kernel) | mmla (I8MM's usmmla: int8_mmla.py)
 
 Convolutions take the cpu strategy's implementations, spaces and layouts; on AArch64 its tile
 rule (Note [conv micro-kernel]) serves as it is. On SVE cores every rule sees the SVE vector
@@ -89,12 +90,14 @@ def arm_tile(registers: int, lanes: int, M: int, N: int, nv: int | None = None) 
     return best
 
 
-def arm_blocking(target, M: int, N: int, K: int, nv: int | None = None) -> x86_dense.Blocking:
-    """The Blocking of the shared micro-kernel with the ARM tile (kc: dense.py's L1 rule)."""
-    lanes = target.vector_lanes("float32")
+def arm_blocking(target, M: int, N: int, K: int, nv: int | None = None,
+                 dtype: str = "float32") -> x86_dense.Blocking:  # fmt: skip
+    """The Blocking of the shared micro-kernel with the ARM tile (kc: dense.py's L1 rule);
+    float16 on half lanes (Note [half blocks])."""
+    lanes = target.vector_lanes(dtype)
     mr, nv = arm_tile(vector_registers(target), lanes, M, N, nv)
     # choose_blocking with M = mr rows returns that mr and sizes kc for it
-    return x86_dense.choose_blocking(target, mr, N, K, nv=nv)
+    return x86_dense.choose_blocking(target, mr, N, K, nv=nv, dtype=dtype)
 
 
 def packed_width(target, N: int) -> int:
@@ -106,10 +109,20 @@ def packed_width(target, N: int) -> int:
 
 
 def _blocked_space(wl: Workload, target) -> ConfigSpace | None:
-    g = cpu._Gemm.of(wl)
+    g = cpu._Gemm.of(wl, cpu.blocked_dtypes(target))
     if g is None:
         return None
-    return cpu._gemm_space(g, target, lambda t: arm_blocking(t, g.M, g.N, g.K))
+    dtype = wl.dtype(0)
+    return cpu._gemm_space(g, target, lambda t: arm_blocking(t, g.M, g.N, g.K, dtype=dtype))
+
+
+def _gemm_default(wl: Workload, target, context) -> str:
+    """The cpu rule; a float16 product "blocked" where the core computes in half (Note [half
+    blocks]: the packed weights are float32's)."""
+    name = cpu._gemm_default(wl, target, context)
+    if name == "generic" and cpu._Gemm.of(wl, cpu.blocked_dtypes(target)) is not None:
+        return "blocked"
+    return name
 
 
 def _packed_space(wl: Workload, target) -> ConfigSpace | None:
@@ -129,7 +142,7 @@ for _op in ("nn.dense", "matmul", "nn.batch_matmul"):
     _s.implementation("blocked", priority=1)(_blocked_space)
     if _op != "nn.batch_matmul":
         _s.implementation("packed", priority=2, layout=cpu._packed_layout)(_packed_space)
-    _s.choose_default(cpu._gemm_default)
+    _s.choose_default(_gemm_default)
 
 
 # Note [armv7 conv tile]
@@ -240,7 +253,7 @@ def schedule_matmul(outs, target=None, config=None):
         shape = x86_bmm._static(anchor.shape) if anchor is not None else None
         if shape is not None and len(shape) >= 2:
             K = int(anchor.op.reduce_axis[0].dom.extent.value)
-            blk = arm_blocking(target, shape[-2], shape[-1], K)
+            blk = arm_blocking(target, shape[-2], shape[-1], K, dtype=str(anchor.dtype))
             config = Config("blocked", {"mr": blk.mr, "nv": blk.nv, "kc": blk.kc})
     return x86_bmm.schedule_matmul(outs, target, config)
 
@@ -278,6 +291,7 @@ def _depthwise_default(outs, target) -> Config | None:
 
 
 # Note [arm int8 panel]
+# (Cores without I8MM: with it, qnn.dense runs usmmla, Note [i8mm matrix step].)
 # The int8 dense kernel (topi/x86/int8_dense.py) reads weights packed in panels of 16 int32
 # columns (topi/qnn.py pack_dense_weight) and lets a tile span several panels, each of its
 # vectors reading one. With 8 int32 lanes (256-bit SVE) a vector is half a panel, and the

@@ -63,7 +63,7 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     anchor = _anchor(outs)
     use_generic = config is not None and config.impl == "generic"
-    if anchor is None or not _is_matrix_product(anchor) or str(anchor.dtype) != "float32":
+    if anchor is None or not _is_matrix_product(anchor) or not _blocked_dtype(anchor, target):
         use_generic = True
     if use_generic:
         s = generic_schedule_dense(outs, target)
@@ -79,6 +79,14 @@ def schedule_matmul(outs, target=None, config=None) -> te.Schedule:
         lambda: _blocked_and_key(outs, anchor, target, None),
         None if config is None else lambda: _blocked_and_key(outs, anchor, target, config),
     )
+
+
+def _blocked_dtype(anchor, target) -> bool:
+    """float32, or float16 where the target blocks it (Note [half blocks] in strategy.py)."""
+    from tessera.topi.x86.strategy import blocked_dtypes
+
+    dtype = str(anchor.dtype)
+    return dtype == "float32" or (target is not None and dtype in blocked_dtypes(target))
 
 
 def _blocked_and_key(outs, anchor, target, config):
@@ -105,7 +113,8 @@ def _schedule_blocked(outs, anchor, target, config) -> te.Schedule:
     if config is None:
         blk = fit_blocking(target, M, N, K)
     else:
-        blk = with_config(choose_blocking(target, M, N, K, nv=config["nv"]), config)
+        dtype = str(anchor.dtype)
+        blk = with_config(choose_blocking(target, M, N, K, nv=config["nv"], dtype=dtype), config)
     blk = with_parallel(blk, math.prod(shape[:-2]) if len(shape) > 2 else 0, M, N)
     record_config(s, Config("blocked", knob_values(blk)))
     return schedule_gemm(s, outs, anchor, blk, target, row_axes=anchor.ndim - 2)

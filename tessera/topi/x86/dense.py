@@ -105,7 +105,8 @@ def _lanes(target, dtype="float32") -> int:
     return max(1, target.vector_lanes(dtype)) if target is not None else 4
 
 
-def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None = None):
+def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None = None,
+                    dtype: str = "float32"):  # fmt: skip
     """Block sizes by rules from the target, never from a table of shapes.
 
     The micro-kernel holds mr x nv accumulators, nv vectors of a B row and one broadcast of A in
@@ -119,7 +120,7 @@ def choose_blocking(target, M: int, N: int, K: int, caches=None, nv: int | None 
     target = Target(target) if isinstance(target, str) else target
     if caches is None:
         caches = target_cache_sizes(target) if target is not None else dict(DEFAULT_CACHES)
-    lanes, regs = _lanes(target), vector_registers(target)
+    lanes, regs = _lanes(target, dtype), vector_registers(target)
     if nv is None:
         shapes = [((regs - v - 1) // v, v) for v in (1, 2, 4)]
         mr, nv = max(

@@ -74,8 +74,8 @@ MIN_BLOCK_BITS = 256
 
 
 def min_block(target, dtype: str = "float32") -> int:
-    lanes = target.vector_lanes(dtype)
-    return min(lanes, MIN_BLOCK_BITS // (32 if dtype == "float32" else 16))
+    """In channels: a float16 conv's too is 8 (Note [half blocks])."""
+    return min(target.vector_lanes(dtype), MIN_BLOCK_BITS // 32)
 
 
 def channel_block(channels: int, lanes: int) -> int:
@@ -136,11 +136,14 @@ def _powers(lo: int, hi: int) -> list[int]:
 # Note [half blocks]
 # A float16 conv on a core with half-precision arithmetic (FEAT_FP16: "fullfp16", Note [half
 # sums] in topi/nn/dense.py) sums in half, 8 lanes per 128-bit register: its blocks, tiles and
-# layouts are the float32 rules' with the half lanes (NCHW8c on NEON, channel blocks of 8,
-# register tiles of 8-lane vectors), so the float16 build does half the float32 build's vector
-# work rather than running the generic NCHW schedule (which took 3.4x the float32 build's
-# instructions under QEMU: bench/arm.py --fp16). Without it, float16 is widened op by op and
-# keeps the generic schedules. Winograd stays float32-only (its transforms in half lose digits).
+# layouts are the float32 rules' with the half lanes (NCHW8c on NEON, channel blocks of 8 -
+# min_block counts channels, as for float32 - register tiles of 8-lane vectors), so the
+# float16 build does half the float32 build's vector work rather than running the generic
+# NCHW schedule (which took 3.4x the float32 build's instructions under QEMU: bench/arm.py
+# --fp16). Its matrix products likewise take the "blocked" micro-kernel on half lanes (the ARM
+# strategy's default; the packed weights stay float32's). Without FEAT_FP16, float16 is
+# widened op by op and keeps the generic schedules; x86 never blocks float16. Winograd stays
+# float32-only (its transforms in half would lose digits).
 
 
 def blocked_dtypes(target) -> tuple[str, ...]:
@@ -340,7 +343,9 @@ def _conv_default(wl: Workload, target, context) -> str:
         return "nchw"
     if c.depthwise:
         ob = context.get("in_block") or channel_block(c.oc, c.lanes)
-        return "nchw" if ob < c.min_block or ob % c.min_block else "depthwise_nchwc"
+        if ob < c.min_block or ob % c.min_block or _depthwise_space(wl, target) is None:
+            return "nchw"  # (padded channels blocked wider than the true ones divide: NCHW)
+        return "depthwise_nchwc"
     if c.groups > 1 and context.get("in_padded"):
         return "nchw"
     ob = c.default_out_block(context)
@@ -441,9 +446,11 @@ class _Gemm:
     product of matrices with static shapes)."""
 
     @staticmethod
-    def of(wl: Workload) -> _Gemm | None:
+    def of(wl: Workload, dtypes: tuple = ("float32",)) -> _Gemm | None:
         out = wl.output
-        if len(wl.inputs) != 2 or len(out) < 2 or any(d != "float32" for _, d in wl.inputs):
+        if len(wl.inputs) != 2 or len(out) < 2 or any(d not in dtypes for _, d in wl.inputs):
+            return None
+        if len({d for _, d in wl.inputs}) != 1:
             return None
         (a, _), (b, _) = wl.inputs
         # symbolic dims (names): the rules at their representative sizes (topi/symbolic.py)
