@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 
 from tessera.arith import Analyzer
 from tessera.ir.node import Mutator
-from tessera.tir.expr import GE, GT, LE, LT, And, Call, Expr, IntImm, Range, Var
+from tessera.ir.structural_equal import structural_equal
+from tessera.tir.expr import GE, GT, LE, LT, And, Call, Expr, IntImm, Min, Range, Var
 from tessera.tir.function import PrimFunc
 from tessera.tir.op import likely
 from tessera.tir.op import max as tmax
@@ -272,9 +273,30 @@ class _DropProven(Mutator):
                 return node
             return IfThenElse(node.condition, then_case, else_case)
         left = [c for c, p in zip(g.conjuncts, g.proven, strict=True) if not p]
+        held = [c for c, p in zip(g.conjuncts, g.proven, strict=True) if p]
+        then_case = _DropClamps(held).visit(then_case)
         if not left:
             return then_case
         cond = left[0]
         for c in left[1:]:
             cond = And(cond, c)
         return IfThenElse(likely(cond), then_case, else_case)
+
+
+class _DropClamps(Mutator):
+    """Note [clamps under a guard]: a register tile computed whole over a symbolic extent
+    clamps its reads (`min(k, n - 1)`, Note [clamped tails] in te/lower.py) under the guard
+    `k < n`; where partition_loop proves the guard, the clamp is the index itself, so it
+    goes with the guard (a min per load in the K loop of attention's p @ v otherwise)."""
+
+    def __init__(self, conds):
+        self.bounds = [(c.a, c.b) for c in conds if isinstance(c, LT) and c.a.dtype.is_integer]
+        self.an = Analyzer()
+
+    def visit_Min(self, node: Min):
+        node = self.generic_visit(node)
+        for a, b in self.bounds:
+            for x, y in ((node.a, node.b), (node.b, node.a)):
+                if structural_equal(x, a, map_free_vars=False) and self.an.can_prove(y == b - 1):
+                    return x
+        return node

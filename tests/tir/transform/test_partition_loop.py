@@ -155,3 +155,21 @@ def test_exact_serial_tail_only_where_the_guard_is_exact():
         assert all(isinstance(lp.extent, tir.IntImm) for lp in tails), name
         for value in (1, 15, 16, 17, 50):
             assert_same_results(f, g, {"n": value})
+
+
+def test_clamp_under_a_proven_guard_goes_with_it():
+    """A read clamped into bounds (`min(k, n - 1)`, a tile computed whole) under the guard
+    `k < n` reads k where the guard is proven (Note [clamps under a guard])."""
+    n = tir.Var("n")
+    A = tir.decl_buffer((n,), "float32", "A")
+    B = tir.decl_buffer((n,), "float32", "B")
+    io, ii = tir.Var("io"), tir.Var("ii")
+    idx = io * 16 + ii
+    clamped = A[tir.min(idx, n - 1)] * 2.0
+    guarded = tir.IfThenElse(tir.likely(idx < n), tir.BufferStore(B, clamped, (idx,)))
+    body = tir.For(io, 0, (n + 15) // 16, S, tir.For(ii, 0, 16, S, guarded))
+    f = tir.PrimFunc("f", (A, B), body)
+    g = partition_loop(f)
+    assert not collect(g.body, lambda x: isinstance(x, tir.Min))
+    for value in (1, 15, 16, 17, 50):
+        assert_same_results(f, g, {"n": value})
