@@ -2,6 +2,7 @@
 Runtime, in turns, as ratios.
 
     .venv/bin/python bench/dynamic.py [--threads 1] [--repeat 50] [--models mlp,encoder,ocr]
+                                      [--profile 5]
 
 For each model of tessera.models_dynamic (an MLP over a dynamic batch, a BERT-style encoder layer
 over batch and sequence, a CRNN-style recognizer over the width, a conv detector over the
@@ -10,6 +11,10 @@ size (shape_dict with the sizes) is compiled, the three agree with each other, t
 build, the specialized build and ORT run the same inputs in turns (`measure_in_blocks`). The
 table gives medians, dynamic / specialized (the issue's bar: at most 1.2) and dynamic / ORT,
 and the load (`uptime`) before and after. A measurement, not a test: nothing asserts a time.
+
+`--profile R` adds, per size, the kernels of the two builds side by side (`GraphModule.profile`,
+R rounds in turns, medians; calls matched by their source nodes) and marks each kernel more
+than 1.2x slower in the dynamic build.
 """
 
 from __future__ import annotations
@@ -51,11 +56,28 @@ def _cases():
     )
 
 
+def _profile(dynamic, special, rounds: int) -> None:
+    """Per kernel call (matched by source nodes): median us of each build, in turns."""
+    times: dict[tuple, dict[str, list]] = {}
+    kernels: dict[tuple, str] = {}
+    for _ in range(rounds):
+        for label, module in (("dynamic", dynamic), ("special", special)):
+            for call in module.profile(20):
+                key = tuple(call.nodes) or (call.kernel,)
+                kernels.setdefault(key, call.kernel)
+                times.setdefault(key, {"dynamic": [], "special": []})[label].append(call.seconds)
+    for key, both in times.items():
+        d, s = (float(np.median(both[k])) * 1e6 if both[k] else 0.0 for k in both)
+        flag = "  > 1.2x" if s and d > 1.2 * s else ""
+        print(f"    {kernels[key][:56]:56s} {d:9.2f} {s:9.2f} us  {d / s if s else 0:5.2f}{flag}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--models", default="mlp,encoder,ocr,detector")
+    ap.add_argument("--profile", type=int, default=0, help="rounds of a per-kernel profile")
     args = ap.parse_args(argv)
     os.environ.setdefault("TESSERA_NUM_THREADS", str(args.threads))
     import onnxruntime as ort
@@ -100,6 +122,8 @@ def main(argv=None) -> int:
             )
             d, s, o = (float(np.median(times[k])) * 1e3 for k in ("dynamic", "special", "ort"))
             print(f"| {name} | {label} | {d:.4f} | {s:.4f} | {o:.4f} | {d / s:.2f} | {d / o:.2f} |")
+            if args.profile:
+                _profile(dynamic, special, args.profile)
             sys.stdout.flush()
     print(f"load after: {os.getloadavg()}")
     return 0

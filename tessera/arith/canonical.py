@@ -79,8 +79,42 @@ def _collect(e: E.Expr, scale: int, out: Linear) -> None:
         _collect(e.a, scale * e.b.value, out)
     elif isinstance(e, E.Mul) and isinstance(e.a, E.IntImm):
         _collect(e.b, scale * e.a.value, out)
+    elif isinstance(e, E.Mul):
+        coeff, term = _monomial(e)
+        if term is None:
+            out.const += scale * coeff
+        else:
+            out.add_term(term, scale * coeff)
     else:
         out.add_term(e, scale)
+
+
+# Note [monomials]
+# A product of symbolic factors is one term of the linear form, so its factors' order and the
+# place of its constants must not matter: `batch*4*seq_` (a fused loop's extent) and
+# `seq_*(batch*4)` (a guard rewritten by a symbolic divisor) are the same term 4*(batch*seq_).
+# The factors are flattened, the constants multiplied into the coefficient and the rest sorted
+# by their text; then a guard of a loop fused over (batch, 4, seq_) is proved by its extent.
+
+
+def _monomial(e: E.Mul) -> tuple[int, E.Expr | None]:
+    """(coefficient, the product of the other factors in a canonical order; None: none)."""
+    coeff, factors, todo = 1, [], [e]
+    while todo:
+        f = todo.pop()
+        if isinstance(f, E.Mul):
+            todo += [f.a, f.b]
+        elif isinstance(f, E.IntImm):
+            coeff *= f.value
+        else:
+            factors.append(f)
+    if not factors:
+        return coeff, None
+    factors.sort(key=str)
+    term = factors[0]
+    for f in factors[1:]:
+        term = E.Mul(term, f)
+    return coeff, term
 
 
 # Note [fuse identity]

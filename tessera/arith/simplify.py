@@ -323,10 +323,12 @@ class Simplifier(Mutator):
         a, b = e.a, e.b
         if isinstance(e, E.LT) and isinstance(a, E.FloorDiv | E.FloorMod):
             d = a.b
-            if isinstance(d, E.IntImm) or not self.analyzer.can_prove(d > 0):
-                return None
             if isinstance(a, E.FloorMod):
+                if isinstance(d, E.IntImm) or not self.analyzer.can_prove(d > 0):
+                    return None
                 return E.const(True, e.dtype) if d.same_as(b) else None
+            if not self._positive_divisor(d, b):
+                return None
             return E.LT(a.a, d * b)
         if isinstance(e, E.LE | E.LT) and isinstance(b, E.FloorDiv):
             d = b.b
@@ -334,6 +336,15 @@ class Simplifier(Mutator):
                 return None
             return E.LE(d * (a if isinstance(e, E.LE) else a + 1), b.a)
         return None
+
+    def _positive_divisor(self, d, bound) -> bool:
+        """Whether `floordiv(x, d) < bound` may become `x < d*bound`: d is a symbolic divisor
+        proved positive, or a positive constant under a symbolic bound (the rules take a
+        constant one): floordiv(floordiv(f, seq), 4) < batch, the guard of a loop fused over
+        (batch, 4, seq), is f < seq*4*batch, which the loop's extent proves."""
+        if isinstance(d, E.IntImm):
+            return d.value > 0 and not isinstance(bound, E.IntImm)
+        return self.analyzer.can_prove(d > 0)
 
     _local_LT = _local_LE = _local_GT = _local_GE = _local_EQ = _local_NE = _compare
 

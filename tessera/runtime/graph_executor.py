@@ -262,6 +262,14 @@ class GraphExecutor:
 
     # -- symbolic dims (Note [dynamic plan] in runtime/shape_expr.py) -------------------------
 
+    # Note [per-call binding]
+    # A dynamic plan binds its dims and lays out the arena, outputs and calls only when an
+    # input changed shape (and with it, maybe its storage): `set_dynamic_input` drops the
+    # binding then, and `_rebind` returns at once while it stands. So a run at the shapes of
+    # the last one costs what a specialized plan's run does: no tuple of shapes or addresses is
+    # built and compared per call (that took ~2.5 us, as long as a small MLP's kernels). Writing
+    # into an input's own array (`get_input`) changes neither, so it keeps the binding.
+
     def _init_dynamic(self, plan: dict) -> None:
         """Inputs at their dims' smallest sizes; outputs, arena and calls made by `_rebind`."""
         dyn = self.dynamic
@@ -279,7 +287,7 @@ class GraphExecutor:
         self.use_native = self._entry is not None
         self._entry_args = None
         self._call_ns = (ctypes.c_int64 * max(1, len(plan["calls"])))()
-        self._bound: tuple | None = None  # (input shapes, buffer addresses) of the last binding
+        self._bound: tuple | None = None  # the input shapes of the binding; None: bind anew
 
     def _grown(self, key: tuple, shape: tuple, dtype: str) -> NDArray:
         """An array of `shape` over the storage kept for `key`, grown when it is too small."""
@@ -297,16 +305,16 @@ class GraphExecutor:
         shape = tuple(value.shape)
         if tuple(self.inputs[slot].shape) != shape:
             self.inputs[slot] = self._grown(("input", slot), shape, dtype)
+            self._bound = None  # a new shape or storage: the next run binds again
         self.inputs[slot].copyfrom(value)
 
     def _rebind(self) -> None:
         """Bind the dims from the inputs' shapes; lay out the arena (grown when too small, its
-        table rewritten), the outputs and the calls for them. Nothing is done when neither the
-        shapes nor the inputs' storage changed since the last run."""
-        shapes = tuple(tuple(a.shape) for a in self.inputs)
-        key = (shapes, tuple(a.data_ptr for a in self.inputs))
-        if key == self._bound:
+        table rewritten), the outputs and the calls for them. Nothing is done when no input
+        changed shape or storage since the last run (Note [per-call binding])."""
+        if self._bound is not None:
             return
+        shapes = tuple(tuple(a.shape) for a in self.inputs)
         dyn, plan = self.dynamic, self.factory.plan
         names = [name for name, _, _ in self.input_specs]
         values = dyn.bind(dict(zip(names, shapes, strict=True)))
@@ -325,7 +333,7 @@ class GraphExecutor:
         self.calls = [self._prepare(_resolve_call(c, table, values)) for c in plan["calls"]]
         if self._entry is not None:
             self._entry_args = self._native_args(self.factory)
-        self._bound = key
+        self._bound = shapes
 
     def _storage(self, kind: str, index: int, dtype: str, shape) -> NDArray:
         """The array behind an argument [kind, index] (a view into the arena for "arena")."""

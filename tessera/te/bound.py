@@ -21,7 +21,7 @@ from tessera.arith import Analyzer, IntSet
 from tessera.ir.node import Mutator, Visitor
 from tessera.te.schedule import AttachType, FuseRelation, Schedule, SplitRelation, Stage
 from tessera.te.tensor import ComputeOp, ProducerLoad
-from tessera.tir.expr import Expr, IntImm, IterVar, Range, convert
+from tessera.tir.expr import Expr, IntImm, IterVar, Max, Min, Range, convert
 from tessera.tir.stmt_functor import substitute
 
 
@@ -224,9 +224,45 @@ def _attached_region(stage, sch, bounds: BoundInfo, an: Analyzer) -> list[Range]
             region.append(stage.op.axis[d].dom)
             continue
         lo = an.simplify(s.min_value)
-        extent = an.simplify(s.max_value - s.min_value + 1)
-        region.append(Range(lo, _const_upper_bound(extent, ranges, an)))
+        extent = _const_upper_bound(an.simplify(s.max_value - s.min_value + 1), ranges, an)
+        if not isinstance(extent, IntImm):  # Note [symbolic regions]
+            lo, extent = _within(s.min_value, s.max_value, lo, extent, stage.op.axis[d].dom, an)
+        region.append(Range(lo, extent))
     return region
+
+
+# Note [symbolic regions]
+# The union of a stage's reads over-approximates what a reader under a guard reads: softmax's
+# exp row, read by the output's vector loop (ceil(n / 8) * 8 lanes, the tail guarded) and by the
+# sum's combine (`max(j - 32, 0) + floordiv(n, 32) * 32`), came out as
+# [min(floordiv(n, 32) * 32, 0), max(floordiv(n + 7, 8) * 8 - 1, ...)]: a loop whose extent
+# partition_loop cannot split at the vector width, so every element of the exp row ran as
+# guarded scalar code with a libm exp. No reader may read a stage outside its own shape, so a
+# region of symbolic extent whose ends provably reach past the stage's domain is cut to the
+# domain (here [0, n)). A region of constant extent (a register tile computed whole, Note
+# [clamped tails] in te/lower.py) is left as it is: its tail rows are computed on purpose.
+
+
+def _within(lo_set, hi_set, lo, extent, dom: Range, an: Analyzer) -> tuple[Expr, Expr]:
+    """(lo, extent), each end cut to `dom` where it provably reaches past it."""
+    cut_lo = _proves(an, lo_set, dom.min, at_least=False)
+    cut_hi = _proves(an, hi_set, dom.min + dom.extent - 1, at_least=True)
+    if not (cut_lo or cut_hi):
+        return lo, extent
+    new_lo = dom.min if cut_lo else lo
+    end = dom.min + dom.extent if cut_hi else lo + extent
+    return an.simplify(new_lo), an.simplify(end - new_lo)
+
+
+def _proves(an: Analyzer, e: Expr, bound: Expr, at_least: bool) -> bool:
+    """Whether e >= bound (at_least) or e <= bound provably; through max and min, whose one
+    arm (max, for >=; min, for <=) or both arms decide it."""
+    if an.can_prove(e >= bound if at_least else e <= bound):
+        return True
+    if isinstance(e, Max | Min):
+        arms = (_proves(an, e.a, bound, at_least), _proves(an, e.b, bound, at_least))
+        return any(arms) if isinstance(e, Max) == at_least else all(arms)
+    return False
 
 
 def _shared_thread_loops(stage: Stage, parent: Stage, pos: int) -> list:

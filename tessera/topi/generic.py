@@ -14,6 +14,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.ir.dtype import DType
 from tessera.tir.expr import IntImm
+from tessera.topi.symbolic import representative
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective")
 
@@ -85,10 +86,34 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
     for iv in axes:
         total *= const_extent(iv) or 1 << 20
     if total >= _MIN_PARALLEL_WORK and len(outer_axes) > 1:
-        fused = stage.fuse(*outer_axes[:-1]) if len(outer_axes) > 2 else outer_axes[0]
+        par = _parallel_axes(outer_axes[:-1])
+        fused = stage.fuse(*par) if len(par) > 1 else par[0]
         stage.parallel(fused)
     elif total >= _MIN_PARALLEL_WORK and outer_axes:
         stage.parallel(outer_axes[0])
+
+
+# Note [symbolic fuse]
+# The outer axes of an element-wise stage are fused into one parallel loop, whose index is cut
+# back into the axes by a division per axis: by a constant that is a multiply and a shift, by a
+# symbolic extent a hardware division (~25 cycles) per iteration. Heads split off a
+# (batch, seq, 64) tensor as (batch, 4, seq, 16) fused over (batch, 4, seq) paid two divisions
+# by seq for 16 copied floats: 3-6x a kernel specialized to the sizes. So the fused prefix
+# stops before a symbolic axis once it holds PARALLEL_ITERATIONS iterations (at the
+# representative sizes, topi/symbolic.py): the axes after it run as serial loops inside.
+PARALLEL_ITERATIONS = 256
+
+
+def _parallel_axes(axes: list) -> list:
+    """The leading axes of `axes` fused into the parallel loop (Note [symbolic fuse])."""
+    out, work = [], 1
+    for iv in axes:
+        extent = const_extent(iv)
+        if out and extent is None and work >= PARALLEL_ITERATIONS:
+            break
+        out.append(iv)
+        work *= extent if extent is not None else representative(iv.dom.extent)
+    return out
 
 
 def schedule_injective(outs, target=None) -> te.Schedule:

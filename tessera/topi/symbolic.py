@@ -175,19 +175,23 @@ BUCKET_RATIO = RuleKnob(
 )  # fmt: skip
 
 
-def dispatch_by_size(shape_vars, build, top=None):
+def dispatch_by_size(shape_vars, build, top=None, size=None):
     """A te.SizeDispatch of `build()`'s schedules over size buckets of the one var in
     `shape_vars` (Note [size buckets]), or build()'s schedule alone (no var, several vars, or
     one bucket). `build()` -> (schedule, key): the schedule by the rules at the current sizes
     and what identifies it (its knobs); `top()`: the same for the top bucket (a config's
-    tile), else build()."""
+    tile), else build(). `size`: the product of several vars that alone sizes the tiles (a
+    dense's rows, batch * seq), bucketed in their place (Note [product buckets])."""
     from tessera.te.schedule import SizeDispatch
 
     default, key = (top or build)()
-    if len(shape_vars) != 1:
+    if len(shape_vars) != 1 and size is None:
         return default
-    (v,) = shape_vars
-    top = hint(v.name)
+    if not shape_vars:
+        return default
+    v = shape_vars[0]
+    rest = {u.name: 1 for u in shape_vars[1:]}
+    top = hint(v.name) if size is None else min(representative(size), UNKNOWN_SIZE)
     regions = [(top, default, key)]  # (lower end, schedule, key), from the top down
     reps, ratio = [], BUCKET_RATIO.value()
     rep = 1
@@ -195,7 +199,7 @@ def dispatch_by_size(shape_vars, build, top=None):
         reps.append(rep)
         rep *= ratio
     for rep in reversed(reps):
-        with sizes({v.name: rep}):
+        with sizes({v.name: rep, **rest}):
             s, k = build()
         if k == regions[-1][2]:
             regions[-1] = (rep, regions[-1][1], k)
@@ -205,7 +209,16 @@ def dispatch_by_size(shape_vars, build, top=None):
     if len(regions) == 1:
         return default
     cases = [(regions[i + 1][0], regions[i][1]) for i in range(len(regions) - 1)]
-    return SizeDispatch(v, cases, regions[-1][1])
+    return SizeDispatch(v if size is None else size, cases, regions[-1][1])
+
+
+# Note [product buckets]
+# A dense over (batch, seq, 64) has batch * seq rows: two vars, one size. Its buckets are
+# those of the product: bucket r is scheduled with the first var at r and the others at 1 (so
+# the rules see r rows), and the kernel dispatches on batch * seq at run time. The buckets
+# stop at UNKNOWN_SIZE (two unbounded vars would represent a million rows); above it the
+# top schedule runs. 16 rows of an encoder at batch 1 ran a 6-row tile three times (1.25x the
+# kernel specialized to 16 rows) before.
 
 
 def shape_vars(*shapes) -> list:

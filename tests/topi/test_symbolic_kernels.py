@@ -103,6 +103,28 @@ def test_packed_dense_with_symbolic_leading_dims():
     check_sizes("nn.dense_packed", lambda n: [(2, n, 24), (3, 24, 16)], attrs, atol=1e-3)
 
 
+def test_packed_dense_buckets_the_product_of_two_dims():
+    """Rows = batch * seq, two vars: one kernel dispatching on their product (Note [product
+    buckets] in topi/symbolic.py), right at every (batch, seq)."""
+    b, q = te.var("b"), te.var("q")
+    attrs = {"units": 40}
+    shapes = lambda b, q: [(b, q, 24), (3, 24, 16)]  # noqa: E731
+    op = get_op("nn.dense_packed")
+    args = [te.placeholder(s, "float32", name=f"in{k}") for k, s in enumerate(shapes(b, q))]
+    (y,) = (op.rules["compute"](*args, **attrs),)
+    with HOST, symbolic.sizes(b=4, q=8):
+        s = schedule_for(op, [y])
+    assert isinstance(s, te.SizeDispatch) and "b" in str(s.size) and "q" in str(s.size)
+    func = te.lower(s, [*args, y], name="kernel")
+    kernel = tessera.build(IRModule({"kernel": func}), target=HOST)["kernel"]
+    for sizes in ((1, 1), (1, 3), (2, 5), (3, 7), (5, 13)):
+        inputs = [RNG.standard_normal(sh).astype("float32") for sh in shapes(*sizes)]
+        (expected,) = op.evaluate(inputs, attrs)
+        got = np.full(expected.shape, np.nan, "float32")
+        kernel(*inputs, got)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3, err_msg=str(sizes))
+
+
 def test_batch_matmul_symbolic_batch_rows_columns_and_k():
     check_sizes("nn.batch_matmul", lambda n: [(n, 5, 8), (n, 6, 8)], {"transpose_b": True})
     # attention: seq in rows and columns (q @ k.T), then in k (p @ v)

@@ -17,7 +17,9 @@ inside each part are examined for the guards left (a 2-D split peels its rows, t
 in a one-iteration tail such as the last 8 of 40 columns tiled by 16, the inner guard `j < 8`
 becomes constant and splits the inner loop into constant extents). Inside a peeled part, and
 for a VECTORIZED or UNROLLED loop, a loop is only partitioned into constant extents; a
-THREAD_BINDING loop never is. Symbolic shape variables are assumed non-negative.
+THREAD_BINDING loop never is, except that a SERIAL loop whose guards bound its var exactly is
+cut to its main part, symbolic extent and all (Note [exact serial tails]). Symbolic shape
+variables are assumed non-negative.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from dataclasses import dataclass, replace
 
 from tessera.arith import Analyzer
 from tessera.ir.node import Mutator
-from tessera.tir.expr import GE, GT, LE, LT, And, Call, Expr, IntImm, Range, Var
+from tessera.ir.structural_equal import structural_equal
+from tessera.tir.expr import GE, GT, LE, LT, And, Call, Expr, IntImm, Min, Range, Var
 from tessera.tir.function import PrimFunc
 from tessera.tir.op import likely
 from tessera.tir.op import max as tmax
@@ -84,11 +87,14 @@ class _Partition(Mutator):
         v = loop.loop_var
         guards = _collect_guards(loop.body, v)
         lo, hi = None, None
+        exact = bool(guards)  # Note [exact serial tails]
         for g in guards:
             for k, c in enumerate(g.conjuncts):
                 interval = _true_interval(self.an, c, v, g.domains) if g.usable[k] else None
                 if interval is None:
+                    exact = False
                     continue
+                exact = exact and _exact(self.an, c, v, g.domains)
                 g.proven[k] = True
                 if interval[0] is not None:
                     lo = interval[0] if lo is None else tmax(lo, interval[0])
@@ -96,9 +102,9 @@ class _Partition(Mutator):
                     hi = interval[1] if hi is None else tmin(hi, interval[1])
         if not any(any(g.proven) for g in guards):
             return None
-        return self._split(loop, guards, lo, hi)
+        return self._split(loop, guards, lo, hi, exact and _only_guarded(loop.body, guards))
 
-    def _split(self, loop: For, guards, lo, hi):
+    def _split(self, loop: For, guards, lo, hi, exact: bool = False):
         an, begin = self.an, loop.min
         end = an.simplify(loop.min + loop.extent)
         main_lo = begin if lo is None else an.simplify(tmin(tmax(lo, begin), end))
@@ -106,14 +112,21 @@ class _Partition(Mutator):
         extents = [an.simplify(e) for e in (main_lo - begin, main_hi - main_lo, end - main_hi)]
         if an.can_prove(extents[1] <= 0):
             return None  # the guards never hold for a whole inner iteration: nothing to gain
-        if self.constant_only or loop.kind in (ForKind.VECTORIZED, ForKind.UNROLLED):
-            if not all(isinstance(e, IntImm) for e in extents):
+        symbolic = not all(isinstance(e, IntImm) for e in extents)
+        tight = exact and symbolic and loop.kind is ForKind.SERIAL  # Note [exact serial tails]
+        if (self.constant_only and not tight) or loop.kind in (
+            ForKind.VECTORIZED,
+            ForKind.UNROLLED,
+        ):
+            if symbolic:
                 return None  # symbolic extents could not be vectorized or unrolled anyway
         main_body = _DropProven(guards).visit(loop.body)
         an.bind(loop.loop_var, Range(main_lo, extents[1]))
         main_body = self.visit(main_body)
         an.unbind(loop.loop_var)
         main = replace(loop, min=main_lo, extent=extents[1], body=main_body)
+        if tight:  # the iterations outside the main part run no statement
+            return main
         pre = self._peeled(loop, begin, extents[0])
         post = self._peeled(loop, main_hi, extents[2])
         return seq(pre, main, post)
@@ -132,6 +145,47 @@ class _Partition(Mutator):
         self.an.unbind(var)
         self.constant_only = saved
         return replace(loop, loop_var=var, min=start, extent=extent, body=body)
+
+
+# Note [exact serial tails]
+# A tail peeled off a split of a symbolic extent keeps its guards: the K tail of a matrix
+# product over a symbolic K (attention's p @ v, K = seq) is `for (ki, 0, 256) { if
+# (likely(ko*256 + ki < seq)) acc += ... }`, and with seq below 256 every step of the product
+# ran there, a compare and branch per multiply-add (4.6x a specialized kernel at seq 16).
+# When every statement of a SERIAL loop's body sits under guards all of whose conjuncts bound
+# the loop var alone (coefficient +-1, nothing else of the loops inside), the guards hold
+# exactly on the main part and fail everywhere else: where the split has symbolic extents, the
+# loop becomes its main part, with a symbolic extent (`max(min(seq - ko*256, 256), 0)`), and
+# no guard, also inside a peeled part (a static split keeps its constant-extent parts).
+
+
+def _exact(an: Analyzer, cond, v: Var, doms: dict) -> bool:
+    """Whether `cond`, affine in v with coefficient +-1, depends on no var of doms: it then
+    holds exactly on its interval (`_true_interval`), not only there."""
+    if _uses_any(cond, {id(x) for x in doms}):
+        return False
+    a, b = cond.a, cond.b
+    e = an.simplify(a - b)
+    rest = an.simplify(substitute(e, {v: IntImm(0, v.dtype)}))
+    coef = an.simplify(substitute(e, {v: IntImm(1, v.dtype)}) - rest)
+    return isinstance(coef, IntImm) and abs(coef.value) == 1
+
+
+def _only_guarded(body, guards) -> bool:
+    """Whether every statement of body is inside one of `guards` without an else branch
+    (loops, lets and allocations around them aside)."""
+    ids = {id(g.stmt) for g in guards if g.stmt.else_case is None}
+
+    def inside(s) -> bool:
+        if id(s) in ids:
+            return True
+        if isinstance(s, SeqStmt):
+            return all(inside(x) for x in s.seq)
+        if isinstance(s, For | LetStmt | Allocate | AttrStmt):
+            return inside(s.body)
+        return False
+
+    return inside(body)
 
 
 def _is_zero(e) -> bool:
@@ -219,9 +273,30 @@ class _DropProven(Mutator):
                 return node
             return IfThenElse(node.condition, then_case, else_case)
         left = [c for c, p in zip(g.conjuncts, g.proven, strict=True) if not p]
+        held = [c for c, p in zip(g.conjuncts, g.proven, strict=True) if p]
+        then_case = _DropClamps(held).visit(then_case)
         if not left:
             return then_case
         cond = left[0]
         for c in left[1:]:
             cond = And(cond, c)
         return IfThenElse(likely(cond), then_case, else_case)
+
+
+class _DropClamps(Mutator):
+    """Note [clamps under a guard]: a register tile computed whole over a symbolic extent
+    clamps its reads (`min(k, n - 1)`, Note [clamped tails] in te/lower.py) under the guard
+    `k < n`; where partition_loop proves the guard, the clamp is the index itself, so it
+    goes with the guard (a min per load in the K loop of attention's p @ v otherwise)."""
+
+    def __init__(self, conds):
+        self.bounds = [(c.a, c.b) for c in conds if isinstance(c, LT) and c.a.dtype.is_integer]
+        self.an = Analyzer()
+
+    def visit_Min(self, node: Min):
+        node = self.generic_visit(node)
+        for a, b in self.bounds:
+            for x, y in ((node.a, node.b), (node.b, node.a)):
+                if structural_equal(x, a, map_free_vars=False) and self.an.can_prove(y == b - 1):
+                    return x
+        return node

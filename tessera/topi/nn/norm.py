@@ -26,7 +26,7 @@ from tessera.topi.nn.softmax import (
     row_split,
     row_stage,
 )
-from tessera.topi.symbolic import product, representative
+from tessera.topi.symbolic import product
 
 
 def _acc(dtype: DType) -> DType:
@@ -96,7 +96,7 @@ def _layer_norm_last(x, epsilon, scale_shift) -> te.Tensor:
         d = te.cast(x(*i), acc) - te.cast(x(*i[:-1], 0), acc)
         return d, d * d
 
-    split = row_split(representative(n), acc)
+    split = row_split(n, acc)
     total, squares = lane_split_reduce(shifted, lead, n, _sums, "layer_norm_moments", split)
     count = float(n) if isinstance(n, int) else te.cast(n, acc)
 

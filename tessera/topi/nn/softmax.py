@@ -37,7 +37,6 @@ from tessera import te
 from tessera.target import Target
 from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import compute_config
-from tessera.topi.symbolic import representative
 
 
 def _normalize_axis(axis: int, ndim: int, op: str) -> int:
@@ -101,16 +100,29 @@ def row_accumulators(n: int, lanes: int) -> int:
     return max(1, min(ROW_ACCUMULATORS.value(), n // (lanes * LONG_ROW_STEPS.value())))
 
 
-def default_split(n: int, lanes: int) -> int:
-    """The rule's split of a row of n elements into vectors of `lanes` (Note [lane split])."""
+def default_split(n, lanes: int) -> int:
+    """The rule's split of a row of n elements into vectors of `lanes` (Note [lane split]);
+    a symbolic n (an expression or a graph dim's text) gets one vector (Note [symbolic row
+    split])."""
+    if not isinstance(n, int):
+        return lanes
     return lanes * row_accumulators(n, lanes)
 
 
-def row_split(n: int, dtype) -> int:
-    """The lanes a row reduction of n elements is split into (Note [lane split]): the group's
-    config (knob `split` of the x86 "rows" strategy), else `default_split` over the vectors of
-    the current target (lowering makes the group's target current; ROW_LANES where no CPU
-    target is)."""
+# Note [symbolic row split]
+# Over a symbolic row length (attention's softmax over seq) the split is one vector, whatever
+# the representative size: the combine reduces split + n % split elements serially per row,
+# so a split chosen for a long row (2 or 4 vectors at the representative 1024) costs every
+# short row that many serial steps: softmax over (12, n, n) ran 2.7-3.8x slower than a kernel
+# specialized to n = 1-16. One vector gives up at most the accumulators' gain on long rows
+# (15% at 32768, Note [lane split]), which attention's rows do not reach.
+
+
+def row_split(n, dtype) -> int:
+    """The lanes a row reduction of n elements (an int, or a symbolic length) is split into
+    (Note [lane split]): the group's config (knob `split` of the x86 "rows" strategy), else
+    `default_split` over the vectors of the current target (lowering makes the group's target
+    current; ROW_LANES where no CPU target is)."""
     config = compute_config()
     if config is not None and "split" in config:
         return config["split"]
@@ -138,7 +150,9 @@ def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):
         attrs=attrs,
     )
     parts = part if isinstance(part, tuple) else (part,)
-    j = te.reduce_axis((0, split + (te.floormod(n, split) if tail is None else tail)), name="j")
+    if tail is None:
+        return _symbolic_combine(value, lead, n, reducer, name, split, parts, attrs)
+    j = te.reduce_axis((0, split + tail), name="j")
 
     def combine(*r):
         if tail == 0:
@@ -154,6 +168,39 @@ def lane_split_reduce(value, lead, n: int, reducer, name: str, split: int):
     return te.compute(lead, combine, name=name, tag="row_combine", attrs=attrs)
 
 
+# Note [symbolic combine]
+# Over a static row the combine is one reduction over the split lanes and the n % split tail
+# (a select picks which). Over a symbolic row that loop has a symbolic extent, so every row
+# ran split + n % split serial steps, each with a select and a dependent combine (2x the
+# specialized kernel's time for 16-element rows). So it is two stages: the lanes reduced over
+# their constant extent (`<name>_lanes`: a loop the code generator unrolls into a tree), then
+# the tail reduced onto them (the row, with the lanes as its `init`): no select, and the tail's
+# loop is empty when the split divides n.
+
+
+def _symbolic_combine(value, lead, n, reducer, name: str, split: int, parts, attrs):
+    """The row of `lane_split_reduce` over a symbolic n (Note [symbolic combine])."""
+    j = te.reduce_axis((0, split), name="j")
+
+    def lanes_of(*r):
+        picked = tuple(p(*r, j) for p in parts)
+        return reducer(picked if len(parts) > 1 else picked[0], axis=j)
+
+    lanes = te.compute(lead, lanes_of, name=f"{name}_lanes", tag="row_lanes", attrs=attrs)
+    lanes = lanes if isinstance(lanes, tuple) else (lanes,)
+    steps = te.floordiv(n, split)
+    t = te.reduce_axis((0, te.floormod(n, split)), name="t")
+
+    def combine(*r):
+        rest = value(*r, steps * split + t)
+        init = tuple(lane(*r) for lane in lanes)
+        if len(parts) > 1:
+            return reducer(tuple(rest), axis=t, init=init)
+        return reducer(rest[0] if isinstance(rest, tuple) else rest, axis=t, init=init[0])
+
+    return te.compute(lead, combine, name=name, tag="row_combine", attrs=attrs)
+
+
 def row_stage(shape, fcompute, name: str):
     """A stage a row's stages share (Note [lane split]): inlined by generic schedules."""
     return te.compute(shape, fcompute, name=name, tag="elemwise", attrs={"row_stage": True})
@@ -165,7 +212,7 @@ _row_max = te.comm_reducer(te.max, _lowest_finite, name="row_max")
 def _softmax_last(x: te.Tensor, log: bool) -> te.Tensor:
     op = "log_softmax" if log else "softmax"
     lead, n = list(x.shape[:-1]), row_length(x.shape[-1])
-    split = row_split(representative(n), x.dtype)
+    split = row_split(n, x.dtype)
     row_max = lane_split_reduce(lambda *i: x(*i), lead, n, _row_max, f"{op}_max", split)
     if log:  # the output needs no exp: the sum computes its own
         exp = lambda *i: te.exp(x(*i) - row_max(*i[:-1]))  # noqa: E731

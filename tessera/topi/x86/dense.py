@@ -392,10 +392,12 @@ def schedule_dense_packed(outs, target=None, config=None) -> te.Schedule:
         return _packed_and_key(outs, target, config)[0]  # one tile
     # symbolic rows: the rules' tiles per size bucket, a config's for the top one
     # (Note [size buckets] in topi/symbolic.py)
+    rows = list(anchor.shape[:-1])
     return dispatch_by_size(
         shape_vars(anchor.shape),
         lambda: _packed_and_key(outs, target, None),
         None if config is None else lambda: _packed_and_key(outs, target, config),
+        size=product(rows) if len(shape_vars(rows)) > 1 else None,
     )
 
 

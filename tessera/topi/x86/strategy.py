@@ -43,7 +43,7 @@ from tessera.topi.nn.norm import _acc as _norm_acc
 from tessera.topi.nn.softmax import default_split
 from tessera.topi.rules import RuleKnob
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Workload, register_strategy
-from tessera.topi.symbolic import representative_shape
+from tessera.topi.symbolic import is_static, representative_shape
 from tessera.topi.x86 import (
     int8_strategy,  # noqa: F401  (qnn.conv2d's strategy)
     ops,  # noqa: F401  (registers the x86 ops and schedules)
@@ -622,6 +622,7 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     axis = wl.attr("axis", -1)
     if not xs or axis not in (-1, len(xs) - 1):
         return None
+    row = xs[-1]  # symbolic: one vector (Note [symbolic row split])
     xs = representative_shape(xs)  # symbolic dims: topi/symbolic.py
     stack = stack_bytes_rule(target)
     sizes = tuple(sorted({0, 4 << 10, 16 << 10, 64 << 10, 256 << 10, stack}))
@@ -630,7 +631,7 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
     # lowering computes it (the group's target is current there)
     n, dtype = xs[-1], str(_norm_acc(xd)) if wl.op == "nn.layer_norm" else xd
     lanes = max(1, target.vector_lanes(dtype))
-    default = default_split(n, lanes)
+    default = default_split(n if is_static(row) else row, lanes)
     splits = sorted({a * lanes for a in (1, 2, 4, 8) if a * lanes <= max(n, lanes)} | {default})
     knobs = [
         Knob("stack_bytes", sizes, default=stack),

@@ -29,8 +29,11 @@ def test_symbolic_split_peels_tail():
     )
     io1, ii1 = tir.Var("io"), tir.Var("ii")  # the tail binds fresh variables
     idx1 = io1 * 16 + ii1
-    tail = tir.IfThenElse(tir.likely(idx1 < n), tir.BufferStore(B, A[idx1] * 2.0, (idx1,)))
-    expected_tail = tir.For(io1, n // 16, (n + 15) // 16 - n // 16, S, tir.For(ii1, 0, 16, S, tail))
+    # the tail's serial inner loop runs exactly its live iterations (Note [exact serial tails])
+    tail = tir.BufferStore(B, A[idx1] * 2.0, (idx1,))
+    expected_tail = tir.For(
+        io1, n // 16, (n + 15) // 16 - n // 16, S, tir.For(ii1, 0, n - io1 * 16, S, tail)
+    )
     assert_structural_equal(g.body.seq[0], main)
     assert isinstance(g.body, tir.SeqStmt) and len(g.body.seq) == 2
     assert_structural_equal(g.body.seq[1], expected_tail)
@@ -127,3 +130,46 @@ def test_one_iteration_tail_splits_inner_loop_into_constant_extents():
     lanes = {r.lanes for r in collect(h.body, lambda x: isinstance(x, tir.Ramp))}
     assert lanes == {8, 16}
     assert_same_results(f, h)
+
+
+def test_exact_serial_tail_only_where_the_guard_is_exact():
+    """A tail's guard that an else branch follows, or that depends on a loop inside, keeps the
+    tail loop whole (Note [exact serial tails]); all of them agree with the unpartitioned
+    loops at every size."""
+    n = tir.Var("n")
+    A, B = tir.decl_buffer((n,), "float32", "A"), tir.decl_buffer((n,), "float32", "B")
+    io, ii, jj = tir.Var("io"), tir.Var("ii"), tir.Var("jj")
+    idx = io * 16 + ii
+    store = tir.BufferStore(B, A[idx] * 2.0, (idx,))
+    other = tir.BufferStore(B, A[0], (0,))
+    bodies = {
+        "else": tir.IfThenElse(tir.likely(idx < n), store, other),
+        "inner": tir.For(jj, 0, 2, S, tir.IfThenElse(tir.likely(idx + jj < n), store)),
+    }
+    for name, body in bodies.items():
+        loop = tir.For(io, 0, (n + 15) // 16, S, tir.For(ii, 0, 16, S, body))
+        f = tir.PrimFunc(name, (A, B), loop)
+        g = partition_loop(f)
+        loops = collect(g.body, lambda x: isinstance(x, tir.For))
+        tails = [lp for lp in loops if lp.loop_var.name == "ii"]
+        assert all(isinstance(lp.extent, tir.IntImm) for lp in tails), name
+        for value in (1, 15, 16, 17, 50):
+            assert_same_results(f, g, {"n": value})
+
+
+def test_clamp_under_a_proven_guard_goes_with_it():
+    """A read clamped into bounds (`min(k, n - 1)`, a tile computed whole) under the guard
+    `k < n` reads k where the guard is proven (Note [clamps under a guard])."""
+    n = tir.Var("n")
+    A = tir.decl_buffer((n,), "float32", "A")
+    B = tir.decl_buffer((n,), "float32", "B")
+    io, ii = tir.Var("io"), tir.Var("ii")
+    idx = io * 16 + ii
+    clamped = A[tir.min(idx, n - 1)] * 2.0
+    guarded = tir.IfThenElse(tir.likely(idx < n), tir.BufferStore(B, clamped, (idx,)))
+    body = tir.For(io, 0, (n + 15) // 16, S, tir.For(ii, 0, 16, S, guarded))
+    f = tir.PrimFunc("f", (A, B), body)
+    g = partition_loop(f)
+    assert not collect(g.body, lambda x: isinstance(x, tir.Min))
+    for value in (1, 15, 16, 17, 50):
+        assert_same_results(f, g, {"n": value})
