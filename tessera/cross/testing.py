@@ -82,16 +82,17 @@ def missing_tools(target: str) -> list[str]:
     return [tool for tool in tools if shutil.which(tool) is None]
 
 
-def check_under_qemu(model, feeds, target_name, folder, rtol=1e-4):
+def check_under_qemu(model, feeds, target_name, folder, rtol=1e-4, reference=None):
     """Build an ONNX model for one of ARM_TARGETS, export it into `folder`, run it under QEMU
-    and compare with ONNX Runtime relative to each output's scale; the library's path."""
+    and compare with ONNX Runtime (or `reference(model, feeds)`) relative to each output's
+    scale; the library's path."""
     import tessera
     from tessera.cross.qemu import run_under_qemu
     from tessera.frontend import from_onnx
     from tessera.frontend.testing import run_ort
 
     target, cpu = ARM_TARGETS[target_name]
-    expected = run_ort(model, feeds)
+    expected = (reference or run_ort)(model, feeds)
     mod, params = from_onnx(model)
     lib = tessera.build(mod, target=target, params=params)
     path = lib.export_library(folder / f"{target_name}.so")

@@ -43,6 +43,29 @@ def run_ort(model, feeds):
     return sess.run(None, feeds)
 
 
+def ort_u8s8_is_exact() -> bool:
+    """Whether ONNX Runtime's uint8 x int8 products are exact on this host. On x86 without VNNI
+    (AVX512-VNNI or AVX-VNNI) its kernels add the products in pairs with vpmaddubsw, which
+    saturates at 16 bits: full-range operands then differ from the ONNX definition."""
+    import platform
+
+    from tessera.target import Target
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return True
+    return bool({"avx512vnni", "avxvnni"} & set(Target("llvm").features))
+
+
+def run_int8_reference(model, feeds):
+    """The exact answer for a model of integer products (QLinearConv, MatMulInteger, ...):
+    ONNX Runtime where that is exact here (`ort_u8s8_is_exact`), else onnx.reference."""
+    if ort_u8s8_is_exact():
+        return run_ort(model, feeds)
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
 def check_model(model, feeds, rtol=1e-4, atol=1e-5, shape_dict=None):
     """Compare tessera (interpreter) with ONNX Runtime; returns the converted function."""
     expected = run_ort(model, feeds)

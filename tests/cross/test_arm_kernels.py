@@ -24,7 +24,7 @@ from tessera.cross.testing import (
     tessera_kernel_count,
 )
 from tessera.frontend import from_onnx
-from tessera.frontend.testing import make_model, run_ort
+from tessera.frontend.testing import make_model, run_int8_reference, run_ort
 from tessera.topi.strategy import Config
 
 
@@ -174,7 +174,7 @@ def int8_model(seed=0):
 def test_int8_matches_ort_bit_for_bit_under_qemu(target_name, tmp_path):
     require_toolchain(target_name)
     model, feeds = int8_model()
-    check_under_qemu(model, feeds, target_name, tmp_path, rtol=0)
+    check_under_qemu(model, feeds, target_name, tmp_path, rtol=0, reference=run_int8_reference)
 
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
@@ -203,7 +203,7 @@ def test_int8_dot_instructions_match_ort(cpu, tmp_path):
     for name in DOTS:
         assert (f"aarch64.{name}." in ll) == (name == INT8_CPUS[cpu]), name
     got = run_under_qemu(lib.export_library(tmp_path / "int8.so"), feeds, cpu="max")
-    for g, e in zip(got, run_ort(model, feeds), strict=True):
+    for g, e in zip(got, run_int8_reference(model, feeds), strict=True):
         np.testing.assert_array_equal(g, e)
 
 
