@@ -9,9 +9,9 @@ batch), the dynamic build is compiled once; at each of five sizes a build specia
 size (shape_dict with the sizes) is compiled, the three agree with each other, then the dynamic
 build, the specialized build and ORT run the same inputs in turns (`measure_in_blocks`). The
 table gives medians, dynamic / specialized (the issue's bar: at most 1.2) and dynamic / ORT,
-and the load (`uptime`) before and after; then the compile time of each model's
-dynamic build and the median of its specialized builds (the cost of the symbolic kernels' size
-buckets and clamped tails). A measurement, not a test: nothing asserts a time.
+and the load (`uptime`) before and after; then the compile time of each model's dynamic build
+and the median of its specialized builds, the compile cache off (the cost of the symbolic
+kernels' size buckets and clamped tails). A measurement, not a test: nothing asserts a time.
 """
 
 from __future__ import annotations
@@ -67,10 +67,13 @@ def main(argv=None) -> int:
     from tessera.cli.bench import measure_in_blocks
     from tessera.frontend import from_onnx
     from tessera.runtime import GraphModule
+    from tessera.transform.pass_context import PassContext
 
     def build(model, shapes):
         mod, params = from_onnx(model, shapes)
-        return GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+        with PassContext(config={"codegen.cache": False}):  # compile times without the cache
+            lib = tessera.build(mod, target="llvm", params=params)
+        return GraphModule(lib["default"]())
 
     wanted = set(args.models.split(","))
     print(f"load before: {os.getloadavg()}")
