@@ -10,7 +10,9 @@ batch), the dynamic build is compiled once; at each of five sizes a build specia
 size (shape_dict with the sizes) is compiled, the three agree with each other, then the dynamic
 build, the specialized build and ORT run the same inputs in turns (`measure_in_blocks`). The
 table gives medians, dynamic / specialized (the issue's bar: at most 1.2) and dynamic / ORT,
-and the load (`uptime`) before and after. A measurement, not a test: nothing asserts a time.
+and the load (`uptime`) before and after; then the compile time of each model's dynamic build
+and the median of its specialized builds, the compile cache off (the cost of the symbolic
+kernels' size buckets and clamped tails). A measurement, not a test: nothing asserts a time.
 
 `--profile R` adds, per size, the kernels of the two builds side by side (`GraphModule.profile`,
 R rounds in turns, medians; calls matched by their source nodes) and marks each kernel more
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -86,24 +89,32 @@ def main(argv=None) -> int:
     from tessera.cli.bench import measure_in_blocks
     from tessera.frontend import from_onnx
     from tessera.runtime import GraphModule
+    from tessera.transform.pass_context import PassContext
 
     def build(model, shapes):
         mod, params = from_onnx(model, shapes)
-        return GraphModule(tessera.build(mod, target="llvm", params=params)["default"]())
+        with PassContext(config={"codegen.cache": False}):  # compile times without the cache
+            lib = tessera.build(mod, target="llvm", params=params)
+        return GraphModule(lib["default"]())
 
     wanted = set(args.models.split(","))
     print(f"load before: {os.getloadavg()}")
     print("| model | size | dynamic ms | specialized ms | ORT ms | dyn / spec | dyn / ORT |")
     print("|---|---|---|---|---|---|---|")
+    compiles = []
     for name, model, shapes, sizes in _cases():
         if name not in wanted:
             continue
+        start = time.perf_counter()
         dynamic = build(model, shapes)
+        compile_dynamic, compile_special = time.perf_counter() - start, []
         so = ort.SessionOptions()
         so.intra_op_num_threads = args.threads
         sess = ort.InferenceSession(model.SerializeToString(), so)
         for label, feeds in sizes:
+            start = time.perf_counter()
             special = build(model, {k: v.shape for k, v in feeds.items()})
+            compile_special.append(time.perf_counter() - start)
             want = sess.run(None, feeds)
             for got in (dynamic.run_with(feeds), special.run_with(feeds)):
                 for a, w in zip(got, want, strict=True):
@@ -125,6 +136,11 @@ def main(argv=None) -> int:
             if args.profile:
                 _profile(dynamic, special, args.profile)
             sys.stdout.flush()
+        compiles.append(
+            f"compile {name}: dynamic {compile_dynamic:.1f} s, specialized "
+            f"{float(np.median(compile_special)):.1f} s (median of {len(compile_special)})"
+        )
+    print("\n".join(compiles))
     print(f"load after: {os.getloadavg()}")
     return 0
 

@@ -99,7 +99,10 @@ def _static_channels(t: TensorType) -> bool:
 # for its layout at representative sizes (`representative_call`: its config, hence its blocks,
 # is the one for those sizes), and rewritten only when its blocked kernel lowers with the
 # symbolic dims (`lowers_symbolic`); otherwise what was emitted for it is taken back and it
-# stays in NCHW.
+# stays in NCHW. The blocked convs (direct and Winograd), pools and layout transforms take a
+# symbolic batch and sizes, dim expressions included (a width of floordiv(width, 2) after a
+# pool), so with static channels they are rewritten as a static call is; a value whose channels
+# the blocks pad is sliced back with a slice to the symbolic axes' ends.
 
 
 def _as_4d_shape(shape) -> tuple[int, ...]:

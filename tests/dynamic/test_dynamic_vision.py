@@ -31,6 +31,10 @@ def test_ocr_recognizer_any_width_matches_ort(target, ort_of):
     for width in WIDTHS:
         (probs,) = ort.check(m, {"image": _image((1, 1, 32, width), width)})
         assert probs.shape == (width // 4, 1, 37)
+    if target == "llvm":  # the blocked convs (Winograd over floordiv(width, 2)) and pools
+        kernels = " ".join(c.kernel for c in m.profile(repeat=1))
+        assert "winograd_nchwc" in kernels and "max_pool2d_nchwc" in kernels, kernels
+        assert "nn_conv2d_add" not in kernels, kernels
 
 
 def test_ocr_width_below_what_the_convs_need_is_a_clear_error():
@@ -47,6 +51,10 @@ def test_detector_any_batch_matches_ort(target, ort_of):
     for batch in BATCHES:
         boxes, scores = ort.check(m, {"images": _image((batch, 3, 64, 64), batch)})
         assert boxes.shape == (batch, 256, 4) and scores.shape == (batch, 256, 5)
+    if target == "llvm":  # the blocked convs and Winograd over the symbolic batch
+        kernels = " ".join(c.kernel for c in m.profile(repeat=1))
+        assert "winograd_nchwc" in kernels and "max_pool2d_nchwc" in kernels, kernels
+        assert "nn_conv2d_add" not in kernels, kernels
 
 
 def test_same_auto_pad_with_stride_over_a_symbolic_dim_is_refused():

@@ -11,7 +11,7 @@ import inspect
 
 import numpy as np
 
-from tessera.graph.dims import dim_bounds, dim_vars, lower_bound
+from tessera.graph.dims import dim_bounds, dim_vars, is_symbolic, lower_bound
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops import nn_ref
@@ -24,6 +24,7 @@ from tessera.graph.ops.common import (
 )
 from tessera.topi import generic
 from tessera.topi import nn as topi_nn
+from tessera.topi.nn.pooling import pool_output_size as topi_pool_output_size
 
 
 def _spatial_attrs(op, nd, strides, padding, dilation):
@@ -94,7 +95,10 @@ def _conv_transpose_type(op, nd):
 
 
 def pool_output_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode):
-    """ONNX/PyTorch pooling output size; with ceil_mode the last window must start in bounds."""
+    """ONNX/PyTorch pooling output size; with ceil_mode the last window must start in bounds.
+    A symbolic size gives the same rule as an expression (topi's pool_output_size)."""
+    if is_symbolic(size):
+        return topi_pool_output_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode)
     span = size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_begin:

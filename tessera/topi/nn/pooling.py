@@ -22,10 +22,12 @@ def pool_output_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mo
     begin pad (the same rule as the type rule of nn.*_pool)."""
     span = size + pad_begin + pad_end - ((kernel - 1) * dilation + 1)
     if not isinstance(size, int):  # a symbolic size: the same rule as an expression
-        out = (te.floordiv(span + stride - 1, stride) if ceil_mode else te.floordiv(span, stride))
         if not ceil_mode:
-            return out + 1
-        return out + 1 - te.if_then_else(out * stride >= size + pad_begin, 1, 0)
+            return te.floordiv(span, stride) + 1
+        out = te.floordiv(span + stride - 1, stride)
+        # [out * stride >= size + pad_begin] in min/max, which an executor plan evaluates
+        late = te.min(te.max(out * stride - size - pad_begin + 1, 0), 1)
+        return out + 1 - late
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_begin:
         out -= 1

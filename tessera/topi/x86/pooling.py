@@ -12,6 +12,7 @@ block innermost, so every window step is one vector operation over the block.
 from __future__ import annotations
 
 from tessera import te
+from tessera.arith import Analyzer
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.nn.pooling import _acc_dtype, _window_count, pool_output_size
@@ -197,7 +198,12 @@ COLUMN_GROUP = 8  # accumulators: at most a quarter of 32 registers, half of 16
 
 
 def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
-    return [str(d) for d in a.shape] == [str(d) for d in b.shape]
+    """Equal shapes; symbolic dims equal when the analyzer proves it (a graph's floordiv(w, 2)
+    is the pool's floordiv(w - 2, 2) + 1)."""
+    an = Analyzer()
+    return len(a.shape) == len(b.shape) and all(
+        an.can_prove_equal(x, y) for x, y in zip(a.shape, b.shape, strict=True)
+    )
 
 
 def _extent(iv) -> int:
