@@ -69,6 +69,9 @@ class TaskResult:
     trials: int = 0  # measured in this run
     failed: int = 0
     history: list = field(default_factory=list)  # (trial, best seconds so far)
+    # the context the model asks the task with: the layout it is measured in (Note
+    # [in-model layout] in measure.py)
+    context: dict = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -222,7 +225,10 @@ def tune_tasks(
     try:
         contexts = contexts or {}
         results = [
-            TaskResult(t, max(1, counts[t]), t.default(target, contexts.get(t))) for t in tasks
+            TaskResult(
+                t, max(1, counts[t]), t.default(target, contexts.get(t)), context=contexts.get(t)
+            )
+            for t in tasks
         ]
         references = {}
         for r in results:  # the defaults: baseline, reference outputs, the answer to beat
@@ -257,9 +263,14 @@ def tune_tasks(
             measurer.close()
 
 
+def _measure(measurer, r: TaskResult, config: Config, target, reference=None) -> MeasureResult:
+    """`config` of r's task measured in the layout the model gives the task (r.context)."""
+    return measurer.measure(r.task, config, target, reference, model_context=r.context)
+
+
 def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | None:
     """Measure the default (always: its outputs are the reference); record it once."""
-    res = measurer.measure(r.task, r.default, target)
+    res = _measure(measurer, r, r.default, target)
     known = db.measured(r.task, target).get(r.default)
     record = None
     if known is None:
@@ -276,7 +287,7 @@ def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | No
     r.best = r.default
     best = db.best(r.task, target)
     if best is not None and best.config != r.default:
-        again = measurer.measure(r.task, best.config, target, reference=res.outputs)
+        again = _measure(measurer, r, best.config, target, res.outputs)
         if again.ok and again.seconds < r.best_seconds:
             r.best, r.best_seconds = best.config, again.seconds
     r.history.append((r.trials, r.best_seconds))
@@ -296,7 +307,7 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
     for _ in range(rounds):
         for config in (r.default, r.best):
             ref = None if config == r.default else reference
-            res = measurer.measure(r.task, config, target, reference=ref)
+            res = _measure(measurer, r, config, target, ref)
             if not res.ok:
                 times[config].append(float("inf"))
                 continue
@@ -325,7 +336,9 @@ def _search(
     r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder=None
 ) -> None:
     measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
-    features = None if builder is None else (lambda cs: builder.features(r.task, cs, target))
+    features = None
+    if builder is not None:
+        features = lambda cs: builder.features(r.task, cs, target, r.context)  # noqa: E731
     search = EvolutionarySearch(
         r.task,
         target,
@@ -344,11 +357,11 @@ def _search(
         if not configs:
             log.info("%s: no new config to try (%d measured)", r.task, len(measured))
             return
-        built = builder.build(r.task, configs, target) if builder else [(None, None)] * n
+        built = builder.build(r.task, configs, target, r.context) if builder else [(None,) * 2] * n
         for config, (feats, _) in zip(configs, built, strict=True):
             # the measurement worker builds again: a hit in the compile cache the build pool
             # filled; a config the pool could not build fails there too, and is recorded
-            res: MeasureResult = measurer.measure(r.task, config, target, reference=reference)
+            res: MeasureResult = _measure(measurer, r, config, target, reference)
             record = Record.of(r.task, target, config, res.seconds, res.error, feats)
             db.append(record)
             measured[config] = res.seconds

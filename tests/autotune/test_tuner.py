@@ -157,7 +157,7 @@ class ScriptedMeasurer:
     def __init__(self):
         self.seen = set()
 
-    def measure(self, task, config, target, reference=None):
+    def measure(self, task, config, target, reference=None, model_context=None):
         from tessera.autotune.measure import MeasureResult
 
         if config == task.default(target):
