@@ -271,6 +271,9 @@ class Builder:
             self._pool = None
 
     def _map(self, task, configs, target, build: bool, model_context=None) -> list:
+        return self._run([(task, c, model_context) for c in configs], target, build)
+
+    def _run(self, jobs, target, build: bool) -> list:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -282,12 +285,12 @@ class Builder:
         if self._pool is None:
             fork = multiprocessing.get_context("fork")
             self._pool = ProcessPoolExecutor(self.workers, mp_context=fork)
-        args = [(task, c, str(target), self.seed, context, build, model_context) for c in configs]
+        args = [(t, c, str(target), self.seed, context, build, mc) for t, c, mc in jobs]
         try:
             return list(self._pool.map(_prepare, args))
         except BrokenProcessPool:
             self._pool = None
-            return [(None, None)] * len(configs)
+            return [(None, None)] * len(jobs)
 
     def features(self, task: Task, configs: list, target, model_context=None) -> list:
         """[(features | None, error | None)] of each config, lowered (not compiled), in the
@@ -296,6 +299,11 @@ class Builder:
 
     def build(self, task: Task, configs: list, target, model_context=None) -> list:
         return self._map(task, configs, target, True, model_context)
+
+    def build_each(self, jobs: list, target) -> list:
+        """Compile (task, config, model_context) jobs of any tasks, in parallel (the tuner's
+        defaults, before the worker measures them one at a time)."""
+        return self._run(jobs, target, True)
 
 
 def _prepare(args):

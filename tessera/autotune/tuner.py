@@ -230,9 +230,13 @@ def tune_tasks(
             )
             for t in tasks
         ]
-        references = {}
-        for r in results:  # the defaults: baseline, reference outputs, the answer to beat
-            references[r.task] = _measure_default(r, target, db, measurer, progress)
+        references, features = {}, [None] * len(results)
+        if builder is not None:  # compiled in parallel: the worker's builds are cache hits
+            built = builder.build_each([(r.task, r.default, r.context) for r in results], target)
+            features = [f for f, _ in built]
+        for r, feats in zip(results, features, strict=True):
+            # the defaults: baseline, reference outputs, the answer to beat
+            references[r.task] = _measure_default(r, target, db, measurer, progress, feats)
         # each task in turn gets its weight's share of the time left, so that time a task
         # did not need (a small space, exhausted) goes to the tasks after it
         weights = _weights(results)
@@ -268,13 +272,16 @@ def _measure(measurer, r: TaskResult, config: Config, target, reference=None) ->
     return measurer.measure(r.task, config, target, reference, model_context=r.context)
 
 
-def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | None:
-    """Measure the default (always: its outputs are the reference); record it once."""
+def _measure_default(r: TaskResult, target, db, measurer, progress, features=None) -> list | None:
+    """Measure the default (always: its outputs are the reference); record it once (with the
+    `features` of its loops, when the build pool lowered it)."""
     res = _measure(measurer, r, r.default, target)
     known = db.measured(r.task, target).get(r.default)
     record = None
     if known is None:
-        record = Record.of(r.task, target, r.default, res.seconds, res.error, baseline=True)
+        record = Record.of(
+            r.task, target, r.default, res.seconds, res.error, features, baseline=True
+        )
         db.append(record)
         r.trials += 1
     if not res.ok:
