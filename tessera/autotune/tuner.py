@@ -303,11 +303,12 @@ def _measure_default(r: TaskResult, target, db, measurer, progress, features=Non
     return res.outputs
 
 
-def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: int = 2) -> None:
+def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: int = 3) -> None:
     """Measure the default and the best candidate again, in turns, `rounds` times each, and keep
-    the candidate only if it is still faster (by its fastest run against the default's): a
-    candidate that won by the noise of a loaded machine must not make the model slower. The
-    new records are the latest of both configs, which the database judges them by."""
+    the candidate only if it is still faster (by the median of its runs against the
+    default's; a failed run counts as slowest): a candidate that won by the noise of a loaded
+    machine must not make the model slower. The new records (those medians) are the latest of
+    both configs, which the database judges them by."""
     if r.best is None or r.best == r.default or r.default_seconds is None:
         return
     times = {r.default: [], r.best: []}
@@ -319,15 +320,16 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
                 times[config].append(float("inf"))
                 continue
             times[config].append(res.seconds)
-    for config, ts in times.items():
-        ok = [t for t in ts if t != float("inf")]
+    median = {config: sorted(ts)[len(ts) // 2] for config, ts in times.items()}
+    for config, t in median.items():
+        ok = t != float("inf")
         error = None if ok else "failed when measured again"
         base = config == r.default
         record = Record.of(
-            r.task, target, config, min(ok) if ok else None, error, again=True, baseline=base
+            r.task, target, config, t if ok else None, error, again=True, baseline=base
         )
         db.append(record)
-    default_s, best_s = min(times[r.default]), min(times[r.best])
+    default_s, best_s = median[r.default], median[r.best]
     if best_s < default_s:
         r.default_seconds, r.best_seconds = default_s, best_s
     else:
