@@ -57,9 +57,12 @@ class MeasureResult:
 # transform of its input and one of its output that the model does not. So the measurement
 # graph is rewritten as in the model (`alter_layout_from`): input 0 in the layout the task's
 # context (the one its model asked it with, `extract_tasks(contexts=)`) says, the weights
-# constants the rewrite packs for the config, the output left in the config's layout (and
-# compared with the reference in NCHW). Tasks that no layout pass asked (dense: pack_weights
-# packs its weight in the build, as in the model; softmax) are measured as their plain graph.
+# constants the rewrite packs for the config, the output left blocked, as the op after it reads
+# it (another block: a conv after it reads that block as it is). A config whose output is in
+# NCHW where the default's is blocked (an NCHW conv amid blocked ones) pays the transform back
+# to the default's block, which the op after it would pay in the model. Outputs are compared
+# with the reference in NCHW. Tasks that no layout pass asked (dense: pack_weights packs its
+# weight in the build, as in the model; softmax) are measured as their plain graph.
 
 
 def kernel_graph(task: Task, seed: int = 0, target=None, context: dict | None = None):
@@ -70,6 +73,7 @@ def kernel_graph(task: Task, seed: int = 0, target=None, context: dict | None = 
     config measured: the rewrite packs the weights for it); an output layout is (block, NCHW
     shape) where the output stays blocked, else None."""
     from tessera.graph.builder import GraphBuilder
+    from tessera.topi import strategy
 
     rng = np.random.default_rng(seed)
     wl = task.workload
@@ -93,8 +97,14 @@ def kernel_graph(task: Task, seed: int = 0, target=None, context: dict | None = 
     from tessera.transform.alter_layout import alter_layout_from
 
     blocked = {} if in_model == () else {"in0": in_model}
+    winograd = context.get("winograd", True)
     with target:
-        func, layouts = alter_layout_from(func, target, blocked, context.get("winograd", True))
+        # the ops after it read the layout the model's default config leaves: a config that
+        # leaves another pays the transform to it (an NCHW conv amid blocked ones)
+        with strategy.use_configs({task: task.default(target, context)}):
+            _, default = alter_layout_from(func, target, blocked, winograd)
+        out_blocks = [1 if layout is None else layout[0] for layout in default]
+        func, layouts = alter_layout_from(func, target, blocked, winograd, out_blocks)
     if blocked:
         block, channels = in_model
         x = inputs["in0"]

@@ -296,3 +296,13 @@ def test_a_task_is_measured_in_the_layout_it_runs_in_inside_the_model():
     func, *_ = _graph(conv, config, "llvm", 0, contexts[conv])
     (out,) = func.outputs
     assert out.type.shape[-1] == config["out_block"] == min(lanes, 32)
+    # an NCHW conv amid blocked ones pays the transform back to the block the op after it reads
+    fed = next(t for t in tasks if t.workload.op == "nn.conv2d" and contexts[t]["in_block"])
+    ref = run_config(fed, fed.default(HOST, contexts[fed]), "llvm", number=1, repeat=1,
+                     model_context=contexts[fed])  # fmt: skip
+    func, *_ = _graph(fed, Config("nchw"), "llvm", 0, contexts[fed])
+    assert [c.op.name for c in func.body] == ["layout_transform", "nn.conv2d", "layout_transform"]
+    assert func.outputs[0].type.ndim == 5
+    got = run_config(fed, Config("nchw"), "llvm", reference=ref.outputs, number=1, repeat=1,
+                     model_context=contexts[fed])  # fmt: skip
+    assert got.ok, got.error
