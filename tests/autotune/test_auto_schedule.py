@@ -215,3 +215,13 @@ def test_a_reduction_with_little_data_parallelism_is_factored(make, shape):
 def test_a_reduction_with_many_outputs_keeps_the_tiles():
     (C,), args = row_max(256, 64)
     assert AutoSpace([C], args, HOST).kind == "tile_reduce"
+
+
+@pytest.mark.slow
+def test_tune_kernel_searches_the_rfactor_sketch(tmp_path):
+    outputs, args = dot(1 << 14)
+    r = tune_kernel(outputs, args, HOST, budget=60, max_trials=3, workers=2)
+    assert r.config.impl == "rfactor" and r.best_seconds <= r.default_seconds
+    arrays = inputs(args)
+    got = run(r.schedule, r.args, arrays)
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-3, atol=1e-2)
