@@ -13,8 +13,11 @@ untuned build (defaults) and the tuned build (the database via PassContext confi
 "tuning.database") are then timed with ONNX Runtime in turns
 (`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all three).
 Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of the
-tuned build with ORT, and the issue's bars (tuned never slower than untuned; geometric mean
-tuned/untuned <= 0.85, <= 0.75 for the AVX2 target). Not a test: nothing here asserts a time.
+tuned build with ORT, the issue's bars (tuned never slower than untuned; geometric mean
+tuned/untuned <= 0.85, <= 0.75 for the AVX2 target), an A/A ratio (a second untuned build
+timed in the same turns against the first: how far this run's noise alone moves a ratio), and
+where the gains come from (the tasks whose config changed, with their times measured alone).
+Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ def run_model(name: str, args) -> Row:
     modules = {
         "untuned": GraphModule(build(mod, params, args.target)["default"](cpu(0))),
         "tuned": GraphModule(build(mod, params, args.target, db)["default"](cpu(0))),
+        # the same untuned build again: its ratio to the first is this run's noise (A/A)
+        "untuned again": GraphModule(build(mod, params, args.target)["default"](cpu(0))),
     }
     runners = {}
     for runner, m in modules.items():
@@ -149,25 +154,28 @@ def report(rows: list[Row], args) -> str:
         f"target {args.target!r}",
         "",
         "| model | tune (s) | tasks | trials (failed) | untuned ms | tuned ms | ORT ms "
-        "| tuned/untuned | tuned/ORT | rel err | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| tuned/untuned | A/A | tuned/ORT | rel err | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.name} | {r.tune_s or 0:.0f} | {r.tasks} | {r.trials} ({r.failed}) "
             f"| {_ms(r.median('untuned'))} | {_ms(r.median('tuned'))} | {_ms(r.median('ort'))} "
-            f"| {_x(r.ratio('tuned', 'untuned'))} | {_x(r.ratio('tuned', 'ort'))} "
+            f"| {_x(r.ratio('tuned', 'untuned'))} | {_x(r.ratio('untuned again', 'untuned'))} "
+            f"| {_x(r.ratio('tuned', 'ort'))} "
             f"| {r.rel_err if r.rel_err is None else f'{r.rel_err:.1e}'} | {'; '.join(r.notes)} |"
         )
     ratios = [r.ratio("tuned", "untuned") for r in rows if r.ratio("tuned", "untuned")]
     gm = geometric_mean(ratios)
+    aa = [r.ratio("untuned again", "untuned") for r in rows if r.ratio("untuned again", "untuned")]
     avx2 = "haswell" in args.target
     bar = 0.75 if avx2 else 0.85
     lines += [
         "",
         f"- tuned never slower than untuned: {'yes' if all(x <= 1.0 for x in ratios) else 'NO'}"
         f" (worst {max(ratios) if ratios else float('nan'):.3f})",
-        f"- geometric mean tuned/untuned: {_x(gm)} (bar <= {bar})",
+        f"- geometric mean tuned/untuned: {_x(gm)} (bar <= {bar}); A/A (the untuned build "
+        f"against itself, the noise of these turns): {_x(geometric_mean(aa))}",
         "",
         "Where the gains come from (tasks whose config beat the default when measured again, "
         "ms saved per run as measured alone, the largest three per model):",
