@@ -21,6 +21,12 @@ template written for an op. Two sketches cover what a single output stage can be
   tiled (ty x tx), its row tiles run in parallel, the inner loop is vectorized, and each producer
   stage is inlined, computed per tile at the output's tile loop (`compute_at`: only the region
   the tile needs, halo included) or computed whole at the root (parallel, vectorized).
+- **"rfactor"**, the output is a reduction with little data parallelism (Note [rfactor
+  sketch]): a sum of a whole array, a dot product, row sums of a few long rows. The innermost
+  reduction axis is cut into `parts` contiguous runs (factored out, parallel), each run's
+  reduction split by kv vectors and factored out again (`Schedule.rfactor`): kv vectors of
+  partial results accumulated in registers (a local stage), vectorized innermost; then the
+  short totals.
 
 Each knob's default comes from a rule over the target (vector registers, lanes, L1 size), not
 from measurements: the default config is a good schedule before any tuning, and the tuner
@@ -29,6 +35,7 @@ from measurements: the default config is a good schedule before any tuning, and 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tessera.ir.node import Mutator
@@ -44,6 +51,7 @@ class _Machine:
     lanes: int
     registers: int
     l1: int
+    tasks: int  # iterations a parallel loop needs to keep every core busy
 
 
 def _machine(target: Target, dtype) -> _Machine:
@@ -51,7 +59,26 @@ def _machine(target: Target, dtype) -> _Machine:
 
     lanes = max(1, target.vector_lanes(dtype)) if target.kind_info.cpu else 4
     caches = cpu.target_cache_sizes(target)
-    return _Machine(lanes, cpu.vector_registers(target), caches.get(1, cpu.DEFAULT_CACHES[1]))
+    registers = cpu.vector_registers(target)
+    l1 = caches.get(1, cpu.DEFAULT_CACHES[1])
+    return _Machine(lanes, registers, l1, cpu.parallel_tasks(target))
+
+
+# Note [rfactor sketch]
+# tile_reduce finds its parallel and vector loops in the output's spatial axes. A reduction
+# whose output has few elements (a scalar: a sum, a dot product; a few rows) gives it neither:
+# one thread, and a vector loop over output elements that the inputs hold far apart (A[i, k]
+# over i). Its parallelism is in the reduction, and rfactor (te/rfactor.py) turns that into a
+# data-parallel axis: with the innermost reduce axis k split by kv, CF[..., ki] = sum over ko
+# of the body at k = ko * kv + ki holds kv partial results per output element, computed with
+# ki innermost (contiguous along k: kv / lanes vector accumulators), parallel over chunks of
+# ki's vectors or over the output's outer axis; the output is the sum of CF over ki. So a
+# computation takes this sketch when its output is its one reduction (no init: each partial
+# starts from the combiner's identity), the innermost reduce axis is static and at least one
+# vector long, and its output elements are fewer than the lanes times the parallel tasks a
+# machine needs (not one vector per task). Parallel over contiguous parts of k ("parts", each
+# factored out first, so that a thread reads one run of memory) when the rows are fewer than
+# the tasks; over the rows otherwise.
 
 
 def _const(e) -> int | None:
@@ -121,17 +148,23 @@ class AutoSpace:
         self.ops = [op for op in _post_order(outputs) if isinstance(op, ComputeOp)]
         self.machine = _machine(self.target, outputs[0].dtype)
         reductions = [op for op in self.ops if op.is_reduction]
-        self.anchor = self._anchor(reductions)
-        self.kind = "tile_reduce" if self.anchor is not None else "tile_spatial"
+        if self._little_parallelism(reductions):
+            self.anchor, self.kind = self.out, "rfactor"
+        else:
+            self.anchor = self._anchor(reductions)
+            self.kind = "tile_reduce" if self.anchor is not None else "tile_spatial"
         if self.kind == "tile_spatial" and reductions:
             raise ValueError(
                 f"auto-scheduling: the reduction {reductions[0].name} is neither the output nor "
                 "the output's only producer of its shape; schedule it by hand, or make it the "
                 "output of its own kernel"
             )
-        self.space, self._default = (
-            self._reduce_space() if self.kind == "tile_reduce" else self._spatial_space()
-        )
+        spaces = {
+            "tile_reduce": self._reduce_space,
+            "tile_spatial": self._spatial_space,
+            "rfactor": self._rfactor_space,
+        }
+        self.space, self._default = spaces[self.kind]()
 
     # -- the structure -------------------------------------------------------------------------
 
@@ -156,6 +189,20 @@ class AutoSpace:
             for ld in loads
         )
         return red if loads and same and at_own else None
+
+    def _little_parallelism(self, reductions) -> bool:
+        """Note [rfactor sketch]: the output is its one reduction, over a static innermost
+        reduce axis of a vector or more, with few output elements or none contiguous."""
+        out = self.out
+        if reductions != [out] or out.num_outputs != 1 or out.body[0].init:
+            return False
+        k = _const(out.reduce_axis[-1].dom.extent)
+        if k is None or k < self.machine.lanes:
+            return False
+        extents = [_const(a.dom.extent) for a in out.axis]
+        if any(e is None for e in extents):
+            return False
+        return math.prod(extents) < self.machine.lanes * self.machine.tasks
 
     def _packable(self) -> list[Tensor]:
         """Inputs of the anchor read with its last spatial axis as their last index only."""
@@ -235,6 +282,21 @@ class AutoSpace:
         default.update(tx=tx, ty=max(ty_fit))
         return ConfigSpace(knobs), Config("tile_spatial", default)
 
+    def _rfactor_space(self):
+        m = self.machine
+        k_extent = _const(self.out.reduce_axis[-1].dom.extent)
+        vectors = max(1, k_extent // m.lanes)
+        kvs = tuple(f for f in (1, 2, 4, 8) if f <= min(vectors, m.registers // 2)) or (1,)
+        parts = tuple(p for p in (1, 2, 4, 8, 16, 32, 64) if p <= min(vectors, 8 * m.tasks))
+        rows = math.prod(_const(a.dom.extent) for a in self.out.axis)
+        # the rule: four vector accumulators (an FMA's latency over its issue rate); the rows
+        # in parallel when they alone keep every core busy, else that many parts of k
+        kv = max(v for v in kvs if v <= 4)
+        part = 1 if rows >= m.tasks else max(p for p in parts if p * kv <= vectors and p <= m.tasks)
+        knobs = [Knob("kv", kvs), Knob("parts", parts)]
+        fits = [lambda v: v["parts"] * v["kv"] <= vectors]  # every part a run of kv vectors
+        return ConfigSpace(knobs, fits), Config("rfactor", {"kv": kv, "parts": part})
+
     def default(self) -> Config:
         return self._default
 
@@ -246,6 +308,8 @@ class AutoSpace:
             raise ValueError(f"{config} is not in the space of this computation")
         if self.kind == "tile_reduce":
             return self._apply_reduce(config)
+        if self.kind == "rfactor":
+            return self._apply_rfactor(config)
         return self._apply_spatial(config)
 
     def _packed_dag(self, nr: int):
@@ -325,6 +389,41 @@ class AutoSpace:
             s[p].vectorize(paxes[-1]) if nr % lanes == 0 else None
             s[p].parallel(paxes[0])
         return s, args
+
+    def _apply_rfactor(self, cfg: Config):
+        """Note [rfactor sketch]: over `parts` contiguous parts of the reduction (factored
+        first, parallel) or over the rows, kv vectors of partials accumulated in a local stage
+        (registers), vectorized innermost; then the short totals."""
+        from tessera import te
+
+        lanes, kv, parts = self.machine.lanes, cfg["kv"], cfg["parts"]
+        s = te.create_schedule(self.out)
+        for op in self.ops[:-1]:
+            s[op].compute_inline()  # injective producers (a reduction's only one is the output)
+        total = self.outputs[0]
+        if parts > 1:  # each part a contiguous run of k: CF[..., p] = sum over the run
+            kp, _ = s[total].split(self.out.reduce_axis[-1], nparts=parts)
+            total = s.rfactor(total, kp, factor_axis=len(self.out.axis))
+        _, ki = s[total].split(total.op.reduce_axis[-1], factor=kv * lanes)
+        rf = s.rfactor(total, ki, factor_axis=len(total.op.axis))
+        local = s.cache_write(rf, "local")
+        stage = s[rf]
+        *outer, kf = stage.op.axis  # (rows..., part, kf) or (rows..., kf)
+        if parts > 1:
+            stage.reorder(outer[-1], *outer[:-1], kf)
+            outer = [outer[-1], *outer[:-1]]
+        if outer:
+            stage.parallel(outer[0])
+        stage.vectorize(stage.split(kf, factor=lanes)[1])
+        lstage = s[local]
+        if outer:
+            lstage.compute_at(stage, outer[-1])
+        *lrows, lk = lstage.op.axis
+        ka, kl = lstage.split(lk, factor=lanes)
+        lstage.reorder(*lrows, *lstage.op.reduce_axis, ka, kl)
+        lstage.unroll(ka)
+        lstage.vectorize(kl)
+        return s, self.args
 
     def _apply_spatial(self, cfg: Config):
         from tessera import te

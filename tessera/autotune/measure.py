@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.topi.layout import transform_array
 from tessera.topi.strategy import Config, Task
 
 
@@ -46,24 +47,98 @@ class MeasureResult:
         return self.error is None
 
 
-def kernel_graph(task: Task, seed: int = 0):
-    """(one-op graph Function, params, inputs): the task's workload as a graph of one call,
-    random weights for the inputs that were constants in the model, random inputs for the rest."""
+# Note [in-model layout]
+# A task's time must be what its config costs inside the model, or a measured gain does not
+# carry over. In the model, alter_layout hands a conv (or a pool) its input in the blocked
+# layout the op before it left (NCHW{in_block}c, channels padded to "in_channels"), re-packs
+# its weight at compile time for the config (blocked, or Winograd-transformed), and leaves its
+# output blocked for the op after it. A one-op graph of the plain workload is another kernel:
+# a lone pool is not blocked at all (its knobs would change nothing), and a lone conv pays a
+# transform of its input and one of its output that the model does not. So the measurement
+# graph is rewritten as in the model (`alter_layout_from`): input 0 in the layout the task's
+# context (the one its model asked it with, `extract_tasks(contexts=)`) says, the weights
+# constants the rewrite packs for the config, the output left blocked, as the op after it reads
+# it (another block: a conv after it reads that block as it is). A config whose output is in
+# NCHW where the default's is blocked (an NCHW conv amid blocked ones) pays the transform back
+# to the default's block, which the op after it would pay in the model. Outputs are compared
+# with the reference in NCHW. Tasks that no layout pass asked (dense: pack_weights packs its
+# weight in the build, as in the model; softmax) are measured as their plain graph.
+
+
+def kernel_graph(task: Task, seed: int = 0, target=None, context: dict | None = None):
+    """(graph Function, params, inputs, output layouts): the task's workload as a graph of one
+    call, random weights for the inputs that were constants in the model, random inputs for the
+    rest. With `target` and the `context` the model asked the task with, the graph is the
+    kernel in its in-model layout (Note [in-model layout]; build it inside `use_configs` of the
+    config measured: the rewrite packs the weights for it); an output layout is (block, NCHW
+    shape) where the output stays blocked, else None."""
     from tessera.graph.builder import GraphBuilder
+    from tessera.topi import strategy
 
     rng = np.random.default_rng(seed)
     wl = task.workload
+    in_model = _in_model(task, target, context)
     b = GraphBuilder(fold=False)
     values, params, inputs = [], {}, {}
     for i, (shape, dtype) in enumerate(wl.inputs):
         array = _random(rng, shape, dtype)
         name = f"in{i}"
-        values.append(b.param(name, shape, dtype))
         is_weight = i < len(wl.constant) and wl.constant[i]
+        if is_weight and in_model is not None:
+            values.append(b.const(array, name))  # the rewrite packs it, as in the model
+            continue
+        values.append(b.param(name, shape, dtype))
         (params if is_weight else inputs)[name] = array
     out = b.call(wl.op, *values, **dict(wl.attrs))
     outs = list(out) if isinstance(out, tuple) else [out]
-    return b.finish(outs), params, inputs
+    func = b.finish(outs)
+    if in_model is None:
+        return func, params, inputs, [None] * len(outs)
+    from tessera.transform.alter_layout import alter_layout_from
+
+    blocked = {} if in_model == () else {"in0": in_model}
+    winograd = context.get("winograd", True)
+    with target:
+        # the ops after it read the layout the model's default config leaves: a config that
+        # leaves another pays the transform to it (an NCHW conv amid blocked ones)
+        with strategy.use_configs({task: task.default(target, context)}):
+            _, default = alter_layout_from(func, target, blocked, winograd)
+        out_blocks = [1 if layout is None else layout[0] for layout in default]
+        func, layouts = alter_layout_from(func, target, blocked, winograd, out_blocks)
+    if blocked:
+        block, channels = in_model
+        x = inputs["in0"]
+        x = np.pad(x, [(0, 0), (0, channels - x.shape[1]), (0, 0), (0, 0)])
+        inputs["in0"] = transform_array(x, "NCHW", f"NCHW{block}c")
+    return func, params, inputs, layouts
+
+
+def _in_model(task: Task, target, context) -> tuple | None:
+    """How the model feeds the task (Note [in-model layout]): None, as its plain graph (no
+    layout pass asked it); (), rewritten with a plain input; (block, channels), rewritten with
+    its input blocked."""
+    if target is None or not context or "in_block" not in context:
+        return None
+    if not target.kind_info.layout_strategies:
+        return None
+    (shape, dtype), *_ = task.workload.inputs
+    block = context.get("in_block")
+    if not block or block == 1 or len(shape) != 4 or not all(isinstance(d, int) for d in shape):
+        return ()
+    channels = context.get("in_channels") or shape[1]
+    if channels % block:
+        return ()
+    return block, channels
+
+
+def plain_output(array: np.ndarray, layout) -> np.ndarray:
+    """An output of a measurement graph in NCHW, its channel padding sliced off (`layout`:
+    (block, NCHW shape), or None where it is plain already)."""
+    if layout is None:
+        return array
+    block, shape = layout
+    plain = transform_array(array, f"NCHW{block}c", "NCHW") if array.ndim == 5 else array
+    return np.ascontiguousarray(plain[:, : shape[1]]).reshape(shape)
 
 
 def _random(rng, shape, dtype) -> np.ndarray:
@@ -82,13 +157,16 @@ def run_config(
     reference: list | None = None,
     seed: int = 0,
     context: tuple = (2, ()),
+    model_context: dict | None = None,
     number: int = 5,
     repeat: int = 5,
 ) -> MeasureResult:
     """Build and time `config` of `task` here (the worker calls this). With `reference`, the
     outputs must match it; without, they are returned (this is the default, the reference).
     `context`: (opt level, disabled passes) of the tuning process's PassContext, under which the
-    graph passes run as they do for the model (they decide which kernel a task becomes)."""
+    graph passes run as they do for the model (they decide which kernel a task becomes).
+    `model_context`: the context the model asks the task with, whose layout the kernel is
+    measured in (Note [in-model layout])."""
     import tessera
     from tessera.runtime import GraphModule, cpu
     from tessera.topi import strategy
@@ -96,9 +174,9 @@ def run_config(
 
     # a fresh worker has not loaded the target's strategies, which Task.strategy reads
     strategy.find_strategy(task.workload.op, tessera.Target(target))
-    func, params, inputs = kernel_graph(task, seed)
     opt_level, disabled = context
     with PassContext(opt_level=opt_level, disabled_pass=disabled), strategy.record_tasks() as seen:
+        func, params, inputs, layouts = _graph(task, config, target, seed, model_context)
         lib = tessera.build(func, target=target, params=params, configs={task: config})
     if task not in seen:
         # the one-op graph is not the kernel the model asked for: its time would say nothing
@@ -106,7 +184,7 @@ def run_config(
     m = GraphModule(lib["default"](cpu(0)))
     m.set_input(**inputs)
     m.run()
-    outputs = [m.get_output(i).numpy().copy() for i in range(m.get_num_outputs())]
+    outputs = [plain_output(m.get_output(i).numpy(), layout) for i, layout in enumerate(layouts)]
     if reference is not None:
         for got, want in zip(outputs, reference, strict=True):
             # atol scales with the output: a long float32 reduction summed in another order
@@ -125,6 +203,15 @@ def run_config(
     return MeasureResult(seconds, outputs=None if reference is not None else outputs)
 
 
+def _graph(task: Task, config: Config, target: str, seed: int, model_context):
+    """kernel_graph for `config` (the rewrite of Note [in-model layout] asks for its layout)."""
+    import tessera
+    from tessera.topi import strategy
+
+    with strategy.use_configs({task: config}):
+        return kernel_graph(task, seed, tessera.Target(target), model_context)
+
+
 def _lowered(task: Task, config: Config, target, func, params) -> list:
     """The PrimFuncs (after the tir passes) the one-op graph's groups lower to with `config`."""
     import tessera
@@ -141,7 +228,13 @@ def _lowered(task: Task, config: Config, target, func, params) -> list:
 
 
 def prepare_config(
-    task: Task, config: Config, target: str, seed: int = 0, context: tuple = (2, ()), build=True
+    task: Task,
+    config: Config,
+    target: str,
+    seed: int = 0,
+    context: tuple = (2, ()),
+    build=True,
+    model_context: dict | None = None,
 ):
     """In a build process: (features of the lowered loops, error). With `build`, the kernel is
     also compiled, which leaves it in the compile cache, where the measurement worker's build
@@ -154,9 +247,9 @@ def prepare_config(
 
     try:
         strategy.find_strategy(task.workload.op, tessera.Target(target))
-        func, params, _ = kernel_graph(task, seed)
         opt_level, disabled = context
         with PassContext(opt_level=opt_level, disabled_pass=disabled, config={JOBS_KEY: 1}):
+            func, params, _, _ = _graph(task, config, target, seed, model_context)
             features = program_features(_lowered(task, config, target, func, params))
             if build:
                 tessera.build(func, target=target, params=params, configs={task: config})
@@ -187,7 +280,10 @@ class Builder:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _map(self, task, configs, target, build: bool) -> list:
+    def _map(self, task, configs, target, build: bool, model_context=None) -> list:
+        return self._run([(task, c, model_context) for c in configs], target, build)
+
+    def _run(self, jobs, target, build: bool) -> list:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -199,19 +295,25 @@ class Builder:
         if self._pool is None:
             fork = multiprocessing.get_context("fork")
             self._pool = ProcessPoolExecutor(self.workers, mp_context=fork)
-        args = [(task, c, str(target), self.seed, context, build) for c in configs]
+        args = [(t, c, str(target), self.seed, context, build, mc) for t, c, mc in jobs]
         try:
             return list(self._pool.map(_prepare, args))
         except BrokenProcessPool:
             self._pool = None
-            return [(None, None)] * len(configs)
+            return [(None, None)] * len(jobs)
 
-    def features(self, task: Task, configs: list, target) -> list:
-        """[(features | None, error | None)] of each config, lowered (not compiled)."""
-        return self._map(task, configs, target, False)
+    def features(self, task: Task, configs: list, target, model_context=None) -> list:
+        """[(features | None, error | None)] of each config, lowered (not compiled), in the
+        layout `model_context` gives (Note [in-model layout])."""
+        return self._map(task, configs, target, False, model_context)
 
-    def build(self, task: Task, configs: list, target) -> list:
-        return self._map(task, configs, target, True)
+    def build(self, task: Task, configs: list, target, model_context=None) -> list:
+        return self._map(task, configs, target, True, model_context)
+
+    def build_each(self, jobs: list, target) -> list:
+        """Compile (task, config, model_context) jobs of any tasks, in parallel (the tuner's
+        defaults, before the worker measures them one at a time)."""
+        return self._run(jobs, target, True)
 
 
 def _prepare(args):
@@ -238,7 +340,8 @@ def _recv(f):
 class Measurer:
     """Measures configs in a worker process (`python -m tessera.autotune.worker`), one at a
     time, replacing the worker when a config crashes it or runs past `timeout` seconds. `run`:
-    what the worker calls with (task, config, target, reference, seed, context): `run_config`,
+    what the worker calls with (task, config, target, reference, seed, context, model_context):
+    `run_config`,
     or a picklable wrapper of it (tessera.autotune.testing).
 
     A subprocess rather than multiprocessing: a spawned multiprocessing child re-imports the
@@ -313,14 +416,18 @@ class Measurer:
             self._kill()
             return MeasureResult(error=f"crash: the worker died (exit code {code})")
 
-    def measure(self, task: Task, config: Config, target, reference=None) -> MeasureResult:
-        """Build and time `config` in the worker; a crash or a timeout is a failed result."""
+    def measure(
+        self, task: Task, config: Config, target, reference=None, model_context=None
+    ) -> MeasureResult:
+        """Build and time `config` in the worker, in the layout the model gives the task
+        (`model_context`, Note [in-model layout]); a crash or a timeout is a failed result."""
         from tessera.transform import PassContext
 
         self.warm_up()
         ctx = PassContext.current()
         context = (ctx.opt_level, tuple(sorted(ctx.disabled_pass)))
-        return self.call(self.run, (task, config, str(target), reference, self.seed, context))
+        args = (task, config, str(target), reference, self.seed, context)
+        return self.call(self.run, (*args, model_context))
 
 
 def ping() -> bool:

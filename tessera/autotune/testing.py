@@ -24,7 +24,9 @@ class Faulty:
     hang: frozenset = field(default_factory=frozenset)
     wrong: frozenset = field(default_factory=frozenset)
 
-    def __call__(self, task, config, target, reference=None, seed=0, context=(2, ())):
+    def __call__(
+        self, task, config, target, reference=None, seed=0, context=(2, ()), model_context=None
+    ):
         if config in self.crash:
             os.abort()  # as a segfaulting kernel would: the process is gone, no exception
         if config in self.hang:
@@ -32,5 +34,5 @@ class Faulty:
                 time.sleep(60)
         if config in self.wrong and reference is not None:
             bad = [r + 1.0 for r in reference]
-            return run_config(task, config, target, bad, seed, context)
-        return run_config(task, config, target, reference, seed, context)
+            return run_config(task, config, target, bad, seed, context, model_context)
+        return run_config(task, config, target, reference, seed, context, model_context)

@@ -69,6 +69,9 @@ class TaskResult:
     trials: int = 0  # measured in this run
     failed: int = 0
     history: list = field(default_factory=list)  # (trial, best seconds so far)
+    # the context the model asks the task with: the layout it is measured in (Note
+    # [in-model layout] in measure.py)
+    context: dict = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -222,11 +225,18 @@ def tune_tasks(
     try:
         contexts = contexts or {}
         results = [
-            TaskResult(t, max(1, counts[t]), t.default(target, contexts.get(t))) for t in tasks
+            TaskResult(
+                t, max(1, counts[t]), t.default(target, contexts.get(t)), context=contexts.get(t)
+            )
+            for t in tasks
         ]
-        references = {}
-        for r in results:  # the defaults: baseline, reference outputs, the answer to beat
-            references[r.task] = _measure_default(r, target, db, measurer, progress)
+        references, features = {}, [None] * len(results)
+        if builder is not None:  # compiled in parallel: the worker's builds are cache hits
+            built = builder.build_each([(r.task, r.default, r.context) for r in results], target)
+            features = [f for f, _ in built]
+        for r, feats in zip(results, features, strict=True):
+            # the defaults: baseline, reference outputs, the answer to beat
+            references[r.task] = _measure_default(r, target, db, measurer, progress, feats)
         # each task in turn gets its weight's share of the time left, so that time a task
         # did not need (a small space, exhausted) goes to the tasks after it
         weights = _weights(results)
@@ -257,13 +267,21 @@ def tune_tasks(
             measurer.close()
 
 
-def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | None:
-    """Measure the default (always: its outputs are the reference); record it once."""
-    res = measurer.measure(r.task, r.default, target)
+def _measure(measurer, r: TaskResult, config: Config, target, reference=None) -> MeasureResult:
+    """`config` of r's task measured in the layout the model gives the task (r.context)."""
+    return measurer.measure(r.task, config, target, reference, model_context=r.context)
+
+
+def _measure_default(r: TaskResult, target, db, measurer, progress, features=None) -> list | None:
+    """Measure the default (always: its outputs are the reference); record it once (with the
+    `features` of its loops, when the build pool lowered it)."""
+    res = _measure(measurer, r, r.default, target)
     known = db.measured(r.task, target).get(r.default)
     record = None
     if known is None:
-        record = Record.of(r.task, target, r.default, res.seconds, res.error, baseline=True)
+        record = Record.of(
+            r.task, target, r.default, res.seconds, res.error, features, baseline=True
+        )
         db.append(record)
         r.trials += 1
     if not res.ok:
@@ -276,7 +294,7 @@ def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | No
     r.best = r.default
     best = db.best(r.task, target)
     if best is not None and best.config != r.default:
-        again = measurer.measure(r.task, best.config, target, reference=res.outputs)
+        again = _measure(measurer, r, best.config, target, res.outputs)
         if again.ok and again.seconds < r.best_seconds:
             r.best, r.best_seconds = best.config, again.seconds
     r.history.append((r.trials, r.best_seconds))
@@ -285,31 +303,33 @@ def _measure_default(r: TaskResult, target, db, measurer, progress) -> list | No
     return res.outputs
 
 
-def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: int = 2) -> None:
+def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: int = 3) -> None:
     """Measure the default and the best candidate again, in turns, `rounds` times each, and keep
-    the candidate only if it is still faster (by its fastest run against the default's): a
-    candidate that won by the noise of a loaded machine must not make the model slower. The
-    new records are the latest of both configs, which the database judges them by."""
+    the candidate only if it is still faster (by the median of its runs against the
+    default's; a failed run counts as slowest): a candidate that won by the noise of a loaded
+    machine must not make the model slower. The new records (those medians) are the latest of
+    both configs, which the database judges them by."""
     if r.best is None or r.best == r.default or r.default_seconds is None:
         return
     times = {r.default: [], r.best: []}
     for _ in range(rounds):
         for config in (r.default, r.best):
             ref = None if config == r.default else reference
-            res = measurer.measure(r.task, config, target, reference=ref)
+            res = _measure(measurer, r, config, target, ref)
             if not res.ok:
                 times[config].append(float("inf"))
                 continue
             times[config].append(res.seconds)
-    for config, ts in times.items():
-        ok = [t for t in ts if t != float("inf")]
+    median = {config: sorted(ts)[len(ts) // 2] for config, ts in times.items()}
+    for config, t in median.items():
+        ok = t != float("inf")
         error = None if ok else "failed when measured again"
         base = config == r.default
         record = Record.of(
-            r.task, target, config, min(ok) if ok else None, error, again=True, baseline=base
+            r.task, target, config, t if ok else None, error, again=True, baseline=base
         )
         db.append(record)
-    default_s, best_s = min(times[r.default]), min(times[r.best])
+    default_s, best_s = median[r.default], median[r.best]
     if best_s < default_s:
         r.default_seconds, r.best_seconds = default_s, best_s
     else:
@@ -325,7 +345,9 @@ def _search(
     r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder=None
 ) -> None:
     measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
-    features = None if builder is None else (lambda cs: builder.features(r.task, cs, target))
+    features = None
+    if builder is not None:
+        features = lambda cs: builder.features(r.task, cs, target, r.context)  # noqa: E731
     search = EvolutionarySearch(
         r.task,
         target,
@@ -344,11 +366,11 @@ def _search(
         if not configs:
             log.info("%s: no new config to try (%d measured)", r.task, len(measured))
             return
-        built = builder.build(r.task, configs, target) if builder else [(None, None)] * n
+        built = builder.build(r.task, configs, target, r.context) if builder else [(None,) * 2] * n
         for config, (feats, _) in zip(configs, built, strict=True):
             # the measurement worker builds again: a hit in the compile cache the build pool
             # filled; a config the pool could not build fails there too, and is recorded
-            res: MeasureResult = measurer.measure(r.task, config, target, reference=reference)
+            res: MeasureResult = _measure(measurer, r, config, target, reference)
             record = Record.of(r.task, target, config, res.seconds, res.error, feats)
             db.append(record)
             measured[config] = res.seconds

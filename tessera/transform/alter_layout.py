@@ -757,3 +757,56 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
         a is not b for a, b in zip(new.body, func.body, strict=True)
     )
     return new if changed else func
+
+
+def alter_layout_from(
+    func: Function,
+    target: Target,
+    blocked: dict,
+    use_winograd: bool = True,
+    out_blocks: list | None = None,
+) -> tuple[Function, list]:
+    """`func` rewritten as this pass rewrites it inside a model where the params named in
+    `blocked` ({name: (block, channels)}) arrive in NCHW{block}c with `channels` channels (the
+    padded count, Note [channel padding]), as the op before them in the model leaves them; the
+    outputs stay in the layout the rewrite gives them, or with `out_blocks` (one block per
+    output, 1: NCHW) are moved to the layout the ops after them read where one of the two is
+    NCHW and the other blocked (another block: a conv after it reads it as it is). Returns
+    (function, one (block, NCHW shape) per output, or None where it is in NCHW). What the tuner
+    measures a task in (autotune/measure.py `kernel_graph`: Note [in-model layout])."""
+    rw = _Rewriter(func, target, use_winograd)
+    params = []
+    for p in func.params:
+        if p.name not in blocked:
+            params.append(p)
+            continue
+        block, channels = blocked[p.name]
+        n, _, h, w = p.type.shape
+        pb = Value(p.name, TensorType((n, channels // block, h, w, block), p.type.dtype))
+        rw.blocked[id(p)] = (pb, block)
+        rw.defined.discard(id(p))  # p is now what a transform back from pb defines
+        rw.defined.add(id(pb))
+        params.append(pb)
+    for call in func.body:
+        rw.span = call.span
+        if not (rw.shuffle(call) or rw.rewrite(call)):
+            inputs = [rw.plain(v) if id(v) in rw.blocked else v for v in call.inputs]
+            rw.body.append(Call(call.op, tuple(inputs), call.attrs, call.outputs, call.span))
+            rw.defined.update(id(v) for v in call.outputs)
+    outputs, layouts = [], []
+    for i, v in enumerate(func.outputs):
+        want = None if out_blocks is None else out_blocks[i]
+        if want == 1 and id(v) in rw.blocked:
+            rw.plain(v)
+        elif want is not None and want > 1 and rw.block_of(v) is None and _is_plain_4d(v.type):
+            rw.set_blocked(v, rw.to_block(v, want), want)
+            rw.defined.discard(id(v))
+        if id(v) in rw.blocked and id(v) not in rw.defined:
+            outputs.append(rw.blocked[id(v)][0])
+            layouts.append((rw.blocked[id(v)][1], tuple(v.type.shape)))
+        else:
+            outputs.append(v)
+            layouts.append(None)
+    used = {id(v) for c in rw.body for v in c.inputs} | {id(v) for v in outputs}
+    constants = [c for c in rw.constants if id(c) in used]
+    return Function(func.name, params, rw.body, outputs, constants), layouts

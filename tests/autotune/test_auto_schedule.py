@@ -172,3 +172,56 @@ def test_a_config_that_fails_to_build_is_recorded_and_tuning_goes_on(tmp_path, m
     assert r.config == AutoSpace(outputs, args, HOST).default() and r.failed >= 3
     errors = [json.loads(x)["error"] for x in history.read_text().splitlines()]
     assert sum("injected build failure" in (e or "") for e in errors) == r.failed
+
+
+def dot(n):
+    r = te.reduce_axis((0, n), name="k")
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((), lambda: te.sum(A[r] * B[r], axis=r), name="C")
+    return [C], [A, B, C]
+
+
+def row_max(m, n):
+    r = te.reduce_axis((0, n), name="k")
+    A = te.placeholder((m, n), name="A")
+    C = te.compute((m,), lambda i: te.max(A[i, r], axis=r), name="C")
+    return [C], [A, C]
+
+
+@pytest.mark.parametrize("make, shape", [(dot, (1000,)), (dot, (4099,)), (row_max, (3, 777))])
+def test_a_reduction_with_little_data_parallelism_is_factored(make, shape):
+    """Note [rfactor sketch]: a dot product (a scalar output, which tile_reduce cannot tile)
+    and a max over three long rows take the rfactor sketch; each config of its space (parts of
+    k in parallel, kv vector accumulators; lengths no vector divides) builds a schedule with
+    the factored stages and computes what the naive schedule computes."""
+    outputs, args = make(*shape)
+    space = AutoSpace(outputs, args, HOST)
+    assert space.kind == "rfactor" and space.space.valid(space.default().knobs())
+    assert [k.name for k in space.space.knobs] == ["kv", "parts"]
+    arrays = inputs(args)
+    want = run(te.create_schedule([t.op for t in outputs]), args, arrays)
+    configs = [Config("rfactor", v) for v in space.space.enumerate()]
+    assert len(configs) > 4 and space.default() in configs
+    for config in configs[:: max(1, len(configs) // 8)] + [space.default()]:
+        s, sargs = space.apply(config)
+        names = [st.op.name for st in s.stages]
+        assert any(n.endswith(".rf") for n in names), names
+        assert sum(n.endswith(".rf") for n in names) == (2 if config["parts"] > 1 else 1)
+        got = run(s, sargs, [a.copy() for a in arrays])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3, err_msg=str(config))
+
+
+def test_a_reduction_with_many_outputs_keeps_the_tiles():
+    (C,), args = row_max(256, 64)
+    assert AutoSpace([C], args, HOST).kind == "tile_reduce"
+
+
+@pytest.mark.slow
+def test_tune_kernel_searches_the_rfactor_sketch(tmp_path):
+    outputs, args = dot(1 << 14)
+    r = tune_kernel(outputs, args, HOST, budget=60, max_trials=3, workers=2)
+    assert r.config.impl == "rfactor" and r.best_seconds <= r.default_seconds
+    arrays = inputs(args)
+    got = run(r.schedule, r.args, arrays)
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-3, atol=1e-2)

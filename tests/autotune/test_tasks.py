@@ -282,3 +282,72 @@ def test_rule_knobs_refuse_unknown_names_and_values():
         use_rules({"winograd.margin": "high"})
     for knob in rule_knobs().values():  # today's value is a candidate a search tries
         assert knob.default in knob.candidates and knob.doc
+
+
+def _layout_calls(func):
+    """(op, input types) of every call in the fused groups of `func` that reads a constant or
+    whose op is blocked (the kernels of convs and pools as the model runs them)."""
+    found = set()
+    for call in func.body:
+        for inner in call.attrs["func"].body:
+            if (
+                inner.op.name.endswith(("_nchwc", "_winograd_nchwc"))
+                or inner.op.name == "nn.conv2d"
+            ):
+                found.add((inner.op.name, tuple(str(v.type) for v in inner.inputs[:1])))
+    return found
+
+
+def test_a_task_is_measured_in_the_layout_it_runs_in_inside_the_model():
+    """Note [in-model layout]: each conv and pool is measured with its input in the blocked
+    layout the model feeds it, its weight packed for the config, its output left blocked: the
+    kernel of its measurement graph is the model's, a lone transform-free call; a config with
+    another output block still matches the reference once its output is back in NCHW."""
+    from tessera.autotune.measure import _graph, run_config
+    from tessera.driver import fused_function
+    from tessera.ir.module import IRModule
+
+    mod, params = from_onnx(small_model())
+    contexts = {}
+    tasks = autotune.extract_tasks(mod, params, HOST, contexts=contexts)
+    model = _layout_calls(fused_function(IRModule({"main": mod["main"]}), HOST, params))
+    lanes = HOST.vector_lanes("float32")
+    for task in tasks:
+        if task.workload.op not in ("nn.conv2d", "nn.max_pool2d"):
+            continue
+        context = contexts[task]
+        func, _, inputs, layouts = _graph(task, task.default(HOST, context), "llvm", 0, context)
+        anchor = next(c for c in func.body if c.op.name != "layout_transform")
+        assert (anchor.op.name, (str(anchor.inputs[0].type),)) in model, task
+        if context["in_block"]:  # fed blocked, as the op before it leaves its output
+            block = context["in_block"]
+            assert [c.op.name for c in func.body] == [anchor.op.name]
+            assert inputs["in0"].ndim == 5 and inputs["in0"].shape[-1] == block
+        assert all(layout is not None for layout in layouts)  # the output stays blocked
+        # a pool's knob reaches its blocked kernel (a lone pool in NCHW would not be blocked)
+        if task.workload.op == "nn.max_pool2d":
+            assert anchor.op.name == "nn.max_pool2d_nchwc"
+    # the first conv (32 outputs): its largest output block (16 where the lanes allow) gives
+    # a kernel with that block, whose output compares with the default's in NCHW
+    conv = next(t for t in tasks if t.workload.op == "nn.conv2d")
+    ref = run_config(conv, conv.default(HOST, contexts[conv]), "llvm", number=1, repeat=1,
+                     model_context=contexts[conv])  # fmt: skip
+    assert ref.ok, ref.error
+    others = [c for c in conv.configs(HOST) if c.impl == "direct_nchwc"]
+    config = max(others, key=lambda c: (c["out_block"], c["ow_block"]))
+    got = run_config(conv, config, "llvm", reference=ref.outputs, number=1, repeat=1,
+                     model_context=contexts[conv])  # fmt: skip
+    assert got.ok, got.error
+    func, *_ = _graph(conv, config, "llvm", 0, contexts[conv])
+    (out,) = func.outputs
+    assert out.type.shape[-1] == config["out_block"] == min(lanes, 32)
+    # an NCHW conv amid blocked ones pays the transform back to the block the op after it reads
+    fed = next(t for t in tasks if t.workload.op == "nn.conv2d" and contexts[t]["in_block"])
+    ref = run_config(fed, fed.default(HOST, contexts[fed]), "llvm", number=1, repeat=1,
+                     model_context=contexts[fed])  # fmt: skip
+    func, *_ = _graph(fed, Config("nchw"), "llvm", 0, contexts[fed])
+    assert [c.op.name for c in func.body] == ["layout_transform", "nn.conv2d", "layout_transform"]
+    assert func.outputs[0].type.ndim == 5
+    got = run_config(fed, Config("nchw"), "llvm", reference=ref.outputs, number=1, repeat=1,
+                     model_context=contexts[fed])  # fmt: skip
+    assert got.ok, got.error

@@ -65,6 +65,8 @@ def test_tune_writes_records_resumes_and_the_build_matches_ort(tiny, tmp_path):
         assert r.default_seconds is not None and r.best_seconds <= r.default_seconds
         assert r.best == r.default or r.best_seconds < r.default_seconds
         assert {rec.config for rec in first if rec.task == r.task} >= {r.default}
+    # the build pool compiled the defaults too: their records carry the features of their loops
+    assert all(rec.features is not None for rec in first if rec.baseline)
 
     # a rerun keeps every record, adds only configs not measured before
     again = autotune.tune(mod, params, HOST, db=path, budget=120, max_trials=2, timeout=120)
@@ -157,7 +159,7 @@ class ScriptedMeasurer:
     def __init__(self):
         self.seen = set()
 
-    def measure(self, task, config, target, reference=None):
+    def measure(self, task, config, target, reference=None, model_context=None):
         from tessera.autotune.measure import MeasureResult
 
         if config == task.default(target):
