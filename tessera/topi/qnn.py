@@ -186,8 +186,24 @@ def conv_out_size(size, k, stride, pad_begin, pad_end, dilation) -> int:
     return (size + pad_begin + pad_end - dilation * (k - 1) - 1) // stride + 1
 
 
+def data_shape(x) -> tuple[int, int, int, int]:
+    """(N, C, H, W) of conv data in NCHW or in blocks of channels, (N, C/B, H, W, B)."""
+    if len(x.shape) == 5:
+        n, cb, h, w, b = _static(x.shape)
+        return n, cb * b, h, w
+    return tuple(_static(x.shape))
+
+
+def data_byte(x, b, ch, y, z):
+    """Byte (b, ch, y, z) of NCHW or blocked (N, C/B, H, W, B) conv data."""
+    if len(x.shape) == 5:
+        block = int(x.shape[4].value)
+        return x[b, ch // block, y, z, ch % block]
+    return x[b, ch, y, z]
+
+
 def _conv_geometry(x, c4, kh, kw, groups, strides, padding, dilation):
-    n, c, h, w = _static(x.shape)
+    n, c, h, w = data_shape(x)
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
     oh = conv_out_size(h, kh, sh, pt, pb, dh)
@@ -225,8 +241,8 @@ def pack_conv_data(x, *, c4, kh, kw, strides, padding, dilation, groups, pad_val
             ch = g * cg + c4i * 4 + j
             # channels past the group's end meet zero weights: any in-bounds byte will do
             ch = tir_op.min(ch, c - 1) if cg % 4 else ch
-            return x[b, ch, tir_op.max(tir_op.min(y - pt, h - 1), 0),
-                     tir_op.max(tir_op.min(z - pl, w - 1), 0)]  # fmt: skip
+            return data_byte(x, b, ch, tir_op.max(tir_op.min(y - pt, h - 1), 0),
+                             tir_op.max(tir_op.min(z - pl, w - 1), 0))  # fmt: skip
 
         fill = tir.const(int(np.array([pad_u] * 4, np.uint8).view(np.int32)[0]), "int32")
         return tir_op.if_then_else(inside, _word(get, 4, 0, dt), fill)
@@ -369,7 +385,29 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
     blocks wb (OB, ceil(I/4), KH, KW, B) -> an (N, OB, OH, OW, B) int32 product (tagged
     CONV_BLOCKED_TAG), read back as (N, channels, OH, OW). Each step of the reduction meets one
     data word (4 channels of one pixel), broadcast, with a vector of B output channels."""
-    n, c, h, w = _static(x.shape)
+    acc = _blocked_product(x, wb, strides, padding, dilation, pad_value, channels)
+    block = int(acc.shape[4].value)
+    return te.compute(
+        (acc.shape[0], channels, acc.shape[2], acc.shape[3]),
+        lambda b, o, y, z: acc[b, o // block, y, z, o % block],
+        name="qconv_out",
+        tag="injective",
+    )
+
+
+def qnn_conv2d_nchwc(x, wb, *, strides, padding, dilation, pad_value) -> te.Tensor:
+    """qnn.conv2d_packed between blocked int8 activations (Note [blocked int8 activations]):
+    data (N, C/Bi, H, W, Bi) uint8/int8 (Bi a multiple of 4: a word of 4 channels is 4
+    consecutive bytes) and weight blocks (OB, C/4, KH, KW, B) -> (N, OB, OH, OW, B) int32, the
+    product in the layout its epilogue writes: a pixel's B channels, one vector, one store."""
+    if len(x.shape) != 5 or int(x.shape[4].value) % 4:
+        raise ValueError(f"qnn.conv2d_nchwc: data {x.shape} is not in blocks of 4k channels")
+    ob, _, _, _, block = _static(wb.shape)
+    return _blocked_product(x, wb, strides, padding, dilation, pad_value, ob * block)
+
+
+def _blocked_product(x, wb, strides, padding, dilation, pad_value, channels) -> te.Tensor:
+    n, c, h, w = data_shape(x)
     ob, c4, kh, kw, block = _static(wb.shape)
     if c4 != -(-c // 4) or ob * block < channels:
         raise ValueError(f"qnn.conv2d_packed: data {x.shape}, weight blocks {wb.shape}")
@@ -385,13 +423,7 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
         word = read(b, rc, ry * dh, rx * dw, y, z)
         return te.sum(tir_op.dot_u8i8(0, word, wb[o, rc, ry, rx, lane]), axis=[rc, ry, rx])
 
-    acc = te.compute((n, ob, oh, ow, block), body, name="qconv_blocked", tag=CONV_BLOCKED_TAG)
-    return te.compute(
-        (n, channels, oh, ow),
-        lambda b, o, y, z: acc[b, o // block, y, z, o % block],
-        name="qconv_out",
-        tag="injective",
-    )
+    return te.compute((n, ob, oh, ow, block), body, name="qconv_blocked", tag=CONV_BLOCKED_TAG)
 
 
 def requantize(acc, scale, *, zero_point: int, dtype: str):

@@ -77,9 +77,12 @@ def _is_plain_4d(t: TensorType) -> bool:
     return t.ndim == 4 and _static_channels(t) and str(t.dtype) == "float32"
 
 
+_DTYPES = ("float32", "uint8", "int8", "int32")  # int8 activations and int32 products too
+
+
 def _is_plain(t: TensorType) -> bool:
     """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
-    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) == "float32"
+    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) in _DTYPES
 
 
 def _static_channels(t: TensorType) -> bool:
@@ -249,6 +252,8 @@ class _Rewriter:
         name = call.op.name
         if name == "nn.conv2d":
             return self.conv(call)
+        if name == "qnn.conv2d":
+            return self.qnn_conv(call)
         if name == "nn.conv1d":
             return self.conv1d(call)
         if call.outputs[0].type.ndim != 4:
@@ -303,6 +308,24 @@ class _Rewriter:
         if column:
             attrs = {"newshape": _swap_hw(yb.type.shape)}
             yb = self.emit("reshape", [yb], attrs, name=self._name(out, "column"))
+        self.set_blocked(out, yb, plan["out_block"])
+        return True
+
+    def qnn_conv(self, call: Call) -> bool:
+        """An int8 conv between blocked int8 activations, where its strategy's answer to
+        "blocked" is qnn.conv2d_nchwc (Note [blocked int8 activations] in topi/qnn.py)."""
+        (x, w), (out,) = call.inputs, call.outputs
+        if not (isinstance(w, Constant) and x.type.is_static and x.type.ndim == 4):
+            return False
+        if self.is_padded(x):
+            return False
+        context = {"blocked": True, "in_block": self.block_of(x)}
+        plan = strategy.plan_layout(call, self.target, context)
+        if plan is None or plan["op"] != "qnn.conv2d_nchwc":
+            return False
+        wb = self.constant(w.name, plan["weight"])
+        xb = self.to_block(x, plan["in_block"])
+        yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, plan["out_block"])
         return True
 
@@ -733,7 +756,7 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
         return func  # the target's kernels do not take blocked layouts (its table row)
-    if not any(c.op.name in ("nn.conv2d", "nn.conv1d") for c in func.body):
+    if not any(c.op.name in ("nn.conv2d", "nn.conv1d", "qnn.conv2d") for c in func.body):
         return func
     use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
     new = _Rewriter(func, target, use_winograd).run()

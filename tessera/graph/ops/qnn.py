@@ -171,6 +171,52 @@ def _(x, wb, *, strides, padding, dilation, channels, pad_value=0, config=None):
                                       pad_value=pad_value, channels=channels)  # fmt: skip
 
 
+# -- conv2d between blocked int8 activations (Note [blocked int8 activations], topi/qnn.py) ----
+
+conv2d_nchwc = register_op("qnn.conv2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@conv2d_nchwc.type_rule
+def _(x: TensorType, wb: TensorType, strides, padding, dilation, pad_value=0, config=None):
+    _require_data("qnn.conv2d_nchwc", x)
+    if str(wb.dtype) != "int32" or x.ndim != 5 or wb.ndim != 5 or x.shape[4] % 4:
+        raise type_error("qnn.conv2d_nchwc", f"expects data (N, C/B, H, W, B), B a multiple "
+                         f"of 4, and int32 weight blocks (OB, C/4, KH, KW, B), got {x}, {wb}")  # fmt: skip
+    if wb.shape[1] * 4 != x.shape[1] * x.shape[4]:
+        raise type_error("qnn.conv2d_nchwc", f"weight blocks {wb} do not fit {x}")
+    out = _conv_out("qnn.conv2d_nchwc", x.shape[2:4], wb.shape[2:4], strides, padding, dilation)
+    return TensorType((x.shape[0], wb.shape[0], *out, wb.shape[4]), "int32")
+
+
+@conv2d_nchwc.reference
+def _(x, wb, strides, padding, dilation, pad_value=0, config=None):
+    n, cb, h, w, b = x.shape
+    plain = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)).reshape(n, cb * b, h, w)
+    channels = wb.shape[0] * wb.shape[4]
+    attrs = dict(strides=strides, padding=padding, dilation=dilation, pad_value=pad_value,
+                 channels=channels)  # fmt: skip
+    y = conv2d_packed.evaluate([plain, wb], attrs)[0]
+    n, _, oh, ow = y.shape
+    return np.ascontiguousarray(y.reshape(n, wb.shape[0], wb.shape[4], oh, ow).transpose(0, 1, 3, 4, 2))
+
+
+@conv2d_nchwc.compute
+def _(x, wb, *, strides, padding, dilation, pad_value=0, config=None):
+    return topi_qnn.qnn_conv2d_nchwc(x, wb, strides=strides, padding=padding, dilation=dilation,
+                                     pad_value=pad_value)  # fmt: skip
+
+
+def _conv_out(op, size, kernel, strides, padding, dilation) -> list[int]:
+    out = [
+        topi_qnn.conv_out_size(size[i], kernel[i], strides[i], padding[i], padding[i + 2],
+                               dilation[i])  # fmt: skip
+        for i in range(2)
+    ]
+    if min(out) < 1:
+        raise type_error(op, f"kernel {tuple(kernel)} is larger than the padded input {size}")
+    return out
+
+
 # -- requantize -------------------------------------------------------------------------------
 
 requantize = register_op("qnn.requantize", kind=OpKind.BROADCAST)

@@ -56,6 +56,7 @@ class _QConv:
             return None
         q = _QConv()
         q.oc, q.c4, q.kh, q.kw = ws
+        q.channels = xs[1]
         q.n, _, q.oh, q.ow = wl.output
         q.groups = wl.attr("groups", 1)
         q.depthwise = q.groups == xs[1] == q.oc
@@ -113,16 +114,38 @@ def _channels_space(wl: Workload, target) -> ConfigSpace | None:
 
 
 def _channels_layout(wl: Workload, config: Config, context, target, w4: np.ndarray):
-    """The weight words (O, I/4, KH, KW) as blocks (OB, I/4, KH, KW, L) of L output channels."""
+    """The weight words (O, I/4, KH, KW) as blocks (OB, I/4, KH, KW, L) of L output channels;
+    asked by alter_layout (context "blocked"), between blocked activations where it can
+    (Note [blocked int8 activations] in topi/qnn.py)."""
     if w4 is None:
         return None
     q = _QConv.of(wl, target)
     padded = np.zeros((q.blocks * q.lanes, *w4.shape[1:]), np.int32)
     padded[: q.oc] = w4
-    blocks = padded.reshape(q.blocks, q.lanes, *w4.shape[1:]).transpose(0, 2, 3, 4, 1)
+    blocks = np.ascontiguousarray(
+        padded.reshape(q.blocks, q.lanes, *w4.shape[1:]).transpose(0, 2, 3, 4, 1)
+    )
     attrs = {k: v for k, v in wl.attrs if k != "groups"}
-    attrs.update(channels=q.oc, config=config.as_attr())
-    return {"op": "qnn.conv2d_packed", "weight": np.ascontiguousarray(blocks), "attrs": attrs}
+    attrs["config"] = config.as_attr()
+    in_block = _data_block(q, context)
+    if context.get("blocked") and in_block is not None and q.oc % q.lanes == 0:
+        return {"op": "qnn.conv2d_nchwc", "weight": blocks, "attrs": attrs,
+                "in_block": in_block, "out_block": q.lanes}  # fmt: skip
+    attrs["channels"] = q.oc
+    return {"op": "qnn.conv2d_packed", "weight": blocks, "attrs": attrs}
+
+
+def _data_block(q: _QConv, context) -> int | None:
+    """The channel block of the blocked data: the input's own when it holds whole words (a
+    multiple of 4 channels), else the widest of L, 8, 4 dividing C; None: C is no multiple
+    of 4 (a word would straddle pixels)."""
+    c = q.c4 * 4 if q.channels % 4 == 0 else None
+    given = context.get("in_block")
+    if c is None:
+        return None
+    if given is not None and given % 4 == 0 and c % given == 0:
+        return given
+    return next((b for b in (q.lanes, 8, 4) if c % b == 0), None)
 
 
 conv2d.implementation("channels", priority=2, layout=_channels_layout)(_channels_space)
@@ -134,4 +157,8 @@ def _default(wl: Workload, target, context) -> str:
     q = _QConv.of(wl, target)
     if q is None or not context.get("rewrite", True) or _channels_space(wl, target) is None:
         return "rows"
+    if context.get("blocked") and _data_block(q, context) and q.oc % q.lanes == 0:
+        # between blocked activations: no strided stores, and the rows kernel would need
+        # its data and output transformed (Note [blocked int8 activations])
+        return "channels" if q.channels_cost() - q.lanes <= q.rows_cost() else "rows"
     return "channels" if q.channels_cost() < q.rows_cost() else "rows"
