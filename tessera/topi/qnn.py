@@ -395,6 +395,22 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
     )
 
 
+# Note [blocked int8 activations]
+# Between int8 convs the activations stay in blocks of channels, (N, C/B, H, W, B) uint8 with
+# B a multiple of 4 (NCHW[B]c, as the float convs' NCHW[x]c): a word of 4 channels, the data
+# operand of vpdpbusd, is then 4 consecutive bytes (one 32-bit load), where NCHW scattered
+# them over 4 planes and every conv gathered and shifted them into words per call. The
+# "channels" kernel (output channels in vectors) writes its product in blocks of its vector,
+# so its epilogue (compensation, requantize or dequantize, bias, ReLU, residual add, the next
+# quantize) ends in one contiguous store of B bytes per pixel. alter_layout asks the
+# qnn.conv2d strategy (context "blocked": Note [int8 conv rule]) and moves the values; the
+# element-wise epilogue ops, residual adds and the uint8 max pool run blocked between convs,
+# and layout transforms stand only at the edges of the region (depthwise and grouped convs,
+# which keep NCHW, and the float ops past it). A padded or strided conv still copies its data
+# into padded words (a copy of whole words, no gather); 1x1 stride-1 convs copy too (words
+# laid out for the row loop).
+
+
 def qnn_conv2d_nchwc(x, wb, *, strides, padding, dilation, pad_value) -> te.Tensor:
     """qnn.conv2d_packed between blocked int8 activations (Note [blocked int8 activations]):
     data (N, C/Bi, H, W, Bi) uint8/int8 (Bi a multiple of 4: a word of 4 channels is 4

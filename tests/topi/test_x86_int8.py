@@ -294,3 +294,47 @@ def test_conv2d_rows_knobs_match_integer_reference(case):
         y = np.zeros(out, np.int32)
         f(x8, w4, y)
         np.testing.assert_array_equal(y, want, err_msg=str(cfg))
+
+
+# -- between blocked int8 activations (qnn.conv2d_nchwc) ------------------------------------------
+
+NCHWC_CONVS = [  # (c, h, w, oc, k, stride, pad, in_block, data dtype)
+    (16, 9, 9, 32, 3, 1, 1, 16, "uint8"),  # 3x3, padded
+    (32, 7, 7, 16, 1, 1, 0, 16, "uint8"),  # 1x1 on a 7-wide row
+    (8, 10, 10, 16, 3, 2, 1, 8, "int8"),  # strided 3x3 (phases), blocks of 8, int8 data
+    (12, 8, 8, 16, 1, 2, 0, 4, "uint8"),  # strided 1x1 (sampled while packing), blocks of 4
+]
+
+
+def _blocked(x: np.ndarray, block: int) -> np.ndarray:
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@pytest.mark.parametrize("target", list(ISAS))
+@pytest.mark.parametrize("case", NCHWC_CONVS)
+def test_conv2d_nchwc_matches_integer_reference(target, case):
+    """Blocked int8 data in, the requantized output in the product's blocks (the epilogue's
+    per-channel scale blocked too): bit-exact with qnn.conv2d's reference on plain NCHW."""
+    t = _target(target)
+    c, h, w, oc, k, stride, pad, in_block, xdt = case
+    block = _block(t)
+    x8 = _data((1, c, h, w), xdt)
+    w8 = _data((oc, c, k, k), "int8")
+    wb = qnn.pack_conv_weight_blocked(w8, block)
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), pad_value=9)
+    X = te.placeholder((1, c // in_block, h, w, in_block), xdt, name="x")
+    W = te.placeholder(wb.shape, "int32", name="w")
+    S = te.placeholder((1, oc // block, 1, 1, block), "float32", name="s")
+    Y = qnn.requantize(qnn.qnn_conv2d_nchwc(X, W, **attrs), S, zero_point=3, dtype="uint8")
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, S, Y], target=t)
+    scale = (R.random((oc, 1, 1)) * 2e-3).astype(np.float32)
+    y = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(_blocked(x8, in_block), wb, _blocked(scale[None], block), y)
+    acc = get_op("qnn.conv2d").evaluate([x8, qnn.pack_conv_weight(w8)], attrs)[0]
+    want = get_op("qnn.requantize").evaluate([acc, scale], dict(zero_point=3, dtype="uint8"))[0]
+    np.testing.assert_array_equal(y, _blocked(want, block))
+    ref = get_op("qnn.conv2d_nchwc").evaluate([_blocked(x8, in_block), wb], attrs)[0]
+    np.testing.assert_array_equal(ref, _blocked(acc, block))  # the op's own reference agrees
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")
