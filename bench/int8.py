@@ -11,6 +11,10 @@ uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. 
 SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
 QDQ file are within one output quantization step of ORT's run of it.
 
+`--nchw-int8` adds tessera int8 with its activations in NCHW between the int8 convs (the
+PassContext config "alter_layout.int8": False), against the default blocked layout (Note
+[blocked int8 activations]), and checks that both give the same output bit for bit.
+
 `--layers N` adds where the time goes: every kernel call of tessera int8 and tessera fp32 timed
 natively (`GraphModule.profile`), and each node of ORT int8 from its own profiler, medians over
 `--runs` runs taken in turns (a per-call median shrugs off the preemptions of a shared
@@ -85,8 +89,8 @@ def make_feeds(model: onnx.ModelProto, count: int, rng) -> list[dict]:
     return feeds
 
 
-def tessera_runner(mod, params, feed):
-    with PassContext(opt_level=3):
+def tessera_runner(mod, params, feed, config=None):
+    with PassContext(opt_level=3, config=config):
         lib = tessera.build(mod, target="llvm", params=params)
     m = GraphModule(lib["default"](cpu(0)))
     for name, x in feed.items():
@@ -244,6 +248,11 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--calib", type=int, default=8)
     ap.add_argument("--layers", type=int, default=0, help="print the N slowest int8 calls")
+    ap.add_argument(
+        "--nchw-int8",
+        action="store_true",
+        help="also tessera int8 with NCHW activations (alter_layout.int8 off)",
+    )
     args = ap.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
@@ -269,10 +278,14 @@ def main(argv=None) -> int:
             f"ORT int8 ({kind})": ort_runner(qdq_path, args.threads, x),
             f"tessera on ORT {kind}": tessera_runner(qmod, qparams, x),
         }
+        if args.nchw_int8:  # Note [blocked int8 activations] in tessera/topi/qnn.py
+            nchw = tessera_runner(result.mod, {}, x, {"alter_layout.int8": False})
+            runners["tessera int8 NCHW"] = nchw
         outs = {k: fn() for k, fn in runners.items()}
         ms = timed(runners, args.runs)
         if args.layers:
-            modules = {k: runners[k].module for k in ("tessera fp32", "tessera int8")}
+            names = ["tessera fp32", "tessera int8"] + ["tessera int8 NCHW"] * args.nchw_int8
+            modules = {k: runners[k].module for k in names}
             print_layers(modules, qdq_path, args.threads, x, args.runs, args.layers)
     print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
     for k, v in ms.items():
@@ -288,6 +301,11 @@ def main(argv=None) -> int:
           f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs[ort8]):.1f} dB; tessera on the file "
           f"vs ORT on it {sqnr_db(outs[ort8], outs[on_file]):.1f} dB")  # fmt: skip
     exact = 100 * np.mean(diff == 0)
+    if args.nchw_int8:
+        same = np.array_equal(outs["tessera int8"], outs["tessera int8 NCHW"])
+        ratio = ms["tessera int8 NCHW"] / ms["tessera int8"]
+        print(f"  blocked vs NCHW int8 activations: {ratio:.2f}x, outputs "
+              f"{'bit-exact' if same else 'DIFFER'}")  # fmt: skip
     print(f"  tessera vs ORT on the {kind} file: {100 * within:.2f}% of elements within one "
           f"output step ({step:.4g}; 0: a float output), max diff {diff.max():.4g}, bit-exact "
           f"{exact:.2f}%")  # fmt: skip

@@ -428,8 +428,12 @@ def _blocked_product(x, wb, strides, padding, dilation, pad_value, channels) -> 
     if c4 != -(-c // 4) or ob * block < channels:
         raise ValueError(f"qnn.conv2d_packed: data {x.shape}, weight blocks {wb.shape}")
     _, _, _, _, oh, ow = _conv_geometry(x, c4, kh, kw, 1, strides, padding, dilation)
-    _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
-                             dilation=dilation, groups=1, pad_value=pad_value)  # fmt: skip
+    unit = kh == kw == 1 and tuple(strides) == (1, 1) and not any(padding)
+    if unit and len(x.shape) == 5:  # the words are where the data is: 4 bytes of one block
+        read = _blocked_word_reader(x)
+    else:
+        _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
+                                 dilation=dilation, groups=1, pad_value=pad_value)  # fmt: skip
     rc = te.reduce_axis((0, c4), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -440,6 +444,19 @@ def _blocked_product(x, wb, strides, padding, dilation, pad_value, channels) -> 
         return te.sum(tir_op.dot_u8i8(0, word, wb[o, rc, ry, rx, lane]), axis=[rc, ry, rx])
 
     return te.compute((n, ob, oh, ow, block), body, name="qconv_blocked", tag=CONV_BLOCKED_TAG)
+
+
+def _blocked_word_reader(x):
+    """read(b, q, 0, 0, y, z) of an unpadded stride-1 1x1 conv on blocked data: word q of
+    pixel (y, z) straight from the data (its 4 bytes consecutive: one 32-bit load)."""
+    words_per_block = int(x.shape[4].value) // 4
+    dt = str(x.dtype)
+
+    def read(b, q, ty, tx, y, z):
+        blk, lane = q // words_per_block, (q % words_per_block) * 4
+        return _word(lambda j: x[b, blk, y, z, lane + j], 4, 0, dt)
+
+    return read
 
 
 def requantize(acc, scale, *, zero_point: int, dtype: str):

@@ -110,10 +110,12 @@ def _as_4d_shape(shape) -> tuple[int, ...]:
 
 
 class _Rewriter:
-    def __init__(self, func: Function, target: Target, use_winograd: bool = True):
+    def __init__(self, func: Function, target: Target, use_winograd: bool = True,
+                 int8: bool = True):  # fmt: skip
         self.func = func
         self.target = target
         self.use_winograd = use_winograd
+        self.int8 = int8
         self.body: list[Call] = []
         self.constants: list[Constant] = list(func.constants)
         self.blocked: dict[int, tuple[Value, int]] = {}  # id(NCHW value) -> (blocked, block)
@@ -253,7 +255,7 @@ class _Rewriter:
         if name == "nn.conv2d":
             return self.conv(call)
         if name == "qnn.conv2d":
-            return self.qnn_conv(call)
+            return self.int8 and self.qnn_conv(call)
         if name == "nn.conv1d":
             return self.conv1d(call)
         if call.outputs[0].type.ndim != 4:
@@ -758,8 +760,10 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
         return func  # the target's kernels do not take blocked layouts (its table row)
     if not any(c.op.name in ("nn.conv2d", "nn.conv1d", "qnn.conv2d") for c in func.body):
         return func
-    use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
-    new = _Rewriter(func, target, use_winograd).run()
+    config = PassContext.current().config
+    use_winograd = bool(config.get("alter_layout.winograd", True))
+    int8 = bool(config.get("alter_layout.int8", True))  # False: int8 convs keep NCHW
+    new = _Rewriter(func, target, use_winograd, int8).run()
     changed = len(new.body) != len(func.body) or any(
         a is not b for a, b in zip(new.body, func.body, strict=True)
     )

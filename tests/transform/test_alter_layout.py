@@ -658,8 +658,8 @@ def _qnn_chain():
 
     w1 = qnn.pack_conv_weight(RNG.integers(-127, 128, (32, 16, 3, 3)).astype("i1"))
     w2 = qnn.pack_conv_weight(RNG.integers(-127, 128, (32, 32, 1, 1)).astype("i1"))
-    consts = {"w1": w1, "w2": w2, "c1": RNG.integers(-999, 999, (32, 1, 1)).astype("i4"),
-              "s1": np.full((32, 1, 1), 1e-4, "f4"), "s2": np.full((32, 1, 1), 2e-5, "f4")}  # fmt: skip
+    consts = {"w1": w1, "w2": w2, "c1": RNG.integers(-999, 999, (32, 1, 1)).astype("i4")}
+    consts |= {"s1": np.full((32, 1, 1), 1e-4, "f4"), "s2": np.full((32, 1, 1), 2e-5, "f4")}
     return parse(
         f"""def main(%x: u8[1, 16, 8, 8]) {{
           %w1 = constant(...) : i32[32, 4, 3, 3]; %w2 = constant(...) : i32[32, 8, 1, 1];

@@ -180,8 +180,8 @@ conv2d_nchwc = register_op("qnn.conv2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
 def _(x: TensorType, wb: TensorType, strides, padding, dilation, pad_value=0, config=None):
     _require_data("qnn.conv2d_nchwc", x)
     if str(wb.dtype) != "int32" or x.ndim != 5 or wb.ndim != 5 or x.shape[4] % 4:
-        raise type_error("qnn.conv2d_nchwc", f"expects data (N, C/B, H, W, B), B a multiple "
-                         f"of 4, and int32 weight blocks (OB, C/4, KH, KW, B), got {x}, {wb}")  # fmt: skip
+        want = "data (N, C/B, H, W, B), B a multiple of 4, int32 weight blocks (OB, C/4, KH, KW, B)"
+        raise type_error("qnn.conv2d_nchwc", f"expects {want}, got {x}, {wb}")
     if wb.shape[1] * 4 != x.shape[1] * x.shape[4]:
         raise type_error("qnn.conv2d_nchwc", f"weight blocks {wb} do not fit {x}")
     out = _conv_out("qnn.conv2d_nchwc", x.shape[2:4], wb.shape[2:4], strides, padding, dilation)
@@ -197,7 +197,8 @@ def _(x, wb, strides, padding, dilation, pad_value=0, config=None):
                  channels=channels)  # fmt: skip
     y = conv2d_packed.evaluate([plain, wb], attrs)[0]
     n, _, oh, ow = y.shape
-    return np.ascontiguousarray(y.reshape(n, wb.shape[0], wb.shape[4], oh, ow).transpose(0, 1, 3, 4, 2))
+    y = y.reshape(n, wb.shape[0], wb.shape[4], oh, ow)
+    return np.ascontiguousarray(y.transpose(0, 1, 3, 4, 2))
 
 
 @conv2d_nchwc.compute
@@ -208,8 +209,9 @@ def _(x, wb, *, strides, padding, dilation, pad_value=0, config=None):
 
 def _conv_out(op, size, kernel, strides, padding, dilation) -> list[int]:
     out = [
-        topi_qnn.conv_out_size(size[i], kernel[i], strides[i], padding[i], padding[i + 2],
-                               dilation[i])  # fmt: skip
+        topi_qnn.conv_out_size(
+            size[i], kernel[i], strides[i], padding[i], padding[i + 2], dilation[i]
+        )  # fmt: skip
         for i in range(2)
     ]
     if min(out) < 1:

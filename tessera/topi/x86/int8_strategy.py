@@ -6,9 +6,11 @@
                            re-packed (OB, I/4, KH, KW, B) for qnn.conv2d_packed
                            (schedule_qnn_conv2d_packed); knobs ow_block, oc_vectors
 
-Which one runs by default is Note [int8 conv rule]. The layout hook answers the graph pass
-transform/pack_qnn_weights.py (the weight blocks of the chosen config). Registered under "cpu",
-like the float convs: the rules are over the vector width and the registers.
+Which one runs by default is Note [int8 conv rule]. The layout hook answers the graph
+passes transform/alter_layout.py (blocked int8 activations: qnn.conv2d_nchwc) and
+transform/pack_qnn_weights.py (the weight blocks of the chosen config, NCHW data).
+Registered under "cpu", like the float convs: the rules are over the vector width and the
+registers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ from tessera.topi.x86.int8_conv2d import (
 #     rows:     words * ceil(OW / L) * L / OW
 #     channels: words * ceil(OC / L) * L / OC + L
 # The default is the cheaper one (ties: rows). The channels kernel takes groups == 1 only.
+# Asked by alter_layout with context "blocked" (Note [blocked int8 activations] in
+# topi/qnn.py), when OC is a multiple of L and C of 4, the channels kernel stores each vector
+# whole into the blocked output: its "+ L" term goes, and the rows kernel would need its data
+# and output moved between layouts, so ties go to channels; its answer is then
+# qnn.conv2d_nchwc (blocked data in, the product in blocks of L), else the NCHW kernels.
 
 
 def _lanes(target) -> int:
