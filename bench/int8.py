@@ -18,7 +18,9 @@ PassContext config "alter_layout.int8": False), against the default blocked layo
 `--layers N` adds where the time goes: every kernel call of tessera int8 and tessera fp32 timed
 natively (`GraphModule.profile`), and each node of ORT int8 from its own profiler, medians over
 `--runs` runs taken in turns (a per-call median shrugs off the preemptions of a shared
-machine that inflate whole-run times); it prints the sums of those medians and the N slowest
+machine that inflate whole-run times); it prints the sums of those medians, the sums of
+each call's minimum (a call of a few ms often runs once unpreempted even under a heavy load:
+the figure least moved by other processes), and the N slowest
 tessera int8 calls next to the ORT int8 nodes of the same source conv/matmul.
 
 `--model` takes an onnx light model name, `mobilenet_v2` or `bert` (bench/model_zoo.py's
@@ -175,11 +177,11 @@ def output_step(qdq: onnx.ModelProto) -> float:
     return float(inits[node.input[1]])
 
 
-def call_medians(module, runs: int) -> tuple[list, np.ndarray]:
-    """(the calls of one run, each call's median seconds over `runs` profiled runs)."""
+def call_seconds(module, runs: int) -> tuple[list, np.ndarray]:
+    """(the calls of one run, each call's seconds in `runs` profiled runs: (runs, calls))."""
     calls = module.profile(repeat=1)
     seconds = [[p.seconds for p in module.profile(repeat=1)] for _ in range(runs)]
-    return calls, np.median(np.array(seconds), axis=0)
+    return calls, np.array(seconds)
 
 
 def ort_node_medians(path: str, threads: int, feed: dict, runs: int) -> dict[str, float]:
@@ -213,17 +215,21 @@ def _anchor(nodes: list[str]) -> str:
 def print_layers(modules: dict, ort_path: str, threads: int, feed: dict, runs: int, top: int):
     """Sums of per-call medians (tessera) and per-node medians (ORT int8); the `top` slowest
     tessera int8 calls next to ORT's nodes of the same anchor (its fused QLinearConv etc.)."""
-    medians = {}
+    timings = {}
     for _ in range(2):  # in turns, twice
         for name, module in modules.items():
-            calls, secs = call_medians(module, max(1, runs // 2))
-            old = medians.get(name, (calls, []))[1]
-            medians[name] = (calls, list(old) + [secs])
+            calls, secs = call_seconds(module, max(1, runs // 2))
+            old = timings.get(name, (calls, []))[1]
+            timings[name] = (calls, list(old) + list(secs))
     ort_nodes = ort_node_medians(ort_path, threads, feed, runs)
-    sums = {k: float(np.median(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in medians.items()}
+    sums = {k: float(np.median(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in timings.items()}
     print("\nper-call medians summed (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sums.items())
           + f", ORT int8 nodes {sum(ort_nodes.values()) * 1e3:.2f}")  # fmt: skip
-    calls, secs = medians["tessera int8"][0], np.median(np.array(medians["tessera int8"][1]), 0)
+    # a call of a few ms often runs unpreempted once: the sums of minimums are the figure least
+    # moved by the other processes of a loaded machine
+    mins = {k: float(np.min(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in timings.items()}
+    print("per-call minimums summed (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in mins.items()))
+    calls, secs = timings["tessera int8"][0], np.median(np.array(timings["tessera int8"][1]), 0)
     order = np.argsort(-secs)[:top]
     print(f"  {'tessera int8 ms':>15} {'ORT int8 ms':>11}  anchor / kernel")
     for k in order:
