@@ -256,9 +256,10 @@ def pack_conv_data(x, *, c4, kh, kw, strides, padding, dilation, groups, pad_val
 
 
 def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Tensor:
-    """NCHW uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW) -> (N, O, OH, OW) int32: the sum
-    of x_u w' over each window; padded positions read pad_value (the zero point, as x_u)."""
-    n, c, h, w = _static(x.shape)
+    """NCHW (or blocked, (N, C/B, H, W, B)) uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW)
+    -> (N, O, OH, OW) int32: the sum of x_u w' over each window; padded positions read
+    pad_value (the zero point, as x_u)."""
+    n, c, h, w = data_shape(x)
     oc, c4, kh, kw = _static(w4.shape)
     cg = c // groups
     if c4 != -(-cg // 4) or c % groups or oc % groups:
@@ -300,7 +301,7 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
     """A depthwise qnn.conv2d on tap words (Note [depthwise tap words]): the padded data as x_u
     (uint8), its tap words (N, C, rows, ceil(KW/4), OW) and the weight's (C, KH, ceil(KW/4)),
     summed over (ry, q) by dot_u8i8 in int32 (exact: |sum| < 2**31)."""
-    n, c, h, w = _static(x.shape)
+    n, c, h, w = data_shape(x)
     _, _, kh, kw = _static(w4.shape)
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
@@ -318,8 +319,8 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
     def segment(b, ch, y, seg, i):
         inside = tir_op.all(seg == 1, y >= pt, y < pt + h)
         yc = tir_op.max(tir_op.min(y - pt, h - 1), 0)
-        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, i], dt).astype("uint8"),
-                                   tir.const(int(pad_value), "uint8"))  # fmt: skip
+        byte = _unsigned(data_byte(x, b, ch, yc, i), dt).astype("uint8")
+        return tir_op.if_then_else(inside, byte, tir.const(int(pad_value), "uint8"))
 
     xp = te.compute((n, c, rows, 3, w), segment, name="x_padded", tag=DW_PACK_TAG)
 
@@ -414,9 +415,10 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
 def qnn_conv2d_nchwc(x, wb, *, strides, padding, dilation, pad_value) -> te.Tensor:
     """qnn.conv2d_packed between blocked int8 activations (Note [blocked int8 activations]):
     data (N, C/Bi, H, W, Bi) uint8/int8 (Bi a multiple of 4: a word of 4 channels is 4
-    consecutive bytes) and weight blocks (OB, C/4, KH, KW, B) -> (N, OB, OH, OW, B) int32, the
-    product in the layout its epilogue writes: a pixel's B channels, one vector, one store."""
-    if len(x.shape) != 5 or int(x.shape[4].value) % 4:
+    consecutive bytes; or NCHW data, packed into words as qnn.conv2d_packed does) and weight
+    blocks (OB, C/4, KH, KW, B) -> (N, OB, OH, OW, B) int32, the product in the layout its
+    epilogue writes: a pixel's B channels, one vector, one store."""
+    if len(x.shape) == 5 and int(x.shape[4].value) % 4:
         raise ValueError(f"qnn.conv2d_nchwc: data {x.shape} is not in blocks of 4k channels")
     ob, _, _, _, block = _static(wb.shape)
     return _blocked_product(x, wb, strides, padding, dilation, pad_value, ob * block)

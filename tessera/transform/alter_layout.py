@@ -324,9 +324,15 @@ class _Rewriter:
         context = {"blocked": True, "in_block": self.block_of(x)}
         plan = strategy.plan_layout(call, self.target, context)
         if plan is None or plan["op"] != "qnn.conv2d_nchwc":
+            if id(x) in self.blocked and id(x) not in self.defined:  # a conv left in NCHW
+                # (depthwise, grouped, "rows") reads the blocked data as it is: no transform
+                xb, _ = self.blocked[id(x)]
+                self.emit(call.op.name, [xb, w], call.attrs, out=out)
+                return True
             return False
         wb = self.constant(w.name, plan["weight"])
-        xb = self.to_block(x, plan["in_block"])
+        block = plan["in_block"]
+        xb = self.to_block(x, block) if block else self.plain(x) if id(x) in self.blocked else x
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, plan["out_block"])
         return True

@@ -303,10 +303,14 @@ NCHWC_CONVS = [  # (c, h, w, oc, k, stride, pad, in_block, data dtype)
     (32, 7, 7, 16, 1, 1, 0, 16, "uint8"),  # 1x1 on a 7-wide row
     (8, 10, 10, 16, 3, 2, 1, 8, "int8"),  # strided 3x3 (phases), blocks of 8, int8 data
     (12, 8, 8, 16, 1, 2, 0, 4, "uint8"),  # strided 1x1 (sampled while packing), blocks of 4
+    (6, 9, 9, 16, 3, 1, 1, None, "uint8"),  # NCHW data in (6 channels: a partial word)
+    (16, 7, 7, 16, 1, 1, 0, None, "uint8"),  # NCHW data in, 1x1 (packed per call)
 ]
 
 
-def _blocked(x: np.ndarray, block: int) -> np.ndarray:
+def _blocked(x: np.ndarray, block: int | None) -> np.ndarray:
+    if block is None:
+        return x
     n, c, h, w = x.shape
     return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
 
@@ -323,7 +327,8 @@ def test_conv2d_nchwc_matches_integer_reference(target, case):
     w8 = _data((oc, c, k, k), "int8")
     wb = qnn.pack_conv_weight_blocked(w8, block)
     attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), pad_value=9)
-    X = te.placeholder((1, c // in_block, h, w, in_block), xdt, name="x")
+    shape = (1, c, h, w) if in_block is None else (1, c // in_block, h, w, in_block)
+    X = te.placeholder(shape, xdt, name="x")
     W = te.placeholder(wb.shape, "int32", name="w")
     S = te.placeholder((1, oc // block, 1, 1, block), "float32", name="s")
     Y = qnn.requantize(qnn.qnn_conv2d_nchwc(X, W, **attrs), S, zero_point=3, dtype="uint8")
@@ -338,3 +343,27 @@ def test_conv2d_nchwc_matches_integer_reference(target, case):
     np.testing.assert_array_equal(ref, _blocked(acc, block))  # the op's own reference agrees
     if ISAS[target] is not None:
         assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=cascadelake", "llvm -mcpu=haswell", "c"])
+@pytest.mark.parametrize("case", [CONVS[0], CONVS[4], CONVS[5], CONVS[6]])
+def test_nchw_kernels_read_blocked_data(target, case):
+    """The NCHW kernels (rows, depthwise tap words) read blocked data as it is (a conv left in
+    NCHW inside a blocked int8 region: no layout transform before it), with the NCHW integers."""
+    t = _target(target)
+    c, h, w, oc, k, stride, pad, groups = case
+    block = 4 if c % 8 else 8
+    x8 = _data((1, c, h, w), "uint8")
+    w4 = qnn.pack_conv_weight(_data((oc, c // groups, k, k), "int8"))
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), groups=groups,
+                 pad_value=7)  # fmt: skip
+    X = te.placeholder((1, c // block, h, w, block), "uint8", name="x")
+    W = te.placeholder(w4.shape, "int32", name="w")
+    Y = qnn.qnn_conv2d(X, W, **attrs)
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d([Y], t), [X, W, Y], target=t)
+    y = np.zeros([int(d.value) for d in Y.shape], np.int32)
+    f(_blocked(x8, block), w4, y)
+    want = get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0]
+    np.testing.assert_array_equal(y, want)
+    got = get_op("qnn.conv2d").evaluate([_blocked(x8, block), w4], attrs)[0]
+    np.testing.assert_array_equal(got, want)  # the reference takes blocked data too

@@ -678,15 +678,16 @@ def _qnn_chain():
 
 @pytest.mark.parametrize("target,block", [(AVX512, 16), (AVX2, 8)])
 def test_int8_region_stays_blocked_between_convs(target, block):
-    """Note [blocked int8 activations]: both int8 convs take blocked uint8 data (the strategy's
-    answer), the epilogue and the uint8 max pool stay blocked, layout transforms only at the
-    region's edges; the integers are those of the NCHW graph."""
+    """Note [blocked int8 activations]: both int8 convs write blocked products (the strategy's
+    answer; the first reads the NCHW input, the second the blocked pool), the epilogue and the
+    uint8 max pool stay blocked, a layout transform only at the region's end; the integers are
+    those of the NCHW graph."""
     before = _qnn_chain()
     after = alter_layout(before, target=target)
     ops = [c.op.name for c in after.body]
     assert ops.count("qnn.conv2d_nchwc") == 2 and "qnn.conv2d" not in ops
     assert "nn.max_pool2d_nchwc" in ops
-    assert ops.count("layout_transform") == 2  # the data in, the result out
+    assert ops.count("layout_transform") == 1  # the result out (the first conv packs NCHW)
     pool = next(c for c in after.body if c.op.name == "nn.max_pool2d_nchwc")
     assert str(pool.outputs[0].type.dtype) == "uint8" and pool.outputs[0].type.shape[4] == block
     for seed in (0, 1):
@@ -710,3 +711,43 @@ def test_int8_region_builds_bit_exact():
         m.set_input("x", x)
         m.run()
         np.testing.assert_array_equal(m.get_output(0).numpy(), want)
+
+
+def test_depthwise_int8_conv_reads_blocked_data_mobilenet_style():
+    """1x1 conv -> depthwise 3x3 -> 1x1 conv, int8: the depthwise conv (an NCHW kernel) reads
+    the blocked uint8 data as it is and writes NCHW, which the next conv packs: no layout
+    transform inside the block; bit-exact with the NCHW graph, interpreted and built."""
+    from tessera.topi import qnn
+
+    words = {"w1": (32, 16, 1, 1), "wd": (32, 1, 3, 3), "w2": (32, 32, 1, 1)}
+    consts = {k: qnn.pack_conv_weight(RNG.integers(-127, 128, v).astype("i1"))
+              for k, v in words.items()}  # fmt: skip
+    consts |= {"s": np.full((32, 1, 1), 1e-3, "f4"), "s2": np.full((32, 1, 1), 3e-5, "f4")}
+    quant = 'scale=0.05, zero_point=0, dtype="uint8"'
+    before = parse(
+        f"""def main(%x: u8[1, 16, 8, 8]) {{
+          %w1 = constant(...) : i32[32, 4, 1, 1]; %wd = constant(...) : i32[32, 1, 3, 3];
+          %w2 = constant(...) : i32[32, 8, 1, 1];
+          %s = constant(...) : f32[32, 1, 1]; %s2 = constant(...) : f32[32, 1, 1];
+          %1 = qnn.conv2d(%x, %w1, {CONV1}, groups=1, pad_value=0);
+          %2 = qnn.dequantize(%1, %s); %3 = nn.relu(%2); %4 = qnn.quantize(%3, {quant});
+          %5 = qnn.conv2d(%4, %wd, {CONV}, groups=32, pad_value=0);
+          %6 = qnn.dequantize(%5, %s); %7 = qnn.quantize(%6, {quant});
+          %8 = qnn.conv2d(%7, %w2, {CONV1}, groups=1, pad_value=0);
+          %9 = qnn.dequantize(%8, %s2); return %9 }}""",
+        constants=consts,
+    )
+    after = alter_layout(before, target=AVX512)
+    ops = [c.op.name for c in after.body]
+    assert ops.count("qnn.conv2d_nchwc") == 2 and ops.count("layout_transform") == 1
+    (dw,) = [c for c in after.body if c.op.name == "qnn.conv2d"]
+    assert dw.inputs[0].type.shape == (1, 2, 8, 8, 16)  # the blocked uint8, as it is
+    x = RNG.integers(0, 256, (1, 16, 8, 8)).astype("u1")
+    (want,) = run_function(before, {"x": x})
+    np.testing.assert_array_equal(run_function(after, {"x": x})[0], want)
+    with tessera.transform.PassContext(opt_level=3):
+        lib = tessera.build(IRModule({"main": before}), target="llvm", params={})
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), want)

@@ -39,10 +39,10 @@ from tessera.topi.x86.int8_conv2d import (
 #     channels: words * ceil(OC / L) * L / OC + L
 # The default is the cheaper one (ties: rows). The channels kernel takes groups == 1 only.
 # Asked by alter_layout with context "blocked" (Note [blocked int8 activations] in
-# topi/qnn.py), when OC is a multiple of L and C of 4, the channels kernel stores each vector
-# whole into the blocked output: its "+ L" term goes, and the rows kernel would need its data
-# and output moved between layouts, so ties go to channels; its answer is then
-# qnn.conv2d_nchwc (blocked data in, the product in blocks of L), else the NCHW kernels.
+# topi/qnn.py), when OC is a multiple of L, the channels kernel stores each vector whole into
+# the blocked output: its "+ L" term goes, and ties go to channels (the rows kernel writes
+# NCHW, which the next blocked conv packs again); its answer is then qnn.conv2d_nchwc (data in
+# the input's blocks, or NCHW, the product in blocks of L), else the NCHW kernels.
 
 
 def _lanes(target) -> int:
@@ -57,16 +57,17 @@ class _QConv:
         if len(wl.inputs) != 2 or len(wl.output) != 4:
             return None
         (xs, xd), (ws, wd) = wl.inputs
-        if len(xs) != 4 or len(ws) != 4 or xd not in ("uint8", "int8") or wd != "int32":
+        if len(xs) not in (4, 5) or len(ws) != 4 or xd not in ("uint8", "int8") or wd != "int32":
             return None
         if not all(isinstance(d, int) for d in (*xs, *ws, *wl.output)):
             return None
         q = _QConv()
         q.oc, q.c4, q.kh, q.kw = ws
-        q.channels = xs[1]
+        q.blocked_data = len(xs) == 5  # read as it is by the NCHW kernels (alter_layout)
+        q.channels = xs[1] * xs[4] if q.blocked_data else xs[1]
         q.n, _, q.oh, q.ow = wl.output
         q.groups = wl.attr("groups", 1)
-        q.depthwise = q.groups == xs[1] == q.oc
+        q.depthwise = q.groups == q.channels == q.oc
         q.lanes = _lanes(target)
         q.blocks = -(-q.oc // q.lanes)
         return q
@@ -105,7 +106,7 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
 
 def _channels_space(wl: Workload, target) -> ConfigSpace | None:
     q = _QConv.of(wl, target)
-    if q is None or q.groups != 1 or not wl.constant or not wl.constant[1]:
+    if q is None or q.groups != 1 or not wl.constant or not wl.constant[1] or q.blocked_data:
         return None
     regs = vector_registers(target)
 
@@ -134,25 +135,19 @@ def _channels_layout(wl: Workload, config: Config, context, target, w4: np.ndarr
     )
     attrs = {k: v for k, v in wl.attrs if k != "groups"}
     attrs["config"] = config.as_attr()
-    in_block = _data_block(q, context)
-    if context.get("blocked") and in_block is not None and q.oc % q.lanes == 0:
+    if context.get("blocked") and q.oc % q.lanes == 0:
         return {"op": "qnn.conv2d_nchwc", "weight": blocks, "attrs": attrs,
-                "in_block": in_block, "out_block": q.lanes}  # fmt: skip
+                "in_block": _data_block(context), "out_block": q.lanes}  # fmt: skip
     attrs["channels"] = q.oc
     return {"op": "qnn.conv2d_packed", "weight": blocks, "attrs": attrs}
 
 
-def _data_block(q: _QConv, context) -> int | None:
-    """The channel block of the blocked data: the input's own when it holds whole words (a
-    multiple of 4 channels), else the widest of L, 8, 4 dividing C; None: C is no multiple
-    of 4 (a word would straddle pixels)."""
-    c = q.c4 * 4 if q.channels % 4 == 0 else None
+def _data_block(context) -> int | None:
+    """The data layout qnn.conv2d_nchwc reads: the input's blocks when they hold whole words
+    (a multiple of 4 channels); else (None) NCHW, packed into words per call, as the NCHW
+    kernels do (the data of a conv after a depthwise one, which writes NCHW)."""
     given = context.get("in_block")
-    if c is None:
-        return None
-    if given is not None and given % 4 == 0 and c % given == 0:
-        return given
-    return next((b for b in (q.lanes, 8, 4) if c % b == 0), None)
+    return given if given is not None and given % 4 == 0 else None
 
 
 conv2d.implementation("channels", priority=2, layout=_channels_layout)(_channels_space)
@@ -164,7 +159,7 @@ def _default(wl: Workload, target, context) -> str:
     q = _QConv.of(wl, target)
     if q is None or not context.get("rewrite", True) or _channels_space(wl, target) is None:
         return "rows"
-    if context.get("blocked") and _data_block(q, context) and q.oc % q.lanes == 0:
+    if context.get("blocked") and q.oc % q.lanes == 0:
         # between blocked activations: no strided stores, and the rows kernel would need
         # its data and output transformed (Note [blocked int8 activations])
         return "channels" if q.channels_cost() - q.lanes <= q.rows_cost() else "rows"
