@@ -405,11 +405,12 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
 # so its epilogue (compensation, requantize or dequantize, bias, ReLU, residual add, the next
 # quantize) ends in one contiguous store of B bytes per pixel. alter_layout asks the
 # qnn.conv2d strategy (context "blocked": Note [int8 conv rule]) and moves the values; the
-# element-wise epilogue ops, residual adds and the uint8 max pool run blocked between convs,
-# and layout transforms stand only at the edges of the region (depthwise and grouped convs,
-# which keep NCHW, and the float ops past it). A padded or strided conv still copies its data
-# into padded words (a copy of whole words, no gather); 1x1 stride-1 convs copy too (words
-# laid out for the row loop).
+# element-wise epilogue ops, residual adds and the uint8 max pool run blocked between convs.
+# The convs that keep the NCHW kernels (depthwise tap words, grouped, "rows") read blocked
+# data as it is (`data_byte`) and write NCHW, which qnn.conv2d_nchwc packs into words per call
+# as qnn.conv2d_packed does: no layout transform stands between two int8 convs. A 1x1
+# stride-1 conv on blocked data reads its words where they are; a padded or strided one copies
+# whole words into its padded buffer (no gather of bytes).
 
 
 def qnn_conv2d_nchwc(x, wb, *, strides, padding, dilation, pad_value) -> te.Tensor:

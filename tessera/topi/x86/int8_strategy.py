@@ -160,7 +160,6 @@ def _default(wl: Workload, target, context) -> str:
     if q is None or not context.get("rewrite", True) or _channels_space(wl, target) is None:
         return "rows"
     if context.get("blocked") and q.oc % q.lanes == 0:
-        # between blocked activations: no strided stores, and the rows kernel would need
-        # its data and output transformed (Note [blocked int8 activations])
+        # between blocked activations: no strided stores (Note [blocked int8 activations])
         return "channels" if q.channels_cost() - q.lanes <= q.rows_cost() else "rows"
     return "channels" if q.channels_cost() < q.rows_cost() else "rows"
