@@ -367,3 +367,19 @@ def test_nchw_kernels_read_blocked_data(target, case):
     np.testing.assert_array_equal(y, want)
     got = get_op("qnn.conv2d").evaluate([_blocked(x8, block), w4], attrs)[0]
     np.testing.assert_array_equal(got, want)  # the reference takes blocked data too
+
+
+AVX512_DOTS = [("llvm -mcpu=cascadelake", "vpdpbusd"), ("llvm -mcpu=skylake-avx512", "vpmaddwd")]
+
+
+@pytest.mark.parametrize("target,instruction", AVX512_DOTS)
+def test_conv2d_nchwc_asm_on_avx512_targets(target, instruction):
+    """Built (not run: this CPU may lack them) for the AVX-512 levels: blocks of 16 lanes in
+    and out, the data words broadcast into the ISA's dot product."""
+    t = Target(target)
+    X = te.placeholder((1, 2, 7, 7, 16), "uint8", name="x")
+    W = te.placeholder((2, 8, 3, 3, 16), "int32", name="w")
+    attrs = dict(strides=(1, 1), padding=(1,) * 4, dilation=(1, 1), pad_value=0)
+    Y = qnn.qnn_conv2d_nchwc(X, W, **attrs)
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, Y], target=t)
+    assert instruction in f.get_source("asm")
