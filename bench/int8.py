@@ -11,10 +11,16 @@ uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. 
 SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
 QDQ file are within one output quantization step of ORT's run of it.
 
+`--nchw-int8` adds tessera int8 with its activations in NCHW between the int8 convs (the
+PassContext config "alter_layout.int8": False), against the default blocked layout (Note
+[blocked int8 activations]), and checks that both give the same output bit for bit.
+
 `--layers N` adds where the time goes: every kernel call of tessera int8 and tessera fp32 timed
 natively (`GraphModule.profile`), and each node of ORT int8 from its own profiler, medians over
 `--runs` runs taken in turns (a per-call median shrugs off the preemptions of a shared
-machine that inflate whole-run times); it prints the sums of those medians and the N slowest
+machine that inflate whole-run times); it prints the sums of those medians, the sums of
+each call's minimum (a call of a few ms often runs once unpreempted even under a heavy load:
+the figure least moved by other processes), and the N slowest
 tessera int8 calls next to the ORT int8 nodes of the same source conv/matmul.
 
 `--model` takes an onnx light model name, `mobilenet_v2` or `bert` (bench/model_zoo.py's
@@ -85,8 +91,8 @@ def make_feeds(model: onnx.ModelProto, count: int, rng) -> list[dict]:
     return feeds
 
 
-def tessera_runner(mod, params, feed):
-    with PassContext(opt_level=3):
+def tessera_runner(mod, params, feed, config=None):
+    with PassContext(opt_level=3, config=config):
         lib = tessera.build(mod, target="llvm", params=params)
     m = GraphModule(lib["default"](cpu(0)))
     for name, x in feed.items():
@@ -171,11 +177,11 @@ def output_step(qdq: onnx.ModelProto) -> float:
     return float(inits[node.input[1]])
 
 
-def call_medians(module, runs: int) -> tuple[list, np.ndarray]:
-    """(the calls of one run, each call's median seconds over `runs` profiled runs)."""
+def call_seconds(module, runs: int) -> tuple[list, np.ndarray]:
+    """(the calls of one run, each call's seconds in `runs` profiled runs: (runs, calls))."""
     calls = module.profile(repeat=1)
     seconds = [[p.seconds for p in module.profile(repeat=1)] for _ in range(runs)]
-    return calls, np.median(np.array(seconds), axis=0)
+    return calls, np.array(seconds)
 
 
 def ort_node_medians(path: str, threads: int, feed: dict, runs: int) -> dict[str, float]:
@@ -209,17 +215,21 @@ def _anchor(nodes: list[str]) -> str:
 def print_layers(modules: dict, ort_path: str, threads: int, feed: dict, runs: int, top: int):
     """Sums of per-call medians (tessera) and per-node medians (ORT int8); the `top` slowest
     tessera int8 calls next to ORT's nodes of the same anchor (its fused QLinearConv etc.)."""
-    medians = {}
+    timings = {}
     for _ in range(2):  # in turns, twice
         for name, module in modules.items():
-            calls, secs = call_medians(module, max(1, runs // 2))
-            old = medians.get(name, (calls, []))[1]
-            medians[name] = (calls, list(old) + [secs])
+            calls, secs = call_seconds(module, max(1, runs // 2))
+            old = timings.get(name, (calls, []))[1]
+            timings[name] = (calls, list(old) + list(secs))
     ort_nodes = ort_node_medians(ort_path, threads, feed, runs)
-    sums = {k: float(np.median(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in medians.items()}
+    sums = {k: float(np.median(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in timings.items()}
     print("\nper-call medians summed (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in sums.items())
           + f", ORT int8 nodes {sum(ort_nodes.values()) * 1e3:.2f}")  # fmt: skip
-    calls, secs = medians["tessera int8"][0], np.median(np.array(medians["tessera int8"][1]), 0)
+    # a call of a few ms often runs unpreempted once: the sums of minimums are the figure least
+    # moved by the other processes of a loaded machine
+    mins = {k: float(np.min(np.array(v[1]), axis=0).sum()) * 1e3 for k, v in timings.items()}
+    print("per-call minimums summed (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in mins.items()))
+    calls, secs = timings["tessera int8"][0], np.median(np.array(timings["tessera int8"][1]), 0)
     order = np.argsort(-secs)[:top]
     print(f"  {'tessera int8 ms':>15} {'ORT int8 ms':>11}  anchor / kernel")
     for k in order:
@@ -244,6 +254,11 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--calib", type=int, default=8)
     ap.add_argument("--layers", type=int, default=0, help="print the N slowest int8 calls")
+    ap.add_argument(
+        "--nchw-int8",
+        action="store_true",
+        help="also tessera int8 with NCHW activations (alter_layout.int8 off)",
+    )
     args = ap.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
@@ -269,10 +284,14 @@ def main(argv=None) -> int:
             f"ORT int8 ({kind})": ort_runner(qdq_path, args.threads, x),
             f"tessera on ORT {kind}": tessera_runner(qmod, qparams, x),
         }
+        if args.nchw_int8:  # Note [blocked int8 activations] in tessera/topi/qnn.py
+            nchw = tessera_runner(result.mod, {}, x, {"alter_layout.int8": False})
+            runners["tessera int8 NCHW"] = nchw
         outs = {k: fn() for k, fn in runners.items()}
         ms = timed(runners, args.runs)
         if args.layers:
-            modules = {k: runners[k].module for k in ("tessera fp32", "tessera int8")}
+            names = ["tessera fp32", "tessera int8"] + ["tessera int8 NCHW"] * args.nchw_int8
+            modules = {k: runners[k].module for k in names}
             print_layers(modules, qdq_path, args.threads, x, args.runs, args.layers)
     print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
     for k, v in ms.items():
@@ -288,6 +307,11 @@ def main(argv=None) -> int:
           f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs[ort8]):.1f} dB; tessera on the file "
           f"vs ORT on it {sqnr_db(outs[ort8], outs[on_file]):.1f} dB")  # fmt: skip
     exact = 100 * np.mean(diff == 0)
+    if args.nchw_int8:
+        same = np.array_equal(outs["tessera int8"], outs["tessera int8 NCHW"])
+        ratio = ms["tessera int8 NCHW"] / ms["tessera int8"]
+        print(f"  blocked vs NCHW int8 activations: {ratio:.2f}x, outputs "
+              f"{'bit-exact' if same else 'DIFFER'}")  # fmt: skip
     print(f"  tessera vs ORT on the {kind} file: {100 * within:.2f}% of elements within one "
           f"output step ({step:.4g}; 0: a float output), max diff {diff.max():.4g}, bit-exact "
           f"{exact:.2f}%")  # fmt: skip

@@ -58,10 +58,10 @@ GRAPH_PASSES = [
     (simplify_inference, 1),
     (to_bf16, 1),  # config "precision": "bf16": constant-weight dense/matmul as bf16.dense
     (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
-    (pack_qnn_weights, 1),  # llvm targets: int8 conv weights as their kernel reads them
     (fold_constant, 1),
     (fixed_point_requantize, 1),  # micro targets: the requantize in integers
-    (alter_layout, 2),  # llvm targets: convs in NCHW[x]c, weights re-packed
+    (alter_layout, 2),  # llvm targets: convs (int8 too) in NCHW[x]c, weights re-packed
+    (pack_qnn_weights, 1),  # int8 convs left in NCHW: weights as their kernel reads them
     (to_bf16_convs, 2),  # config "precision": "bf16": blocked convs as bf16.conv2d_nchwc
     (eliminate_common_subexpr, 3),
     (eliminate_dead_code, 1),

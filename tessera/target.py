@@ -565,6 +565,12 @@ class Target:
         return 128
 
     @property
+    def half_arithmetic(self) -> bool:
+        """Whether the core computes in float16 (ARM's FEAT_FP16, "fullfp16"): its float16
+        convs and products take the blocked kernels on half lanes (Note [half blocks])."""
+        return "fullfp16" in self.features
+
+    @property
     def vector_registers(self) -> int:
         """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
         if "avx512f" in self.features or self.llvm_triple.startswith(("aarch64", "arm64")):

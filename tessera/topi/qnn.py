@@ -186,8 +186,24 @@ def conv_out_size(size, k, stride, pad_begin, pad_end, dilation) -> int:
     return (size + pad_begin + pad_end - dilation * (k - 1) - 1) // stride + 1
 
 
+def data_shape(x) -> tuple[int, int, int, int]:
+    """(N, C, H, W) of conv data in NCHW or in blocks of channels, (N, C/B, H, W, B)."""
+    if len(x.shape) == 5:
+        n, cb, h, w, b = _static(x.shape)
+        return n, cb * b, h, w
+    return tuple(_static(x.shape))
+
+
+def data_byte(x, b, ch, y, z):
+    """Byte (b, ch, y, z) of NCHW or blocked (N, C/B, H, W, B) conv data."""
+    if len(x.shape) == 5:
+        block = int(x.shape[4].value)
+        return x[b, ch // block, y, z, ch % block]
+    return x[b, ch, y, z]
+
+
 def _conv_geometry(x, c4, kh, kw, groups, strides, padding, dilation):
-    n, c, h, w = _static(x.shape)
+    n, c, h, w = data_shape(x)
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
     oh = conv_out_size(h, kh, sh, pt, pb, dh)
@@ -225,8 +241,8 @@ def pack_conv_data(x, *, c4, kh, kw, strides, padding, dilation, groups, pad_val
             ch = g * cg + c4i * 4 + j
             # channels past the group's end meet zero weights: any in-bounds byte will do
             ch = tir_op.min(ch, c - 1) if cg % 4 else ch
-            return x[b, ch, tir_op.max(tir_op.min(y - pt, h - 1), 0),
-                     tir_op.max(tir_op.min(z - pl, w - 1), 0)]  # fmt: skip
+            return data_byte(x, b, ch, tir_op.max(tir_op.min(y - pt, h - 1), 0),
+                             tir_op.max(tir_op.min(z - pl, w - 1), 0))  # fmt: skip
 
         fill = tir.const(int(np.array([pad_u] * 4, np.uint8).view(np.int32)[0]), "int32")
         return tir_op.if_then_else(inside, _word(get, 4, 0, dt), fill)
@@ -240,9 +256,10 @@ def pack_conv_data(x, *, c4, kh, kw, strides, padding, dilation, groups, pad_val
 
 
 def qnn_conv2d(x, w4, *, strides, padding, dilation, groups, pad_value) -> te.Tensor:
-    """NCHW uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW) -> (N, O, OH, OW) int32: the sum
-    of x_u w' over each window; padded positions read pad_value (the zero point, as x_u)."""
-    n, c, h, w = _static(x.shape)
+    """NCHW (or blocked, (N, C/B, H, W, B)) uint8/int8 data, words w4 (O, ceil(I/g/4), KH, KW)
+    -> (N, O, OH, OW) int32: the sum of x_u w' over each window; padded positions read
+    pad_value (the zero point, as x_u)."""
+    n, c, h, w = data_shape(x)
     oc, c4, kh, kw = _static(w4.shape)
     cg = c // groups
     if c4 != -(-cg // 4) or c % groups or oc % groups:
@@ -284,7 +301,7 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
     """A depthwise qnn.conv2d on tap words (Note [depthwise tap words]): the padded data as x_u
     (uint8), its tap words (N, C, rows, ceil(KW/4), OW) and the weight's (C, KH, ceil(KW/4)),
     summed over (ry, q) by dot_u8i8 in int32 (exact: |sum| < 2**31)."""
-    n, c, h, w = _static(x.shape)
+    n, c, h, w = data_shape(x)
     _, _, kh, kw = _static(w4.shape)
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
@@ -302,8 +319,8 @@ def _depthwise(x, w4, out_hw, strides, padding, dilation, pad_value) -> te.Tenso
     def segment(b, ch, y, seg, i):
         inside = tir_op.all(seg == 1, y >= pt, y < pt + h)
         yc = tir_op.max(tir_op.min(y - pt, h - 1), 0)
-        return tir_op.if_then_else(inside, _unsigned(x[b, ch, yc, i], dt).astype("uint8"),
-                                   tir.const(int(pad_value), "uint8"))  # fmt: skip
+        byte = _unsigned(data_byte(x, b, ch, yc, i), dt).astype("uint8")
+        return tir_op.if_then_else(inside, byte, tir.const(int(pad_value), "uint8"))
 
     xp = te.compute((n, c, rows, 3, w), segment, name="x_padded", tag=DW_PACK_TAG)
 
@@ -369,13 +386,57 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
     blocks wb (OB, ceil(I/4), KH, KW, B) -> an (N, OB, OH, OW, B) int32 product (tagged
     CONV_BLOCKED_TAG), read back as (N, channels, OH, OW). Each step of the reduction meets one
     data word (4 channels of one pixel), broadcast, with a vector of B output channels."""
-    n, c, h, w = _static(x.shape)
+    acc = _blocked_product(x, wb, strides, padding, dilation, pad_value, channels)
+    block = int(acc.shape[4].value)
+    return te.compute(
+        (acc.shape[0], channels, acc.shape[2], acc.shape[3]),
+        lambda b, o, y, z: acc[b, o // block, y, z, o % block],
+        name="qconv_out",
+        tag="injective",
+    )
+
+
+# Note [blocked int8 activations]
+# Between int8 convs the activations stay in blocks of channels, (N, C/B, H, W, B) uint8 with
+# B a multiple of 4 (NCHW[B]c, as the float convs' NCHW[x]c): a word of 4 channels, the data
+# operand of vpdpbusd, is then 4 consecutive bytes (one 32-bit load), where NCHW scattered
+# them over 4 planes and every conv gathered and shifted them into words per call. The
+# "channels" kernel (output channels in vectors) writes its product in blocks of its vector,
+# so its epilogue (compensation, requantize or dequantize, bias, ReLU, residual add, the next
+# quantize) ends in one contiguous store of B bytes per pixel. alter_layout asks the
+# qnn.conv2d strategy (context "blocked": Note [int8 conv rule]) and moves the values; the
+# element-wise epilogue ops, residual adds and the uint8 max pool run blocked between convs.
+# The convs that keep the NCHW kernels (depthwise tap words, grouped, "rows") read blocked
+# data as it is (`data_byte`) and write NCHW, which qnn.conv2d_nchwc packs into words per call
+# as qnn.conv2d_packed does: no layout transform stands between two int8 convs. A 1x1
+# stride-1 conv on blocked data reads its words where they are; a padded or strided one copies
+# whole words into its padded buffer (no gather of bytes).
+
+
+def qnn_conv2d_nchwc(x, wb, *, strides, padding, dilation, pad_value) -> te.Tensor:
+    """qnn.conv2d_packed between blocked int8 activations (Note [blocked int8 activations]):
+    data (N, C/Bi, H, W, Bi) uint8/int8 (Bi a multiple of 4: a word of 4 channels is 4
+    consecutive bytes; or NCHW data, packed into words as qnn.conv2d_packed does) and weight
+    blocks (OB, C/4, KH, KW, B) -> (N, OB, OH, OW, B) int32, the product in the layout its
+    epilogue writes: a pixel's B channels, one vector, one store."""
+    if len(x.shape) == 5 and int(x.shape[4].value) % 4:
+        raise ValueError(f"qnn.conv2d_nchwc: data {x.shape} is not in blocks of 4k channels")
+    ob, _, _, _, block = _static(wb.shape)
+    return _blocked_product(x, wb, strides, padding, dilation, pad_value, ob * block)
+
+
+def _blocked_product(x, wb, strides, padding, dilation, pad_value, channels) -> te.Tensor:
+    n, c, h, w = data_shape(x)
     ob, c4, kh, kw, block = _static(wb.shape)
     if c4 != -(-c // 4) or ob * block < channels:
         raise ValueError(f"qnn.conv2d_packed: data {x.shape}, weight blocks {wb.shape}")
     _, _, _, _, oh, ow = _conv_geometry(x, c4, kh, kw, 1, strides, padding, dilation)
-    _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
-                             dilation=dilation, groups=1, pad_value=pad_value)  # fmt: skip
+    unit = kh == kw == 1 and tuple(strides) == (1, 1) and not any(padding)
+    if unit and len(x.shape) == 5:  # the words are where the data is: 4 bytes of one block
+        read = _blocked_word_reader(x)
+    else:
+        _, read = pack_conv_data(x, c4=c4, kh=kh, kw=kw, strides=strides, padding=padding,
+                                 dilation=dilation, groups=1, pad_value=pad_value)  # fmt: skip
     rc = te.reduce_axis((0, c4), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -385,13 +446,20 @@ def qnn_conv2d_packed(x, wb, *, strides, padding, dilation, pad_value, channels)
         word = read(b, rc, ry * dh, rx * dw, y, z)
         return te.sum(tir_op.dot_u8i8(0, word, wb[o, rc, ry, rx, lane]), axis=[rc, ry, rx])
 
-    acc = te.compute((n, ob, oh, ow, block), body, name="qconv_blocked", tag=CONV_BLOCKED_TAG)
-    return te.compute(
-        (n, channels, oh, ow),
-        lambda b, o, y, z: acc[b, o // block, y, z, o % block],
-        name="qconv_out",
-        tag="injective",
-    )
+    return te.compute((n, ob, oh, ow, block), body, name="qconv_blocked", tag=CONV_BLOCKED_TAG)
+
+
+def _blocked_word_reader(x):
+    """read(b, q, 0, 0, y, z) of an unpadded stride-1 1x1 conv on blocked data: word q of
+    pixel (y, z) straight from the data (its 4 bytes consecutive: one 32-bit load)."""
+    words_per_block = int(x.shape[4].value) // 4
+    dt = str(x.dtype)
+
+    def read(b, q, ty, tx, y, z):
+        blk, lane = q // words_per_block, (q % words_per_block) * 4
+        return _word(lambda j: x[b, blk, y, z, lane + j], 4, 0, dt)
+
+    return read
 
 
 def requantize(acc, scale, *, zero_point: int, dtype: str):

@@ -76,7 +76,7 @@ def _layout(block: int) -> str:
 
 
 # the float types blocked for the pass's target: float32, and float16 where the core computes
-# in half (topi/x86/strategy.py blocked_dtypes, Note [half blocks])
+# in half (Target.half_arithmetic, Note [half blocks])
 _BLOCKED: contextvars.ContextVar = contextvars.ContextVar("blocked_dtypes", default=("float32",))
 
 
@@ -84,9 +84,12 @@ def _is_plain_4d(t: TensorType) -> bool:
     return t.ndim == 4 and _static_channels(t) and str(t.dtype) in _BLOCKED.get()
 
 
+_INTS = ("uint8", "int8", "int32")  # int8 activations and int32 products, blocked too
+
+
 def _is_plain(t: TensorType) -> bool:
     """NCHW, or NCL (1-D convs' data: blocked as NCHW[x]c with H = 1, Note [1-D convs])."""
-    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) in _BLOCKED.get()
+    return t.ndim in (3, 4) and _static_channels(t) and str(t.dtype) in _BLOCKED.get() + _INTS
 
 
 def _static_channels(t: TensorType) -> bool:
@@ -117,10 +120,12 @@ def _as_4d_shape(shape) -> tuple[int, ...]:
 
 
 class _Rewriter:
-    def __init__(self, func: Function, target: Target, use_winograd: bool = True):
+    def __init__(self, func: Function, target: Target, use_winograd: bool = True,
+                 int8: bool = True):  # fmt: skip
         self.func = func
         self.target = target
         self.use_winograd = use_winograd
+        self.int8 = int8
         self.body: list[Call] = []
         self.constants: list[Constant] = list(func.constants)
         self.blocked: dict[int, tuple[Value, int]] = {}  # id(NCHW value) -> (blocked, block)
@@ -259,6 +264,8 @@ class _Rewriter:
         name = call.op.name
         if name == "nn.conv2d":
             return self.conv(call)
+        if name == "qnn.conv2d":
+            return self.int8 and self.qnn_conv(call)
         if name == "nn.conv1d":
             return self.conv1d(call)
         if call.outputs[0].type.ndim != 4:
@@ -313,6 +320,30 @@ class _Rewriter:
         if column:
             attrs = {"newshape": _swap_hw(yb.type.shape)}
             yb = self.emit("reshape", [yb], attrs, name=self._name(out, "column"))
+        self.set_blocked(out, yb, plan["out_block"])
+        return True
+
+    def qnn_conv(self, call: Call) -> bool:
+        """An int8 conv between blocked int8 activations, where its strategy's answer to
+        "blocked" is qnn.conv2d_nchwc (Note [blocked int8 activations] in topi/qnn.py)."""
+        (x, w), (out,) = call.inputs, call.outputs
+        if not (isinstance(w, Constant) and x.type.is_static and x.type.ndim == 4):
+            return False
+        if self.is_padded(x):
+            return False
+        context = {"blocked": True, "in_block": self.block_of(x)}
+        plan = strategy.plan_layout(call, self.target, context)
+        if plan is None or plan["op"] != "qnn.conv2d_nchwc":
+            if id(x) in self.blocked and id(x) not in self.defined:  # a conv left in NCHW
+                # (depthwise, grouped, "rows") reads the blocked data as it is: no transform
+                xb, _ = self.blocked[id(x)]
+                self.emit(call.op.name, [xb, w], call.attrs, out=out)
+                return True
+            return False
+        wb = self.constant(w.name, plan["weight"])
+        block = plan["in_block"]
+        xb = self.to_block(x, block) if block else self.plain(x) if id(x) in self.blocked else x
+        yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, plan["out_block"])
         return True
 
@@ -743,14 +774,15 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     target = Target(target) if isinstance(target, str) else target
     if target is None or not target.kind_info.layout_strategies:
         return func  # the target's kernels do not take blocked layouts (its table row)
-    if not any(c.op.name in ("nn.conv2d", "nn.conv1d") for c in func.body):
+    if not any(c.op.name in ("nn.conv2d", "nn.conv1d", "qnn.conv2d") for c in func.body):
         return func
-    use_winograd = bool(PassContext.current().config.get("alter_layout.winograd", True))
-    from tessera.topi.x86.strategy import blocked_dtypes
-
-    token = _BLOCKED.set(blocked_dtypes(target))
+    config = PassContext.current().config
+    use_winograd = bool(config.get("alter_layout.winograd", True))
+    int8 = bool(config.get("alter_layout.int8", True))  # False: int8 convs keep NCHW
+    half = ("float16",) if target.half_arithmetic else ()
+    token = _BLOCKED.set(("float32", *half))
     try:
-        new = _Rewriter(func, target, use_winograd).run()
+        new = _Rewriter(func, target, use_winograd, int8).run()
     finally:
         _BLOCKED.reset(token)
     changed = len(new.body) != len(func.body) or any(

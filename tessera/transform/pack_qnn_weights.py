@@ -7,7 +7,10 @@
 
 Which kernel runs a qnn.conv2d is its strategy's answer (for CPUs, topi/x86/int8_strategy.py,
 Note [int8 conv rule]): "rows" keeps the call as it is, "channels" wants the weight in blocks
-of output channels; this pass asks, and re-packs the weight here, once, at compile time. A
+of output channels; this pass asks, and re-packs the weight here, once, at compile time. It
+runs after alter_layout, which has already moved the convs between blocked int8 activations
+to qnn.conv2d_nchwc (Note [blocked int8 activations] in topi/qnn.py): what is left here reads
+NCHW data. A
 weight used by several calls is re-packed once. It needs the target (`with target:` as `build`
 does, or `target=`); targets whose table row has no `layout_strategies` (the C target) keep
 their convs as they are, except microcontrollers ("c -device=micro"), whose strategies

@@ -294,3 +294,92 @@ def test_conv2d_rows_knobs_match_integer_reference(case):
         y = np.zeros(out, np.int32)
         f(x8, w4, y)
         np.testing.assert_array_equal(y, want, err_msg=str(cfg))
+
+
+# -- between blocked int8 activations (qnn.conv2d_nchwc) ------------------------------------------
+
+NCHWC_CONVS = [  # (c, h, w, oc, k, stride, pad, in_block, data dtype)
+    (16, 9, 9, 32, 3, 1, 1, 16, "uint8"),  # 3x3, padded
+    (32, 7, 7, 16, 1, 1, 0, 16, "uint8"),  # 1x1 on a 7-wide row
+    (8, 10, 10, 16, 3, 2, 1, 8, "int8"),  # strided 3x3 (phases), blocks of 8, int8 data
+    (12, 8, 8, 16, 1, 2, 0, 4, "uint8"),  # strided 1x1 (sampled while packing), blocks of 4
+    (6, 9, 9, 16, 3, 1, 1, None, "uint8"),  # NCHW data in (6 channels: a partial word)
+    (16, 7, 7, 16, 1, 1, 0, None, "uint8"),  # NCHW data in, 1x1 (packed per call)
+]
+
+
+def _blocked(x: np.ndarray, block: int | None) -> np.ndarray:
+    if block is None:
+        return x
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // block, block, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@pytest.mark.parametrize("target", list(ISAS))
+@pytest.mark.parametrize("case", NCHWC_CONVS)
+def test_conv2d_nchwc_matches_integer_reference(target, case):
+    """Blocked int8 data in, the requantized output in the product's blocks (the epilogue's
+    per-channel scale blocked too): bit-exact with qnn.conv2d's reference on plain NCHW."""
+    t = _target(target)
+    c, h, w, oc, k, stride, pad, in_block, xdt = case
+    block = _block(t)
+    x8 = _data((1, c, h, w), xdt)
+    w8 = _data((oc, c, k, k), "int8")
+    wb = qnn.pack_conv_weight_blocked(w8, block)
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), pad_value=9)
+    shape = (1, c, h, w) if in_block is None else (1, c // in_block, h, w, in_block)
+    X = te.placeholder(shape, xdt, name="x")
+    W = te.placeholder(wb.shape, "int32", name="w")
+    S = te.placeholder((1, oc // block, 1, 1, block), "float32", name="s")
+    Y = qnn.requantize(qnn.qnn_conv2d_nchwc(X, W, **attrs), S, zero_point=3, dtype="uint8")
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, S, Y], target=t)
+    scale = (R.random((oc, 1, 1)) * 2e-3).astype(np.float32)
+    y = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    f(_blocked(x8, in_block), wb, _blocked(scale[None], block), y)
+    acc = get_op("qnn.conv2d").evaluate([x8, qnn.pack_conv_weight(w8)], attrs)[0]
+    want = get_op("qnn.requantize").evaluate([acc, scale], dict(zero_point=3, dtype="uint8"))[0]
+    np.testing.assert_array_equal(y, _blocked(want, block))
+    ref = get_op("qnn.conv2d_nchwc").evaluate([_blocked(x8, in_block), wb], attrs)[0]
+    np.testing.assert_array_equal(ref, _blocked(acc, block))  # the op's own reference agrees
+    if ISAS[target] is not None:
+        assert ISAS[target] in f.get_source("asm")
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=cascadelake", "llvm -mcpu=haswell", "c"])
+@pytest.mark.parametrize("case", [CONVS[0], CONVS[4], CONVS[5], CONVS[6]])
+def test_nchw_kernels_read_blocked_data(target, case):
+    """The NCHW kernels (rows, depthwise tap words) read blocked data as it is (a conv left in
+    NCHW inside a blocked int8 region: no layout transform before it), with the NCHW integers."""
+    t = _target(target)
+    c, h, w, oc, k, stride, pad, groups = case
+    block = 4 if c % 8 else 8
+    x8 = _data((1, c, h, w), "uint8")
+    w4 = qnn.pack_conv_weight(_data((oc, c // groups, k, k), "int8"))
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), groups=groups,
+                 pad_value=7)  # fmt: skip
+    X = te.placeholder((1, c // block, h, w, block), "uint8", name="x")
+    W = te.placeholder(w4.shape, "int32", name="w")
+    Y = qnn.qnn_conv2d(X, W, **attrs)
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d([Y], t), [X, W, Y], target=t)
+    y = np.zeros([int(d.value) for d in Y.shape], np.int32)
+    f(_blocked(x8, block), w4, y)
+    want = get_op("qnn.conv2d").evaluate([x8, w4], attrs)[0]
+    np.testing.assert_array_equal(y, want)
+    got = get_op("qnn.conv2d").evaluate([_blocked(x8, block), w4], attrs)[0]
+    np.testing.assert_array_equal(got, want)  # the reference takes blocked data too
+
+
+AVX512_DOTS = [("llvm -mcpu=cascadelake", "vpdpbusd"), ("llvm -mcpu=skylake-avx512", "vpmaddwd")]
+
+
+@pytest.mark.parametrize("target,instruction", AVX512_DOTS)
+def test_conv2d_nchwc_asm_on_avx512_targets(target, instruction):
+    """Built (not run: this CPU may lack them) for the AVX-512 levels: blocks of 16 lanes in
+    and out, the data words broadcast into the ISA's dot product."""
+    t = Target(target)
+    X = te.placeholder((1, 2, 7, 7, 16), "uint8", name="x")
+    W = te.placeholder((2, 8, 3, 3, 16), "int32", name="w")
+    attrs = dict(strides=(1, 1), padding=(1,) * 4, dilation=(1, 1), pad_value=0)
+    Y = qnn.qnn_conv2d_nchwc(X, W, **attrs)
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, Y], target=t)
+    assert instruction in f.get_source("asm")

@@ -649,3 +649,105 @@ def test_column_conv_runs_as_a_row_and_matches_ort(target):
     m.set_input("x", x)
     m.run()
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def _qnn_chain():
+    """uint8 data -> int8 conv 3x3 -> compensation, dequantize, ReLU, quantize -> uint8 max
+    pool -> int8 conv 1x1 -> dequantize: a quantized region as tessera.quantize writes it."""
+    from tessera.topi import qnn
+
+    w1 = qnn.pack_conv_weight(RNG.integers(-127, 128, (32, 16, 3, 3)).astype("i1"))
+    w2 = qnn.pack_conv_weight(RNG.integers(-127, 128, (32, 32, 1, 1)).astype("i1"))
+    consts = {"w1": w1, "w2": w2, "c1": RNG.integers(-999, 999, (32, 1, 1)).astype("i4")}
+    consts |= {"s1": np.full((32, 1, 1), 1e-4, "f4"), "s2": np.full((32, 1, 1), 2e-5, "f4")}
+    return parse(
+        f"""def main(%x: u8[1, 16, 8, 8]) {{
+          %w1 = constant(...) : i32[32, 4, 3, 3]; %w2 = constant(...) : i32[32, 8, 1, 1];
+          %c1 = constant(...) : i32[32, 1, 1];
+          %s1 = constant(...) : f32[32, 1, 1]; %s2 = constant(...) : f32[32, 1, 1];
+          %1 = qnn.conv2d(%x, %w1, {CONV}, groups=1, pad_value=3); %2 = subtract(%1, %c1);
+          %3 = qnn.dequantize(%2, %s1); %4 = nn.relu(%3);
+          %5 = qnn.quantize(%4, scale=0.05, zero_point=0, dtype="uint8");
+          %6 = nn.max_pool2d(%5, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1],
+                             dilation=[1, 1]);
+          %7 = qnn.conv2d(%6, %w2, {CONV1}, groups=1, pad_value=0);
+          %8 = qnn.dequantize(%7, %s2); return %8 }}""",
+        constants=consts,
+    )
+
+
+@pytest.mark.parametrize("target,block", [(AVX512, 16), (AVX2, 8)])
+def test_int8_region_stays_blocked_between_convs(target, block):
+    """Note [blocked int8 activations]: both int8 convs write blocked products (the strategy's
+    answer; the first reads the NCHW input, the second the blocked pool), the epilogue and the
+    uint8 max pool stay blocked, a layout transform only at the region's end; the integers are
+    those of the NCHW graph."""
+    before = _qnn_chain()
+    after = alter_layout(before, target=target)
+    ops = [c.op.name for c in after.body]
+    assert ops.count("qnn.conv2d_nchwc") == 2 and "qnn.conv2d" not in ops
+    assert "nn.max_pool2d_nchwc" in ops
+    assert ops.count("layout_transform") == 1  # the result out (the first conv packs NCHW)
+    pool = next(c for c in after.body if c.op.name == "nn.max_pool2d_nchwc")
+    assert str(pool.outputs[0].type.dtype) == "uint8" and pool.outputs[0].type.shape[4] == block
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).integers(0, 256, (1, 16, 8, 8)).astype("u1")
+        (want,), (got,) = run_function(before, {"x": x}), run_function(after, {"x": x})
+        np.testing.assert_array_equal(got, want)
+
+
+def test_int8_region_builds_bit_exact():
+    """The blocked int8 region built (fused epilogues, blocked stores) gives the interpreter's
+    integers; with alter_layout off, so does the NCHW build."""
+    before = _qnn_chain()
+    x = RNG.integers(0, 256, (1, 16, 8, 8)).astype("u1")
+    (want,) = run_function(before, {"x": x})
+    mod = IRModule({"main": before})
+    for disabled in ([], ["alter_layout"]):
+        with tessera.transform.PassContext(opt_level=3, disabled_pass=disabled):
+            lib = tessera.build(mod, target="llvm", params={})
+        assert ("fused_qnn_conv2d_nchwc" in lib.get_source()) == (not disabled)
+        m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+        m.set_input("x", x)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), want)
+
+
+def test_depthwise_int8_conv_reads_blocked_data_mobilenet_style():
+    """1x1 conv -> depthwise 3x3 -> 1x1 conv, int8: the depthwise conv (an NCHW kernel) reads
+    the blocked uint8 data as it is and writes NCHW, which the next conv packs: no layout
+    transform inside the block; bit-exact with the NCHW graph, interpreted and built."""
+    from tessera.topi import qnn
+
+    words = {"w1": (32, 16, 1, 1), "wd": (32, 1, 3, 3), "w2": (32, 32, 1, 1)}
+    consts = {k: qnn.pack_conv_weight(RNG.integers(-127, 128, v).astype("i1"))
+              for k, v in words.items()}  # fmt: skip
+    consts |= {"s": np.full((32, 1, 1), 1e-3, "f4"), "s2": np.full((32, 1, 1), 3e-5, "f4")}
+    quant = 'scale=0.05, zero_point=0, dtype="uint8"'
+    before = parse(
+        f"""def main(%x: u8[1, 16, 8, 8]) {{
+          %w1 = constant(...) : i32[32, 4, 1, 1]; %wd = constant(...) : i32[32, 1, 3, 3];
+          %w2 = constant(...) : i32[32, 8, 1, 1];
+          %s = constant(...) : f32[32, 1, 1]; %s2 = constant(...) : f32[32, 1, 1];
+          %1 = qnn.conv2d(%x, %w1, {CONV1}, groups=1, pad_value=0);
+          %2 = qnn.dequantize(%1, %s); %3 = nn.relu(%2); %4 = qnn.quantize(%3, {quant});
+          %5 = qnn.conv2d(%4, %wd, {CONV}, groups=32, pad_value=0);
+          %6 = qnn.dequantize(%5, %s); %7 = qnn.quantize(%6, {quant});
+          %8 = qnn.conv2d(%7, %w2, {CONV1}, groups=1, pad_value=0);
+          %9 = qnn.dequantize(%8, %s2); return %9 }}""",
+        constants=consts,
+    )
+    after = alter_layout(before, target=AVX512)
+    ops = [c.op.name for c in after.body]
+    assert ops.count("qnn.conv2d_nchwc") == 2 and ops.count("layout_transform") == 1
+    (dw,) = [c for c in after.body if c.op.name == "qnn.conv2d"]
+    assert dw.inputs[0].type.shape == (1, 2, 8, 8, 16)  # the blocked uint8, as it is
+    x = RNG.integers(0, 256, (1, 16, 8, 8)).astype("u1")
+    (want,) = run_function(before, {"x": x})
+    np.testing.assert_array_equal(run_function(after, {"x": x})[0], want)
+    with tessera.transform.PassContext(opt_level=3):
+        lib = tessera.build(IRModule({"main": before}), target="llvm", params={})
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    np.testing.assert_array_equal(m.get_output(0).numpy(), want)

@@ -92,29 +92,38 @@ conv2d = register_op("qnn.conv2d", kind=OpKind.OUT_ELEMWISE_FUSABLE)
 @conv2d.type_rule
 def _(x: TensorType, w4: TensorType, strides, padding, dilation, groups=1, pad_value=0):
     _require_data("qnn.conv2d", x)
-    if str(w4.dtype) != "int32" or x.ndim != 4 or w4.ndim != 4:
-        raise type_error("qnn.conv2d", f"expects NCHW data and int32 weight words, got {x}, {w4}")
-    if groups < 1 or x.shape[1] % groups or w4.shape[0] % groups:
+    if str(w4.dtype) != "int32" or x.ndim not in (4, 5) or w4.ndim != 4:
+        raise type_error("qnn.conv2d", f"expects NCHW (or NCHW[x]c) data and int32 weight "
+                         f"words, got {x}, {w4}")  # fmt: skip
+    c = _channels(x)
+    if groups < 1 or c % groups or w4.shape[0] % groups:
         raise type_error("qnn.conv2d", f"channels of {x} and {w4} disagree (groups={groups})")
-    if w4.shape[1] != -(-(x.shape[1] // groups) // 4):
+    if w4.shape[1] != -(-(c // groups) // 4):
         raise type_error("qnn.conv2d", f"weight words {w4} do not cover the channels of {x}")
     if len(strides) != 2 or len(padding) != 4 or len(dilation) != 2:
         raise type_error("qnn.conv2d", "needs 2 strides, 4 pads and 2 dilations")
-    out = [
-        topi_qnn.conv_out_size(
-            x.shape[2 + i], w4.shape[2 + i], strides[i], padding[i], padding[i + 2], dilation[i]
-        )  # fmt: skip
-        for i in range(2)
-    ]
-    if min(out) < 1:
-        raise type_error("qnn.conv2d", f"kernel {w4.shape[2:]} is larger than padded input {x}")
+    out = _conv_out("qnn.conv2d", x.shape[2:4], w4.shape[2:4], strides, padding, dilation)
     return TensorType((x.shape[0], w4.shape[0], *out), "int32")
+
+
+def _channels(x: TensorType) -> int:
+    """The channels of NCHW data or of blocked data (N, C/B, H, W, B)."""
+    return x.shape[1] * x.shape[4] if x.ndim == 5 else x.shape[1]
+
+
+def _plain(x: np.ndarray) -> np.ndarray:
+    """Blocked data (N, C/B, H, W, B) as NCHW; NCHW data as it is."""
+    if x.ndim == 4:
+        return x
+    n, cb, h, w, b = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)).reshape(n, cb * b, h, w)
 
 
 @conv2d.reference
 def _(x, w4, strides, padding, dilation, groups=1, pad_value=0):
     from tessera.graph.ops import nn_ref
 
+    x = _plain(x)
     cg = x.shape[1] // groups
     w = topi_qnn.unpack_conv_weight(w4, cg).astype(np.float64)
     xu = _unsigned(x).astype(np.float64)
@@ -169,6 +178,54 @@ def _(x, wb, strides, padding, dilation, channels, pad_value=0, config=None):
 def _(x, wb, *, strides, padding, dilation, channels, pad_value=0, config=None):
     return topi_qnn.qnn_conv2d_packed(x, wb, strides=strides, padding=padding, dilation=dilation,
                                       pad_value=pad_value, channels=channels)  # fmt: skip
+
+
+# -- conv2d between blocked int8 activations (Note [blocked int8 activations], topi/qnn.py) ----
+
+conv2d_nchwc = register_op("qnn.conv2d_nchwc", kind=OpKind.OUT_ELEMWISE_FUSABLE)
+
+
+@conv2d_nchwc.type_rule
+def _(x: TensorType, wb: TensorType, strides, padding, dilation, pad_value=0, config=None):
+    _require_data("qnn.conv2d_nchwc", x)
+    blocks = x.ndim == 5 and x.shape[4] % 4 == 0
+    if str(wb.dtype) != "int32" or not (x.ndim == 4 or blocks) or wb.ndim != 5:
+        want = "data NCHW or (N, C/B, H, W, B), B a multiple of 4, int32 weight blocks"
+        raise type_error("qnn.conv2d_nchwc", f"expects {want} (OB, C/4, KH, KW, B), got {x}, {wb}")
+    if wb.shape[1] != -(-_channels(x) // 4):
+        raise type_error("qnn.conv2d_nchwc", f"weight blocks {wb} do not fit {x}")
+    out = _conv_out("qnn.conv2d_nchwc", x.shape[2:4], wb.shape[2:4], strides, padding, dilation)
+    return TensorType((x.shape[0], wb.shape[0], *out, wb.shape[4]), "int32")
+
+
+@conv2d_nchwc.reference
+def _(x, wb, strides, padding, dilation, pad_value=0, config=None):
+    plain = _plain(x)
+    channels = wb.shape[0] * wb.shape[4]
+    attrs = dict(strides=strides, padding=padding, dilation=dilation, pad_value=pad_value,
+                 channels=channels)  # fmt: skip
+    y = conv2d_packed.evaluate([plain, wb], attrs)[0]
+    n, _, oh, ow = y.shape
+    y = y.reshape(n, wb.shape[0], wb.shape[4], oh, ow)
+    return np.ascontiguousarray(y.transpose(0, 1, 3, 4, 2))
+
+
+@conv2d_nchwc.compute
+def _(x, wb, *, strides, padding, dilation, pad_value=0, config=None):
+    return topi_qnn.qnn_conv2d_nchwc(x, wb, strides=strides, padding=padding, dilation=dilation,
+                                     pad_value=pad_value)  # fmt: skip
+
+
+def _conv_out(op, size, kernel, strides, padding, dilation) -> list[int]:
+    out = [
+        topi_qnn.conv_out_size(
+            size[i], kernel[i], strides[i], padding[i], padding[i + 2], dilation[i]
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    if min(out) < 1:
+        raise type_error(op, f"kernel {tuple(kernel)} is larger than the padded input {size}")
+    return out
 
 
 # -- requantize -------------------------------------------------------------------------------

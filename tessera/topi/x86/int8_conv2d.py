@@ -131,6 +131,10 @@ def schedule_qnn_conv2d(outs, target=None, config=None) -> te.Schedule:
     return s
 
 
+def _static(shape) -> list[int]:
+    return [int(d.value) for d in shape]
+
+
 def _stages(outs) -> list[te.Tensor]:
     from tessera.topi.generic import traverse
 
@@ -258,14 +262,21 @@ def schedule_qnn_conv2d_packed(outs, target=None, config=None) -> te.Schedule:
         stage.unroll(zi)
         stage.vectorize(lane)
     else:
-        stage = s[anchor]
+        # blocked output (qnn.conv2d_nchwc, Note [blocked int8 activations] in topi/qnn.py):
+        # a lone epilogue in the anchor's layout is finished in the tile and each pixel's
+        # vector of `block` channels stored whole; other epilogues read the product back
+        fused = len(outs) == 1 and outs[0].op is not anchor.op
+        fused = fused and _static(outs[0].shape) == _static(anchor.shape)
+        if fused:
+            s[anchor].compute_inline()
+        stage = s[outs[0]] if fused else s[anchor]
         n, ob, oh, z, lane = stage.op.axis
         obo, obi = stage.split(ob, factor=ocv)
         zo, zi = stage.split(z, factor=owb)
         stage.reorder(n, obo, oh, zo, obi, zi, lane)
         stage.parallel(stage.fuse(n, obo, oh))
         stage.vectorize(lane)
-        for t in outs:
+        for t in outs if not fused else ():
             schedule_elementwise_stage(s, t, target)
     s[acc].compute_at(stage, zo)
     a = s[acc]

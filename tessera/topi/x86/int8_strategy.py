@@ -6,9 +6,11 @@
                            re-packed (OB, I/4, KH, KW, B) for qnn.conv2d_packed
                            (schedule_qnn_conv2d_packed); knobs ow_block, oc_vectors
 
-Which one runs by default is Note [int8 conv rule]. The layout hook answers the graph pass
-transform/pack_qnn_weights.py (the weight blocks of the chosen config). Registered under "cpu",
-like the float convs: the rules are over the vector width and the registers.
+Which one runs by default is Note [int8 conv rule]. The layout hook answers the graph
+passes transform/alter_layout.py (blocked int8 activations: qnn.conv2d_nchwc) and
+transform/pack_qnn_weights.py (the weight blocks of the chosen config, NCHW data).
+Registered under "cpu", like the float convs: the rules are over the vector width and the
+registers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ from tessera.topi.x86.int8_conv2d import (
 #     rows:     words * ceil(OW / L) * L / OW
 #     channels: words * ceil(OC / L) * L / OC + L
 # The default is the cheaper one (ties: rows). The channels kernel takes groups == 1 only.
+# Asked by alter_layout with context "blocked" (Note [blocked int8 activations] in
+# topi/qnn.py), when OC is a multiple of L, the channels kernel stores each vector whole into
+# the blocked output: its "+ L" term goes, and ties go to channels (the rows kernel writes
+# NCHW, which the next blocked conv packs again); its answer is then qnn.conv2d_nchwc (data in
+# the input's blocks, or NCHW, the product in blocks of L), else the NCHW kernels.
 
 
 def _lanes(target) -> int:
@@ -50,15 +57,17 @@ class _QConv:
         if len(wl.inputs) != 2 or len(wl.output) != 4:
             return None
         (xs, xd), (ws, wd) = wl.inputs
-        if len(xs) != 4 or len(ws) != 4 or xd not in ("uint8", "int8") or wd != "int32":
+        if len(xs) not in (4, 5) or len(ws) != 4 or xd not in ("uint8", "int8") or wd != "int32":
             return None
         if not all(isinstance(d, int) for d in (*xs, *ws, *wl.output)):
             return None
         q = _QConv()
         q.oc, q.c4, q.kh, q.kw = ws
+        q.blocked_data = len(xs) == 5  # read as it is by the NCHW kernels (alter_layout)
+        q.channels = xs[1] * xs[4] if q.blocked_data else xs[1]
         q.n, _, q.oh, q.ow = wl.output
         q.groups = wl.attr("groups", 1)
-        q.depthwise = q.groups == xs[1] == q.oc
+        q.depthwise = q.groups == q.channels == q.oc
         q.lanes = _lanes(target)
         q.blocks = -(-q.oc // q.lanes)
         return q
@@ -97,7 +106,7 @@ def _rows_space(wl: Workload, target) -> ConfigSpace | None:
 
 def _channels_space(wl: Workload, target) -> ConfigSpace | None:
     q = _QConv.of(wl, target)
-    if q is None or q.groups != 1 or not wl.constant or not wl.constant[1]:
+    if q is None or q.groups != 1 or not wl.constant or not wl.constant[1] or q.blocked_data:
         return None
     regs = vector_registers(target)
 
@@ -113,16 +122,32 @@ def _channels_space(wl: Workload, target) -> ConfigSpace | None:
 
 
 def _channels_layout(wl: Workload, config: Config, context, target, w4: np.ndarray):
-    """The weight words (O, I/4, KH, KW) as blocks (OB, I/4, KH, KW, L) of L output channels."""
+    """The weight words (O, I/4, KH, KW) as blocks (OB, I/4, KH, KW, L) of L output channels;
+    asked by alter_layout (context "blocked"), between blocked activations where it can
+    (Note [blocked int8 activations] in topi/qnn.py)."""
     if w4 is None:
         return None
     q = _QConv.of(wl, target)
     padded = np.zeros((q.blocks * q.lanes, *w4.shape[1:]), np.int32)
     padded[: q.oc] = w4
-    blocks = padded.reshape(q.blocks, q.lanes, *w4.shape[1:]).transpose(0, 2, 3, 4, 1)
+    blocks = np.ascontiguousarray(
+        padded.reshape(q.blocks, q.lanes, *w4.shape[1:]).transpose(0, 2, 3, 4, 1)
+    )
     attrs = {k: v for k, v in wl.attrs if k != "groups"}
-    attrs.update(channels=q.oc, config=config.as_attr())
-    return {"op": "qnn.conv2d_packed", "weight": np.ascontiguousarray(blocks), "attrs": attrs}
+    attrs["config"] = config.as_attr()
+    if context.get("blocked") and q.oc % q.lanes == 0:
+        return {"op": "qnn.conv2d_nchwc", "weight": blocks, "attrs": attrs,
+                "in_block": _data_block(context), "out_block": q.lanes}  # fmt: skip
+    attrs["channels"] = q.oc
+    return {"op": "qnn.conv2d_packed", "weight": blocks, "attrs": attrs}
+
+
+def _data_block(context) -> int | None:
+    """The data layout qnn.conv2d_nchwc reads: the input's blocks when they hold whole words
+    (a multiple of 4 channels); else (None) NCHW, packed into words per call, as the NCHW
+    kernels do (the data of a conv after a depthwise one, which writes NCHW)."""
+    given = context.get("in_block")
+    return given if given is not None and given % 4 == 0 else None
 
 
 conv2d.implementation("channels", priority=2, layout=_channels_layout)(_channels_space)
@@ -134,4 +159,7 @@ def _default(wl: Workload, target, context) -> str:
     q = _QConv.of(wl, target)
     if q is None or not context.get("rewrite", True) or _channels_space(wl, target) is None:
         return "rows"
+    if context.get("blocked") and q.oc % q.lanes == 0:
+        # between blocked activations: no strided stores (Note [blocked int8 activations])
+        return "channels" if q.channels_cost() - q.lanes <= q.rows_cost() else "rows"
     return "channels" if q.channels_cost() < q.rows_cost() else "rows"

@@ -317,6 +317,7 @@ for _name, _schedule in (
     ("qnn.batch_matmul", int8_dense.schedule_qnn_batch_matmul),
     ("qnn.conv2d", int8_conv2d.schedule_qnn_conv2d),
     ("qnn.conv2d_packed", int8_conv2d.schedule_qnn_conv2d_packed),
+    ("qnn.conv2d_nchwc", int8_conv2d.schedule_qnn_conv2d_packed),
 ):
     get_op(_name).schedule("generic")(_schedule)
     get_op(_name).schedule("x86")(_schedule)
