@@ -9,7 +9,7 @@ from onnx import helper
 
 import tessera
 from tessera.frontend import from_onnx
-from tessera.frontend.testing import make_model, run_ort
+from tessera.frontend.testing import make_model, run_int8_reference
 from tessera.runtime import GraphModule, cpu
 from tessera.transform import PassContext
 
@@ -89,7 +89,7 @@ def test_qlinear_conv_bit_exact(case, xdt, wdt, per_channel):
         x, wt, xdt=xdt, wdt=wdt, per_channel=per_channel, bias=per_channel, **attrs
     )
     (got,), mod = run_tessera(model, {"x": x})
-    (want,) = run_ort(model, {"x": x})
+    (want,) = run_int8_reference(model, {"x": x})
     np.testing.assert_array_equal(got, want)
 
 
@@ -116,7 +116,7 @@ def test_qlinear_matmul_bit_exact(target):
     node = N("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     model = make_model([node], {"a": a}, ["y"], inits, opset=13)
     (got,), _ = run_tessera(model, {"a": a}, target)
-    np.testing.assert_array_equal(got, run_ort(model, {"a": a})[0])
+    np.testing.assert_array_equal(got, run_int8_reference(model, {"a": a})[0])
 
 
 @pytest.mark.parametrize(
@@ -144,7 +144,7 @@ def test_matmul_integer_runtime_operands(adt, bdt, az, bz, bshape):
     model = make_model([*nodes, N("MatMulInteger", ins, ["y"])], feeds, ["y"], inits, opset=13)
     (got,), mod = run_tessera(model, feeds)
     assert "qnn.batch_matmul" in ops_of(from_onnx(model)[0])
-    np.testing.assert_array_equal(got, run_ort(model, feeds)[0])
+    np.testing.assert_array_equal(got, run_int8_reference(model, feeds)[0])
 
 
 def test_dynamic_quantize_matmul_integer():
@@ -157,7 +157,7 @@ def test_dynamic_quantize_matmul_integer():
     ]
     model = make_model(nodes, {"x": x}, ["y", "xs", "xz"], {"w": w}, opset=13)
     got, mod = run_tessera(model, {"x": x})
-    want = run_ort(model, {"x": x})
+    want = run_int8_reference(model, {"x": x})
     for g, e in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, e)
 
@@ -167,7 +167,7 @@ def test_conv_integer_bit_exact():
     node = N("ConvInteger", ["x", "w", "xz"], ["y"], pads=[1, 1, 1, 1])
     model = make_model([node], {"x": x}, ["y"], {"w": wt, "xz": np.uint8(9)}, opset=13)
     (got,), mod = run_tessera(model, {"x": x})
-    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
+    np.testing.assert_array_equal(got, run_int8_reference(model, {"x": x})[0])
 
 
 @pytest.mark.parametrize(
@@ -206,5 +206,5 @@ def test_dynamic_quantize_conv_integer_wide_weights(xdt, wdt, wz, group, pads, s
     inits = {"w": w, "wz": zw, "c128": np.int32(128)}
     model = make_model(nodes, {"x": x}, ["y"], inits, opset=13)
     (got,), mod = run_tessera(model, {"x": x})
-    np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
+    np.testing.assert_array_equal(got, run_int8_reference(model, {"x": x})[0])
     assert "qnn.conv2d" in ops_of(mod) and "nn.conv2d" not in ops_of(mod)
