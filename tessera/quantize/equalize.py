@@ -22,6 +22,7 @@ import numpy as np
 
 from tessera.graph.ir import Call, Constant, Function, Value
 from tessera.graph.op import get_op
+from tessera.quantize.rewrite import conv_input_channels
 
 # Note [activation equalization]
 # tessera.quantize gives each activation one uint8 scale, from the range of its widest channel;
@@ -191,8 +192,7 @@ def _scaled_conv_weight(w: np.ndarray, groups: int, rows, cols) -> np.ndarray:
     if rows is not None:
         w /= rows.reshape(-1, 1, 1, 1)
     if cols is not None:
-        group = np.arange(o_count) // (o_count // groups)
-        channel = group[:, None] * per_group + np.arange(per_group)[None, :]  # (O, I/groups)
+        channel = conv_input_channels(o_count, per_group, groups)
         w *= cols.reshape(-1)[channel][:, :, None, None]
     return w
 

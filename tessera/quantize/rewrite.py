@@ -113,10 +113,15 @@ def _element_importance(w: np.ndarray, importance: np.ndarray, groups: int) -> n
     if w.ndim == 2:
         return np.broadcast_to(imp.reshape(1, -1), w.shape)
     o_count, per_group = w.shape[:2]
-    group = np.arange(o_count) // (o_count // groups)
-    channel = group[:, None] * per_group + np.arange(per_group)[None, :]
+    channel = conv_input_channels(o_count, per_group, groups)
     return np.broadcast_to(imp[channel].reshape(o_count, per_group, *(1,) * (w.ndim - 2)),
                            w.shape)  # fmt: skip
+
+
+def conv_input_channels(o_count: int, per_group: int, groups: int) -> np.ndarray:
+    """(O, I/groups) int array: the input channel that weight element [o, i] multiplies."""
+    group = np.arange(o_count) // (o_count // groups)
+    return group[:, None] * per_group + np.arange(per_group)[None, :]
 
 
 def quantize_weight(w: np.ndarray, importance: np.ndarray | None = None):
