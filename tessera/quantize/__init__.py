@@ -6,10 +6,12 @@ few calibration feeds in, an int8 graph module and a per-layer report out.
     print(result.report)                    # per layer: ranges, SQNR (dB), quantized or kept
     lib = tessera.build(result.mod, target="llvm")
 
-Steps: bind the weights and simplify (batch-norms folded into the weights), calibrate the data
-input of each layer (`calibrate.py`), measure each layer's own signal-to-quantization-noise on
-the first feed (its float output against its int8 one, both from the same float input), keep
-float the layers below `keep_float_below_db`, and rewrite the rest (`rewrite.py`).
+Steps: bind the weights and simplify (batch-norms folded into the weights), equalize the
+channels of the activations (`equalize.py`: the same float function), calibrate the data input
+of each layer (`calibrate.py`), choose each weight row's scale (Note [weight scales]), measure
+each layer's own signal-to-quantization-noise on the first feed (its float output against its
+int8 one, both from the same float input), keep float the layers below `keep_float_below_db`,
+and rewrite the rest (`rewrite.py`).
 """
 
 from __future__ import annotations
