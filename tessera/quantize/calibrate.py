@@ -77,6 +77,16 @@ def observe(m, count: int, feeds: list, histograms: bool) -> list[Observer]:
     return stats
 
 
+def channel_absmax(m, feeds) -> list[np.ndarray]:
+    """Each output of compiled probe `m` (N, C, ...): its largest |x| per channel (axis 1)
+    over the feeds."""
+    out = None
+    for arrays in run_values(m, feeds):
+        r = [np.abs(np.moveaxis(a, 1, 0).reshape(a.shape[1], -1)).max(axis=1) for a in arrays]
+        out = r if out is None else [np.maximum(a, b) for a, b in zip(out, r, strict=True)]
+    return out or []
+
+
 def _kl_threshold(hist: np.ndarray, levels: int) -> int:
     """The number of histogram bins to keep that minimizes KL(P || Q), Q being P quantized to
     `levels` levels (TensorRT's entropy calibration). Candidates every 8 bins keep it fast."""
