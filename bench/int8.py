@@ -184,8 +184,11 @@ def call_seconds(module, runs: int) -> tuple[list, np.ndarray]:
     return calls, np.array(seconds)
 
 
-def ort_node_medians(path: str, threads: int, feed: dict, runs: int) -> dict[str, float]:
-    """Median seconds of each node of an ORT session over `runs` runs (ORT's profiler)."""
+def ort_node_medians(
+    path: str, threads: int, feed: dict, runs: int, stat=np.median
+) -> dict[str, float]:
+    """Median (`stat`) seconds of each node of an ORT session over `runs` runs (ORT's
+    profiler)."""
     import json
 
     import onnxruntime as ort
@@ -203,7 +206,7 @@ def ort_node_medians(path: str, threads: int, feed: dict, runs: int) -> dict[str
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             per_node.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] * 1e-6)
-    return {k: float(np.median(v[1:] or v)) for k, v in per_node.items()}  # first: warm-up
+    return {k: float(stat(v[1:] or v)) for k, v in per_node.items()}  # first: warm-up
 
 
 def _anchor(nodes: list[str]) -> str:

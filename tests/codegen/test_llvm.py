@@ -12,6 +12,7 @@ from tessera.codegen.llvm.emitter import FunctionEmitter, ModuleContext
 from tessera.target import Target
 from tessera.tir import (
     Allocate,
+    Broadcast,
     BufferStore,
     Cast,
     For,
@@ -391,6 +392,22 @@ def test_vector_loads_and_stores_contiguous_and_strided():
     np.testing.assert_allclose(d[::4], (a[::2] + 1) * 2)
     assert not d.reshape(-1, 4)[:, 1:].any()
     assert "<8 x float>" in mod.get_source("ll")
+
+
+def test_gather_moves_broadcast_terms_into_its_base():
+    """Note [gather base]: A[8i + 8 + (-1, -2, ..., -8)] (lanes reversed within a block; the
+    vector term alone points before the block, base + broadcast terms one past it at the end)
+    reads the same elements as when the sum is taken lane by lane."""
+    n = 64
+    A, C = decl_buffer((n,), "float32", "A"), decl_buffer((n,), "float32", "C")
+    i = Var("i")
+    index = Broadcast(i * 8, 8) + Broadcast(IntImm(8), 8) + Ramp(IntImm(-1), IntImm(-1), 8)
+    body = BufferStore(C, A[index], (Ramp(i * 8, IntImm(1), 8),))
+    mod = build_llvm([PrimFunc("reverse", (A, C), For(i, 0, n // 8, SERIAL, body))])
+    a = RNG.standard_normal(n).astype("float32")
+    c = np.zeros(n, "float32")
+    mod["reverse"](a, c)
+    np.testing.assert_array_equal(c, a.reshape(-1, 8)[:, ::-1].reshape(-1))
 
 
 def test_if_then_else_does_not_evaluate_the_branch_not_taken():

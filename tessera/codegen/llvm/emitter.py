@@ -442,15 +442,24 @@ class FunctionEmitter:
         return self.b.shuffle_vector(wide, ir.Constant(wide.type, ir.Undefined), mask)
 
     def _gather(self, buf, index, lanes):
-        """A load of scattered elements, one lane at a time (LLVM forms gathers where they pay)."""
-        idx = self._index_value(buf, index)
+        """A load of scattered elements, one lane at a time (LLVM forms gathers where they pay);
+        the index's broadcast terms go into the base pointer (Note [gather base])."""
         el = buf.dtype
+        ptr = self.buffer_ptr(buf)
+        terms = _add_terms(index)
+        scalar = [t.value for t in terms if isinstance(t, E.Broadcast)]
+        vector = [t for t in terms if not isinstance(t, E.Broadcast)]
+        split = bool(scalar and vector)  # (base + offset may lie outside the buffer: no inbounds)
+        if split:
+            offset = _sum(scalar)
+            ptr = self.b.gep(ptr, [self.to_i64(self._index_value(buf, offset), offset.dtype)])
+            index = _sum(vector)
+        idx = self._index_value(buf, index)
         out = ir.Constant(T.llvm_type(el.with_lanes(lanes)), ir.Undefined)
         for k in range(lanes):
             lane = self.b.extract_element(idx, ir.Constant(T.I32, k))
-            v = self._from_storage(
-                self.b.load(self._element_ptr(buf, lane, index.dtype.element)), el
-            )
+            p = self.b.gep(ptr, [self.to_i64(lane, index.dtype.element)], inbounds=not split)
+            v = self._from_storage(self.b.load(p), el)
             out = self.b.insert_element(out, v, ir.Constant(T.I32, k))
         return out
 
@@ -586,6 +595,28 @@ class FunctionEmitter:
 # gather of it). It is one load of the elements from the first lane to the last, all inside
 # the buffer because both ends are, and a shuffle. Wider strides would load mostly unused data.
 MAX_LOAD_STRIDE = 4
+
+
+# Note [gather base]
+# A vector load of scattered lanes becomes one scalar load per lane, each at the base pointer
+# plus its lane of the index vector. Where the index is a sum with broadcast terms (the loop
+# positions: a blocked channel shuffle reads x[src_block(k) * plane + pos + src_lane(k)] for
+# lanes k), those terms move into the base pointer, so the vector left is invariant in the
+# inner loops and LLVM hoists its lanes' extraction out of them: each lane is a load at a
+# register offset, not an extract, a sign extension and an add per position. The sum is the
+# same; only the order of its terms changes.
+
+
+def _add_terms(e) -> list:
+    """The terms of a tree of Adds."""
+    return _add_terms(e.a) + _add_terms(e.b) if isinstance(e, E.Add) else [e]
+
+
+def _sum(terms: list):
+    out = terms[0]
+    for t in terms[1:]:
+        out = E.Add(out, t)
+    return out
 
 
 def _small_stride(index) -> int:
