@@ -69,7 +69,10 @@ def test_float8_moves_through_injective_ops(target):
 def test_cast_round_trip(to, saturate, target):
     x = np.array([0.0, -0.0, 0.3, -1.5, 2.5, 1e5, -1e5, np.inf, 7.0, -9.0], np.float32)
     if to in (TensorProto.INT4, TensorProto.UINT2):
-        x = x[np.isfinite(x) & (np.abs(x) < 100)]  # float -> int out of range: undefined
+        # float -> int out of the int's range is undefined (onnx.reference's answer goes through
+        # a numpy cast that differs between CPUs; topi/test_cast_small.py tests our wrapping)
+        lo, hi = (-8, 7) if to == TensorProto.INT4 else (0, 3)
+        x = x[np.isfinite(x) & (np.trunc(x) >= lo) & (np.trunc(x) <= hi)]
     nodes = [
         helper.make_node("Cast", ["x"], ["s"], to=to, saturate=saturate),
         helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT16),
