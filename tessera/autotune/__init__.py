@@ -7,6 +7,7 @@
     with tessera.autotune.apply_history_best("tune.db"):
         lib = tessera.build(mod, target="llvm", params=params)
     result = tessera.autotune.tune_kernel([C], [A, B, C], budget=300)   # a te.compute, no schedule
+    tessera.autotune.report("tune.db", "tune.html")      # best-so-far curves and the final table
 
 A task is a kernel workload (an op call's op, input types and attributes) for a strategy key
 (tessera.topi.strategy.Task); a config is a small frozen mapping of its knobs
@@ -18,6 +19,7 @@ from tessera.autotune.auto_schedule import AutoSpace
 from tessera.autotune.kernel_tuner import KernelTuneResult, tune_kernel
 from tessera.autotune.measure import Measurer, MeasureResult
 from tessera.autotune.records import Database, Record, apply_history_best, target_fingerprint
+from tessera.autotune.report import report
 from tessera.autotune.tasks import extract_tasks
 from tessera.autotune.tuner import TaskResult, task_counts, tune, tune_tasks
 from tessera.topi.strategy import Config, ConfigSpace, Knob, Task, Workload
@@ -37,6 +39,7 @@ __all__ = [
     "Workload",
     "apply_history_best",
     "extract_tasks",
+    "report",
     "target_fingerprint",
     "task_counts",
     "tune",

@@ -272,6 +272,16 @@ def _measure(measurer, r: TaskResult, config: Config, target, reference=None) ->
     return measurer.measure(r.task, config, target, reference, model_context=r.context)
 
 
+def _measure_each(measurer, r: TaskResult, configs, target, reference):
+    """(index, result) of each of `configs`: at once and as they arrive on a cluster
+    (ClusterMeasurer.measure_each), else one after the other."""
+    if hasattr(measurer, "measure_each"):
+        yield from measurer.measure_each(r.task, configs, target, reference, r.context)
+        return
+    for i, config in enumerate(configs):
+        yield i, _measure(measurer, r, config, target, reference)
+
+
 def _measure_default(r: TaskResult, target, db, measurer, progress, features=None) -> list | None:
     """Measure the default (always: its outputs are the reference); record it once (with the
     `features` of its loops, when the build pool lowered it)."""
@@ -358,7 +368,8 @@ def _search(
     for rec in db.of(r.task, target):
         if rec.features is not None:
             search.known[rec.config] = np.asarray(rec.features)
-    width = builder.workers if builder is not None else 1
+    local = getattr(measurer, "builds_locally", True)
+    width = max(builder.workers if builder is not None else 1, getattr(measurer, "width", 1))
     new = 0
     while time.monotonic() < deadline and (max_trials is None or new < max_trials):
         n = width if max_trials is None else min(width, max_trials - new)
@@ -366,11 +377,17 @@ def _search(
         if not configs:
             log.info("%s: no new config to try (%d measured)", r.task, len(measured))
             return
-        built = builder.build(r.task, configs, target, r.context) if builder else [(None,) * 2] * n
-        for config, (feats, _) in zip(configs, built, strict=True):
+        n = len(configs)
+        if builder is None:
+            built = [(None,) * 2] * n
+        elif local:
+            built = builder.build(r.task, configs, target, r.context)
+        else:  # a cluster's workers build: here only the features for the cost model
+            built = builder.features(r.task, configs, target, r.context)
+        for i, res in _measure_each(measurer, r, configs, target, reference):
             # the measurement worker builds again: a hit in the compile cache the build pool
             # filled; a config the pool could not build fails there too, and is recorded
-            res: MeasureResult = _measure(measurer, r, config, target, reference)
+            config, feats = configs[i], built[i][0]
             record = Record.of(r.task, target, config, res.seconds, res.error, feats)
             db.append(record)
             measured[config] = res.seconds
@@ -399,10 +416,13 @@ def tune(
     seed: int = 0,
     progress=None,
     workers: int | None = None,
+    cluster=None,
 ) -> list[TaskResult]:
     """Tune every task of a graph module for `target` within `budget` seconds; the records go
     to the database file `db` (created, or resumed). `workers`: build processes (default 2, or
-    fewer cores; 0: none, the measurement worker builds each candidate)."""
+    fewer cores; 0: none, the measurement worker builds each candidate). `cluster`: measure on
+    a Dask cluster (a scheduler address such as "tcp://host:8786", a distributed.Client or a
+    cluster object; cluster.py) instead of a local worker process."""
     from tessera.autotune.tasks import extract_tasks
     from tessera.driver import resolve_target
     from tessera.target import Target
@@ -416,7 +436,13 @@ def tune(
     if workers is None:
         workers = max(1, min(2, os.cpu_count() or 1))
     builder = Builder(workers, seed) if workers else None
-    with Measurer(timeout=timeout, seed=seed) as measurer:
+    if cluster is not None:
+        from tessera.autotune.cluster import ClusterMeasurer
+
+        measurer = ClusterMeasurer(cluster, timeout=timeout, seed=seed)
+    else:
+        measurer = Measurer(timeout=timeout, seed=seed)
+    with measurer:
         try:
             return tune_tasks(
                 tasks,

@@ -1,6 +1,7 @@
 """`tessera tune`: tune a model's kernels within a time budget, into a records database.
 
     tessera tune model.onnx --budget 10m --db tune.db
+    tessera tune model.onnx --db tune.db --cluster tcp://host:8786 --report tune.html
     tessera compile model.onnx --db tune.db          # build with the best records
 
 Shows a live line per measurement (task, trials, best time, estimated model gain, time left)
@@ -138,9 +139,35 @@ def print_table(results, console) -> None:
     default=None,
     help="Processes building candidates in parallel (default 2, or fewer cores; 0: none).",
 )
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="ADDRESS",
+    help="Measure on a Dask cluster, e.g. tcp://host:8786 (default: a local worker process).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Write an HTML report (best-so-far curves per task, the final table) to this file.",
+)
 @opt_level_option(DEFAULT_OPT_LEVEL)
 @verbosity_options
-def tune(model, budget, db, target, input_shape, timeout, trials, seed, workers, opt_level):
+def tune(
+    model,
+    budget,
+    db,
+    target,
+    input_shape,
+    timeout,
+    trials,
+    seed,
+    workers,
+    cluster,
+    report_path,
+    opt_level,
+):
     """Tune MODEL's kernels within BUDGET; every measurement goes to the database DB.
 
     The default config of every task is measured first and kept unless a candidate beats it.
@@ -152,7 +179,7 @@ def tune(model, budget, db, target, input_shape, timeout, trials, seed, workers,
     from tessera.autotune import tune as tune_model
     from tessera.transform import PassContext
 
-    run_tune = functools.partial(tune_model, workers=workers)
+    run_tune = functools.partial(tune_model, workers=workers, cluster=cluster)
 
     seconds = parse_budget(budget)
     onnx_model, _ = read_model(model)
@@ -163,6 +190,11 @@ def tune(model, budget, db, target, input_shape, timeout, trials, seed, workers,
         results = _run(run_tune, mod, params, target, db, seconds, timeout, trials, seed, console)
     print_table(results, console)
     console.print(f"records: {db}")
+    if report_path:
+        from tessera.autotune import report
+
+        report(db, report_path, counts={r.task: r.count for r in results})
+        console.print(f"report: {report_path}")
 
 
 def _run(run_tune, mod, params, target, db, seconds, timeout, trials, seed, console):

@@ -27,11 +27,16 @@ def test_parse_budget_refuses_what_is_not_a_duration(text):
 
 def test_tune_then_compile_with_the_database(cli, tmp_path, cnn_path):
     db = tmp_path / "tune.db"
-    result = cli("tune", cnn_path, "--budget", "60s", "--trials", "2", "--db", db)
+    html = tmp_path / "tune.html"
+    result = cli("tune", cnn_path, "--budget", "60s", "--trials", "2", "--db", db, "--report", html)
     assert result.returncode == 0, result.stderr
     assert "default" in result.stdout and "tuned" in result.stdout and "speedup" in result.stdout
     lines = db.read_text().splitlines()
     per_task = Counter(json.loads(line)["digest"] for line in lines)
+    # the report: two charts (by trials, by wall time) and a table row per task of the database
+    page = html.read_text()
+    assert page.count('<svg class="curve"') == 2 * len(per_task)
+    assert page.count("<tr class='task-row'>") == len(per_task)
     # every task has its default; the budget goes by share of time, so a task whose kernel
     # takes almost none may get no candidate at all; a task whose candidate won has the winner
     # and the default measured again (confirmed)
@@ -56,3 +61,36 @@ def test_tune_then_compile_with_the_database(cli, tmp_path, cnn_path):
     # is not measurable alone: it has no passing record), so only a lower bound is certain
     asked = re.search(r"(\d+) of (\d+) tasks tuned", built.stderr)
     assert asked and int(asked[1]) >= 3, built.stderr
+
+
+def test_tune_on_a_dask_cluster(cli, tmp_path, cnn_path):
+    """`--cluster ADDRESS`: the candidates are measured on the workers of a running Dask
+    cluster (a LocalCluster of this test's process), the records written by the command."""
+    distributed = pytest.importorskip("distributed")
+    db = tmp_path / "tune.db"
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        result = cli(
+            "tune",
+            cnn_path,
+            "--budget",
+            "60s",
+            "--trials",
+            "2",
+            "--db",
+            db,
+            "--cluster",
+            address,
+            "-q",
+        )
+    assert result.returncode == 0, result.stderr
+    assert "speedup" in result.stdout
+    records = [json.loads(line) for line in db.read_text().splitlines()]
+    # every task's default, measured on the cluster, and candidates besides
+    digests = {r["digest"] for r in records}
+    assert len(digests) >= 2
+    assert {r["digest"] for r in records if r.get("baseline")} == digests
+    assert len(records) > len(digests)
+    assert any(r["error"] is None and not r.get("baseline") for r in records), records
