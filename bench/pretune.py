@@ -92,6 +92,7 @@ def candidates(name, args):
 
 
 def main(argv=None) -> int:
+    from tessera.autotune import pretuned
     from tessera.autotune.pretuned import machine_kind, shipped_path, write_shipped
     from tessera.runtime import set_num_threads
     from tessera.target import Target
@@ -130,7 +131,9 @@ def main(argv=None) -> int:
             if keep:
                 kept.append(record)
                 extra.append({"model": name, "in_model_ratio": round(ratio, 4), "aa": noise})
-    path = shipped_path(kind) if args.out is None else args.out / f"{kind}.jsonl"
+    if args.out is not None:  # the whole-model check below reads the file written here
+        pretuned.PRETUNED_DIR = args.out
+    path = shipped_path(kind)
     write_shipped(path, kind, kept, extra)
     checks = []
     for name, (model, mod, params, feeds) in models.items():
