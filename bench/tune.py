@@ -76,7 +76,8 @@ def build(mod, params, target, db=None):
     import tessera
     from tessera.transform import PassContext
 
-    config = {"tuning.database": str(db)} if db else {}
+    # untuned: the defaults alone; tuned: the database, then the shipped configs (docs/tuning.md)
+    config = {"tuning.database": str(db)} if db else {"tuning.pretuned": False}
     with PassContext(opt_level=OPT_LEVEL, config=config):
         return tessera.build(mod, target=target, params=params)
 
