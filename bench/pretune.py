@@ -4,7 +4,7 @@
                                       [--threads 2] [--rounds 3] [--db-dir pretune-dbs]
 
 Per model (bench/zoo.py's): `tessera.autotune.tune` within the budget (records in
-DB_DIR/<model>.db; a rerun resumes). Then every task whose tuned config beat its default is
+DB_DIR/<model>.db; a rerun resumes; `--budget 0` judges the records already there). Then every task whose tuned config beat its default is
 measured again *in the model*: the whole model built with that one config against the model
 built with the defaults, and the default build against a second default build (A/A), in turns
 (`measure_in_blocks`), for `--rounds` rounds. A config is kept only when its median in-model
@@ -47,16 +47,20 @@ def build(mod, params, target, configs=None, pretuned=False):
     return GraphModule(lib["default"](cpu(0)))
 
 
-def in_turns(modules: dict, feeds, rounds: int, repeat: int, max_seconds: float) -> list[dict]:
-    """Per round, {name: median seconds} of each module measured in turns."""
+STATS = {"median": np.median, "min": np.min}
+
+
+def in_turns(modules: dict, feeds, args) -> list[dict]:
+    """Per round, {name: seconds} of each module measured in turns: the median of its runs
+    (`--stat min`: the fastest, what a loaded machine's interruptions leave alone)."""
     runners = {}
     for name, m in modules.items():
         m.set_input(**feeds)
         runners[name] = m.run
     out = []
-    for _ in range(rounds):
-        times, _ = measure_in_blocks(runners, repeat, 2, max_seconds)
-        out.append({k: float(np.median(v)) for k, v in times.items()})
+    for _ in range(args.rounds):
+        times, _ = measure_in_blocks(runners, args.repeat, 2, args.max_seconds)
+        out.append({k: float(STATS[args.stat](v)) for k, v in times.items()})
     return out
 
 
@@ -72,6 +76,7 @@ def candidates(name, args):
     from tessera import autotune
     from tessera.autotune.records import Database
     from tessera.frontend import from_onnx
+    from tessera.target import Target
     from tessera.transform import PassContext
 
     case = SUITE[name]
@@ -79,15 +84,14 @@ def candidates(name, args):
     mod, params = from_onnx(model)
     db_path = args.db_dir / f"{name}.db"
     with PassContext(opt_level=OPT_LEVEL, config={"tuning.pretuned": False}):
-        results = autotune.tune(
-            mod, params, args.target, db_path, args.budget, args.timeout, workers=args.workers
-        )
+        if args.budget > 0:
+            autotune.tune(
+                mod, params, args.target, db_path, args.budget, args.timeout, workers=args.workers
+            )
+        counts = autotune.task_counts(mod, params, Target(args.target))  # --budget 0: the db's
     db = Database(db_path)
     best = db.best_configs(args.target)
-    out = []
-    for r in results:
-        if r.task in best:
-            out.append((r.task, db.best(r.task, args.target), r.count))
+    out = [(t, db.best(t, args.target), n) for t, n in counts.most_common() if t in best]
     return model, case, mod, params, out
 
 
@@ -118,7 +122,7 @@ def main(argv=None) -> int:
                 "config": build(mod, params, target, {task: record.config}),
                 "default again": build(mod, params, target),
             }
-            rounds = in_turns(modules, feeds, args.rounds, args.repeat, args.max_seconds)
+            rounds = in_turns(modules, feeds, args)
             ratio, noise = judge(rounds, "config", "default", "default again")
             keep = ratio < 1 - max(noise, args.margin)
             line = (
@@ -142,7 +146,7 @@ def main(argv=None) -> int:
             "shipped": build(mod, params, target, pretuned=True),
             "without again": build(mod, params, target),
         }
-        rounds = in_turns(modules, feeds, args.rounds, args.repeat, args.max_seconds)
+        rounds = in_turns(modules, feeds, args)
         ratio, noise = judge(rounds, "shipped", "without", "without again")
         m = modules["shipped"]
 
@@ -175,8 +179,9 @@ def write_readme(path: Path, kind: str, args, lines, checks) -> None:
         "",
         f"- {stamp}, {cpu}, {args.threads} threads, load average {load:.1f} at the end",
         f"- command: `.venv/bin/python bench/pretune.py {' '.join(args.argv)}`",
-        f"- kept: in-model ratio (config/default, median of {args.rounds} rounds) below "
-        f"1 - max(A/A noise, {args.margin})",
+        f"- kept: in-model ratio (config/default: the {args.stat} of a round's runs, the median "
+        f"of {args.rounds} rounds) below 1 - max(A/A noise, {args.margin}); A/A noise: the "
+        "largest |A/A - 1| of the rounds",
         "",
         "Candidates (the tuner's winners, measured again in the whole model):",
         "",
@@ -201,6 +206,7 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=3, help="in-turn rounds per candidate")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per build per round")
     p.add_argument("--max-seconds", type=float, default=20.0, help="per round")
+    p.add_argument("--stat", choices=sorted(STATS), default="median", help="of a round's runs")
     p.add_argument("--margin", type=float, default=0.01, help="least gain kept (fraction)")
     p.add_argument("--db-dir", type=Path, default=Path("pretune-dbs"))
     p.add_argument("--out", type=Path, help="folder of the shipped file (default: the package's)")
