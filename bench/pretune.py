@@ -4,16 +4,18 @@
                                       [--threads 2] [--rounds 3] [--db-dir pretune-dbs]
 
 Per model (bench/zoo.py's): `tessera.autotune.tune` within the budget (records in
-DB_DIR/<model>.db; a rerun resumes; `--budget 0` judges the records already there). Then every task whose tuned config beat its default is
-measured again *in the model*: the whole model built with that one config against the model
-built with the defaults, and the default build against a second default build (A/A), in turns
-(`measure_in_blocks`), for `--rounds` rounds. A config is kept only when its median in-model
-ratio (config / default) is below 1 - the largest A/A deviation of its rounds, and below
-1 - `--margin`. The survivors are written to pretuned/<kind>.jsonl (`machine_kind` of the
-target, Note [machine kind] in tessera/autotune/pretuned.py), each with its measurements, and
-a README.md beside it says the date, the CPU, the command, the load and the ratios. Last, each
-model built with the shipped file against without it (PassContext "tuning.pretuned"), in
-turns: the whole-model check. Not a test: nothing here asserts a time.
+DB_DIR/<model>.db; a rerun resumes; `--budget 0` judges the records already there). Then
+every task whose tuned config beat its default is measured again *in the model*: the whole
+model built with that one config against the model built with the defaults, and the default
+build against a second default build (A/A), in turns (`measure_in_blocks`), for `--rounds`
+rounds (a round's time of a build: the median of its runs; `--stat min`: the fastest). A
+config is kept only when its median in-model ratio (config / default) is below 1 - the
+largest A/A deviation of its rounds, and below 1 - `--margin`. The survivors are written to
+pretuned/<kind>.jsonl (`machine_kind` of the target, Note [machine kind] in
+tessera/autotune/pretuned.py), each with its measurements, and a README.md beside it says the
+date, the CPU, the command, the load and the ratios. Last, each model built with the shipped
+file against without it (PassContext "tuning.pretuned"), in turns: the whole-model check.
+Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
