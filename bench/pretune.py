@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from models import ort_session, relative_error  # noqa: E402
+from tune import parse_models  # noqa: E402
 from zoo import SUITE  # noqa: E402
 
 from tessera.cli.bench import measure_in_blocks  # noqa: E402
@@ -212,13 +213,8 @@ def parse_args(argv):
     p.add_argument("--margin", type=float, default=0.01, help="least gain kept (fraction)")
     p.add_argument("--db-dir", type=Path, default=Path("pretune-dbs"))
     p.add_argument("--out", type=Path, help="folder of the shipped file (default: the package's)")
-    args = p.parse_args(argv)
+    args = parse_models(p, argv)
     args.argv = list(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in args.models if m not in SUITE]
-    if unknown:
-        p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(SUITE)}")
-    args.db_dir.mkdir(parents=True, exist_ok=True)
     return args
 
 

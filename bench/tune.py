@@ -200,6 +200,11 @@ def parse_args(argv):
     p.add_argument("--max-seconds", type=float, default=60.0, help="measuring budget per model")
     p.add_argument("--db-dir", type=Path, default=Path("tune-dbs"))
     p.add_argument("--markdown", type=Path)
+    return parse_models(p, argv)
+
+
+def parse_models(p: argparse.ArgumentParser, argv):
+    """The arguments, `--models` split into names of bench/zoo.py and checked, `--db-dir` made."""
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in SUITE]

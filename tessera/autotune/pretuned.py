@@ -30,9 +30,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tessera.autotune.records import _ConfigScope
 from tessera.logging import get_logger
 from tessera.target import Target
-from tessera.topi import strategy
 from tessera.topi.strategy import Config, Task
 
 log = get_logger(__name__)
@@ -139,7 +139,7 @@ def covered_by(database, target) -> set:
     return {r.task for r in Database(path).records if r.target == fp and r.ok}
 
 
-class apply_pretuned:
+class apply_pretuned(_ConfigScope):
     """`with apply_pretuned(target, enabled, database, configs):` graph builds inside take the
     shipped config of each task that `configs` (explicit) and `database` (the user's records)
     do not cover; logs at INFO which tasks took one when the block ends. `used`: those tasks."""
@@ -159,16 +159,10 @@ class apply_pretuned:
                 covered = covered_by(self.database, self.target)
                 self.configs = {t: c for t, c in self.configs.items() if t not in covered}
             self.configs = {t: c for t, c in self.configs.items() if t not in self.explicit}
-        self._scope = strategy.use_configs(self.configs)  # outermost: inner scopes win
-        self._recorder = strategy.record_tasks()
-        self._scope.__enter__()
-        self._seen = self._recorder.__enter__()
-        return self
+        return self._enter()  # the outermost scope of a build: inner scopes win
 
     def __exit__(self, *exc):
-        self._recorder.__exit__(*exc)
-        self._scope.__exit__(*exc)
-        seen = list(dict.fromkeys(self._seen))
+        seen = self._exit(exc)
         self.used = [t for t in seen if t in self.configs]
         if self.used:
             kind = machine_kind(self.target)
