@@ -55,14 +55,19 @@ STATS = {"median": np.median, "min": np.min}
 
 def in_turns(modules: dict, feeds, args) -> list[dict]:
     """Per round, {name: seconds} of each module measured in turns: the median of its runs
-    (`--stat min`: the fastest, what a loaded machine's interruptions leave alone)."""
+    (`--stat min`: the fastest, what a loaded machine's interruptions leave alone). The
+    order of the turns rotates from round to round."""
     runners = {}
     for name, m in modules.items():
         m.set_input(**feeds)
         runners[name] = m.run
-    out = []
-    for _ in range(args.rounds):
-        times, _ = measure_in_blocks(runners, args.repeat, 2, args.max_seconds)
+    out, names = [], list(runners)
+    for i in range(args.rounds):
+        # each round starts with another build: a place in the turns that is slower (the
+        # first after the other's threads parked) is not always the same build's
+        order = names[i % len(names) :] + names[: i % len(names)]
+        turns = {name: runners[name] for name in order}
+        times, _ = measure_in_blocks(turns, args.repeat, 2, args.max_seconds)
         out.append({k: float(STATS[args.stat](v)) for k, v in times.items()})
     return out
 
