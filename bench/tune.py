@@ -76,7 +76,8 @@ def build(mod, params, target, db=None):
     import tessera
     from tessera.transform import PassContext
 
-    config = {"tuning.database": str(db)} if db else {}
+    # untuned: the defaults alone; tuned: the database, then the shipped configs (docs/tuning.md)
+    config = {"tuning.database": str(db)} if db else {"tuning.pretuned": False}
     with PassContext(opt_level=OPT_LEVEL, config=config):
         return tessera.build(mod, target=target, params=params)
 
@@ -199,6 +200,11 @@ def parse_args(argv):
     p.add_argument("--max-seconds", type=float, default=60.0, help="measuring budget per model")
     p.add_argument("--db-dir", type=Path, default=Path("tune-dbs"))
     p.add_argument("--markdown", type=Path)
+    return parse_models(p, argv)
+
+
+def parse_models(p: argparse.ArgumentParser, argv):
+    """The arguments, `--models` split into names of bench/zoo.py and checked, `--db-dir` made."""
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in SUITE]

@@ -192,16 +192,23 @@ def build_graph(
 ) -> GraphExecutorFactory:
     """Compile a graph IRModule's "main" (weights in `params`) into a compiled model;
     `configs`: {autotune Task: Config} for the tasks whose default config is not wanted;
-    without them, PassContext config "strategy.configs" (the same mapping) and "tuning.database"
-    (a path: each task's best record, for the tasks the mapping does not name). PassContext
+    without them, PassContext config "strategy.configs" (the same mapping), "tuning.database"
+    (a path: each task's best record, for the tasks the mapping does not name) and the configs
+    shipped for this machine kind (tessera/autotune/pretuned.py; for the tasks neither covers;
+    "tuning.pretuned": False turns them off). PassContext
     config "strategy.rules" ({rule knob: value}) sets the default rules' own knobs (Note
     [rule knobs] in topi/strategy.py)."""
     if configs is None:
         config = PassContext.current().config
         configs, database = config.get("strategy.configs"), config.get("tuning.database")
-        if database is not None:
-            from tessera.autotune.records import apply_history_best
+        from tessera.autotune.pretuned import apply_pretuned
+        from tessera.autotune.records import apply_history_best
 
+        # explicit configs > the user's database > shipped configs (pretuned.py) > defaults
+        enabled = config.get("tuning.pretuned", True)
+        with apply_pretuned(target, enabled, database, configs):  # the outermost scope
+            if database is None:
+                return build_graph(mod, target, params, configs or {})
             with apply_history_best(database, target):  # the inner scope, `configs`, wins
                 return build_graph(mod, target, params, configs or {})
     # graph passes and lowering ask the strategies

@@ -238,7 +238,26 @@ def _judged(records: list[Record]) -> dict:
     return out
 
 
-class apply_history_best:
+class _ConfigScope:
+    """Gives `self.configs` to the builds inside (`use_configs`) and lists the tasks they ask
+    for: `_enter()` in `__enter__`, `_exit(exc)` in `__exit__` returns those tasks in order."""
+
+    configs: dict
+
+    def _enter(self):
+        self._scope = strategy.use_configs(self.configs)
+        self._recorder = strategy.record_tasks()
+        self._scope.__enter__()
+        self._seen = self._recorder.__enter__()
+        return self
+
+    def _exit(self, exc) -> list[Task]:
+        self._recorder.__exit__(*exc)
+        self._scope.__exit__(*exc)
+        return list(dict.fromkeys(self._seen))
+
+
+class apply_history_best(_ConfigScope):
     """`with apply_history_best("tune.db"):` builds inside take each task's best record for
     their target, and the default config for tasks without one (logged at INFO when the block
     ends: which tasks the database covered, which fell back to their defaults).
@@ -270,16 +289,10 @@ class apply_history_best:
         self.kept -= set(self.configs)
         # configs not valid for today's spaces (a knob changed since tuning) are dropped
         self.configs = {t: c for t, c in self.configs.items() if _valid(t, c, self.target)}
-        self._scope = strategy.use_configs(self.configs)
-        self._recorder = strategy.record_tasks()
-        self._scope.__enter__()
-        self._seen = self._recorder.__enter__()
-        return self
+        return self._enter()
 
     def __exit__(self, *exc):
-        self._recorder.__exit__(*exc)
-        self._scope.__exit__(*exc)
-        seen = list(dict.fromkeys(self._seen))
+        seen = self._exit(exc)
         self.used = [t for t in seen if t in self.configs or t in self.kept]
         self.fallback = [t for t in seen if t not in self.used]
         if seen:

@@ -29,7 +29,7 @@ import time
 import click
 import numpy as np
 
-from tessera.cli.build import compile_model, print_summary, set_inputs
+from tessera.cli.build import compile_model, pretuned_option, print_summary, set_inputs
 from tessera.cli.common import DEFAULT_OPT_LEVEL, ModelError, stdout_console
 from tessera.cli.options import (
     input_shape_option,
@@ -234,9 +234,21 @@ def _print_table(results: dict[str, dict], title: str) -> None:
 @click.option(
     "--db", type=click.Path(exists=True, dir_okay=False), help="Tuning records (tessera tune)."
 )
+@pretuned_option
 @verbosity_options
 def bench(
-    model, compare, threads, repeat, warmup, duration, block, target, input_shape, opt_level, db
+    model,
+    compare,
+    threads,
+    repeat,
+    warmup,
+    duration,
+    block,
+    target,
+    input_shape,
+    opt_level,
+    db,
+    no_pretuned,
 ):
     """Compile MODEL (default: the built-in ResNet-50) and measure its latency, side by side
     with ONNX Runtime."""
@@ -245,7 +257,9 @@ def bench(
 
     threads = threads or num_threads()
     set_num_threads(threads)
-    lib, onnx_model, summary = compile_model(model, None, target, input_shape, opt_level, None, db)
+    lib, onnx_model, summary = compile_model(
+        model, None, target, input_shape, opt_level, None, db, pretuned=not no_pretuned
+    )
     if not quiet():
         print_summary(summary)
     module = GraphModule(lib["default"](cpu(0)))

@@ -83,18 +83,27 @@ def _distinct_kernels(ir) -> int:
     return len({group_key(g) for g in groups}) or len(func.body)
 
 
-def _build(mod, params, target, opt_level, instrument, db=None, precision="fp32"):
+def _build(mod, params, target, opt_level, instrument, db=None, precision="fp32", pretuned=True):
     import tessera
     from tessera.transform import PassContext
 
     try:
         config = {"tuning.database": db} if db else {}  # tuned configs: `tessera tune`
+        if not pretuned:  # the configs shipped for this machine kind: docs/tuning.md
+            config["tuning.pretuned"] = False
         if precision != "fp32":  # bf16 dense/matmul layers: docs/quantization.md
             config["precision"] = precision
         with PassContext(opt_level=opt_level, instruments=[instrument], config=config):
             return tessera.build(mod, target=target, params=params)
     except (ValueError, TypeError, NotImplementedError) as e:
         raise ModelError(f"compiling the model failed: {e}") from e
+
+
+pretuned_option = click.option(
+    "--no-pretuned",
+    is_flag=True,
+    help="Leave out the configs shipped pre-tuned for this machine kind (docs/tuning.md).",
+)
 
 
 def compile_model(
@@ -110,9 +119,11 @@ def compile_model(
     calibrate=None,
     board=None,
     precision="fp32",
+    pretuned=True,
 ):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `db`: tuning
-    records (`tessera tune`); `key`: sign the artifact written to `output` with it;
+    records (`tessera tune`); `pretuned`: False leaves out the configs shipped for this machine
+    kind; `key`: sign the artifact written to `output` with it;
     `quantize`/`calibrate`: post-training quantization; `board`: a micro model's sources are
     exported as a project for that board (docs/micro.md)."""
     onnx_model, label = read_model(model_path)
@@ -131,10 +142,10 @@ def compile_model(
         columns = ("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=stderr_console(), transient=True) as bar:
             inst = _Progress(bar, dump_ir)
-            lib = _build(mod, params, target, opt_level, inst, db, precision)
+            lib = _build(mod, params, target, opt_level, inst, db, precision, pretuned)
     else:
         inst = _Progress(None, dump_ir)
-        lib = _build(mod, params, target, opt_level, inst, db, precision)
+        lib = _build(mod, params, target, opt_level, inst, db, precision, pretuned)
     seconds = time.perf_counter() - start
     plan = lib.plan
     n_ops = sum(op_histogram(mod["main"]).values())
@@ -240,6 +251,7 @@ def print_summary(rows, title="compiled") -> None:
 @click.option(
     "--db", type=click.Path(exists=True, dir_okay=False), help="Tuning records (tessera tune)."
 )
+@pretuned_option
 @verbosity_options
 def compile_cmd(
     model,
@@ -255,6 +267,7 @@ def compile_cmd(
     calibrate,
     precision,
     db,
+    no_pretuned,
 ):
     """Compile MODEL (an ONNX file; default: the built-in ResNet-50) into one artifact.
 
@@ -285,6 +298,7 @@ def compile_cmd(
         calibrate=calibrate,
         board=board,
         precision=precision,
+        pretuned=not no_pretuned,
     )
     if not quiet():
         print_summary(summary)
