@@ -1,0 +1,165 @@
+"""The step loop of a recurrent layer (RNN, GRU, LSTM) as one kernel written in tir, for a
+sequence length known only at run time (Note [recurrence kernel]).
+
+    y, h, c = recurrence_func("LSTM", [xp, r, h0, c0], [y, h, c], acts, clip=None)
+
+`xp` [seq, batch, gates * hidden] is the input already projected (X W^T + biases, one dense over
+seq * batch rows, done before by the graph), `r` [hidden, gates * hidden] the recurrent weights
+transposed; per step and batch row the kernel adds h R^T, applies the gates and updates the
+states, which live in the h (and c) outputs.
+"""
+
+from __future__ import annotations
+
+from tessera import tir
+from tessera.tir.buffer import Buffer
+from tessera.tir.expr import Var, const
+from tessera.tir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, seq
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def activation(name: str, alpha, beta):
+    """The tir form of an ONNX recurrent activation (names lower-case), alpha/beta given."""
+
+    def c(v, x):
+        return const(float(v), x.dtype)
+
+    table = {
+        "sigmoid": tir.sigmoid,
+        "tanh": tir.tanh,
+        "relu": lambda x: tir.max(x, c(0, x)),
+        "leakyrelu": lambda x: tir.select(x < c(0, x), c(alpha, x) * x, x),
+        "thresholdedrelu": lambda x: tir.select(x > c(alpha, x), x, c(0, x)),
+        "hardsigmoid": lambda x: tir.max(c(0, x), tir.min(c(1, x), c(alpha, x) * x + c(beta, x))),
+        "elu": lambda x: tir.select(x < c(0, x), c(alpha, x) * (tir.exp(x) - c(1, x)), x),
+        "softsign": lambda x: x / (c(1, x) + tir.abs(x)),
+        "softplus": lambda x: tir.log(c(1, x) + tir.exp(x)),
+        "affine": lambda x: c(alpha, x) * x + c(beta, x),
+        "scaledtanh": lambda x: c(alpha, x) * tir.tanh(c(beta, x) * x),
+    }
+    return table[name]
+
+
+def _loop(name, extent, body, kind=ForKind.SERIAL):
+    v = Var(name, "int32")
+    return For(v, const(0, "int32"), extent, kind, body(v))
+
+
+def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=False, reverse=False,
+                    linear_before_reset=0, input_forget=0, name="recurrence"):  # fmt: skip
+    """The PrimFunc of the step loop. `ins`: xp, r, h0, [c0 (LSTM)], [lens (masked)],
+    [p (peepholes)], [rbh (GRU, linear_before_reset)]; `outs`: y, h, [c]; `acts`: one tir
+    function per activation of the cell (Note [recurrence kernel])."""
+    ins, outs = list(ins), list(outs)
+    xp, r, h0 = ins[:3]
+    rest = ins[3:]
+    c0 = rest.pop(0) if kind == "LSTM" else None
+    lens = rest.pop(0) if masked else None
+    peep = rest.pop(0) if peepholes else None
+    rbh = rest.pop(0) if kind == "GRU" and linear_before_reset and rest else None
+    y, h = outs[:2]
+    c = outs[2] if kind == "LSTM" else None
+    nseq, batch, _ = xp.shape
+    hid = h.shape[1]
+    nh = int(hid.value)
+    dtype = xp.dtype
+    g = Buffer("rec_gates", (const(GATES[kind] * nh, "int32"),), dtype, "local")
+    rh = Buffer("rec_rh", (hid,), dtype, "local")  # GRU: r * h, the input of its candidate
+
+    def pre(x):
+        if clip is None:
+            return x
+        return tir.min(tir.max(x, const(-float(clip), dtype)), const(float(clip), dtype))
+
+    def act(k, x):
+        return acts[k](pre(x))
+
+    def init(b):
+        body = [_loop("k", hid, lambda k: BufferStore(h, h0[b, k], (b, k)))]
+        if c is not None:
+            body.append(_loop("k", hid, lambda k: BufferStore(c, c0[b, k], (b, k))))
+        return seq(*body)
+
+    def matvec(t, b, src, lo, hi, with_x):
+        """g[j] = (xp[t, b, j] if with_x else 0) + sum_k src[k] r[k, j] for j in [lo, hi)."""
+        first = _loop("j", hi - lo, lambda j: BufferStore(
+            g, xp[t, b, j + lo] if with_x else const(0.0, dtype), (j + lo,)))  # fmt: skip
+
+        def over_k(k):
+            s = src(k)
+            return _loop("j", hi - lo, lambda j: BufferStore(
+                g, g[j + lo] + s * r[k, j + lo], (j + lo,)))  # fmt: skip
+
+        return seq(first, _loop("k", hid, over_k))
+
+    def update(t, b, k):
+        """Stores of the new h[b, k] (and c[b, k]) and y[t, b, k] from the gates."""
+        hk = h[b, k]
+        if kind == "RNN":
+            new_h = act(0, g[k])
+            return seq(BufferStore(h, new_h, (b, k)), BufferStore(y, h[b, k], (t, b, k)))
+        if kind == "GRU":
+            z = act(0, xp[t, b, k] + g[k])
+            if linear_before_reset:
+                reset = act(0, xp[t, b, k + nh] + g[k + nh])
+                rec = g[k + 2 * nh] if rbh is None else g[k + 2 * nh] + rbh[k]
+                cand = act(1, xp[t, b, k + 2 * nh] + reset * rec)
+            else:
+                cand = act(1, xp[t, b, k + 2 * nh] + g[k + 2 * nh])
+            new_h = (const(1.0, dtype) - z) * cand + z * hk
+            return seq(BufferStore(h, new_h, (b, k)), BufferStore(y, h[b, k], (t, b, k)))
+        ck = c[b, k]
+        gi, go, gf, gc = (g[k + q * nh] for q in range(4))
+        if peep is not None:
+            gi = gi + peep[k] * ck
+            gf = gf + peep[k + 2 * nh] * ck
+        i = act(0, gi)
+        f = const(1.0, dtype) - i if input_forget else act(0, gf)
+        new_c = f * ck + i * act(1, gc)
+        store_c = BufferStore(c, new_c, (b, k))
+        go = go if peep is None else go + peep[k + nh] * c[b, k]
+        new_h = act(0, go) * acts[2](c[b, k])
+        return seq(store_c, BufferStore(h, new_h, (b, k)), BufferStore(y, h[b, k], (t, b, k)))
+
+    def row(step_t, b):
+        t = step_t
+        if reverse:  # the time index of step t: each row's own sequence backwards
+            last = tir.cast(lens[b], "int32") if lens is not None else nseq
+            t = last - 1 - step_t
+
+        def h_of(k):
+            return h[b, k]
+
+        if kind == "GRU" and not linear_before_reset:
+            # z and r from h; the candidate's recurrent part from r * h
+            body = [matvec(t, b, h_of, 0, 2 * nh, False),
+                    _loop("k", hid, lambda k: BufferStore(
+                        rh, act(0, xp[t, b, k + nh] + g[k + nh]) * h[b, k], (k,))),
+                    matvec(t, b, lambda k: rh[k], 2 * nh, 3 * nh, False)]  # fmt: skip
+        else:
+            body = [matvec(t, b, h_of, 0, GATES[kind] * nh, kind in ("RNN", "LSTM"))]
+        body.append(_loop("k", hid, lambda k: update(t, b, k)))
+        step = seq(*body)
+        if lens is not None:  # Note [recurrence kernel]: a finished row holds, its y is 0
+            zero = _loop("k", hid, lambda k: BufferStore(y, const(0.0, dtype), (step_t, b, k)))
+            step = IfThenElse(tir.cast(step_t, lens.dtype) < lens[b], step, zero)
+        return step
+
+    steps = _loop("t", nseq, lambda t: _loop("b", batch, lambda b: row(t, b)))
+    body = seq(_loop("b", batch, init), Allocate(g, Allocate(rh, steps)))
+    params = [*ins, *outs]
+    return tir.PrimFunc(name, tuple(params), body)
+
+
+# Note [recurrence kernel]: a recurrent layer over a symbolic sequence length cannot be
+# unrolled (onnx_rnn.py unrolls a sized one), and a te.compute has no sequential loop, so its
+# steps are one kernel written in tir directly: for each step t and batch row b, the gate
+# pre-activations g = xp[t, b] + h[b] R^T (a vector-matrix product over contiguous rows of
+# R^T, k outer), then the cell update per hidden unit. The input projection X W^T, where most
+# of the FLOPs are, is not in it: the graph does it before as one dense over seq * batch rows.
+# The states live in the h (and c) outputs, copied from the initial ones first; a row only
+# reads its own state, and all its gates are computed before its state changes. GRU without
+# linear_before_reset needs (r * h) R_h^T: r * h goes to a small buffer first. With
+# sequence_lens, row b runs the steps t < lens[b]; at the others its state holds and y is 0
+# (the reverse direction is reversed per row around the kernel by the graph, as unrolled).
