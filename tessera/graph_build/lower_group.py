@@ -253,7 +253,7 @@ def _size_hints(group: Function):
 
 def _lower_group(group: Function, target: Target, name: str | None) -> tir.PrimFunc:
     if len(group.body) == 1 and "primfunc" in group.body[0].op.rules:
-        return _primfunc_group(group, name or group.name)
+        return _primfunc_group(group, target, name or group.name)
     placeholders, outs = _compute_group(group, target)
     try:
         s = schedule_group(group, outs, target)
@@ -265,7 +265,7 @@ def _lower_group(group: Function, target: Target, name: str | None) -> tir.PrimF
         ) from err
 
 
-def _primfunc_group(group: Function, name: str) -> tir.PrimFunc:
+def _primfunc_group(group: Function, target: Target, name: str) -> tir.PrimFunc:
     """The kernel of an op written in tir directly (a `primfunc` rule, such as the step loop of
     a recurrent layer: Note [recurrence kernel] in topi/recurrent.py), alone in its group."""
     from tessera.tir.buffer import Buffer
@@ -282,7 +282,7 @@ def _primfunc_group(group: Function, name: str) -> tir.PrimFunc:
         t = te.placeholder(v.type.shape, str(v.type.dtype), name=f"out{k}")
         outs.append(Buffer(t.name, t.shape, t.dtype))
     attrs = dict(call.attrs.items())
-    return call.op.rules["primfunc"](params, outs, name=name, **attrs)
+    return call.op.rules["primfunc"](params, outs, target, name=name, **attrs)
 
 
 @dataclass

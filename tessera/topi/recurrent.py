@@ -46,11 +46,25 @@ def _loop(name, extent, body, kind=ForKind.SERIAL):
     return For(v, const(0, "int32"), extent, kind, body(v))
 
 
+def _vloop(name, extent: int, lanes: int, body):
+    """for j in [0, extent): body(j), as vectors of `lanes` (a VECTORIZED inner loop) and a
+    serial tail of extent % lanes."""
+    main, tail = divmod(extent, lanes) if lanes > 1 else (0, extent)
+    parts = []
+    if main:
+        parts.append(_loop(f"{name}.o", main, lambda jo: _loop(
+            f"{name}.v", lanes, lambda jv: body(jo * lanes + jv), ForKind.VECTORIZED)))  # fmt: skip
+    if tail:
+        parts.append(_loop(f"{name}.t", tail, lambda jt: body(jt + main * lanes)))
+    return seq(*parts)
+
+
 def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=False, reverse=False,
-                    linear_before_reset=0, input_forget=0, name="recurrence"):  # fmt: skip
+                    linear_before_reset=0, input_forget=0, lanes=1, name="recurrence"):  # fmt: skip
     """The PrimFunc of the step loop. `ins`: xp, r, h0, [c0 (LSTM)], [lens (masked)],
     [p (peepholes)], [rbh (GRU, linear_before_reset)]; `outs`: y, h, [c]; `acts`: one tir
-    function per activation of the cell (Note [recurrence kernel])."""
+    function per activation of the cell; `lanes`: the vector width of the loops over the gates
+    and hidden units (Note [recurrence kernel])."""
     ins, outs = list(ins), list(outs)
     xp, r, h0 = ins[:3]
     rest = ins[3:]
@@ -83,12 +97,12 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
 
     def matvec(t, b, src, lo, hi, with_x):
         """g[j] = (xp[t, b, j] if with_x else 0) + sum_k src[k] r[k, j] for j in [lo, hi)."""
-        first = _loop("j", hi - lo, lambda j: BufferStore(
+        first = _vloop("j", hi - lo, lanes, lambda j: BufferStore(
             g, xp[t, b, j + lo] if with_x else const(0.0, dtype), (j + lo,)))  # fmt: skip
 
         def over_k(k):
             s = src(k)
-            return _loop("j", hi - lo, lambda j: BufferStore(
+            return _vloop("j", hi - lo, lanes, lambda j: BufferStore(
                 g, g[j + lo] + s * r[k, j + lo], (j + lo,)))  # fmt: skip
 
         return seq(first, _loop("k", hid, over_k))
@@ -134,12 +148,12 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
         if kind == "GRU" and not linear_before_reset:
             # z and r from h; the candidate's recurrent part from r * h
             body = [matvec(t, b, h_of, 0, 2 * nh, False),
-                    _loop("k", hid, lambda k: BufferStore(
+                    _vloop("k", nh, lanes, lambda k: BufferStore(
                         rh, act(0, xp[t, b, k + nh] + g[k + nh]) * h[b, k], (k,))),
                     matvec(t, b, lambda k: rh[k], 2 * nh, 3 * nh, False)]  # fmt: skip
         else:
             body = [matvec(t, b, h_of, 0, GATES[kind] * nh, kind in ("RNN", "LSTM"))]
-        body.append(_loop("k", hid, lambda k: update(t, b, k)))
+        body.append(_vloop("k", nh, lanes, lambda k: update(t, b, k)))
         step = seq(*body)
         if lens is not None:  # Note [recurrence kernel]: a finished row holds, its y is 0
             zero = _loop("k", hid, lambda k: BufferStore(y, const(0.0, dtype), (step_t, b, k)))
@@ -156,8 +170,10 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
 # unrolled (onnx_rnn.py unrolls a sized one), and a te.compute has no sequential loop, so its
 # steps are one kernel written in tir directly: for each step t and batch row b, the gate
 # pre-activations g = xp[t, b] + h[b] R^T (a vector-matrix product over contiguous rows of
-# R^T, k outer), then the cell update per hidden unit. The input projection X W^T, where most
-# of the FLOPs are, is not in it: the graph does it before as one dense over seq * batch rows.
+# R^T, k outer), then the cell update per hidden unit; the loops over gates and hidden units
+# are vectors of the target's lanes (a serial tail where the width does not divide them).
+# The input projection X W^T, where most of the FLOPs are, is not in it: the graph does it
+# before as one dense over seq * batch rows.
 # The states live in the h (and c) outputs, copied from the initial ones first; a row only
 # reads its own state, and all its gates are computed before its state changes. GRU without
 # linear_before_reset needs (r * h) R_h^T: r * h goes to a small buffer first. With

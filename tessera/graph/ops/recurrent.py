@@ -102,14 +102,16 @@ def _(xp, r, h0, *rest, kind, activations, clip=None, masked=False, peepholes=Fa
     return (y, h, c) if kind == "LSTM" else (y, h)
 
 
-def primfunc(params, outs, *, kind, activations, clip=None, masked=False, peepholes=False,
-             reverse=False, linear_before_reset=0, input_forget=0, name="recurrence"):  # fmt: skip
-    """The kernel of a call, from the tir Buffers of its inputs and outputs."""
+def primfunc(params, outs, target=None, *, kind, activations, clip=None, masked=False,
+             peepholes=False, reverse=False, linear_before_reset=0, input_forget=0,
+             name="recurrence"):  # fmt: skip
+    """The kernel of a call, from the tir Buffers of its inputs and outputs, for `target`."""
+    from tessera.topi.generic import vector_lanes
     from tessera.topi.recurrent import activation, recurrence_func
 
     acts = [activation(*a) for a in activations]
     return recurrence_func(kind, params, outs, acts, clip, masked=masked, peepholes=peepholes,
-                           reverse=reverse,
+                           reverse=reverse, lanes=vector_lanes(target, params[0].dtype),
                            linear_before_reset=linear_before_reset, input_forget=input_forget,
                            name=name)  # fmt: skip
 
