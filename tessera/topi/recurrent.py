@@ -60,11 +60,13 @@ def _vloop(name, extent: int, lanes: int, body):
 
 
 def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=False, reverse=False,
-                    linear_before_reset=0, input_forget=0, lanes=1, name="recurrence"):  # fmt: skip
+                    linear_before_reset=0, input_forget=0, lanes=1, accumulators=4,
+                    name="recurrence"):  # fmt: skip
     """The PrimFunc of the step loop. `ins`: xp, r, h0, [c0 (LSTM)], [lens (masked)],
     [p (peepholes)], [rbh (GRU, linear_before_reset)]; `outs`: y, h, [c]; `acts`: one tir
     function per activation of the cell; `lanes`: the vector width of the loops over the gates
-    and hidden units (Note [recurrence kernel])."""
+    and hidden units; `accumulators`: the vectors of gates each pass over R^T's rows keeps in
+    registers (Note [recurrence kernel])."""
     ins, outs = list(ins), list(outs)
     xp, r, h0 = ins[:3]
     rest = ins[3:]
@@ -80,6 +82,8 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
     dtype = xp.dtype
     g = Buffer("rec_gates", (const(GATES[kind] * nh, "int32"),), dtype, "local")
     rh = Buffer("rec_rh", (hid,), dtype, "local")  # GRU: r * h, the input of its candidate
+    hn = Buffer("rec_h", (hid,), dtype, "local")  # the new states of a row
+    cn = Buffer("rec_c", (hid,), dtype, "local")
 
     def pre(x):
         if clip is None:
@@ -96,23 +100,41 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
         return seq(*body)
 
     def matvec(t, b, src, lo, hi, with_x):
-        """g[j] = (xp[t, b, j] if with_x else 0) + sum_k src[k] r[k, j] for j in [lo, hi)."""
-        first = _vloop("j", hi - lo, lanes, lambda j: BufferStore(
-            g, xp[t, b, j + lo] if with_x else const(0.0, dtype), (j + lo,)))  # fmt: skip
+        """g[j] = (xp[t, b, j] if with_x else 0) + sum_k src[k] r[k, j] for j in [lo, hi):
+        per block of `accumulators` vectors, the k loop inside (the block stays in
+        registers), then blocks of one vector, then a serial tail."""
+        parts, start = [], lo
+        for width in (lanes * accumulators, lanes, 1):
+            count = (hi - start) // width
+            if not count:
+                continue
 
-        def over_k(k):
-            s = src(k)
-            return _vloop("j", hi - lo, lanes, lambda j: BufferStore(
-                g, g[j + lo] + s * r[k, j + lo], (j + lo,)))  # fmt: skip
+            def block(jo, width=width, start=start):
+                def at(jv):
+                    return jo * width + jv + start
 
-        return seq(first, _loop("k", hid, over_k))
+                kind = ForKind.VECTORIZED if width > 1 else ForKind.SERIAL
+                init = _loop(
+                    "jv",
+                    width,
+                    lambda jv: BufferStore(
+                        g, xp[t, b, at(jv)] if with_x else const(0.0, dtype), (at(jv),)
+                    ),
+                    kind,
+                )
+                acc = _loop("k", hid, lambda k: _loop("jv", width, lambda jv: BufferStore(
+                    g, g[at(jv)] + src(k) * r[k, at(jv)], (at(jv),)), kind))  # fmt: skip
+                return seq(init, acc)
+
+            parts.append(_loop("jo", count, block))
+            start += count * width
+        return seq(*parts)
 
     def update(t, b, k):
-        """Stores of the new h[b, k] (and c[b, k]) and y[t, b, k] from the gates."""
+        """Stores of the new h[b, k] (and c[b, k]) from the gates into hn[k] (and cn[k])."""
         hk = h[b, k]
         if kind == "RNN":
-            new_h = act(0, g[k])
-            return seq(BufferStore(h, new_h, (b, k)), BufferStore(y, h[b, k], (t, b, k)))
+            return BufferStore(hn, act(0, g[k]), (k,))
         if kind == "GRU":
             z = act(0, xp[t, b, k] + g[k])
             if linear_before_reset:
@@ -121,8 +143,7 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
                 cand = act(1, xp[t, b, k + 2 * nh] + reset * rec)
             else:
                 cand = act(1, xp[t, b, k + 2 * nh] + g[k + 2 * nh])
-            new_h = (const(1.0, dtype) - z) * cand + z * hk
-            return seq(BufferStore(h, new_h, (b, k)), BufferStore(y, h[b, k], (t, b, k)))
+            return BufferStore(hn, (const(1.0, dtype) - z) * cand + z * hk, (k,))
         ck = c[b, k]
         gi, go, gf, gc = (g[k + q * nh] for q in range(4))
         if peep is not None:
@@ -130,11 +151,17 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
             gf = gf + peep[k + 2 * nh] * ck
         i = act(0, gi)
         f = const(1.0, dtype) - i if input_forget else act(0, gf)
-        new_c = f * ck + i * act(1, gc)
-        store_c = BufferStore(c, new_c, (b, k))
-        go = go if peep is None else go + peep[k + nh] * c[b, k]
-        new_h = act(0, go) * acts[2](c[b, k])
-        return seq(store_c, BufferStore(h, new_h, (b, k)), BufferStore(y, h[b, k], (t, b, k)))
+        store_c = BufferStore(cn, f * ck + i * act(1, gc), (k,))
+        go = go if peep is None else go + peep[k + nh] * cn[k]
+        return seq(store_c, BufferStore(hn, act(0, go) * acts[2](cn[k]), (k,)))
+
+    def commit(t, b, k):
+        """The new states into h and c, h into y: a loop of its own, so that the update's
+        loop does not store what it loads (it stays a vector loop)."""
+        stores = [BufferStore(h, hn[k], (b, k)), BufferStore(y, hn[k], (t, b, k))]
+        if c is not None:
+            stores.append(BufferStore(c, cn[k], (b, k)))
+        return seq(*stores)
 
     def row(step_t, b):
         t = step_t
@@ -154,6 +181,7 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
         else:
             body = [matvec(t, b, h_of, 0, GATES[kind] * nh, kind in ("RNN", "LSTM"))]
         body.append(_vloop("k", nh, lanes, lambda k: update(t, b, k)))
+        body.append(_vloop("k", nh, lanes, lambda k: commit(t, b, k)))
         step = seq(*body)
         if lens is not None:  # Note [recurrence kernel]: a finished row holds, its y is 0
             zero = _loop("k", hid, lambda k: BufferStore(y, const(0.0, dtype), (step_t, b, k)))
@@ -161,21 +189,27 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
         return step
 
     steps = _loop("t", nseq, lambda t: _loop("b", batch, lambda b: row(t, b)))
-    body = seq(_loop("b", batch, init), Allocate(g, Allocate(rh, steps)))
+    for buf in (cn, hn, rh, g):
+        steps = Allocate(buf, steps)
+    body = seq(_loop("b", batch, init), steps)
     params = [*ins, *outs]
     return tir.PrimFunc(name, tuple(params), body)
 
 
 # Note [recurrence kernel]: a recurrent layer over a symbolic sequence length cannot be
 # unrolled (onnx_rnn.py unrolls a sized one), and a te.compute has no sequential loop, so its
-# steps are one kernel written in tir directly: for each step t and batch row b, the gate
-# pre-activations g = xp[t, b] + h[b] R^T (a vector-matrix product over contiguous rows of
-# R^T, k outer), then the cell update per hidden unit; the loops over gates and hidden units
-# are vectors of the target's lanes (a serial tail where the width does not divide them).
-# The input projection X W^T, where most of the FLOPs are, is not in it: the graph does it
-# before as one dense over seq * batch rows.
-# The states live in the h (and c) outputs, copied from the initial ones first; a row only
-# reads its own state, and all its gates are computed before its state changes. GRU without
-# linear_before_reset needs (r * h) R_h^T: r * h goes to a small buffer first. With
-# sequence_lens, row b runs the steps t < lens[b]; at the others its state holds and y is 0
-# (the reverse direction is reversed per row around the kernel by the graph, as unrolled).
+# steps are one kernel written in tir directly. For each step t and batch row b: the gate
+# pre-activations g = xp[t, b] + h[b] R^T, a vector-matrix product (per block of
+# `accumulators` vectors of gates, kept in registers, one pass over the rows k of R^T); then
+# the cell update per hidden unit. The loops over gates and hidden units are vectors of the
+# target's lanes (a serial tail where the width does not divide them). The input projection
+# X W^T, where most of the FLOPs are, is not in it: the graph does it before as one dense over
+# seq * batch rows. The states live in the h (and c) outputs, copied from the initial ones
+# first; a row only reads its own state, and all its gates are computed before its state
+# changes. The new states go to small buffers and are copied after, in a loop of their own: a
+# vector loop must not load a buffer it stores at an index that flattening made int64 (the
+# vectorizer cannot prove its lanes apart), and the update loop, with the transcendentals,
+# must stay a vector loop. GRU without linear_before_reset needs (r * h) R_h^T: r * h goes to a
+# small buffer first. With sequence_lens, row b runs the steps t < lens[b]; at the others its
+# state holds and y is 0. The reverse direction walks each row's own length backwards: step t
+# reads and writes time lens[b] - 1 - t (seq - 1 - t without lengths).
