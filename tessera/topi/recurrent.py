@@ -60,13 +60,14 @@ def _vloop(name, extent: int, lanes: int, body):
 
 
 def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=False, reverse=False,
-                    linear_before_reset=0, input_forget=0, lanes=1, accumulators=4,
-                    name="recurrence"):  # fmt: skip
+                    linear_before_reset=0, input_forget=0, lanes=1, accumulators=2,
+                    rows_per_block=4, name="recurrence"):  # fmt: skip
     """The PrimFunc of the step loop. `ins`: xp, r, h0, [c0 (LSTM)], [lens (masked)],
     [p (peepholes)], [rbh (GRU, linear_before_reset)]; `outs`: y, h, [c]; `acts`: one tir
     function per activation of the cell; `lanes`: the vector width of the loops over the gates
-    and hidden units; `accumulators`: the vectors of gates each pass over R^T's rows keeps in
-    registers (Note [recurrence kernel])."""
+    and hidden units; `accumulators`: the vectors of gates per batch row each pass over R^T's
+    rows keeps in registers, for `rows_per_block` batch rows at once (Note [recurrence
+    kernel])."""
     ins, outs = list(ins), list(outs)
     xp, r, h0 = ins[:3]
     rest = ins[3:]
@@ -80,8 +81,10 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
     hid = h.shape[1]
     nh = int(hid.value)
     dtype = xp.dtype
-    g = Buffer("rec_gates", (const(GATES[kind] * nh, "int32"),), dtype, "local")
-    rh = Buffer("rec_rh", (hid,), dtype, "local")  # GRU: r * h, the input of its candidate
+    ng = GATES[kind] * nh
+    g = Buffer("rec_gates", (const(rows_per_block * ng, "int32"),), dtype, "local")
+    # GRU: r * h, the input of its candidate, per row of a block
+    rh = Buffer("rec_rh", (const(rows_per_block * nh, "int32"),), dtype, "local")
     hn = Buffer("rec_h", (hid,), dtype, "local")  # the new states of a row
     cn = Buffer("rec_c", (hid,), dtype, "local")
 
@@ -99,10 +102,11 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
             body.append(_loop("k", hid, lambda k: BufferStore(c, c0[b, k], (b, k))))
         return seq(*body)
 
-    def matvec(t, b, src, lo, hi, with_x):
-        """g[j] = (xp[t, b, j] if with_x else 0) + sum_k src[k] r[k, j] for j in [lo, hi):
-        per block of `accumulators` vectors, the k loop inside (the block stays in
-        registers), then blocks of one vector, then a serial tail."""
+    def matvec(rows, lo, hi, with_x):
+        """For each row q of `rows` ((t, b, src) each): g[q, j] = (xp[t, b, j] if with_x else
+        0) + sum_k src(k) r[k, j] for j in [lo, hi): per block of `accumulators` vectors, the
+        k loop inside (the rows' blocks stay in registers, each load of R^T serves every row),
+        then blocks of one vector, then a serial tail."""
         parts, start = [], lo
         for width in (lanes * accumulators, lanes, 1):
             count = (hi - start) // width
@@ -114,38 +118,45 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
                     return jo * width + jv + start
 
                 kind = ForKind.VECTORIZED if width > 1 else ForKind.SERIAL
-                init = _loop(
-                    "jv",
-                    width,
-                    lambda jv: BufferStore(
-                        g, xp[t, b, at(jv)] if with_x else const(0.0, dtype), (at(jv),)
-                    ),
-                    kind,
-                )
-                acc = _loop("k", hid, lambda k: _loop("jv", width, lambda jv: BufferStore(
-                    g, g[at(jv)] + src(k) * r[k, at(jv)], (at(jv),)), kind))  # fmt: skip
-                return seq(init, acc)
+                inits = []
+                for q, (t, b, _) in enumerate(rows):
+                    inits.append(_loop("jv", width, lambda jv, q=q, t=t, b=b: BufferStore(
+                        g, xp[t, b, at(jv)] if with_x else const(0.0, dtype),
+                        (q * ng + at(jv),)), kind))  # fmt: skip
+
+                def over_k(k):
+                    return seq(*[_loop("jv", width, lambda jv, q=q, src=src: BufferStore(
+                        g, g[q * ng + at(jv)] + src(k) * r[k, at(jv)], (q * ng + at(jv),)), kind)
+                        for q, (_, _, src) in enumerate(rows)])  # fmt: skip
+
+                acc = _loop("k", hid, over_k)
+                return seq(*inits, acc)
 
             parts.append(_loop("jo", count, block))
             start += count * width
         return seq(*parts)
 
-    def update(t, b, k):
-        """Stores of the new h[b, k] (and c[b, k]) from the gates into hn[k] (and cn[k])."""
+    def update(t, b, q, k):
+        """Stores of the new h[b, k] (and c[b, k]) from the gates of row q into hn[k] (and
+        cn[k])."""
         hk = h[b, k]
+
+        def gate(j):
+            return g[q * ng + j]
+
         if kind == "RNN":
-            return BufferStore(hn, act(0, g[k]), (k,))
+            return BufferStore(hn, act(0, gate(k)), (k,))
         if kind == "GRU":
-            z = act(0, xp[t, b, k] + g[k])
+            z = act(0, xp[t, b, k] + gate(k))
             if linear_before_reset:
-                reset = act(0, xp[t, b, k + nh] + g[k + nh])
-                rec = g[k + 2 * nh] if rbh is None else g[k + 2 * nh] + rbh[k]
+                reset = act(0, xp[t, b, k + nh] + gate(k + nh))
+                rec = gate(k + 2 * nh) if rbh is None else gate(k + 2 * nh) + rbh[k]
                 cand = act(1, xp[t, b, k + 2 * nh] + reset * rec)
             else:
-                cand = act(1, xp[t, b, k + 2 * nh] + g[k + 2 * nh])
+                cand = act(1, xp[t, b, k + 2 * nh] + gate(k + 2 * nh))
             return BufferStore(hn, (const(1.0, dtype) - z) * cand + z * hk, (k,))
         ck = c[b, k]
-        gi, go, gf, gc = (g[k + q * nh] for q in range(4))
+        gi, go, gf, gc = (gate(k + i * nh) for i in range(4))
         if peep is not None:
             gi = gi + peep[k] * ck
             gf = gf + peep[k + 2 * nh] * ck
@@ -163,32 +174,52 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
             stores.append(BufferStore(c, cn[k], (b, k)))
         return seq(*stores)
 
-    def row(step_t, b):
-        t = step_t
-        if reverse:  # the time index of step t: each row's own sequence backwards
-            last = tir.cast(lens[b], "int32") if lens is not None else nseq
-            t = last - 1 - step_t
+    def time_of(step_t, b):
+        """The time index step t reads and writes in row b (reverse: each row's own sequence
+        backwards; clamped, as a finished row's gates are computed too and dropped)."""
+        if not reverse:
+            return step_t
+        if lens is None:
+            return nseq - 1 - step_t
+        return tir.max(tir.cast(lens[b], "int32") - 1 - step_t, const(0, "int32"))
 
-        def h_of(k):
-            return h[b, k]
-
+    def block(step_t, b0, nrows):
+        """Step t of the rows b0 .. b0 + nrows - 1: their gates together, then each row's
+        update."""
+        rows = []
+        for q in range(nrows):
+            b = b0 + q
+            rows.append((time_of(step_t, b), b, lambda k, b=b: h[b, k]))
         if kind == "GRU" and not linear_before_reset:
-            # z and r from h; the candidate's recurrent part from r * h
-            body = [matvec(t, b, h_of, 0, 2 * nh, False),
-                    _vloop("k", nh, lanes, lambda k: BufferStore(
-                        rh, act(0, xp[t, b, k + nh] + g[k + nh]) * h[b, k], (k,))),
-                    matvec(t, b, lambda k: rh[k], 2 * nh, 3 * nh, False)]  # fmt: skip
+            # z and r from h; the candidate's recurrent part from r * h (rh: one row each)
+            body = [matvec(rows, 0, 2 * nh, False)]
+            for q, (t, b, _) in enumerate(rows):
+                body.append(_vloop("k", nh, lanes, lambda k, q=q, t=t, b=b: BufferStore(
+                    rh, act(0, xp[t, b, k + nh] + g[q * ng + k + nh]) * h[b, k],
+                    (q * nh + k,))))  # fmt: skip
+            rh_rows = [(t, b, lambda k, q=q: rh[q * nh + k]) for q, (t, b, _) in enumerate(rows)]
+            body.append(matvec(rh_rows, 2 * nh, 3 * nh, False))
         else:
-            body = [matvec(t, b, h_of, 0, GATES[kind] * nh, kind in ("RNN", "LSTM"))]
-        body.append(_vloop("k", nh, lanes, lambda k: update(t, b, k)))
-        body.append(_vloop("k", nh, lanes, lambda k: commit(t, b, k)))
-        step = seq(*body)
-        if lens is not None:  # Note [recurrence kernel]: a finished row holds, its y is 0
-            zero = _loop("k", hid, lambda k: BufferStore(y, const(0.0, dtype), (step_t, b, k)))
-            step = IfThenElse(tir.cast(step_t, lens.dtype) < lens[b], step, zero)
-        return step
+            body = [matvec(rows, 0, ng, kind in ("RNN", "LSTM"))]
+        for q, (t, b, _) in enumerate(rows):
+            step = seq(_vloop("k", nh, lanes, lambda k, q=q, t=t, b=b: update(t, b, q, k)),
+                       _vloop("k", nh, lanes, lambda k, t=t, b=b: commit(t, b, k)))  # fmt: skip
+            if lens is not None:  # Note [recurrence kernel]: a finished row holds, its y is 0
+                zero = _loop("k", hid, lambda k, b=b: BufferStore(
+                    y, const(0.0, dtype), (step_t, b, k)))  # fmt: skip
+                step = IfThenElse(tir.cast(step_t, lens.dtype) < lens[b], step, zero)
+            body.append(step)
+        return seq(*body)
 
-    steps = _loop("t", nseq, lambda t: _loop("b", batch, lambda b: row(t, b)))
+    def step(t):
+        whole = tir.floordiv(batch, rows_per_block) if rows_per_block > 1 else batch
+        parts = [_loop("bo", whole, lambda bo: block(t, bo * rows_per_block, rows_per_block))]
+        if rows_per_block > 1:  # the rows past the last whole block, one at a time
+            left = tir.floormod(batch, rows_per_block)
+            parts.append(_loop("bt", left, lambda bt: block(t, whole * rows_per_block + bt, 1)))
+        return seq(*parts)
+
+    steps = _loop("t", nseq, step)
     for buf in (cn, hn, rh, g):
         steps = Allocate(buf, steps)
     body = seq(_loop("b", batch, init), steps)
@@ -199,9 +230,11 @@ def recurrence_func(kind, ins, outs, acts, clip, *, masked=False, peepholes=Fals
 # Note [recurrence kernel]: a recurrent layer over a symbolic sequence length cannot be
 # unrolled (onnx_rnn.py unrolls a sized one), and a te.compute has no sequential loop, so its
 # steps are one kernel written in tir directly. For each step t and batch row b: the gate
-# pre-activations g = xp[t, b] + h[b] R^T, a vector-matrix product (per block of
-# `accumulators` vectors of gates, kept in registers, one pass over the rows k of R^T); then
-# the cell update per hidden unit. The loops over gates and hidden units are vectors of the
+# pre-activations g = xp[t, b] + h[b] R^T, a vector-matrix product computed for a block of
+# `rows_per_block` batch rows at once (the rows left over one at a time): per block of
+# `accumulators` vectors of gates per row, kept in registers, one pass over the rows k of
+# R^T, each vector of R^T loaded once for all the block's rows; then the cell update per
+# hidden unit. The loops over gates and hidden units are vectors of the
 # target's lanes (a serial tail where the width does not divide them). The input projection
 # X W^T, where most of the FLOPs are, is not in it: the graph does it before as one dense over
 # seq * batch rows. The states live in the h (and c) outputs, copied from the initial ones

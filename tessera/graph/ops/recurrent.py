@@ -20,6 +20,7 @@ from tessera.graph.op import OpKind, register_op, type_error
 from tessera.topi.recurrent import GATES
 
 recurrence = register_op("nn.recurrence", kind=OpKind.OPAQUE)
+ROWS = 4  # batch rows whose gates one pass over R^T computes (Note [recurrence kernel])
 
 
 @recurrence.type_rule
@@ -110,8 +111,13 @@ def primfunc(params, outs, target=None, *, kind, activations, clip=None, masked=
     from tessera.topi.recurrent import activation, recurrence_func
 
     acts = [activation(*a) for a in activations]
+    # Note [recurrence kernel]: a block of ROWS batch rows keeps `accumulators` vectors of
+    # gates per row in registers; half the target's vector registers hold them
+    registers = getattr(target, "vector_registers", 16)
+    accumulators = max(1, registers // (2 * ROWS))
     return recurrence_func(kind, params, outs, acts, clip, masked=masked, peepholes=peepholes,
                            reverse=reverse, lanes=vector_lanes(target, params[0].dtype),
+                           accumulators=accumulators, rows_per_block=ROWS,
                            linear_before_reset=linear_before_reset, input_forget=input_forget,
                            name=name)  # fmt: skip
 
