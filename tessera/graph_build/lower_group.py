@@ -107,6 +107,11 @@ def _compute_rule(op, target: Target | None):
             rule = op.rules.get(f"compute:{key}")
             if rule is not None:
                 return rule
+    if "compute" not in op.rules and "primfunc" in op.rules:
+        raise LoweringError(
+            f"{op.name} has a kernel written in tir for the CPU targets, no te compute for "
+            f"{'this target' if target is None else target.kind}"
+        )
     return op.rules["compute"]
 
 

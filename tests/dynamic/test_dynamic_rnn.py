@@ -159,3 +159,13 @@ def test_the_recurrence_reference_matches_ort():
     np.testing.assert_allclose(ours[0], theirs[0][:, 0], rtol=1e-4, atol=1e-5)
     for a, b in zip(ours[1:], theirs[1:], strict=True):
         np.testing.assert_allclose(a, b[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_target_without_the_tir_kernel_is_told_clearly():
+    """nn.recurrence has no te compute (its kernel is tir, for the CPU targets): a path that
+    asks for one (the GPU graph) gets a clear error, not a KeyError."""
+    from tessera.graph.op import get_op
+    from tessera.graph_build.lower_group import LoweringError, _compute_rule
+
+    with pytest.raises(LoweringError, match=r"nn.recurrence has a kernel written in tir"):
+        _compute_rule(get_op("nn.recurrence"), None)
