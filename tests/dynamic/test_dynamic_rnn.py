@@ -57,9 +57,9 @@ def test_recurrent_layer_over_a_symbolic_batch_matches_ort(kind, ort_of):
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
-def _seq_model(kind, direction, *, lens=True, hidden=HIDDEN, **attrs):
+def _seq_model(kind, direction, *, lens=True, hidden=HIDDEN, peepholes=False, **attrs):
     """kind over x [seq, batch, FEATURES] (both symbolic), with sequence_lens and initial
-    states as inputs when `lens`."""
+    states as inputs when `lens`, LSTM peepholes P when `peepholes`."""
     ndir = 2 if direction == "bidirectional" else 1
     gates, rng = GATES[kind], np.random.default_rng(1)
     inits = []
@@ -68,13 +68,17 @@ def _seq_model(kind, direction, *, lens=True, hidden=HIDDEN, **attrs):
         inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.4).astype("f4"), name))
     names = ["x", "W", "R", "B"] + (["lens", "h0"] + (["c0"] if kind == "LSTM" else []) if lens
                                    else [])  # fmt: skip
+    if peepholes:
+        p = (rng.standard_normal((ndir, 3 * hidden)) * 0.4).astype("f4")
+        inits.append(numpy_helper.from_array(p, "P"))
+        names = names + [""] * (7 - len(names)) + ["P"]
     outs = ["y", "h"] + (["c"] if kind == "LSTM" else [])
     node = helper.make_node(kind, names, outs, hidden_size=hidden, direction=direction, **attrs)
     state = [ndir, "batch", hidden]
     infos = [helper.make_tensor_value_info("x", TP.FLOAT, ["seq", "batch", FEATURES])]
     if lens:
         infos.append(helper.make_tensor_value_info("lens", TP.INT32, ["batch"]))
-        infos += [helper.make_tensor_value_info(n, TP.FLOAT, state) for n in names[5:]]
+        infos += [helper.make_tensor_value_info(n, TP.FLOAT, state) for n in names[5:7]]
     graph = helper.make_graph(
         [node],
         "rnn",
@@ -121,6 +125,7 @@ def test_a_symbolic_sequence_length_on_c(kind, ort_of):
     [
         ("GRU", {"linear_before_reset": 1}),
         ("LSTM", {"input_forget": 1, "clip": 0.7}),
+        ("LSTM", {"peepholes": True}),
         (
             "RNN",
             {
