@@ -1,9 +1,12 @@
-"""ONNX converters for the recurrent ops RNN, GRU and LSTM, unrolled over the static sequence.
+"""ONNX converters for the recurrent ops RNN, GRU and LSTM: unrolled over a sized sequence,
+one step-loop kernel over a symbolic one.
 
     Y, Y_h = RNN(X, W, R, B, sequence_lens, initial_h)      ->  per step: matmul, add, tanh
 
-Each direction runs as a chain of graph ops: one matmul projects every step's input at once
-(X @ W^T + biases), then each step adds H @ R^T, splits the gates and applies the activations.
+In each direction one matmul projects every step's input at once (X @ W^T + biases). Over a
+sized sequence each step is then a chain of graph ops: add H @ R^T, split the gates, apply the
+activations. Over a symbolic one the steps are one nn.recurrence call (graph/ops/recurrent.py,
+Note [recurrence kernel] in topi/recurrent.py), which also masks and reverses per row.
 Every attribute of the spec is honoured: direction (forward, reverse, bidirectional),
 activations with activation_alpha/beta, clip, hidden_size, layout, linear_before_reset (GRU),
 input_forget and peepholes (LSTM), initial states and sequence_lens. With sequence_lens a batch
