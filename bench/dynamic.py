@@ -6,7 +6,8 @@ Runtime, in turns, as ratios.
 
 For each model of tessera.models_dynamic (an MLP over a dynamic batch, a BERT-style encoder layer
 over batch and sequence, a CRNN-style recognizer over the width, a conv detector over the
-batch), the dynamic build is compiled once; at each of five sizes a build specialized to that
+batch, a bidirectional LSTM over sequence and batch, `--models lstm`), the dynamic build is
+compiled once; at each of its sizes (five; three for the LSTM) a build specialized to that
 size (shape_dict with the sizes) is compiled, the three agree with each other, then the dynamic
 build, the specialized build and ORT run the same inputs in turns (`measure_in_blocks`). The
 table gives medians, dynamic / specialized (the issue's bar: at most 1.2) and dynamic / ORT,
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 def _cases():
     """(name, model, shape_dict of the dynamic build, [(size label, {input: array})])."""
-    from tessera.models_dynamic import detector, encoder_layer, mlp, ocr_recognizer
+    from tessera.models_dynamic import detector, encoder_layer, lstm_layer, mlp, ocr_recognizer
 
     rng = np.random.default_rng(0)
 
@@ -57,6 +58,9 @@ def _cases():
         None,
         [(f"batch {n}", {"images": normal(n, 3, 64, 64)}) for n in (1, 2, 4, 8, 16)],
     )
+    # the specialized build unrolls the steps; the dynamic one runs nn.recurrence
+    lstm = [(f"seq {s}, batch 4", {"x": normal(s, 4, 64)}) for s in (4, 16, 64)]
+    yield "lstm", lstm_layer(), None, lstm
 
 
 def _profile(dynamic, special, rounds: int) -> None:

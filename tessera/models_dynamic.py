@@ -5,6 +5,7 @@ mlp()                  # x: [batch, 64] -> [batch, 10]
 encoder_layer()        # a BERT-style encoder layer: x [batch, seq, hidden], mask [batch, seq]
 ocr_recognizer()       # a CRNN-style line recognizer: [1, 1, 32, width] -> [width/4, 1, classes]
 detector()             # a small conv detector: [batch, 3, 64, 64] -> boxes/scores per cell
+lstm_layer()           # a bidirectional LSTM: x [seq, batch, 64] -> y [seq, 2, batch, 128], h, c
 """
 
 from __future__ import annotations
@@ -224,3 +225,19 @@ def detector(size: int = 64, classes: int = 4, seed: int = 0):
     boxes = helper.make_tensor_value_info("boxes", TP.FLOAT, ["batch", cells, 4])
     scores = helper.make_tensor_value_info("scores", TP.FLOAT, ["batch", cells, 1 + classes])
     return _model(nodes, "detector", [images], [boxes, scores], inits)
+
+
+def lstm_layer(features: int = 64, hidden: int = 128, seed: int = 0):
+    """A bidirectional LSTM over a symbolic sequence length and batch (x [seq, batch,
+    features]): y [seq, 2, batch, hidden] and the final h and c."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init("W", _weight(rng, (2, 4 * hidden, features), features)),
+        _init("R", _weight(rng, (2, 4 * hidden, hidden), hidden)),
+        _init("B", _weight(rng, (2, 8 * hidden), hidden)),
+    ]
+    x = helper.make_tensor_value_info("x", TP.FLOAT, ["seq", "batch", features])
+    outs = [helper.make_tensor_value_info(n, TP.FLOAT, None) for n in ("y", "h", "c")]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "h", "c"],
+                            hidden_size=hidden, direction="bidirectional")  # fmt: skip
+    return _model([node], "lstm_layer", [x], outs, inits)

@@ -18,7 +18,7 @@ from tessera.frontend.onnx_quant import _as, _matmul_acc, dynamic_quantize_linea
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.frontend.onnx_rnn import (
     _DEFAULT_ACTIVATIONS,
-    _activation_fns,
+    _activation_specs,
     _Cell,
     _direction,
     _initial,
@@ -96,11 +96,11 @@ def dynamic_quantize_lstm(b, X, W, R, B=None, sequence_lens=None, initial_h=None
     names = activations or _DEFAULT_ACTIVATIONS["LSTM"] * ndir
     if len(names) != 3 * ndir:
         raise NodeError(f"needs {3 * ndir} activations, got {list(names)}")
-    fns = _activation_fns(b, names, activation_alpha, activation_beta)
+    specs = _activation_specs(names, activation_alpha, activation_beta)
     dtype = X.type.dtype.numpy_name
     ys, hs, cs = [], [], []
     for d in range(ndir):
-        cell = _Cell(b, "LSTM", fns[3 * d : 3 * d + 3], clip, hidden, 0, input_forget)
+        cell = _Cell(b, "LSTM", specs[3 * d : 3 * d + 3], clip, hidden, 0, input_forget)
         w, r = b.const(W.array[d]), b.const(R.array[d])
         quant = tuple(
             np.zeros(()) if v is None else _per_dir(b, v, d, ndir, what)

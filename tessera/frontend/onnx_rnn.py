@@ -1,9 +1,12 @@
-"""ONNX converters for the recurrent ops RNN, GRU and LSTM, unrolled over the static sequence.
+"""ONNX converters for the recurrent ops RNN, GRU and LSTM: unrolled over a sized sequence,
+one step-loop kernel over a symbolic one.
 
     Y, Y_h = RNN(X, W, R, B, sequence_lens, initial_h)      ->  per step: matmul, add, tanh
 
-Each direction runs as a chain of graph ops: one matmul projects every step's input at once
-(X @ W^T + biases), then each step adds H @ R^T, splits the gates and applies the activations.
+In each direction one matmul projects every step's input at once (X @ W^T + biases). Over a
+sized sequence each step is then a chain of graph ops: add H @ R^T, split the gates, apply the
+activations. Over a symbolic one the steps are one nn.recurrence call (graph/ops/recurrent.py,
+Note [recurrence kernel] in topi/recurrent.py), which also masks and reverses per row.
 Every attribute of the spec is honoured: direction (forward, reverse, bidirectional),
 activations with activation_alpha/beta, clip, hidden_size, layout, linear_before_reset (GRU),
 input_forget and peepholes (LSTM), initial states and sequence_lens. With sequence_lens a batch
@@ -34,21 +37,26 @@ _ACTIVATIONS = {
 }
 
 
-def _activation_fns(b, names, alphas, betas):
-    """One function per activation name; alphas and betas are consumed in order by the
-    activations that take them (the spec's wording), defaults for the rest."""
-    alphas, betas, fns = list(alphas or ()), list(betas or ()), []
+def _activation_specs(names, alphas, betas):
+    """(name lower-case, alpha, beta) per activation; alphas and betas are consumed in order by
+    the activations that take them (the spec's wording), defaults for the rest."""
+    alphas, betas, specs = list(alphas or ()), list(betas or ()), []
     for name in names:
         key = name.lower()
         if key not in _ACTIVATIONS:
             raise NodeError(f"unknown activation {name!r}")
-        op, alpha, beta = _ACTIVATIONS[key]
+        _, alpha, beta = _ACTIVATIONS[key]
         if alpha is not None and alphas:
             alpha = alphas.pop(0)
         if beta is not None and betas:
             beta = betas.pop(0)
-        fns.append(_make_activation(b, key, op, alpha, beta))
-    return fns
+        specs.append((key, alpha, beta))
+    return specs
+
+
+def _activation_fns(b, specs):
+    """One graph function per activation spec."""
+    return [_make_activation(b, key, _ACTIVATIONS[key][0], a, be) for key, a, be in specs]
 
 
 def _make_activation(b, key, op, alpha, beta):
@@ -83,8 +91,9 @@ def _direction(b, v, d: int, ndir: int):
 class _Cell:
     """What one direction of a recurrent op needs at each step."""
 
-    def __init__(self, b, kind, fns, clip, hidden, lbr=0, input_forget=0):
-        self.b, self.kind, self.fns, self.clip, self.hidden = b, kind, fns, clip, hidden
+    def __init__(self, b, kind, specs, clip, hidden, lbr=0, input_forget=0):
+        self.b, self.kind, self.specs, self.clip, self.hidden = b, kind, specs, clip, hidden
+        self.fns = _activation_fns(b, specs)
         self.lbr, self.input_forget = lbr, input_forget
 
     def pre(self, x):
@@ -189,16 +198,47 @@ def _masks(b, lens, seq, batch, dtype):
 
 def _run_direction(b, cell, X, W, R, B, lens, state, d, ndir, reverse, extra):
     """Y [seq, batch, hidden] and the final states of direction d."""
-    step, gates = _STEPS[cell.kind]
+    gates = _STEPS[cell.kind][1]
     seq, batch, _ = b.shape_of(X, symbolic=True)
-    if reverse:
+    unrolled = isinstance(seq, int)  # else the kernel reverses: Note [recurrence kernel]
+    if reverse and unrolled:
         X = reverse_sequence(b, X, lens) if lens is not None else b.call("reverse", X, axis=(0,))
     bias, rb_h = _biases(b, cell, B, d, ndir, gates)
     if cell.kind == "GRU":
         extra = rb_h
-    xs = _parts(b, _project(b, X, W, d, ndir, bias), 0, (1,) * seq)
+    xp = _project(b, X, W, d, ndir, bias)
     r = b.call("transpose", _direction(b, R, d, ndir), axes=(1, 0))
-    masks, ys = _masks(b, lens, seq, batch, X.type.dtype), []
+    if not unrolled:
+        return _step_loop(b, cell, xp, r, lens, state, extra, reverse)
+    y, state = _unrolled(b, cell, xp, r, lens, state, extra, seq, batch, gates)
+    if reverse:
+        y = reverse_sequence(b, y, lens) if lens is not None else b.call("reverse", y, axis=(0,))
+    return y, state
+
+
+def _step_loop(b, cell, xp, r, lens, state, extra, reverse):
+    """The steps as one nn.recurrence call (a symbolic length: Note [recurrence kernel])."""
+    ins, attrs = [xp, r, *state], {"reverse": bool(reverse)}
+    if lens is not None:
+        ins.append(lens)
+        attrs["masked"] = True
+    if cell.kind == "LSTM" and extra is not None:
+        ins.append(b.call("concatenate", *extra, axis=0))
+        attrs["peepholes"] = True
+    if cell.kind == "GRU" and cell.lbr and extra is not None:
+        ins.append(extra)
+    clip = None if cell.clip is None else float(cell.clip)
+    outs = b.call("nn.recurrence", *ins, kind=cell.kind, activations=tuple(cell.specs),
+                  clip=clip, linear_before_reset=int(cell.lbr),
+                  input_forget=int(cell.input_forget), **attrs)  # fmt: skip
+    return outs[0], tuple(outs[1:])
+
+
+def _unrolled(b, cell, xp, r, lens, state, extra, seq, batch, gates):
+    """The steps unrolled (a sized length): graph ops per step."""
+    step = _STEPS[cell.kind][0]
+    xs = _parts(b, xp, 0, (1,) * seq)
+    masks, ys = _masks(b, lens, seq, batch, xp.type.dtype), []
     for t in range(seq):
         new = step(cell, b.reshape(xs[t], (batch, gates * cell.hidden)), state, r, extra)
         if masks[t] is not None:
@@ -208,8 +248,6 @@ def _run_direction(b, cell, X, W, R, B, lens, state, d, ndir, reverse, extra):
             ys.append(new[0])
         state = new
     y = b.call("concatenate", *[b.reshape(v, (1, batch, cell.hidden)) for v in ys], axis=0)
-    if reverse:
-        y = reverse_sequence(b, y, lens) if lens is not None else b.call("reverse", y, axis=(0,))
     return y, state
 
 
@@ -243,21 +281,16 @@ def _recurrent(b, kind, X, W, R, B, lens, init_h, init_c=None, P=None, *, activa
         init_h = None if init_h is None else b.call("transpose", init_h, axes=(1, 0, 2))
         init_c = None if init_c is None else b.call("transpose", init_c, axes=(1, 0, 2))
     seq, batch, _ = b.shape_of(X, symbolic=True)
-    if not isinstance(seq, int):
-        raise NodeError(
-            f"its sequence length {seq} is symbolic: {kind} is unrolled over its steps, so the "
-            "length needs a size (shape_dict); a symbolic batch is supported"
-        )
     hidden = hidden_size or b.shape_of(R)[-1]
     names = activations or _DEFAULT_ACTIVATIONS[kind] * ndir
     per_dir = len(_DEFAULT_ACTIVATIONS[kind])
     if len(names) != per_dir * ndir:
         raise NodeError(f"needs {per_dir * ndir} activations, got {list(names)}")
-    fns = _activation_fns(b, names, activation_alpha, activation_beta)
+    specs = _activation_specs(names, activation_alpha, activation_beta)
     dtype = X.type.dtype.numpy_name
     ys, hs, cs = [], [], []
     for d in range(ndir):
-        cell = _Cell(b, kind, fns[d * per_dir : (d + 1) * per_dir], clip, hidden,
+        cell = _Cell(b, kind, specs[d * per_dir : (d + 1) * per_dir], clip, hidden,
                      linear_before_reset, input_forget)  # fmt: skip
         state = (_initial(b, init_h, d, ndir, batch, hidden, dtype),)
         if kind == "LSTM":

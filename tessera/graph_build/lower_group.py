@@ -54,7 +54,7 @@ def check_compute_rules(func: Function) -> None:
     for call in func.body:
         members = call.attrs["func"].body if call.op is fused else (call,)
         for member in members:
-            if "compute" not in member.op.rules:
+            if "compute" not in member.op.rules and "primfunc" not in member.op.rules:
                 # the source (ONNX) node names when the call has them, else its output values
                 where = ", ".join(member.span) or ", ".join("%" + v.name for v in member.outputs)
                 missing.setdefault(member.op.name, []).append(where)
@@ -107,6 +107,11 @@ def _compute_rule(op, target: Target | None):
             rule = op.rules.get(f"compute:{key}")
             if rule is not None:
                 return rule
+    if "compute" not in op.rules and "primfunc" in op.rules:
+        raise LoweringError(
+            f"{op.name} has a kernel written in tir for the CPU targets, no te compute for "
+            f"{'this target' if target is None else target.kind}"
+        )
     return op.rules["compute"]
 
 
@@ -252,6 +257,8 @@ def _size_hints(group: Function):
 
 
 def _lower_group(group: Function, target: Target, name: str | None) -> tir.PrimFunc:
+    if len(group.body) == 1 and "primfunc" in group.body[0].op.rules:
+        return _primfunc_group(group, target, name or group.name)
     placeholders, outs = _compute_group(group, target)
     try:
         s = schedule_group(group, outs, target)
@@ -261,6 +268,26 @@ def _lower_group(group: Function, target: Target, name: str | None) -> tir.PrimF
             f"{group.name}: scheduling or lowering failed ({_anchor(group).op.name} anchors "
             f"the group): {type(err).__name__}: {err}"
         ) from err
+
+
+def _primfunc_group(group: Function, target: Target, name: str) -> tir.PrimFunc:
+    """The kernel of an op written in tir directly (a `primfunc` rule, such as the step loop of
+    a recurrent layer: Note [recurrence kernel] in topi/recurrent.py), alone in its group."""
+    from tessera.tir.buffer import Buffer
+
+    (call,) = group.body
+    if group.constants or [id(v) for v in call.inputs] != [id(p) for p in group.params]:
+        raise LoweringError(f"{group.name}: {call.op.name} must be alone in its group")
+    params = []
+    for k, p in enumerate(group.params):
+        t = te.placeholder(p.type.shape, str(p.type.dtype), name=f"p{k}")
+        params.append(Buffer(t.name, t.shape, t.dtype))
+    outs = []
+    for k, v in enumerate(group.outputs):
+        t = te.placeholder(v.type.shape, str(v.type.dtype), name=f"out{k}")
+        outs.append(Buffer(t.name, t.shape, t.dtype))
+    attrs = dict(call.attrs.items())
+    return call.op.rules["primfunc"](params, outs, target, name=name, **attrs)
 
 
 @dataclass
