@@ -150,6 +150,12 @@ def _finite_bits(name: str) -> dict[float, int]:
     return {decode(b, name): b for b in range(f.max_bits + 1)}
 
 
+def int_range(name: str) -> tuple[int, int]:
+    """The least and greatest value of the small int type `name` (int4, uint2, ...)."""
+    width, signed = INT_FORMATS[name]
+    return (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed else (0, (1 << width) - 1)
+
+
 def encode(value, dtype, saturate: bool = True) -> int:
     """The stored byte of `value` converted to `dtype` by the ONNX Cast rules."""
     name = _name(dtype)
@@ -161,11 +167,13 @@ def encode(value, dtype, saturate: bool = True) -> int:
         except OverflowError:  # beyond float32: its infinity
             f_bits = 0x7F800000
         return e8m0_round(f_bits, saturate)
-    if name in INT_FORMATS:  # float -> int truncates; ints wrap (ONNX: discard higher bits)
-        width, _ = INT_FORMATS[name]
+    if name in INT_FORMATS:  # ints wrap (ONNX: discard higher bits); floats truncate, and one
+        width, _ = INT_FORMATS[name]  # out of the type's range is 0 (as ml_dtypes 0.7)
         v = float(value) if not isinstance(value, int) else value
-        if isinstance(v, float) and not math.isfinite(v):
-            return 0
+        if isinstance(v, float):
+            lo, hi = int_range(name)
+            if not (lo - 1 < v < hi + 1):  # NaN too
+                return 0
         return int(v) & ((1 << width) - 1)
     f = FLOAT_FORMATS[name]
     v = float(value)

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType, float32, float64, int32, uint8, uint32, uint64
-from tessera.ir.small_types import E8M0, E8M0_ROUND_MODES, FLOAT_FORMATS, INT_FORMATS, FloatFormat
+from tessera.ir.small_types import (
+    E8M0,
+    E8M0_ROUND_MODES,
+    FLOAT_FORMATS,
+    INT_FORMATS,
+    FloatFormat,
+    int_range,
+)
 from tessera.tir.expr import Expr
 
 ELEMWISE = "elemwise"
@@ -106,19 +113,13 @@ def decode_float(byte: Expr, fmt: FloatFormat) -> Expr:
     return te.reinterpret(out | (sign << _u(31)), float32)
 
 
-def int_range(dt: DType) -> tuple[int, int]:
-    """The least and greatest value of the int4/int2 type dt."""
-    width, signed = INT_FORMATS[dt.code]
-    return (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed else (0, (1 << width) - 1)
-
-
 def _encode_int(v: Expr, dt: DType) -> Expr:
     """The byte of int4/int2 dt holding v. Integers wrap. Floats truncate toward zero, and one
     whose truncation the type cannot hold (NaN and infinities too) becomes 0: ONNX leaves it
     undefined, and this is what its reference (ml_dtypes) gives, the same on every CPU."""
     width, _ = INT_FORMATS[dt.code]
     if v.dtype.is_float:
-        lo, hi = int_range(dt)
+        lo, hi = int_range(dt.code)
         f = v if v.dtype.bits >= 32 else te.cast(v, float32)
         inside = te.logical_and(f > te.const(lo - 1, f.dtype), f < te.const(hi + 1, f.dtype))
         v = te.select(inside, te.cast(f, int32), te.const(0, int32))
@@ -269,7 +270,7 @@ def reference(x, dtype, saturate: bool = True, round_mode: str = "up"):
         top = float(ml_dtypes.finfo(target).max)
         x = np.clip(x, -top, top)
     if dtype.code in INT_FORMATS and x.dtype.kind == "f":  # out of range: 0 (_encode_int)
-        lo, hi = int_range(dtype)
+        lo, hi = int_range(dtype.code)
         with np.errstate(invalid="ignore"):
             x = np.where((x > lo - 1) & (x < hi + 1), np.trunc(x), 0).astype(np.int64)
     if not dtype.is_storage_only and x.dtype.kind == "f" and target.kind in "iu":

@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 import tessera
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.ir.small_types import FLOAT_FORMATS, INT_FORMATS, decode, encode
+from tessera.ir.small_types import FLOAT_FORMATS, INT_FORMATS, decode, encode, int_range
 from tessera.topi import cast_small
 
 SMALL_FLOATS = list(FLOAT_FORMATS)
@@ -145,7 +145,7 @@ def test_to_small_ints_truncates_and_wraps(name, target):
     np.testing.assert_array_equal(_bits(ys[0]), _bits(_onnx_cast(ints, name, True)))
     # floats truncate toward zero; one the type cannot hold becomes 0 (as ml_dtypes 0.7, the
     # ONNX reference's, converts; ONNX leaves it undefined, and older ml_dtypes wrapped)
-    lo, hi = cast_small.int_range(DType.parse(name))
+    lo, hi = int_range(name)
     t = np.trunc(floats)
     want = np.where((t >= lo) & (t <= hi), t, 0).astype(np.int32)
     np.testing.assert_array_equal(_bits(ys[1]), _bits(_onnx_cast(want, name, True)))
