@@ -64,9 +64,13 @@ def test_wait_until_quiet_gives_up_at_its_limit():
 
     spinner = threading.Thread(target=spin)
     spinner.start()
-    try:
-        waited = bench.wait_until_quiet(limit=0.1)
+    try:  # on a loaded machine the spinner may not get a core in a step (and looks quiet):
+        waits = []  # it must keep the wait to its limit at least once in a few tries
+        for _ in range(5):
+            waits.append(bench.wait_until_quiet(limit=0.1))
+            if waits[-1] >= 0.1:
+                break
     finally:
         done.set()
         spinner.join()
-    assert 0.1 <= waited < 2.0
+    assert 0.1 <= waits[-1] < 2.0, waits

@@ -297,6 +297,7 @@ def test_every_intrinsic_is_covered_by_these_tests():
     tested |= {"dot_u8i8"}  # tests/codegen/test_int8_dot.py
     tested |= {"dot16_s8"}  # tests/micro/test_mve.py (MVE's VMLADAVA on the M55)
     tested |= {"dot_bf16"}  # tests/quantize/test_bf16.py
+    tested |= {"mmla_u8i8"}  # tests/topi/test_arm_mmla.py, tests/cross (LLVM, AArch64 i8mm only)
     assert set(tir.INTRINSICS) <= tested, set(tir.INTRINSICS) - tested
 
 
