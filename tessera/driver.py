@@ -197,7 +197,7 @@ def build_graph(
     shipped for this machine kind (tessera/autotune/pretuned.py; for the tasks neither covers;
     "tuning.pretuned": False turns them off). PassContext
     config "strategy.rules" ({rule knob: value}) sets the default rules' own knobs (Note
-    [rule knobs] in topi/strategy.py)."""
+    [rule knobs] in topi/rules.py)."""
     if configs is None:
         config = PassContext.current().config
         configs, database = config.get("strategy.configs"), config.get("tuning.database")
