@@ -571,6 +571,12 @@ class Target:
         return "fullfp16" in self.features
 
     @property
+    def blocked_float_dtypes(self) -> tuple[str, ...]:
+        """The float types whose convs and products take the blocked kernels: float32, and
+        float16 where the core computes in half."""
+        return ("float32", "float16") if self.half_arithmetic else ("float32",)
+
+    @property
     def vector_registers(self) -> int:
         """Architectural vector registers: 32 with AVX-512 and on AArch64, else 16."""
         if "avx512f" in self.features or self.llvm_triple.startswith(("aarch64", "arm64")):

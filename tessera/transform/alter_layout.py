@@ -76,7 +76,7 @@ def _layout(block: int) -> str:
 
 
 # the float types blocked for the pass's target: float32, and float16 where the core computes
-# in half (Target.half_arithmetic, Note [half blocks])
+# in half (Target.blocked_float_dtypes, Note [half blocks])
 _BLOCKED: contextvars.ContextVar = contextvars.ContextVar("blocked_dtypes", default=("float32",))
 
 
@@ -779,8 +779,7 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     config = PassContext.current().config
     use_winograd = bool(config.get("alter_layout.winograd", True))
     int8 = bool(config.get("alter_layout.int8", True))  # False: int8 convs keep NCHW
-    half = ("float16",) if target.half_arithmetic else ()
-    token = _BLOCKED.set(("float32", *half))
+    token = _BLOCKED.set(target.blocked_float_dtypes)
     try:
         new = _Rewriter(func, target, use_winograd, int8).run()
     finally:

@@ -51,7 +51,7 @@ def _half_arithmetic() -> bool:
     from tessera.target import Target
 
     target = Target.current()
-    return target is not None and "fullfp16" in target.features
+    return target is not None and target.half_arithmetic
 
 
 def _dim(d):

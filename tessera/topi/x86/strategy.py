@@ -148,7 +148,7 @@ def _powers(lo: int, hi: int) -> list[int]:
 
 def blocked_dtypes(target) -> tuple[str, ...]:
     """The float types whose convs take the blocked kernels on this target."""
-    return ("float32", "float16") if target.half_arithmetic else ("float32",)
+    return target.blocked_float_dtypes
 
 
 class _Conv:
