@@ -195,11 +195,10 @@ class Database:
         return {r.config: r for r in self.of(task, target)}
 
     def best(self, task: Task, target) -> Record | None:
-        """The fastest passing config of `task` on `target`, or None. A config is judged by
-        its fastest passing record, or by its latest record measured `again` (the tuner's
-        confirmation of a winner) when it has one."""
-        ok = [r for r in _judged(self.of(task, target)).values() if r.ok]
-        return min(ok, key=lambda r: r.seconds) if ok else None
+        """The fastest passing config of `task` on `target`, or None, by Note [confirmed
+        records]: among the configs confirmed by the tuner's re-measure in turns when any
+        is, else among all (each by its fastest passing record)."""
+        return best_of(self.of(task, target))
 
     def best_configs(self, target) -> dict[Task, Config]:
         """{task: its best config} for every task whose best passing record on `target` beat
@@ -207,11 +206,44 @@ class Database:
         default rule at each of its calls, with the layout context of that call, which a
         config recorded from one context would override at the others."""
         fp = target_fingerprint(target)
-        best: dict[Task, Record] = {}
-        for r in _judged([r for r in self.records if r.target == fp]).values():
-            if r.ok and (r.task not in best or r.seconds < best[r.task].seconds):
-                best[r.task] = r
-        return {t: r.config for t, r in best.items() if not _is_baseline(r, target)}
+        groups: dict[Task, list[Record]] = {}
+        for r in self.records:
+            if r.target == fp:
+                groups.setdefault(r.task, []).append(r)
+        best = {t: best_of(recs) for t, recs in groups.items()}
+        return {
+            t: r.config for t, r in best.items() if r is not None and not _is_baseline(r, target)
+        }
+
+
+# Note [confirmed records]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# A search measures each candidate once, on a shared machine whose load changes by the
+# second: a candidate can win by the noise of one run. So the tuner measures its winner and
+# the default again, in turns (tuner._confirm), and records the medians marked `again`. The
+# database judges by those:
+#   - a config is judged by its latest `again` record when it has one (a later confirmation
+#     supersedes an earlier one), else by its fastest passing record;
+#   - once any config of a (task, target) has a passing `again` record, only the configs
+#     that have one compete: a single-run record never beats a confirmed one, however fast
+#     it was (it was never compared in turns with the confirmed configs, and the default is
+#     among them: a winner that did not beat the default when measured again loses to it);
+#   - a task with no confirmed record (tuned before confirmation existed, or a search that
+#     kept its default and so confirmed nothing) is judged by its fastest passing records.
+# A rerun's confirmation measures the earlier confirmed best in the same turns as the new
+# winner and the default (tuner._confirm), so that confirmed records of different runs
+# (different loads) are not compared with each other for the latest answer. Exact
+# measures (instruction counts, micro/tune.py) are never measured again: the rule is then
+# simply the fastest record.
+
+
+def best_of(records: list[Record]) -> Record | None:
+    """The record of the best config among `records` (of one task and target, in the order
+    written), by Note [confirmed records]; None when none passed."""
+    judged = [r for r in _judged(records).values() if r.ok]
+    confirmed = [r for r in judged if r.again]
+    pool = confirmed or judged
+    return min(pool, key=lambda r: r.seconds) if pool else None
 
 
 def _is_baseline(r: Record, target) -> bool:

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tessera.autotune.records import Database, Record, _judged
+from tessera.autotune.records import Database, Record, _judged, best_of
 from tessera.topi.strategy import Config, Task
 
 _W, _H = 440, 220  # one chart, in SVG pixels
@@ -79,8 +79,7 @@ def task_reports(db: Database, counts: dict | None = None) -> list[TaskReport]:
         default = baseline[0].config if baseline else None
         d = judged.get(default)
         default_s = d.seconds if d is not None and d.ok else None
-        ok = [r for r in judged.values() if r.ok]
-        best = min(ok, key=lambda r: r.seconds) if ok else None
+        best = best_of(recs)
         tuned, tuned_s = (best.config, best.seconds) if best is not None else (None, None)
         if default_s is not None and (tuned_s is None or tuned_s >= default_s):
             tuned, tuned_s = default, default_s

@@ -314,22 +314,28 @@ def _measure_default(r: TaskResult, target, db, measurer, progress, features=Non
 
 
 def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: int = 3) -> None:
-    """Measure the default and the best candidate again, in turns, `rounds` times each, and keep
-    the candidate only if it is still faster (by the median of its runs against the
-    default's; a failed run counts as slowest): a candidate that won by the noise of a loaded
-    machine must not make the model slower. The new records (those medians) are the latest of
-    both configs, which the database judges them by."""
-    if r.best is None or r.best == r.default or r.default_seconds is None:
+    """Measure the default, the best candidate and the database's earlier confirmed best (a
+    previous run's, when it is another config) again, in turns, `rounds` times each, and keep
+    the fastest by the median of its runs (a failed run counts as slowest): a candidate that
+    won by the noise of a loaded machine must not make the model slower, and confirmed
+    records of runs at different loads are not compared with each other. The new records
+    (those medians, marked `again`) are the latest of these configs, which the database
+    judges them by (Note [confirmed records] in records.py)."""
+    if r.best is None or r.default_seconds is None:
         return
-    times = {r.default: [], r.best: []}
+    configs = [r.default, r.best]
+    prior = db.best(r.task, target)
+    if prior is not None and prior.again:
+        configs.append(prior.config)
+    configs = list(dict.fromkeys(configs))
+    if len(configs) == 1:
+        return
+    times: dict[Config, list[float]] = {c: [] for c in configs}
     for _ in range(rounds):
-        for config in (r.default, r.best):
+        for config in configs:
             ref = None if config == r.default else reference
             res = _measure(measurer, r, config, target, ref)
-            if not res.ok:
-                times[config].append(float("inf"))
-                continue
-            times[config].append(res.seconds)
+            times[config].append(res.seconds if res.ok else float("inf"))
     median = {config: sorted(ts)[len(ts) // 2] for config, ts in times.items()}
     for config, t in median.items():
         ok = t != float("inf")
@@ -339,13 +345,12 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
             r.task, target, config, t if ok else None, error, again=True, baseline=base
         )
         db.append(record)
-    default_s, best_s = median[r.default], median[r.best]
-    if best_s < default_s:
-        r.default_seconds, r.best_seconds = default_s, best_s
-    else:
-        log.info("%s: %s did not beat the default when measured again", r.task, r.best)
-        r.default_seconds = r.best_seconds = default_s
-        r.best = r.default
+    # the default first: a tie keeps it
+    winner = min(configs, key=lambda c: median[c])
+    if r.best != winner:
+        log.info("%s: %s did not beat %s when measured again", r.task, r.best, winner)
+    r.default_seconds = median[r.default]
+    r.best, r.best_seconds = winner, median[winner]
     r.history.append((r.trials, r.best_seconds))
     if progress:
         progress(r, None)
