@@ -351,3 +351,34 @@ def test_a_task_is_measured_in_the_layout_it_runs_in_inside_the_model():
     got = run_config(fed, Config("nchw"), "llvm", reference=ref.outputs, number=1, repeat=1,
                      model_context=contexts[fed])  # fmt: skip
     assert got.ok, got.error
+
+
+def test_the_conv_threading_split_is_a_knob_and_every_split_is_correct():
+    """Note [conv threading split]: the direct and depthwise convs' `parallel` knob (default
+    "rows", today's rule) reaches the schedule: "none" leaves the kernel without a parallel
+    loop, and every split computes what ONNX Runtime does."""
+    model = small_model()
+    mod, params = from_onnx(model)
+    tasks = autotune.extract_tasks(mod, params, HOST)
+    feeds = feeds_of(model)
+    expected = run_ort(model, feeds)
+    convs = {
+        "direct_nchwc": next(t for t in tasks if t.workload.shape(1) == (32, 16, 3, 3)),
+        "depthwise_nchwc": next(t for t in tasks if t.workload.shape(1) == (32, 1, 3, 3)),
+    }
+    for impl, conv in convs.items():
+        default = conv.default(HOST)
+        if default.impl != impl:  # (Winograd, where its rule takes the 3x3 conv)
+            default = next(c for c in conv.configs(HOST) if c.impl == impl)
+        assert default["parallel"] == "rows"
+        sources = {}
+        for split in ("rows", "chunks", "none"):
+            knobs = {k: v for k, v in default.items() if k != "impl"}
+            config = Config(impl, {**knobs, "parallel": split})
+            assert conv.valid(config, HOST), config
+            lib = tessera.build(mod, target=HOST, params=params, configs={conv: config})
+            for got, want in zip(run(lib, feeds), expected, strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=split)
+            sources[split] = lib.get_source()
+        assert sources["none"].count("parallel") < sources["rows"].count("parallel"), impl
+        assert len({sources["rows"], sources["chunks"], sources["none"]}) >= 2

@@ -414,10 +414,11 @@ def pad_tile_bytes(window_h, window_w, stride_w, ow_block, block) -> int:
 
 
 def _schedule_pad(
-    s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=None, target=None
+    s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=None, target=None, parallel=True
 ) -> bool:
-    """See Note [padding per tile]; `per_tile`: the config's choice (None: the rule). Returns
-    the choice made (False when there is no padding)."""
+    """See Note [padding per tile]; `per_tile`: the config's choice (None: the rule);
+    `parallel`: a padding stage computed whole runs its rows in parallel. Returns the choice
+    made (False when there is no padding)."""
     made = False
     for t in conv.op.input_tensors:
         if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
@@ -433,7 +434,8 @@ def _schedule_pad(
             s[t].vectorize(s[t].op.axis[-1])
         else:
             n, c, h, _, k = s[t].op.axis
-            s[t].parallel(s[t].fuse(n, c, h))
+            if parallel:
+                s[t].parallel(s[t].fuse(n, c, h))
             s[t].vectorize(k)
     return made
 
@@ -475,9 +477,10 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     else:
         prefetch = _prefetch_pays(out, acc, tile, target)
     taps_inner = bool(config.get("taps_inner", False)) if config is not None else False
-    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner)
+    split = config.get("parallel", "rows") if config is not None else "rows"
+    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split)
     pad_knob = config.get("pad_per_tile") if config is not None else None
-    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target)
+    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target, split != "none")
     if config is not None:
         unroll = bool(config.get("unroll_tiles", False))
     else:
@@ -500,20 +503,45 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         knobs["prefetch"] = prefetch
         if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
             knobs["pad_per_tile"] = per_tile
+    if config is not None and "parallel" in config:
+        knobs["parallel"] = split
     record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
 
 
-def _schedule_tile(s, out, acc, tile: ConvTile, prefetch: bool, taps_inner: bool = False):
+# Note [conv threading split]
+# Which loops of a conv's register tiles run in parallel is a decision of its own (knob
+# `parallel` of the x86 direct and depthwise convs, measured in the model's layout like every
+# knob, Note [in-model layout]): "rows", the default (today's rule), every (image, output
+# channel chunk, output row) a parallel iteration -- the most iterations, so the pool's guided
+# chunks balance best; "chunks", the (image, channel chunk) pairs only, each iteration all the
+# rows of its chunk -- fewer, longer iterations that keep a chunk's weights in the core's cache
+# across its rows (a map with few channel chunks then has little to balance); "none", no
+# parallel loop at all -- a kernel of a few microseconds pays the wake-up and join of the
+# pool's workers (Note [waiting] in runtime/native/tessera_rt.c) for little work, and on a
+# loaded machine a preempted worker holds it up. A padding stage computed whole (Note [padding
+# per tile]) follows: parallel over its rows unless the split is "none".
+CONV_SPLITS = ("rows", "chunks", "none")
+
+
+def _schedule_tile(
+    s, out, acc, tile: ConvTile, prefetch: bool, taps_inner: bool = False, split: str = "rows"
+):
     """The register tile's loops; returns the loop over a row's tiles. `taps_inner` (depthwise):
     a kernel row's taps inside the loop over the tile's columns (Note [depthwise tap order] in
-    topi/arm/strategy.py); else the whole window outside it."""
+    topi/arm/strategy.py); else the whole window outside it. `split`: the loops run in parallel
+    (Note [conv threading split])."""
+    if split not in CONV_SPLITS:
+        raise ValueError(f"conv threading split {split!r}: expected one of {CONV_SPLITS}")
     st = s[out]
     n, oc, oh, ow, oi = st.op.axis
     oco, oci = st.split(oc, factor=tile.oc_vectors)
     owo, owi = st.split(ow, factor=tile.ow_block)
     st.reorder(n, oco, oh, owo, oci, owi, oi)
-    st.parallel(st.fuse(n, oco, oh))
+    if split == "rows":
+        st.parallel(st.fuse(n, oco, oh))
+    elif split == "chunks":
+        st.parallel(st.fuse(n, oco))
     st.unroll(oci)
     st.unroll(owi)
     st.vectorize(oi)

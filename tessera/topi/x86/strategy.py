@@ -49,6 +49,7 @@ from tessera.topi.x86 import (
     ops,  # noqa: F401  (registers the x86 ops and schedules)
 )
 from tessera.topi.x86.conv2d import (
+    CONV_SPLITS,
     GroupWindow,
     _accumulator_budget,
     choose_conv_tile,
@@ -241,6 +242,12 @@ def _tile_knobs(c: _Conv) -> list[Knob]:
     return [Knob("ow_block", tuple(range(1, min(c.ow, c.budget) + 1)), default=_default_tile(0))]
 
 
+def _parallel_knob() -> Knob:
+    """Note [conv threading split] in conv2d.py: the loops of the tiles run in parallel;
+    the default, every row of every channel chunk (today's rule)."""
+    return Knob("parallel", CONV_SPLITS, default="rows")
+
+
 def _default_tile(field: int):
     def rule(wl, target, context):
         c = _Conv.of(wl, target)
@@ -289,6 +296,7 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
         *_tile_knobs(c),
         Knob("oc_vectors", (1, 2, 3, 4), default=_default_tile(1)),
         Knob("prefetch", (False, True), default=_default_prefetch),
+        _parallel_knob(),
     ]
     if any(wl.attr("padding")):
         knobs.append(Knob("pad_per_tile", (False, True), default=_default_pad_per_tile))
@@ -308,7 +316,11 @@ def _depthwise_space(wl: Workload, target) -> ConfigSpace | None:
         return -(-c.ow // _default_tile(0)(wl, target, context)) == 2
 
     return ConfigSpace(
-        [*_tile_knobs(c), Knob("unroll_tiles", (False, True), default=unroll_default)]
+        [
+            *_tile_knobs(c),
+            Knob("unroll_tiles", (False, True), default=unroll_default),
+            _parallel_knob(),
+        ]
     )
 
 
