@@ -16,6 +16,7 @@ target are not measured again (a rerun resumes).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -80,9 +81,21 @@ class TaskResult:
         return None
 
 
+# Note [neighbours first]
+# The default of a task is a hand rule that is already good (docs/tuning.md, "Where the defaults
+# come from"), and a model's budget gives most tasks a handful of trials. Random configs of a
+# space of thousands rarely beat such a default in a handful; a config one knob away from it
+# (another threading split, tile width, prefetch) often does, where that one decision of the
+# rule is wrong for this machine or this layout. So until `population` configs are measured,
+# a batch alternates the default's neighbours (the fastest config's, once a candidate beat
+# it), ranked by the cost model (trained on the other tasks of the op, transfer) with random
+# configs, which keep the search from seeing only the default's corner of the space.
+
+
 class EvolutionarySearch:
-    """Proposes configs of one task, a batch at a time: random ones while fewer than
-    `population` have been measured; then, one time in five, a random config (to leave a local
+    """Proposes configs of one task, a batch at a time: while fewer than `population` have
+    been measured, one-knob neighbours of the fastest config so far in turns with random ones
+    (Note [neighbours first]); then, one time in five, a random config (to leave a local
     optimum), the rest the candidates a cost model ranks first among `batch` fresh mutations
     (one knob changed) of the `population` fastest. The model is `GBTRanker` on the features of
     the candidates' lowered loops (`features`: a function of a list of configs, the build pool's)
@@ -119,7 +132,7 @@ class EvolutionarySearch:
     def propose_batch(self, measured, n: int, tries: int = 200) -> list[Config]:
         ok = sorted((s, i, c) for i, (c, s) in enumerate(measured.items()) if s is not None)
         if len(ok) < self.population:
-            return self._fresh(measured, tries, n)
+            return self._first(measured, ok, tries, n)
         picks = self._fresh(measured, tries, 1) if self.rng.random() < 0.2 else []
         parents = [c for _, _, c in ok[: self.population]]
         candidates: set[Config] = set()
@@ -153,6 +166,35 @@ class EvolutionarySearch:
                 return [scored[i][0] for i in order]
         self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
         return self.model.rank(candidates)
+
+    def _first(self, measured, ok, tries, n: int) -> list[Config]:
+        """Before the population is measured (Note [neighbours first]): the neighbours of the
+        fastest config so far (the default, at first) the model ranks first, in turns with
+        random configs."""
+        near = self._neighbours(ok[0][2], measured) if ok else []
+        if near:
+            near = self.rank(near, ok)
+        fresh = self._fresh(measured, tries, n)
+        out: list[Config] = []
+        for pair in itertools.zip_longest(near, fresh):
+            out += [c for c in pair if c is not None and c not in out]
+        return out[:n]
+
+    def _neighbours(self, config: Config, measured) -> list[Config]:
+        """Up to `batch` unmeasured valid configs that differ from `config` in one knob."""
+        space = self.spaces.get(config.impl)
+        if space is None:
+            return []
+        found = []
+        for knob in space.knobs:
+            for value in knob.candidates:
+                values = config.knobs()
+                values[knob.name] = value
+                other = Config(config.impl, values)
+                if other != config and other not in measured and space.valid(values):
+                    found.append(other)
+        self.rng.shuffle(found)
+        return sorted(found[: self.batch], key=repr)
 
     def _fresh(self, measured, tries, n: int) -> list[Config]:
         found: list[Config] = []
