@@ -270,7 +270,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None):
             ow = int(conv.shape[3].value)
             tile = choose_conv_tile(ow, 1, vector_registers(target), depthwise=True)
             knobs = {"ow_block": tile.ow_block, "oc_vectors": 1}
-            config = Config("direct_nchwc", {**knobs, "pad_per_tile": False, "prefetch": False})
+            knobs.update(pad_per_tile=False, prefetch=False, parallel="rows")
+            config = Config("direct_nchwc", knobs)
     return x86_conv.schedule_conv2d_nchwc(outs, target, config)
 
 
@@ -287,6 +288,7 @@ def _depthwise_default(outs, target) -> Config | None:
         return None
     unroll = -(-ow // tile.ow_block) == 2  # x86_conv.schedule_conv2d_nchwc's rule
     knobs = {"ow_block": tile.ow_block, "unroll_tiles": unroll, "taps_inner": True}
+    knobs["parallel"] = "rows"  # Note [conv threading split]: the x86 rule
     return Config("depthwise_nchwc", knobs)
 
 

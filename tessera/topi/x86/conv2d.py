@@ -503,8 +503,7 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         knobs["prefetch"] = prefetch
         if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
             knobs["pad_per_tile"] = per_tile
-    if config is not None and "parallel" in config:
-        knobs["parallel"] = split
+    knobs["parallel"] = split
     record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
 
