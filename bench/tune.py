@@ -104,9 +104,15 @@ def run_model(name: str, args) -> Row:
     row.trials = sum(r.trials for r in results)
     row.failed = sum(r.failed for r in results)
     row.gains = task_gains(results)
+    libs = {
+        "untuned": build(mod, params, args.target),
+        "tuned": build(mod, params, args.target, db),
+    }
+    if libs["tuned"].get_source() == libs["untuned"].get_source():
+        # no config kept: tuned/untuned is then one more A/A ratio, the noise of these turns
+        row.notes.append("tuned build = untuned build (same code: no config kept)")
     modules = {
-        "untuned": GraphModule(build(mod, params, args.target)["default"](cpu(0))),
-        "tuned": GraphModule(build(mod, params, args.target, db)["default"](cpu(0))),
+        **{k: GraphModule(lib["default"](cpu(0))) for k, lib in libs.items()},
         # the same untuned build again: its ratio to the first is this run's noise (A/A)
         "untuned again": GraphModule(build(mod, params, args.target)["default"](cpu(0))),
     }
