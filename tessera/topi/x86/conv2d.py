@@ -443,7 +443,8 @@ def _schedule_pad(
 def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     """The x86 schedule of a fused group anchored on `conv2d_nchwc` (Note [conv micro-kernel]).
     `config`: the knobs of the x86 conv2d strategy (topi/x86/strategy.py: ow_block, oc_vectors,
-    prefetch, unroll_tiles); None: the hand rules (the strategy's defaults)."""
+    prefetch, unroll_tiles, parallel: Note [conv threading split]); None: the hand rules (the
+    strategy's defaults)."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
