@@ -149,6 +149,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's int8 as a reference")
     ap.add_argument("--bf16", action="store_true", help="tessera's bf16 build too")
+    ap.add_argument("--report", action="store_true", help="print each quantize's per-layer table")
     args = ap.parse_args(argv)
     cache = args.cache or fetch.default_cache()
     model_path, npz = cache / "efficientnet_lite0.onnx", cache / "images.npz"
@@ -174,6 +175,8 @@ def main(argv=None) -> int:
         feeds = [{"data": calib[i : i + 1]} for i in range(len(calib))]
         result = quantize(mod, params, feeds, QConfig(calibrate=method, **overrides))
         kept = sum(not r.quantized for r in result.report)
+        if args.report:
+            print(result)
         out = logits(compiled(result.mod, {}), rest)
         label = f"int8 {method} ({len(result.report) - kept}/{len(result.report)} layers)"
         rows.append(row(label, ref, out))
