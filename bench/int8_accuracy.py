@@ -145,7 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calibrate", default="minmax,mse", help="methods, comma-separated")
     ap.add_argument("--calib", type=int, default=32, help="calibration views")
     ap.add_argument("--split", default="views", help="views (default) or photos: see split()")
-    ap.add_argument("--config", default="", help="QConfig fields, e.g. equalize=False,share=False")
+    ap.add_argument("--config", default="", help="QConfig fields, e.g. equalize=False,share=False; "
+                    "several configs separated by ';' make one row each (an ablation)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's int8 as a reference")
     ap.add_argument("--bf16", action="store_true", help="tessera's bf16 build too")
@@ -158,7 +159,7 @@ def main(argv=None) -> int:
     tessera.runtime.set_num_threads(args.threads)
     images = np.load(npz)
     data, source = images["data"], images["source"]
-    overrides = config_fields(args.config)
+    configs = [config_fields(c) for c in args.config.split(";")] if args.config else [{}]
     calib_idx, rest_idx = split(source, args.calib, args.split)
     calib, rest = data[calib_idx], data[rest_idx]
     n_photos = len(set(source[rest_idx].tolist()))
@@ -170,7 +171,8 @@ def main(argv=None) -> int:
     mod, params = from_onnx(onnx.load(str(model_path)), {"data": (1, 3, 224, 224)})
     ref = logits(compiled(mod, params), rest)
     rows = []
-    for method in filter(None, args.calibrate.split(",")):
+    runs = [(m, c) for m in filter(None, args.calibrate.split(",")) for c in configs]
+    for method, overrides in runs:
         t0 = time.perf_counter()
         feeds = [{"data": calib[i : i + 1]} for i in range(len(calib))]
         result = quantize(mod, params, feeds, QConfig(calibrate=method, **overrides))
@@ -179,6 +181,8 @@ def main(argv=None) -> int:
             print(result)
         out = logits(compiled(result.mod, {}), rest)
         label = f"int8 {method} ({len(result.report) - kept}/{len(result.report)} layers)"
+        if len(configs) > 1:
+            label += " " + ",".join(f"{k}={v}" for k, v in overrides.items())
         rows.append(row(label, ref, out))
         print(rows[-1], f"[{time.perf_counter() - t0:.0f} s]", flush=True)
     if args.bf16:

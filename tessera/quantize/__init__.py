@@ -42,6 +42,9 @@ class QConfig:
     holdout: int | None = None  # feeds held out to choose by (None: a quarter, 1 to 8)
     ops: tuple[str, ...] = ("nn.conv2d", "nn.dense", "matmul")
     skip: tuple[str, ...] = ()  # source node names (or output value names) to keep float
+    # mixed precision: layer roles kept float (Note [mixed precision]): "depthwise",
+    # "grouped", "pointwise", "conv", "dense"; "last": the last quantizable layer
+    keep_float_roles: tuple[str, ...] = ()
     keep_float_below_db: float = 20.0  # a layer whose own SQNR is lower stays float
     max_samples: int | None = None  # calibration feeds used (None: all)
     share: bool = True  # other readers of a quantized value read its int8 copy (rewrite.py)
@@ -221,6 +224,15 @@ def _equalized(func, feeds, config: QConfig, target):
 # enters the choice.
 
 
+# Note [mixed precision]
+# The bar is for int8 everywhere, but a deployment may trade some speed for accuracy by keeping
+# the layers that lose most in float: `skip` names them one by one, `keep_float_below_db` by
+# their own SQNR, and `keep_float_roles` by what they are (depthwise convs, the 1x1 convs, the
+# last layer: a classifier). Their inputs are not quantized and they run the float kernels;
+# the report marks them "kept float". docs/quantization.md has what each costs and gains on
+# EfficientNet-Lite0.
+
+
 def _holdout(config: QConfig, count: int) -> int:
     if count < 2:
         return 0
@@ -347,6 +359,9 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         db = sqnr_db(y, y8)
         ok = db >= config.keep_float_below_db
         if config.keep_float_inputs and id(layer.data) in model_inputs:
+            ok = False
+        roles = config.keep_float_roles
+        if layer.role in roles or ("last" in roles and j == len(layers) - 1):
             ok = False
         method = label[id(layer.data)]
         report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))

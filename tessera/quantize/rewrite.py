@@ -64,6 +64,16 @@ class Layer:
     def groups(self) -> int:
         return self.call.attrs.get("groups", 1) if self.kind == "conv2d" else 1
 
+    @property
+    def role(self) -> str:
+        """"depthwise", "grouped", "pointwise" (1x1), "conv" (larger kernels) or "dense"
+        (dense, matmul): what QConfig.keep_float_roles names (Note [mixed precision])."""
+        if self.kind != "conv2d":
+            return "dense"
+        if self.groups > 1:
+            return "depthwise" if self.weight.shape[1] == 1 else "grouped"
+        return "pointwise" if self.weight.shape[2:] == (1, 1) else "conv"
+
     def _quantize_weight(self):
         w = self.weight
         if self.importance is None:

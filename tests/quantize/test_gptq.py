@@ -182,3 +182,35 @@ def test_bad_choices_are_refused():
         quantize(mod, params, feed, QConfig(weight_rounding="adaround"))
     with pytest.raises(ValueError, match="activation_dtype"):
         quantize(mod, params, feed, QConfig(activation_dtype="int4"))
+
+
+def depthwise_then_pointwise():
+    rng = np.random.default_rng(8)
+    dw = numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "dw")
+    pw = numpy_helper.from_array(rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "pw")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("Conv", ["r", "dw"], ["a"], pads=[1, 1, 1, 1], group=8, name="dw"),
+         helper.make_node("Conv", ["a", "pw"], ["y"], name="pw")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 10])],
+        [dw, pw],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return from_onnx(model)
+
+
+@pytest.mark.parametrize("roles, kept", [((), set()), (("depthwise",), {"dw"}),
+                                         (("last",), {"pw"}), (("pointwise",), {"pw"})])
+def test_keep_float_roles(roles, kept):
+    mod, params = depthwise_then_pointwise()
+    rng = np.random.default_rng(9)
+    feeds = [{"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)} for _ in range(3)]
+    cfg = QConfig(keep_float_roles=roles, keep_float_below_db=0)
+    result = quantize(mod, params, feeds, cfg)
+    assert {r.name for r in result.report if not r.quantized} == kept
+    ops = [c.op.name for c in result.mod["main"].body]
+    assert ops.count("qnn.conv2d") == 2 - len(kept) and ops.count("nn.conv2d") == len(kept)
+    x = feeds[0]["x"]
+    assert sqnr_db(run(mod, x, params), run(result.mod, x)) > 30
