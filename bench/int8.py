@@ -250,6 +250,14 @@ def timed(runners: dict, runs: int) -> dict:
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 
+def config_fields(text: str) -> dict:
+    """{"equalize": False, ...} from "equalize=False,..." (values as Python literals)."""
+    import ast
+
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    return {k.strip(): ast.literal_eval(v.strip()) for k, v in pairs}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
@@ -262,6 +270,17 @@ def main(argv=None) -> int:
         action="store_true",
         help="also tessera int8 with NCHW activations (alter_layout.int8 off)",
     )
+    ap.add_argument(
+        "--config",
+        default="",
+        help="QConfig fields of tessera int8, e.g. calibrate='auto',weight_rounding='gptq'",
+    )
+    ap.add_argument(
+        "--also",
+        default="",
+        help="QConfig fields of a second tessera int8 "
+        '("tessera int8 also"), timed in the same turns: new against old',
+    )
     args = ap.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
@@ -272,9 +291,14 @@ def main(argv=None) -> int:
     dynamic = "input_ids" in x
     t0 = time.perf_counter()
     mod, params = from_onnx(model)
-    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0,
+                                                  **config_fields(args.config)))  # fmt: skip
     print(result)
     print(f"tessera.quantize: {time.perf_counter() - t0:.1f} s")
+    also = None
+    if args.also:
+        also = quantize(mod, params, feeds, QConfig(keep_float_below_db=0,
+                                                    **config_fields(args.also)))  # fmt: skip
     kind = "dynamic" if dynamic else "QDQ"
     with tempfile.TemporaryDirectory() as folder:
         qdq_path = ort_quantize(model, feeds, folder, dynamic)
@@ -287,6 +311,8 @@ def main(argv=None) -> int:
             f"ORT int8 ({kind})": ort_runner(qdq_path, args.threads, x),
             f"tessera on ORT {kind}": tessera_runner(qmod, qparams, x),
         }
+        if also is not None:
+            runners["tessera int8 also"] = tessera_runner(also.mod, {}, x)
         if args.nchw_int8:  # Note [blocked int8 activations] in tessera/topi/qnn.py
             nchw = tessera_runner(result.mod, {}, x, {"alter_layout.int8": False})
             runners["tessera int8 NCHW"] = nchw
@@ -309,6 +335,12 @@ def main(argv=None) -> int:
     print(f"  SQNR vs fp32: tessera int8 {sqnr_db(outs['tessera fp32'], outs['tessera int8']):.1f}"
           f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs[ort8]):.1f} dB; tessera on the file "
           f"vs ORT on it {sqnr_db(outs[ort8], outs[on_file]):.1f} dB")  # fmt: skip
+    if also is not None:
+        print(
+            f"  tessera int8 also ({args.also}): SQNR vs fp32 "
+            f"{sqnr_db(outs['tessera fp32'], outs['tessera int8 also']):.1f} dB, "
+            f"{ms['tessera int8 also'] / ms['tessera int8']:.2f}x the time of tessera int8"
+        )
     exact = 100 * np.mean(diff == 0)
     if args.nchw_int8:
         same = np.array_equal(outs["tessera int8"], outs["tessera int8 NCHW"])

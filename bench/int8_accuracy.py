@@ -110,14 +110,6 @@ def ort_rows(model_path, calib, data, threads) -> list[str]:
     return [row("ORT int8 (QDQ) vs ORT fp32", runs["fp32"], runs["int8"])], runs["fp32"]
 
 
-def config_fields(text: str) -> dict:
-    """{"equalize": False, ...} from "equalize=False,..." (values as Python literals)."""
-    import ast
-
-    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-    return {k.strip(): ast.literal_eval(v.strip()) for k, v in pairs}
-
-
 def split(source: np.ndarray, count: int, how: str) -> tuple[np.ndarray, np.ndarray]:
     """(calibration indices, evaluated indices), both sorted. "views": `count` views drawn with
     a fixed seed (other views of the same photographs are evaluated); "photos": every view of
@@ -145,8 +137,12 @@ def main(argv=None) -> int:
     ap.add_argument("--calibrate", default="minmax,mse", help="methods, comma-separated")
     ap.add_argument("--calib", type=int, default=32, help="calibration views")
     ap.add_argument("--split", default="views", help="views (default) or photos: see split()")
-    ap.add_argument("--config", default="", help="QConfig fields, e.g. equalize=False,share=False; "
-                    "several configs separated by ';' make one row each (an ablation)")
+    ap.add_argument(
+        "--config",
+        default="",
+        help="QConfig fields, e.g. equalize=False,share=False; "
+        "several configs separated by ';' make one row each (an ablation)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's int8 as a reference")
     ap.add_argument("--bf16", action="store_true", help="tessera's bf16 build too")
@@ -159,6 +155,7 @@ def main(argv=None) -> int:
     tessera.runtime.set_num_threads(args.threads)
     images = np.load(npz)
     data, source = images["data"], images["source"]
+    config_fields = _load("bench_int8", ROOT / "bench" / "int8.py").config_fields
     configs = [config_fields(c) for c in args.config.split(";")] if args.config else [{}]
     calib_idx, rest_idx = split(source, args.calib, args.split)
     calib, rest = data[calib_idx], data[rest_idx]

@@ -66,7 +66,7 @@ class Layer:
 
     @property
     def role(self) -> str:
-        """"depthwise", "grouped", "pointwise" (1x1), "conv" (larger kernels) or "dense"
+        """The role: "depthwise", "grouped", "pointwise" (1x1), "conv" (larger kernels) or "dense"
         (dense, matmul): what QConfig.keep_float_roles names (Note [mixed precision])."""
         if self.kind != "conv2d":
             return "dense"

@@ -143,8 +143,9 @@ def test_auto_range_chooses_by_held_out_error():
     want = run(mod, test, params)
     db, chosen = {}, {}
     for method in ("minmax", "auto"):
-        cfg = QConfig(calibrate=method, keep_float_below_db=0, keep_float_inputs=False,
-                      bias_correction=False)  # the outlier feed would skew the mean
+        cfg = QConfig(
+            calibrate=method, keep_float_below_db=0, keep_float_inputs=False, bias_correction=False
+        )  # the outlier feed would skew the mean
         result = quantize(mod, params, feeds, cfg)
         chosen[method] = result.report[0].method
         db[method] = sqnr_db(want, run(result.mod, test))
@@ -201,8 +202,10 @@ def depthwise_then_pointwise():
     return from_onnx(model)
 
 
-@pytest.mark.parametrize("roles, kept", [((), set()), (("depthwise",), {"dw"}),
-                                         (("last",), {"pw"}), (("pointwise",), {"pw"})])
+@pytest.mark.parametrize(
+    "roles, kept",
+    [((), set()), (("depthwise",), {"dw"}), (("last",), {"pw"}), (("pointwise",), {"pw"})],
+)
 def test_keep_float_roles(roles, kept):
     mod, params = depthwise_then_pointwise()
     rng = np.random.default_rng(9)
