@@ -251,11 +251,12 @@ def timed(runners: dict, runs: int) -> dict:
 
 
 def config_fields(text: str) -> dict:
-    """{"equalize": False, ...} from "equalize=False,..." (values as Python literals)."""
+    """{"equalize": False, ...} from "equalize=False,..." (keyword arguments, values as Python
+    literals: keep_float_roles=('depthwise', 'last') works)."""
     import ast
 
-    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-    return {k.strip(): ast.literal_eval(v.strip()) for k, v in pairs}
+    call = ast.parse(f"f({text})", mode="eval").body
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
 
 
 def main(argv=None) -> int:

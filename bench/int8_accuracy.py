@@ -172,12 +172,12 @@ def main(argv=None) -> int:
     for method, overrides in runs:
         t0 = time.perf_counter()
         feeds = [{"data": calib[i : i + 1]} for i in range(len(calib))]
-        result = quantize(mod, params, feeds, QConfig(calibrate=method, **overrides))
+        result = quantize(mod, params, feeds, QConfig(**{"calibrate": method, **overrides}))
         kept = sum(not r.quantized for r in result.report)
         if args.report:
             print(result)
         out = logits(compiled(result.mod, {}), rest)
-        label = f"int8 {method} ({len(result.report) - kept}/{len(result.report)} layers)"
+        label = f"int8 {overrides.get('calibrate', method)} ({len(result.report) - kept}/{len(result.report)} layers)"
         if len(configs) > 1:
             label += " " + ",".join(f"{k}={v}" for k, v in overrides.items())
         rows.append(row(label, ref, out))
