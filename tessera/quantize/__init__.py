@@ -7,9 +7,12 @@ few calibration feeds in, an int8 graph module and a per-layer report out.
     lib = tessera.build(result.mod, target="llvm")
 
 Steps: bind the weights and simplify (batch-norms folded into the weights), equalize the
-channels of the activations (`equalize.py`: the same float function), calibrate the data input
-of each layer (`calibrate.py`), choose each weight row's scale (Note [weight scales]), measure
-each layer's own signal-to-quantization-noise on the first feed (its float output against its
+channels of the activations (`equalize.py`: the same float function), choose each weight row's
+scale (Note [weight scales]) and round the rows by GPTQ (`gptq.py`), calibrate the data input
+of each layer (`calibrate.py`; by default each tensor's range method chosen on held-out feeds:
+Note [range per tensor]), correct each layer's mean output error (Note [bias correction]), measure
+each layer's own signal-to-quantization-noise on the first held-out feed (the first feed when
+none is held out; its float output against its
 int8 one, both from the same float input), keep float the layers below `keep_float_below_db`,
 and rewrite the rest (`rewrite.py`).
 """
@@ -35,7 +38,7 @@ __all__ = ["QConfig", "QuantizeResult", "quantize", "sqnr_db"]
 class QConfig:
     # "minmax" | "percentile" | "entropy" (KL) | "mse" | "auto": per tensor, the one of
     # `candidates` with the least output error on held-out feeds (Note [range per tensor])
-    calibrate: str = "minmax"
+    calibrate: str = "auto"
     percentile: float = 99.99
     activation_dtype: str = "uint8"  # or "int8" (symmetric), or "auto" (per tensor, as above)
     candidates: tuple[str, ...] = ("minmax", "percentile", "mse", "entropy")
@@ -56,7 +59,7 @@ class QConfig:
     equalize_power: float = 0.5  # s = (channel range / widest) ** power
     equalize_rectified: bool = False  # also classes with a ReLU / clip: Note [sparse channels]
     weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
-    weight_rounding: str = "nearest"  # or "gptq": Note [GPTQ rounding] (gptq.py)
+    weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
     hessian_samples: int | None = None  # feeds whose layer inputs make the Hessians (None: all)
 
@@ -332,7 +335,6 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     first = samples[0]
     histograms = config.calibrate != "minmax"
     stats = calibrate.observe(probe, len(inputs), fit, histograms)
-    x_of = {id(v): a for v, a in zip(inputs, first[: len(inputs)], strict=True)}
     where = {id(v): k for k, v in enumerate(inputs)}
     if config.weight_search:
         for layer in layers:
@@ -341,14 +343,18 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         h_feeds = fit[: config.hessian_samples or len(fit)]
         for layer, h in zip(layers, _hessians(probe, layers, where, h_feeds), strict=True):
             layer.hessian, layer.damp = h, config.gptq_damp
-    held = [a[: len(inputs)] for a in calibrate.run_values(probe, held_feeds)]
+    held_values = list(calibrate.run_values(probe, held_feeds))
+    held = [a[: len(inputs)] for a in held_values]
     act, label = {}, {}
     for k, (v, obs) in enumerate(zip(inputs, stats, strict=True)):
         readers = [layer for layer in layers if layer.data is v]
         act[id(v)], label[id(v)] = _choose_act(obs, readers, [h[k] for h in held], config)
+    # each layer's own SQNR on a feed that fitted nothing when there is one (else the first)
+    measured = held_values[0] if held_values else first
+    x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}
     model_inputs = _read_from_inputs(func)
     report, keep, fixes = [], [], {}
-    for j, (layer, y) in enumerate(zip(layers, first[len(inputs) :], strict=True)):
+    for j, (layer, y) in enumerate(zip(layers, measured[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
         y8 = _layer_int8_output(layer, x_of[id(layer.data)], a)
         if config.bias_correction:
