@@ -5,7 +5,7 @@
     .venv/bin/python bench/int8.py --model bert          # BERT-base: ORT int8 is dynamic
 
 Five runners, taking turns of a few runs each (medians in ms): tessera fp32; tessera int8 (its own
-post-training quantization, tessera.quantize, min-max); ONNX Runtime fp32; ONNX Runtime int8
+post-training quantization, tessera.quantize, its defaults); ONNX Runtime fp32; ONNX Runtime int8
 (the same model through onnxruntime.quantization.quantize_static, QDQ, per-channel int8 weights,
 uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. Accuracy: the
 SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
@@ -14,6 +14,11 @@ QDQ file are within one output quantization step of ORT's run of it.
 `--nchw-int8` adds tessera int8 with its activations in NCHW between the int8 convs (the
 PassContext config "alter_layout.int8": False), against the default blocked layout (Note
 [blocked int8 activations]), and checks that both give the same output bit for bit.
+
+`--config` sets QConfig fields of tessera int8 (keyword arguments: calibrate='minmax');
+`--also` adds a second tessera int8 with other fields, timed in the same turns, and prints its
+SQNR and time against the first (new against old: `--also "calibrate='minmax',
+weight_rounding='nearest'"`, the defaults before GPTQ).
 
 `--layers N` adds where the time goes: every kernel call of tessera int8 and tessera fp32 timed
 natively (`GraphModule.profile`), and each node of ORT int8 from its own profiler, medians over
