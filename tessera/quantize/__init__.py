@@ -7,9 +7,12 @@ few calibration feeds in, an int8 graph module and a per-layer report out.
     lib = tessera.build(result.mod, target="llvm")
 
 Steps: bind the weights and simplify (batch-norms folded into the weights), equalize the
-channels of the activations (`equalize.py`: the same float function), calibrate the data input
-of each layer (`calibrate.py`), choose each weight row's scale (Note [weight scales]), measure
-each layer's own signal-to-quantization-noise on the first feed (its float output against its
+channels of the activations (`equalize.py`: the same float function), choose each weight row's
+scale (Note [weight scales]) and round the rows by GPTQ (`gptq.py`), calibrate the data input
+of each layer (`calibrate.py`; by default each tensor's range method chosen on held-out feeds:
+Note [range per tensor]), correct each layer's mean output error (Note [bias correction]), measure
+each layer's own signal-to-quantization-noise on the first held-out feed (the first feed when
+none is held out; its float output against its
 int8 one, both from the same float input), keep float the layers below `keep_float_below_db`,
 and rewrite the rest (`rewrite.py`).
 """
@@ -24,7 +27,7 @@ import numpy as np
 from tessera.graph.ir import Constant
 from tessera.graph.op import get_op
 from tessera.ir.module import IRModule
-from tessera.quantize import calibrate, equalize
+from tessera.quantize import calibrate, equalize, gptq
 from tessera.quantize.rewrite import Layer, find_layers, rewrite
 from tessera.topi import qnn as topi_qnn
 
@@ -33,11 +36,18 @@ __all__ = ["QConfig", "QuantizeResult", "quantize", "sqnr_db"]
 
 @dataclass(frozen=True)
 class QConfig:
-    calibrate: str = "minmax"  # "minmax" | "percentile" | "entropy" (KL) | "mse"
+    # "minmax" | "percentile" | "entropy" (KL) | "mse" | "auto": per tensor, the one of
+    # `candidates` with the least output error on held-out feeds (Note [range per tensor])
+    calibrate: str = "auto"
     percentile: float = 99.99
-    activation_dtype: str = "uint8"  # or "int8" (symmetric)
+    activation_dtype: str = "uint8"  # or "int8" (symmetric), or "auto" (per tensor, as above)
+    candidates: tuple[str, ...] = ("minmax", "percentile", "mse", "entropy")
+    holdout: int | None = None  # feeds held out to choose by (None: a quarter, 1 to 8)
     ops: tuple[str, ...] = ("nn.conv2d", "nn.dense", "matmul")
     skip: tuple[str, ...] = ()  # source node names (or output value names) to keep float
+    # mixed precision: layer roles kept float (Note [mixed precision]): "depthwise",
+    # "grouped", "pointwise", "conv", "dense"; "last": the last quantizable layer
+    keep_float_roles: tuple[str, ...] = ()
     keep_float_below_db: float = 20.0  # a layer whose own SQNR is lower stays float
     max_samples: int | None = None  # calibration feeds used (None: all)
     share: bool = True  # other readers of a quantized value read its int8 copy (rewrite.py)
@@ -49,6 +59,9 @@ class QConfig:
     equalize_power: float = 0.5  # s = (channel range / widest) ** power
     equalize_rectified: bool = False  # also classes with a ReLU / clip: Note [sparse channels]
     weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
+    weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
+    gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
+    hessian_samples: int | None = None  # feeds whose layer inputs make the Hessians (None: all)
 
 
 @dataclass
@@ -59,6 +72,7 @@ class LayerReport:
     zero_point: int
     sqnr_db: float
     quantized: bool
+    method: str = ""  # the range method and dtype of the layer's input (calibrate="auto")
 
 
 @dataclass
@@ -73,12 +87,13 @@ class QuantizeResult:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
                 f"activations, int8 per-channel weights): {len(self.report)} layers, "
                 f"equalized {self.equalized} channel classes"]  # fmt: skip
-        rows.append(f"  {'layer':<40} {'op':<7} {'scale':>10} {'zp':>4} {'SQNR dB':>8}  int8")
+        rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
+                    f"{'SQNR dB':>8}  int8")  # fmt: skip
         for r in self.report:
             mark = "yes" if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
-            rows.append(f"  {name:<40} {r.kind:<7} {r.scale:>10.4g} {r.zero_point:>4} "
-                        f"{r.sqnr_db:>8.1f}  {mark}")  # fmt: skip
+            rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
+                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f}  {mark}")  # fmt: skip
         return "\n".join(rows)
 
 
@@ -198,12 +213,105 @@ def _equalized(func, feeds, config: QConfig, target):
                              config.equalize_rectified)  # fmt: skip
 
 
+# Note [range per tensor]
+# No one range method is best for every tensor: min-max keeps a few large values that matter in
+# one place and wastes the grid on an outlier in another, percentile / mse / entropy clip by
+# rules that assume the tail does not matter. With calibrate="auto", the feeds are split: the
+# first ones fill the statistics (min, max, histogram), the last `holdout` ones are held out,
+# and each quantized tensor gets the candidate range (each method of `candidates`, and with
+# activation_dtype="auto" both uint8 asymmetric and int8 symmetric for a tensor with negative
+# values) whose readers' output error on the held-out feeds is least. The error is the
+# layer's float output minus its output from the quantized input and the int8 weights, less
+# its mean per output channel (bias correction removes that part), summed over the layers that
+# read the tensor, relative to their output's energy. The evaluation data of a benchmark never
+# enters the choice.
+
+
+# Note [mixed precision]
+# The bar is for int8 everywhere, but a deployment may trade some speed for accuracy by keeping
+# the layers that lose most in float: `skip` names them one by one, `keep_float_below_db` by
+# their own SQNR, and `keep_float_roles` by what they are (depthwise convs, the 1x1 convs, the
+# last layer: a classifier). Their inputs are not quantized and they run the float kernels;
+# the report marks them "kept float". docs/quantization.md has what each costs and gains on
+# EfficientNet-Lite0.
+
+
+def _holdout(config: QConfig, count: int) -> int:
+    if count < 2:
+        return 0
+    return max(1, min(count - 1, config.holdout or min(8, count // 4)))
+
+
+def _candidates(config: QConfig, obs) -> list[tuple[str, str]]:
+    methods = config.candidates if config.calibrate == "auto" else (config.calibrate,)
+    if config.activation_dtype != "auto":
+        dtypes = (config.activation_dtype,)
+    else:  # symmetric only helps a tensor with negative values
+        dtypes = ("uint8", "int8") if obs.min < 0 else ("uint8",)
+    return [(m, d) for m in methods for d in dtypes]
+
+
+def _choice_error(layer: Layer, xs, refs, act) -> float:
+    """Output error of layer from input quantized by act and its int8 weights, its mean per
+    channel removed, relative to the output's energy, over (x, y) pairs (Note [range per
+    tensor]) on inputs xs, whose float outputs are refs (gptq.layer_output: float arithmetic,
+    the same products as the int8 kernel's)."""
+    sx, zx, dtype = act
+    wq, sw = layer.quantized_weight()
+    w = wq.astype(np.float32) * sw.reshape((-1,) + (1,) * (wq.ndim - 1))
+    q = get_op("qnn.quantize")
+    noise = signal = 0.0
+    for x, ref in zip(xs, refs, strict=True):
+        xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
+        xd = (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx)
+        err = ref - gptq.layer_output(layer.kind, dict(layer.call.attrs.items()), xd, w)
+        err = err - err.mean(axis=0)
+        noise += float(np.sum(err.astype(np.float64) ** 2))
+        signal += float(np.sum(np.asarray(ref, np.float64) ** 2))
+    return noise / max(signal, 1e-30)
+
+
+def _choose_act(obs, readers: list[Layer], held, config: QConfig):
+    """(scale, zero point, dtype) and its label for one tensor: the candidate with the least
+    error on the held-out inputs `held` (Note [range per tensor]); the only one when there is
+    one candidate."""
+    options = {}
+    for method, dtype in _candidates(config, obs):
+        lo, hi = calibrate.choose_range(obs, method, config.percentile, dtype)
+        act = (*calibrate.activation_params(lo, hi, dtype), dtype)
+        options.setdefault(act, f"{method}/{'u8' if dtype == 'uint8' else 's8'}")
+    if len(options) == 1 or not held:
+        act, label = next(iter(options.items()))
+        return act, label
+    attrs = [dict(layer.call.attrs.items()) for layer in readers]
+    refs = [[gptq.layer_output(layer.kind, a, x, layer.weight) for x in held]
+            for layer, a in zip(readers, attrs, strict=True)]  # fmt: skip
+    scores = {act: sum(_choice_error(layer, held, r, act)
+                       for layer, r in zip(readers, refs, strict=True))
+              for act in options}  # fmt: skip
+    best = min(scores, key=scores.get)
+    return best, options[best]
+
+
+def _hessians(probe, layers, where, feeds) -> list[np.ndarray]:
+    """E[x x^T] of each layer's weight rows' inputs over the feeds (Note [GPTQ rounding])."""
+    accs = [gptq.HessianAccumulator(layer.kind, dict(layer.call.attrs.items()), layer.weight.shape)
+            for layer in layers]  # fmt: skip
+    for arrays in calibrate.run_values(probe, feeds):
+        for layer, acc in zip(layers, accs, strict=True):
+            acc.add(arrays[where[id(layer.data)]])
+    return [acc.hessian() for acc in accs]
+
+
 def quantize(mod, params=None, calibration=(), config: QConfig | None = None, target="llvm"):
     """Quantize `mod`'s convs and dense/matmuls to int8 from the calibration feeds (an iterable
     of {input name: array}); returns a QuantizeResult (mod, params={}, report)."""
     config = config or QConfig()
-    if config.activation_dtype not in ("uint8", "int8"):
-        raise ValueError(f"activation_dtype must be uint8 or int8, got {config.activation_dtype}")
+    if config.activation_dtype not in ("uint8", "int8", "auto"):
+        raise ValueError(f"activation_dtype must be uint8, int8 or auto, got "
+                         f"{config.activation_dtype}")  # fmt: skip
+    if config.weight_rounding not in ("nearest", "gptq"):
+        raise ValueError(f"weight_rounding must be nearest or gptq, got {config.weight_rounding}")
     feeds = list(calibration)[: config.max_samples]
     if not feeds:
         raise ValueError("tessera.quantize needs at least one calibration feed")
@@ -216,28 +324,38 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     layers = find_layers(func, config.ops, config.skip)
     if not layers:
         return QuantizeResult(mod, {}, [], config, equalized)
+    choosing = config.calibrate == "auto" or config.activation_dtype == "auto"
+    n_held = _holdout(config, len(feeds)) if choosing else 0
+    fit, held_feeds = feeds[: len(feeds) - n_held], feeds[len(feeds) - n_held :]
     inputs = list({id(v): v for v in (layer.data for layer in layers)}.values())
     outputs = [layer.call.outputs[0] for layer in layers]
     probe = calibrate.compile_probe(func, inputs + outputs, target)
-    n_fix = config.correction_samples or correction_feeds(len(feeds))
-    samples = list(calibrate.run_values(probe, feeds[: max(1, n_fix)]))
+    n_fix = config.correction_samples or correction_feeds(len(fit))
+    samples = list(calibrate.run_values(probe, fit[: max(1, n_fix)]))
     first = samples[0]
-    stats = calibrate.observe(probe, len(inputs), feeds, config.calibrate != "minmax")
-    act = {}
-    for v, obs in zip(inputs, stats, strict=True):
-        lo, hi = calibrate.choose_range(
-            obs, config.calibrate, config.percentile, config.activation_dtype
-        )
-        scale, zp = calibrate.activation_params(lo, hi, config.activation_dtype)
-        act[id(v)] = (scale, zp, config.activation_dtype)
-    x_of = {id(v): a for v, a in zip(inputs, first[: len(inputs)], strict=True)}
+    histograms = config.calibrate != "minmax"
+    stats = calibrate.observe(probe, len(inputs), fit, histograms)
     where = {id(v): k for k, v in enumerate(inputs)}
+    if config.weight_search:
+        for layer in layers:
+            layer.importance = _second_moments(layer, [s[where[id(layer.data)]] for s in samples])
+    if config.weight_rounding == "gptq":
+        h_feeds = fit[: config.hessian_samples or len(fit)]
+        for layer, h in zip(layers, _hessians(probe, layers, where, h_feeds), strict=True):
+            layer.hessian, layer.damp = h, config.gptq_damp
+    held_values = list(calibrate.run_values(probe, held_feeds))
+    held = [a[: len(inputs)] for a in held_values]
+    act, label = {}, {}
+    for k, (v, obs) in enumerate(zip(inputs, stats, strict=True)):
+        readers = [layer for layer in layers if layer.data is v]
+        act[id(v)], label[id(v)] = _choose_act(obs, readers, [h[k] for h in held], config)
+    # each layer's own SQNR on a feed that fitted nothing when there is one (else the first)
+    measured = held_values[0] if held_values else first
+    x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}
     model_inputs = _read_from_inputs(func)
     report, keep, fixes = [], [], {}
-    for j, (layer, y) in enumerate(zip(layers, first[len(inputs) :], strict=True)):
+    for j, (layer, y) in enumerate(zip(layers, measured[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
-        if config.weight_search:
-            layer.importance = _second_moments(layer, [s[where[id(layer.data)]] for s in samples])
         y8 = _layer_int8_output(layer, x_of[id(layer.data)], a)
         if config.bias_correction:
             pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
@@ -248,7 +366,11 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         ok = db >= config.keep_float_below_db
         if config.keep_float_inputs and id(layer.data) in model_inputs:
             ok = False
-        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok))
+        roles = config.keep_float_roles
+        if layer.role in roles or ("last" in roles and j == len(layers) - 1):
+            ok = False
+        method = label[id(layer.data)]
+        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))
         if ok:
             keep.append(layer)
     new = rewrite(func, keep, act, config.share, fixes)

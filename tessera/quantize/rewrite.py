@@ -23,6 +23,7 @@ import numpy as np
 
 from tessera.graph.ir import Call, Constant, Function, Value
 from tessera.graph.op import get_op
+from tessera.quantize.gptq import gptq_round
 from tessera.topi import qnn as topi_qnn
 
 
@@ -36,6 +37,10 @@ class Layer:
     kind: str  # "conv2d" | "dense" | "matmul"
     # E[x^2] per input channel of the data, set by tessera.quantize: Note [weight scales]
     importance: np.ndarray | None = field(default=None, repr=False)
+    # E[x x^T] of the inputs of each weight row (groups, K, K), set by tessera.quantize when
+    # weight_rounding="gptq": Note [GPTQ rounding] in gptq.py
+    hessian: np.ndarray | None = field(default=None, repr=False)
+    damp: float = 0.01
     _qweight: tuple | None = field(default=None, repr=False)
 
     @property
@@ -55,12 +60,29 @@ class Layer:
             self._qweight = self._quantize_weight()
         return self._qweight
 
+    @property
+    def groups(self) -> int:
+        return self.call.attrs.get("groups", 1) if self.kind == "conv2d" else 1
+
+    @property
+    def role(self) -> str:
+        """The role: "depthwise", "grouped", "pointwise" (1x1), "conv" (larger kernels) or "dense"
+        (dense, matmul): what QConfig.keep_float_roles names (Note [mixed precision])."""
+        if self.kind != "conv2d":
+            return "dense"
+        if self.groups > 1:
+            return "depthwise" if self.weight.shape[1] == 1 else "grouped"
+        return "pointwise" if self.weight.shape[2:] == (1, 1) else "conv"
+
     def _quantize_weight(self):
         w = self.weight
         if self.importance is None:
-            return quantize_weight(w)
-        groups = self.call.attrs.get("groups", 1) if self.kind == "conv2d" else 1
-        return quantize_weight(w, _element_importance(w, self.importance, groups))
+            q, scale = quantize_weight(w)
+        else:
+            q, scale = quantize_weight(w, _element_importance(w, self.importance, self.groups))
+        if self.hessian is not None:
+            q = gptq_round(w, scale, self.hessian, self.groups, self.damp)
+        return q, scale
 
 
 def layer_name(call: Call) -> str:
