@@ -64,6 +64,18 @@ ENTRY_ARGS = ARG_KINDS
 # int32_t tessera_model_run(void** inputs, void** outputs, const void* params, void* arena,
 #                           int64_t* call_ns);   returns 0, or k + 1 when call k failed
 RUN_SYMBOL = "tessera_model_run"
+# Note [random call counter]
+# A model with random ops (RandomNormal, Bernoulli, training Dropout, ...) has one more input,
+# the last, named RUN_COUNTER_INPUT: an int64 scalar that the frontend adds and the random
+# kernels read as two of their Philox counter words (Note [run-time random numbers] in
+# topi/philox.py). The user never sees it (GraphModule lists and takes the other inputs): each
+# run writes the next value of its executor's RunCounter into it, so every run draws fresh
+# values, and run k of a module draws what run k of any module of the same build draws, on
+# every target. A GraphModule's executors (one per thread, Note [threads]) share one counter,
+# so two threads never draw the same values; a new GraphModule starts again at run 0. It is an
+# input rather than state inside the native entry so that the entry stays a pure function of
+# its arguments (the same plan, entry and checks for models with and without random ops).
+RUN_COUNTER_INPUT = "tessera.run_call"
 ENTRY_TYPE = ctypes.CFUNCTYPE(
     ctypes.c_int32,
     ctypes.POINTER(ctypes.c_void_p),
@@ -216,10 +228,22 @@ def write_blob_assembly(folder: Path, blob: np.ndarray) -> Path:
     return source
 
 
+class RunCounter:
+    """The next run index of a module's executors (Note [random call counter])."""
+
+    def __init__(self, start: int = 0):
+        self._next, self._lock = int(start), threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            n, self._next = self._next, self._next + 1
+        return n
+
+
 class GraphExecutor:
     """One instance of a compiled model on a device: its buffers and precomputed calls."""
 
-    def __init__(self, factory: GraphExecutorFactory, dev: Device):
+    def __init__(self, factory: GraphExecutorFactory, dev: Device, counter=None):
         if not isinstance(dev, Device) or dev.device_type != "cpu":
             raise ValueError(f"a compiled model runs on cpu devices here, got {dev!r}")
         plan = factory.plan
@@ -227,7 +251,11 @@ class GraphExecutor:
         self.input_specs = [
             (i["name"], i["dtype"], _shape_spec(i["shape"])) for i in plan["inputs"]
         ]
-        self.input_index = {name: k for k, (name, _, _) in enumerate(self.input_specs)}
+        # the inputs the user sets: all but the run counter (Note [random call counter])
+        self.counter_slot = _counter_slot(self.input_specs)
+        self.user_specs = self.input_specs[: self.counter_slot]
+        self.input_index = {name: k for k, (name, _, _) in enumerate(self.user_specs)}
+        self.counter = counter if counter is not None else RunCounter()
         self.params = [NDArray(factory._param_array(p), p["dtype"], dev) for p in plan["params"]]
         # symbolic dims: buffers sized per binding of the dims (Note [dynamic plan])
         self.dynamic = DynamicPlan(plan) if "dynamic" in plan else None
@@ -419,9 +447,15 @@ class GraphExecutor:
         params = factory._blob.ctypes.data if factory._blob.nbytes else None
         return in_array, out_array, params, self.arena.data_ptr
 
+    def _count_run(self) -> None:
+        """Write this run's index into the run counter input, if the model has one."""
+        if self.counter_slot < len(self.inputs):
+            self.inputs[self.counter_slot]._array[()] = self.counter.take()
+
     def run(self) -> None:
         if self.dynamic is not None:
             self._rebind()
+        self._count_run()
         if self.use_native:
             code = self._entry(*self._entry_args, None)
             if code:
@@ -447,6 +481,7 @@ class GraphExecutor:
         """Run once, timing each call: seconds per call, in plan order."""
         if self.dynamic is not None:
             self._rebind()
+        self._count_run()
         if self.use_native:
             code = self._entry(*self._entry_args, self._call_ns)
             if code:
@@ -462,6 +497,20 @@ class GraphExecutor:
             if code:
                 self._failed(k)
         return times
+
+
+def _counter_slot(specs: list) -> int:
+    """The slot of the run counter input (the last), or len(specs) when there is none."""
+    names = [name for name, _, _ in specs]
+    if RUN_COUNTER_INPUT not in names:
+        return len(specs)
+    slot = names.index(RUN_COUNTER_INPUT)
+    if slot != len(specs) - 1 or specs[slot][1:] != ("int64", ()):
+        raise ValueError(
+            f"the plan's input {RUN_COUNTER_INPUT!r} must be its last, an int64 scalar "
+            "(Note [random call counter])"
+        )
+    return slot
 
 
 def _shape_spec(shape: list) -> tuple:
@@ -544,7 +593,8 @@ class GraphModule:
                 f"got {type(executor).__name__}"
             )
         self._factory, self._device = executor.factory, executor.device
-        self._specs = executor.input_specs
+        self._specs = executor.user_specs
+        self._counter = executor.counter  # shared by the threads' executors
         self._lock = threading.Lock()
         self._spare: GraphExecutor | None = executor  # for the first thread that uses it
         self._local = threading.local()
@@ -555,7 +605,7 @@ class GraphModule:
             with self._lock:
                 executor, self._spare = self._spare, None
             if executor is None:
-                executor = GraphExecutor(self._factory, self._device)
+                executor = GraphExecutor(self._factory, self._device, self._counter)
             state = self._local.state = _ThreadState(executor, {n for n, _, _ in self._specs})
         return state
 
