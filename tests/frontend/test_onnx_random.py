@@ -230,3 +230,22 @@ def test_random_op_in_a_loop_body_is_refused_clearly():
     model = make_model([loop], {"n": ((), "int64"), "cond": ((), "bool")}, ["rs"], opset=17)
     with pytest.raises(ValueError, match="inside an If/Loop body"):
         from_onnx(model)
+
+
+def test_symbolic_dims_and_an_exported_library_keep_the_runs(tmp_path):
+    """A model with a dynamic batch: the counter input rides along the dynamic plan, and a
+    loaded library's module draws, run for run, what the built one drew."""
+    nodes = [helper.make_node("RandomNormal", [], ["r"], shape=[1, 4], seed=2.0),
+             helper.make_node("Add", ["x", "r"], ["y"])]  # fmt: skip
+    model = make_model(nodes, {"x": (("n", 4), "float32")}, ["y"])
+    mod, params = from_onnx(model, shape_dict={"x": (("n", 1, 64), 4)})
+    lib = tessera.build(mod, target="llvm", params=params)
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    assert m.get_input_info() == ({"x": ("n", 4)}, {"x": "float32"})
+    a, b = m(np.zeros((3, 4), np.float32))[0], m(np.zeros((5, 4), np.float32))[0]
+    assert a.shape == (3, 4) and b.shape == (5, 4) and not np.array_equal(a[0], b[0])
+    lib.export_library(tmp_path / "random.so")
+    loaded = tessera.runtime.load_module(str(tmp_path / "random.so"))
+    again = tessera.runtime.GraphModule(loaded["default"](tessera.cpu(0)))
+    np.testing.assert_array_equal(again(np.zeros((3, 4), np.float32))[0], a)
+    np.testing.assert_array_equal(again(np.zeros((5, 4), np.float32))[0], b)
