@@ -45,8 +45,8 @@ def test_te_philox_gives_the_known_answers(target):
 
 
 @pytest.mark.parametrize("distribution", ["uniform", "normal"])
-@pytest.mark.parametrize("shape", [(1,), (3, 5), (2, 3, 7)])  # sizes that leave a block part-used
-def test_random_kernel_matches_its_numpy_twin(distribution, shape):
+def test_random_kernel_matches_its_numpy_twin(distribution):
+    shape = (3, 7)  # 21 samples: the last block is part-used (4 or 2 samples a block)
     call = te.placeholder((), name="call", dtype="int64")
     y = philox.random(call, shape, "float32", distribution, -1.0, 3.0, seed=2**40 + 3)
     s = te.create_schedule(y.op)
