@@ -3,7 +3,7 @@ Bernoulli, Multinomial, and training-mode Dropout.
 
 All draw from the graph op `random` (Philox4x32-10, Note [run-time random numbers] in
 topi/philox.py), which reads the model's run counter (Note [random call counter] in
-runtime/graph_executor.py): every run draws fresh values, and the same seed, build and run
+runtime/run_counter.py): every run draws fresh values, and the same seed, build and run
 index draw the same values on every target. The `seed` attribute (a float) keys the
 generator by its 64 bits; a node without one gets a seed drawn from the OS's entropy once,
 when the model is converted, so two conversions of the same model draw differently and a

@@ -87,7 +87,7 @@ class ConvertContext(GraphBuilder):
     def run_counter(self) -> Value:
         """The model's int64 run counter, the input its random ops read (Note [random call
         counter] in runtime/graph_executor.py): added once, after the model's inputs."""
-        from tessera.runtime.graph_executor import RUN_COUNTER_INPUT
+        from tessera.runtime.run_counter import RUN_COUNTER_INPUT
 
         if not self.owns_run_counter:
             raise NodeError(

@@ -56,6 +56,7 @@ from tessera.runtime.module import Module
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device, empty
 from tessera.runtime.plan_check import ARG_KINDS, PLAN_VERSION, check_plan
 from tessera.runtime.profiling import ProfileResult
+from tessera.runtime.run_counter import RunCounter, counter_slot
 from tessera.runtime.shape_expr import DynamicPlan, evaluate, show_shape
 
 PLAN_KEY = "graph_executor"  # where the plan lives in an exported library's metadata
@@ -64,18 +65,6 @@ ENTRY_ARGS = ARG_KINDS
 # int32_t tessera_model_run(void** inputs, void** outputs, const void* params, void* arena,
 #                           int64_t* call_ns);   returns 0, or k + 1 when call k failed
 RUN_SYMBOL = "tessera_model_run"
-# Note [random call counter]
-# A model with random ops (RandomNormal, Bernoulli, training Dropout, ...) has one more input,
-# the last, named RUN_COUNTER_INPUT: an int64 scalar that the frontend adds and the random
-# kernels read as two of their Philox counter words (Note [run-time random numbers] in
-# topi/philox.py). The user never sees it (GraphModule lists and takes the other inputs): each
-# run writes the next value of its executor's RunCounter into it, so every run draws fresh
-# values, and run k of a module draws what run k of any module of the same build draws, on
-# every target. A GraphModule's executors (one per thread, Note [threads]) share one counter,
-# so two threads never draw the same values; a new GraphModule starts again at run 0. It is an
-# input rather than state inside the native entry so that the entry stays a pure function of
-# its arguments (the same plan, entry and checks for models with and without random ops).
-RUN_COUNTER_INPUT = "tessera.run_call"
 ENTRY_TYPE = ctypes.CFUNCTYPE(
     ctypes.c_int32,
     ctypes.POINTER(ctypes.c_void_p),
@@ -228,18 +217,6 @@ def write_blob_assembly(folder: Path, blob: np.ndarray) -> Path:
     return source
 
 
-class RunCounter:
-    """The next run index of a module's executors (Note [random call counter])."""
-
-    def __init__(self, start: int = 0):
-        self._next, self._lock = int(start), threading.Lock()
-
-    def take(self) -> int:
-        with self._lock:
-            n, self._next = self._next, self._next + 1
-        return n
-
-
 class GraphExecutor:
     """One instance of a compiled model on a device: its buffers and precomputed calls."""
 
@@ -252,7 +229,7 @@ class GraphExecutor:
             (i["name"], i["dtype"], _shape_spec(i["shape"])) for i in plan["inputs"]
         ]
         # the inputs the user sets: all but the run counter (Note [random call counter])
-        self.counter_slot = _counter_slot(self.input_specs)
+        self.counter_slot = counter_slot(self.input_specs)
         self.user_specs = self.input_specs[: self.counter_slot]
         self.input_index = {name: k for k, (name, _, _) in enumerate(self.user_specs)}
         self.counter = counter if counter is not None else RunCounter()
@@ -497,20 +474,6 @@ class GraphExecutor:
             if code:
                 self._failed(k)
         return times
-
-
-def _counter_slot(specs: list) -> int:
-    """The slot of the run counter input (the last), or len(specs) when there is none."""
-    names = [name for name, _, _ in specs]
-    if RUN_COUNTER_INPUT not in names:
-        return len(specs)
-    slot = names.index(RUN_COUNTER_INPUT)
-    if slot != len(specs) - 1 or specs[slot][1:] != ("int64", ()):
-        raise ValueError(
-            f"the plan's input {RUN_COUNTER_INPUT!r} must be its last, an int64 scalar "
-            "(Note [random call counter])"
-        )
-    return slot
 
 
 def _shape_spec(shape: list) -> tuple:

@@ -10,7 +10,7 @@ Note [run-time random numbers]
       counter = (block index low, block index high, call low, call high)
       key     = (seed low, seed high)                    # the op's 64-bit `seed` attribute
     `call` is the int64 scalar input: the run index the executor writes before each run
-    (Note [random call counter] in runtime/graph_executor.py), so each run draws fresh values
+    (Note [random call counter] in runtime/run_counter.py), so each run draws fresh values
     and the same (seed, call) draws the same values on every target. Block j gives samples
     j * per .. j * per + per - 1 of the flattened output (`samples_per_block`, one stage),
     which the next stage lays out in the output's shape:

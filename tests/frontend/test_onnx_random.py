@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 import tessera
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model
-from tessera.runtime.graph_executor import RUN_COUNTER_INPUT
+from tessera.runtime.run_counter import RUN_COUNTER_INPUT
 from tessera.topi import philox
 
 N = 100_000

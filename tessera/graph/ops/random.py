@@ -4,7 +4,7 @@
                 seed=42)
 
 `%call` is the model's int64 run counter (Note [random call counter] in
-runtime/graph_executor.py); the samples are a pure function of (call, seed, element index)
+runtime/run_counter.py); the samples are a pure function of (call, seed, position)
 (Note [run-time random numbers] in topi/philox.py), so two calls with the same attributes
 compute the same values and may be merged. Uniform: [a, b); normal: mean a, scale b.
 """
