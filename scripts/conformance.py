@@ -336,11 +336,14 @@ WHY = [
     (r"string|regex|label_encoder|strnormalizer", _STRINGS),
     (r"image_decoder", "decodes image files (JPEG, PNG, ...) into a tensor whose shape depends "
                        "on the bytes: not a tensor computation tessera compiles"),
-    (r"bernoulli", "random: the expected values are draws of numpy's unseeded generator, which "
-                   "no implementation reproduces"),
-    (r"training_dropout", "random: training-mode Dropout draws its mask at run time; tessera has "
-                          "no run-time random generator (the expected mask is numpy's "
-                          "RandomState(0) stream)"),
+    (r"bernoulli", "random: tessera draws Bernoulli (and RandomUniformLike) from its own "
+                   "seeded Philox generator at run time; the expected values are draws of "
+                   "numpy's unseeded generator, which no implementation reproduces (the "
+                   "rates are tested in tests/frontend/test_onnx_random.py)"),
+    (r"training_dropout", "random: tessera draws training-mode Dropout's mask from its own "
+                          "seeded Philox generator at run time; the expected mask is numpy's "
+                          "RandomState(0) stream, which no other generator reproduces (mask "
+                          "rate and scaling are tested in tests/frontend/test_onnx_random.py)"),
     (r"attention.*fp16", "float16: the reference rounds every step of its softmax (exp, sum, "
                          "divide) to float16; tessera's float16 softmax rounds otherwise and "
                          "lands 1-2 float16 ulps away on a few elements, past rtol 1e-3"),

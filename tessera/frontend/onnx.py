@@ -31,6 +31,7 @@ from tessera.frontend import (  # noqa: F401
     onnx_math,
     onnx_nn,
     onnx_quant,
+    onnx_random,
     onnx_rnn,
     onnx_scatter,
     onnx_sequence,
@@ -361,6 +362,7 @@ def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: 
     op): its inputs typed by `inputs` [(shape, dtype)], then one parameter per outer name in
     `outer` (values computed at run time); outer constants are copied in, where they fold."""
     sub = ConvertContext()
+    sub.owns_run_counter = False
     sub.convert_subgraph = lambda g, bindings: _convert_subgraph(sub, g, bindings, opsets)
     sub.convert_function = lambda g, i, o, n: _convert_function(sub, g, i, o, n, opsets)
     env = {}

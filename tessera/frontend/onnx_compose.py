@@ -1,6 +1,6 @@
 """ONNX converters for ops that compose from other graph ops: the newer normalizations
-(RMS, Lp, group, mean-variance), LpPool, Swish, RotaryEmbedding, CenterCropPad, Compress and
-the window generators. Semantics follow onnx.reference.
+(RMS, Lp, group, mean-variance), LpPool, GlobalLpPool, Swish, RotaryEmbedding, CenterCropPad,
+Compress and the window generators. Semantics follow onnx.reference.
 """
 
 from __future__ import annotations
@@ -107,6 +107,16 @@ def lp_pool(b, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shap
     return b.call("power", total, b.scalar(1.0 / p, total))
 
 
+@onnx_op("GlobalLpPool")
+def global_lp_pool(b, X, *, p=2):
+    """(sum over the spatial axes of |X|^p)^(1/p), keeping the axes (as ONNX Runtime)."""
+    if X.type.ndim < 3:
+        raise NodeError(f"X must be (N, C, *spatial), got rank {X.type.ndim}")
+    powered = b.call("abs", X) if p == 1 else b.call("power", b.call("abs", X), b.scalar(p, X))
+    total = b.call("sum", powered, axis=tuple(range(2, X.type.ndim)), keepdims=True)
+    return total if p == 1 else b.call("power", total, b.scalar(1.0 / p, total))
+
+
 @onnx_op("Swish", since=24)
 def swish(b, X, *, alpha=1.0):
     scaled = X if alpha == 1.0 else b.call("multiply", X, b.scalar(alpha, X))
@@ -123,8 +133,9 @@ def causal_conv_with_state(b, input, weight, bias=None, past_state=None, *, acti
     dtype = input.type.dtype
     wide = dtype.is_float and dtype.bits == 16 or dtype.code == "bfloat"
     # 16-bit floats: the convolution and its bias in float32, rounded once (as the reference)
-    x, w = (b.call("cast", v, dtype="float32") for v in (padded, weight)) if wide else (padded,
-                                                                                       weight)
+    x, w = (
+        (b.call("cast", v, dtype="float32") for v in (padded, weight)) if wide else (padded, weight)
+    )
     y = b.call("nn.conv1d", x, w, strides=(1,), padding=(0, 0), dilation=(1,), groups=c)
     if bias is not None:
         y = b.call("add", y, b.reshape(b.call("cast", bias, dtype="float32") if wide else bias,

@@ -1,4 +1,5 @@
-"""ONNX converters for ops whose output shape depends on the data: NonMaxSuppression, Unique.
+"""ONNX converters for ops whose output shape depends on the data: NonMaxSuppression, Unique;
+and the ROI poolers RoiAlign and MaxRoiPool.
 
 tessera compiles every buffer at a static shape, so such an op writes a buffer of the largest
 size its input shapes allow (NMS: batches x classes x min(max_output_per_class, boxes) rows;
@@ -90,3 +91,14 @@ def roi_align(b, X, rois, batch_indices, *, coordinate_transformation_mode="half
                   output_size=(int(output_height), int(output_width)),
                   spatial_scale=float(spatial_scale), sampling_ratio=int(sampling_ratio),
                   mode=mode, half_pixel=coordinate_transformation_mode == "half_pixel")  # fmt: skip
+
+
+@onnx_op("MaxRoiPool")
+def max_roi_pool(b, X, rois, *, pooled_shape, spatial_scale=1.0):
+    if len(pooled_shape) != 2:
+        raise NodeError(f"pooled_shape must have 2 sizes, got {list(pooled_shape)}")
+    if rois.type.dtype != X.type.dtype:
+        rois = b.call("cast", rois, dtype=X.type.dtype)
+    return b.call("vision.max_roi_pool", X, rois,
+                  pooled_shape=tuple(int(v) for v in pooled_shape),
+                  spatial_scale=float(spatial_scale))  # fmt: skip

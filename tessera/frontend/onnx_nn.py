@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.frontend.conv_transpose import conv_transpose as emit_conv_transpose
+from tessera.frontend.onnx_random import training_dropout
 from tessera.frontend.onnx_registry import NodeError, onnx_op, value_dtype
 
 
@@ -258,8 +259,10 @@ def lrn(b, X, *, alpha=0.0001, beta=0.75, bias=1.0, size):
 @onnx_op("Dropout")
 def dropout(b, data, ratio=None, training_mode=None, *, seed=None, is_test=0):
     training = training_mode is not None and b.known(training_mode, "training_mode").item()
-    if training and (ratio is None or float(b.known(ratio, "ratio")) != 0.0):
-        raise NodeError("training_mode=True drops at random: only ratio 0 is supported")
+    drop = 0.5 if ratio is None or not training else float(b.known(ratio, "ratio").item())
+    if training and drop != 0.0:
+        output, mask = training_dropout(b, data, drop, seed)
+        return output if b.num_outputs < 2 else (output, mask)
     if b.num_outputs < 2:
         return data
     return data, b.const(np.ones(data.type.shape, dtype=bool))

@@ -82,6 +82,20 @@ class ConvertContext(GraphBuilder):
         # id(value) -> why its rows past a run-time count are unspecified (a Loop's scan output
         # when the loop may stop early): such a value may only be a graph output
         self.partial_rows: dict[int, str] = {}
+        self.owns_run_counter = True  # False in an If/Loop body (its own Function)
+
+    def run_counter(self) -> Value:
+        """The model's int64 run counter, the input its random ops read (Note [random call
+        counter] in runtime/graph_executor.py): added once, after the model's inputs."""
+        from tessera.runtime.run_counter import RUN_COUNTER_INPUT
+
+        if not self.owns_run_counter:
+            raise NodeError(
+                "random ops inside an If/Loop body are not supported (the body has no run "
+                "counter); move the random op out of the body"
+            )
+        found = [p for p in self.params if p.name == RUN_COUNTER_INPUT]
+        return found[0] if found else self.param(RUN_COUNTER_INPUT, (), "int64")
 
     def param(self, name: str, shape, dtype) -> Value:
         v = super().param(name, shape, dtype)

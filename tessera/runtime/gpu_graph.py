@@ -29,6 +29,7 @@ from tessera.runtime.gpu_module import (
     write_sealed,
 )
 from tessera.runtime.ndarray import Device
+from tessera.runtime.run_counter import RunCounter, counter_slot
 
 
 class GPUGraphFactory:
@@ -95,7 +96,11 @@ class GPUGraphModule:
         self.api = device_api(dev)
         self.program = factory.module.program(dev)  # build (OpenCL) or load (CUDA) first
         self.inputs = [_array(i, dev) for i in plan["inputs"]]
-        self.input_index = {i["name"]: k for k, i in enumerate(plan["inputs"])}
+        # the user's inputs: all but the run counter (Note [random call counter])
+        specs = [(i["name"], i["dtype"], tuple(i["shape"])) for i in plan["inputs"]]
+        self.counter_slot, self.counter = counter_slot(specs), RunCounter()
+        self.user_inputs = plan["inputs"][: self.counter_slot]
+        self.input_index = {i["name"]: k for k, i in enumerate(self.user_inputs)}
         weights = factory.get_params()
         self.params = [
             GPUArray(tuple(p["shape"]), p["dtype"], dev).copyfrom(weights[p["name"]])
@@ -161,6 +166,8 @@ class GPUGraphModule:
             inputs[key] = value
         for name, v in inputs.items():
             index = name if isinstance(name, int) else self.input_index.get(name)
+            if isinstance(index, int) and not 0 <= index < len(self.user_inputs):
+                index = None
             if index is None:
                 raise KeyError(f"no input {name!r} (inputs: {', '.join(self.input_index)})")
             values = np.asarray(v)
@@ -173,6 +180,8 @@ class GPUGraphModule:
     def run(self, **inputs) -> None:
         if inputs:
             self.set_input(**inputs)
+        if self.counter_slot < len(self.inputs):
+            self.inputs[self.counter_slot].copyfrom(np.array(self.counter.take(), np.int64))
         for launches in self.launches:
             for kernel, bufs, grid, block in launches:
                 self.api.launch(self.program, kernel, bufs, grid, block)
@@ -180,14 +189,14 @@ class GPUGraphModule:
 
     def get_input_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
         """(shapes by input name, dtypes by input name), as GraphModule gives them."""
-        specs = self.factory.plan["inputs"]
+        specs = self.user_inputs
         return {i["name"]: tuple(i["shape"]) for i in specs}, {i["name"]: i["dtype"] for i in specs}
 
     def get_num_outputs(self) -> int:
         return len(self.outputs)
 
     def get_num_inputs(self) -> int:
-        return len(self.inputs)
+        return len(self.user_inputs)
 
     def get_output(self, index: int) -> GPUArray:
         return self.outputs[index]

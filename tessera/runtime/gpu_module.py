@@ -87,7 +87,8 @@ class GPUArray:
         return out if dtype is None else out.astype(dtype)
 
     def copyfrom(self, source) -> GPUArray:
-        values = np.ascontiguousarray(_storage_values(np.asarray(source), self._dtype))
+        values = _storage_values(np.asarray(source), self._dtype)
+        values = np.ascontiguousarray(values).reshape(values.shape)  # it makes a scalar 1-d
         if values.shape != self._shape:
             raise ValueError(f"copyfrom: array shape is {self._shape}, source is {values.shape}")
         if values.size:

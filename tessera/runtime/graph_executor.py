@@ -56,6 +56,7 @@ from tessera.runtime.module import Module
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device, empty
 from tessera.runtime.plan_check import ARG_KINDS, PLAN_VERSION, check_plan
 from tessera.runtime.profiling import ProfileResult
+from tessera.runtime.run_counter import RunCounter, counter_slot
 from tessera.runtime.shape_expr import DynamicPlan, evaluate, show_shape
 
 PLAN_KEY = "graph_executor"  # where the plan lives in an exported library's metadata
@@ -219,7 +220,7 @@ def write_blob_assembly(folder: Path, blob: np.ndarray) -> Path:
 class GraphExecutor:
     """One instance of a compiled model on a device: its buffers and precomputed calls."""
 
-    def __init__(self, factory: GraphExecutorFactory, dev: Device):
+    def __init__(self, factory: GraphExecutorFactory, dev: Device, counter=None):
         if not isinstance(dev, Device) or dev.device_type != "cpu":
             raise ValueError(f"a compiled model runs on cpu devices here, got {dev!r}")
         plan = factory.plan
@@ -227,7 +228,11 @@ class GraphExecutor:
         self.input_specs = [
             (i["name"], i["dtype"], _shape_spec(i["shape"])) for i in plan["inputs"]
         ]
-        self.input_index = {name: k for k, (name, _, _) in enumerate(self.input_specs)}
+        # the inputs the user sets: all but the run counter (Note [random call counter])
+        self.counter_slot = counter_slot(self.input_specs)
+        self.user_specs = self.input_specs[: self.counter_slot]
+        self.input_index = {name: k for k, (name, _, _) in enumerate(self.user_specs)}
+        self.counter = counter if counter is not None else RunCounter()
         self.params = [NDArray(factory._param_array(p), p["dtype"], dev) for p in plan["params"]]
         # symbolic dims: buffers sized per binding of the dims (Note [dynamic plan])
         self.dynamic = DynamicPlan(plan) if "dynamic" in plan else None
@@ -419,9 +424,15 @@ class GraphExecutor:
         params = factory._blob.ctypes.data if factory._blob.nbytes else None
         return in_array, out_array, params, self.arena.data_ptr
 
+    def _count_run(self) -> None:
+        """Write this run's index into the run counter input, if the model has one."""
+        if self.counter_slot < len(self.inputs):
+            self.inputs[self.counter_slot]._array[()] = self.counter.take()
+
     def run(self) -> None:
         if self.dynamic is not None:
             self._rebind()
+        self._count_run()
         if self.use_native:
             code = self._entry(*self._entry_args, None)
             if code:
@@ -447,6 +458,7 @@ class GraphExecutor:
         """Run once, timing each call: seconds per call, in plan order."""
         if self.dynamic is not None:
             self._rebind()
+        self._count_run()
         if self.use_native:
             code = self._entry(*self._entry_args, self._call_ns)
             if code:
@@ -544,7 +556,8 @@ class GraphModule:
                 f"got {type(executor).__name__}"
             )
         self._factory, self._device = executor.factory, executor.device
-        self._specs = executor.input_specs
+        self._specs = executor.user_specs
+        self._counter = executor.counter  # shared by the threads' executors
         self._lock = threading.Lock()
         self._spare: GraphExecutor | None = executor  # for the first thread that uses it
         self._local = threading.local()
@@ -555,7 +568,7 @@ class GraphModule:
             with self._lock:
                 executor, self._spare = self._spare, None
             if executor is None:
-                executor = GraphExecutor(self._factory, self._device)
+                executor = GraphExecutor(self._factory, self._device, self._counter)
             state = self._local.state = _ThreadState(executor, {n for n, _, _ in self._specs})
         return state
 

@@ -231,8 +231,10 @@ def roi_align(x: te.Tensor, rois: te.Tensor, batch_indices: te.Tensor, output_si
         if not half_pixel:
             length = _hi(length, one)
         binsize = length / te.const(float(pooled), dt)
-        pos = start + te.cast(p, dt) * binsize + (te.cast(i, dt) + te.const(0.5, dt)) * (
-            binsize / te.const(float(g), dt)
+        pos = (
+            start
+            + te.cast(p, dt) * binsize
+            + (te.cast(i, dt) + te.const(0.5, dt)) * (binsize / te.const(float(g), dt))
         )
         inside = te.logical_and(pos >= te.const(-1.0, dt), pos <= te.const(float(size), dt))
         pos = _hi(pos, zero)
@@ -261,3 +263,69 @@ def roi_align(x: te.Tensor, rois: te.Tensor, batch_indices: te.Tensor, output_si
     count = te.const(float(max(g * g, 1)), dt)
     return te.compute(pooled.shape, lambda *i: pooled(*i) / count, name="roi_align",
                       tag="injective")  # fmt: skip
+
+
+# Note [max roi pool windows]
+# MaxRoiPool's bins have sizes that depend on the ROIs, known only at run time, so a bin's
+# window cannot be a reduce axis of its own extent. The max is separable: first over rows,
+# (R, C, ph, W), each row window a masked max over all H rows; then over that along columns,
+# (R, C, ph, pw). That costs O(R C ph W (H + pw)) instead of O(R C ph pw H W) for one masked
+# max over the whole map. Coordinates follow ONNX Runtime (Caffe's ROI pooling): rounded half
+# away from zero, a malformed ROI counts 1x1, bins floor/ceil'd in float32, an empty bin is 0.
+
+
+def _round_half_away(v):
+    """C's round(): to the nearest int, halves away from zero (exact, in v's type)."""
+    a = te.abs(v)
+    whole = te.floor(a)
+    up = te.select(a - whole >= te.const(0.5, v.dtype), te.const(1.0, v.dtype),
+                   te.const(0.0, v.dtype))  # fmt: skip
+    n = te.cast(whole + up, "int32")
+    return te.select(v < te.const(0.0, v.dtype), -n, n)
+
+
+def _roi_window(rois, r, p, start_k: int, end_k: int, pooled: int, size: int, scale: float):
+    """[start, end) of bin p along one axis of ROI r, clamped to [0, size]."""
+    f32 = "float32"
+    start = _round_half_away(te.cast(rois(r, start_k), f32) * te.const(scale, f32))
+    end = _round_half_away(te.cast(rois(r, end_k), f32) * te.const(scale, f32))
+    length = te.max(end - start + 1, te.const(1, "int32"))
+    binsize = te.cast(length, f32) / te.const(float(pooled), f32)
+    lo = te.cast(te.floor(te.cast(p, f32) * binsize), "int32") + start
+    hi = te.cast(te.ceil(te.cast(p + 1, f32) * binsize), "int32") + start
+    zero, top = te.const(0, "int32"), te.const(size, "int32")
+    return te.min(te.max(lo, zero), top), te.min(te.max(hi, zero), top)
+
+
+def max_roi_pool(x: te.Tensor, rois: te.Tensor, pooled_shape, spatial_scale: float):
+    """ONNX MaxRoiPool: (R, C, ph, pw), the max of each bin of each ROI (batch, x1, y1, x2, y2)
+    (Note [max roi pool windows])."""
+    _, c_, h_, w_ = (_int(d) for d in x.shape)
+    r_ = _int(rois.shape[0])
+    ph_, pw_ = (int(v) for v in pooled_shape)
+    dt = x.dtype
+    lowest = te.min_value(dt)
+    kh, kw = te.reduce_axis((0, h_), name="kh"), te.reduce_axis((0, w_), name="kw")
+
+    def rows(r, c, p, w):
+        lo, hi = _roi_window(rois, r, p, 2, 4, ph_, h_, spatial_scale)
+        inside = te.logical_and(kh.var >= lo, kh.var < hi)
+        b = te.cast(rois(r, 0), "int32")
+        return te.max(te.select(inside, x(b, c, kh.var, w), lowest), axis=[kh])
+
+    row_max = te.compute((r_, c_, ph_, w_), rows, name="max_roi_pool_rows")
+
+    def bins(r, c, p, q):
+        lo, hi = _roi_window(rois, r, q, 1, 3, pw_, w_, spatial_scale)
+        inside = te.logical_and(kw.var >= lo, kw.var < hi)
+        return te.max(te.select(inside, row_max(r, c, p, kw.var), lowest), axis=[kw])
+
+    pooled = te.compute((r_, c_, ph_, pw_), bins, name="max_roi_pool_bins")
+
+    def empty_is_zero(r, c, p, q):
+        h_lo, h_hi = _roi_window(rois, r, p, 2, 4, ph_, h_, spatial_scale)
+        w_lo, w_hi = _roi_window(rois, r, q, 1, 3, pw_, w_, spatial_scale)
+        empty = te.logical_or(h_hi <= h_lo, w_hi <= w_lo)
+        return te.select(empty, te.const(0, dt), pooled(r, c, p, q))
+
+    return te.compute(pooled.shape, empty_is_zero, name="max_roi_pool", tag="injective")

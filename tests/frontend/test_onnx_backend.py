@@ -200,11 +200,14 @@ def test_a_representative_subset_of_the_node_tests_passes(conformance, node_case
 
 
 def test_failures_are_classified(conformance, node_cases):
-    cases = [node_cases[n] for n in ("test_bernoulli", "test_equal_string")]
+    cases = [node_cases[n] for n in ("test_image_decoder_decode_png_rgb", "test_equal_string",
+                                      "test_bernoulli_seed")]  # fmt: skip
     results = conformance.run_suite(cases, jobs=2)
-    assert [r.reason for r in results] == ["unsupported op", "dtype unsupported"]
-    assert "Bernoulli" in results[0].message and "STRING" in results[1].message
-    assert [r.op for r in results] == ["Bernoulli", "Equal"]
+    reasons = ["unsupported op", "dtype unsupported", "numerical mismatch"]
+    assert [r.reason for r in results] == reasons
+    assert "ImageDecoder" in results[0].message and "STRING" in results[1].message
+    assert [r.op for r in results] == ["ImageDecoder", "Equal", "Bernoulli"]
+    assert "Philox" in conformance.why("test_bernoulli_seed")
 
 
 def test_op_of_an_expanded_test_is_the_expanded_op(conformance, node_cases):

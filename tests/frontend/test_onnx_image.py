@@ -1,4 +1,5 @@
-"""GridSample (opsets 16 and 20) and AffineGrid against ONNX Runtime; GridSample compiled."""
+"""GridSample (opsets 16 and 20), AffineGrid, RoiAlign, MaxRoiPool and GlobalLpPool against
+ONNX Runtime; GridSample, RoiAlign and MaxRoiPool compiled."""
 
 import numpy as np
 import pytest
@@ -105,3 +106,66 @@ def test_roi_align_adaptive_sampling_is_a_clear_error():
     node = helper.make_node("RoiAlign", ["x", "rois", "idx"], ["y"])
     with pytest.raises(ValueError, match="sampling_ratio=0 .* is not supported"):
         from_onnx(make_model([node], feeds, ["y"], opset=16))
+
+
+def _rois(k, batches, extent):
+    """k ROIs (batch, x1, y1, x2, y2) inside, across and beyond a map of `extent` pixels, and
+    a malformed one (x2 < x1) whose corners round half away from zero."""
+    corners = R.uniform(-4, extent + 4, (k, 4))
+    lo, hi = np.minimum(corners[:, :2], corners[:, 2:]), np.maximum(corners[:, :2], corners[:, 2:])
+    rois = np.concatenate([R.integers(0, batches, (k, 1)), lo, hi], 1).astype(np.float32)
+    rois[0, 1:] = [2.5, 1.5, 0.5, 0.49999997]
+    return rois
+
+
+@pytest.mark.parametrize(
+    "shape,pooled,scale",
+    [((2, 3, 10, 12), (2, 3), 0.5), ((1, 4, 7, 7), (3, 3), 1.0), ((3, 2, 16, 9), (4, 2), 0.25),
+     ((1, 1, 5, 6), (7, 7), 1.0)],
+)  # fmt: skip
+def test_max_roi_pool_matches_ort(shape, pooled, scale):
+    """Compiled and interpreted, against ORT on non-negative maps (post-ReLU features): ORT
+    starts each max at FLT_MIN (the smallest positive float), so where a bin holds only
+    negative values it answers 1.2e-38 where the max is negative; tessera gives the max."""
+    x = np.abs(R.standard_normal(shape)).astype(np.float32)
+    rois = _rois(6, shape[0], max(shape[2:]) / scale)
+    feeds = {"x": x, "rois": rois}
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=list(pooled),
+                            spatial_scale=scale)  # fmt: skip
+    model = make_model([node], feeds, ["y"])
+    want = run_ort(model, feeds)[0]
+    check_node("MaxRoiPool", feeds, {"pooled_shape": list(pooled), "spatial_scale": scale},
+               rtol=0, atol=0)  # fmt: skip
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    got = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))(**feeds)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_max_roi_pool_of_negative_values_is_their_max():
+    x = -np.abs(R.standard_normal((1, 2, 6, 6))).astype(np.float32) - 1
+    rois = np.array([[0, 0, 0, 5, 5], [0, 1, 2, 3, 3]], np.float32)
+    node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2])
+    mod, params = from_onnx(make_model([node], {"x": x, "rois": rois}, ["y"]))
+    lib = tessera.build(mod, target="llvm", params=params)
+    got = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))(x=x, rois=rois)[0]
+    np.testing.assert_array_equal(got[0, :, 0, 0], x[0, :, 0:3, 0:3].max(axis=(1, 2)))
+    np.testing.assert_array_equal(got[1, :, 1, 1], x[0, :, 3:4, 2:4].max(axis=(1, 2)))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 4, 6, 7), (2, 2, 3, 4, 5)])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool_matches_ort(shape, p):
+    check_node("GlobalLpPool", {"x": R.standard_normal(shape).astype(np.float32)}, {"p": p})
+
+
+def test_global_lp_pool_opset22_double_compiled():
+    """Opset 22 in float64 (ORT and onnx.reference have no kernel for it): the definition."""
+    x = R.standard_normal((2, 3, 4, 5))
+    model = make_model([helper.make_node("GlobalLpPool", ["x"], ["y"], p=3)], {"x": x}, ["y"],
+                       opset=22)  # fmt: skip
+    want = (np.abs(x) ** 3).sum(axis=(2, 3), keepdims=True) ** (1 / 3)
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    got = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))(x=x)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -278,3 +278,23 @@ def test_full_model_compiles_for_cuda(nvrtc, name, arch):
     lib = _build(model, f"cuda -arch={arch}")
     assert lib.module.code["cubin"][:4] == b"\x7fELF" and lib.module.code["arch"] == arch
     assert lib.module.source.count("__global__ void") == lib.num_kernels
+
+
+def test_random_ops_draw_what_the_cpu_draws_run_for_run(cl_dev):
+    """The run counter (Note [random call counter]) on the GPU module: hidden, advanced per
+    run, and the same Philox values as llvm's for the same run index."""
+    nodes = [helper.make_node("RandomUniform", [], ["u"], shape=[7, 9], seed=3.0),
+             helper.make_node("Bernoulli", ["p"], ["b"], seed=4.0)]  # fmt: skip
+    p = np.linspace(0, 1, 50, dtype=np.float32)
+    model = make_model(nodes, {"p": p}, ["u", "b"], opset=15)
+    gpu = _build(model, "opencl")["default"](cl_dev)
+    cpu = tessera.runtime.GraphModule(_build(model, "llvm")["default"](tessera.cpu(0)))
+    assert gpu.get_input_info() == ({"p": (50,)}, {"p": "float32"})
+    runs = []
+    for _ in range(2):
+        gpu.run(p=p)
+        want = cpu(p)
+        for k, expected in enumerate(want):
+            np.testing.assert_array_equal(gpu.get_output(k).numpy(), expected)
+        runs.append(want[0])
+    assert not np.array_equal(runs[0], runs[1])

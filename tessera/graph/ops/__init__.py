@@ -9,6 +9,7 @@ from tessera.graph.ops import (  # noqa: F401
     nn,
     pool_indices,
     qnn,
+    random,
     recurrent,
     reduce,
     sampling,

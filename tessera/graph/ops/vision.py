@@ -240,3 +240,51 @@ def _(x, rois, batch_indices, output_size, spatial_scale, sampling_ratio, mode="
       half_pixel=True):  # fmt: skip
     return topi_vision.roi_align(x, rois, batch_indices, output_size, spatial_scale,
                                  sampling_ratio, mode, half_pixel)  # fmt: skip
+
+
+# -- max_roi_pool -----------------------------------------------------------------------------
+
+max_roi_pool = register_op("vision.max_roi_pool", kind=OpKind.OPAQUE)
+
+
+@max_roi_pool.type_rule
+def _(x: TensorType, rois: TensorType, pooled_shape, spatial_scale):
+    op = "vision.max_roi_pool"
+    require_float(op, x)
+    require_rank(op, x, (4,))
+    if rois.ndim != 2 or rois.shape[1] != 5 or rois.dtype != x.dtype:
+        raise type_error(op, f"rois must be [rois, 5] of {x.dtype}, got {rois}")
+    if len(pooled_shape) != 2 or min(pooled_shape) < 1 or not spatial_scale > 0:
+        raise type_error(op, f"pooled_shape must be 2 sizes >= 1 and spatial_scale > 0, got "
+                             f"{list(pooled_shape)}, {spatial_scale}")  # fmt: skip
+    return x.with_shape((rois.shape[0], x.shape[1], *(int(v) for v in pooled_shape)))
+
+
+def _roi_windows(start, end, pooled, size):
+    """[lo, hi) of every bin along one axis (Note [max roi pool windows] in topi/vision.py)."""
+    start, end = (int(np.sign(v) * np.floor(abs(v) + np.float32(0.5))) for v in (start, end))
+    binsize = np.float32(max(end - start + 1, 1)) / np.float32(pooled)
+    p = np.arange(pooled, dtype=np.float32)
+    lo = np.floor(p * binsize).astype(np.int64) + start
+    hi = np.ceil((p + 1) * binsize).astype(np.int64) + start
+    return np.clip(lo, 0, size), np.clip(hi, 0, size)
+
+
+@max_roi_pool.reference
+def _(x, rois, pooled_shape, spatial_scale):
+    (ph, pw), (_, c, h, w) = pooled_shape, x.shape
+    out = np.zeros((rois.shape[0], c, ph, pw), x.dtype)
+    scale = np.float32(spatial_scale)
+    for r, (b, x1, y1, x2, y2) in enumerate(rois.astype(np.float32)):
+        rows = _roi_windows(y1 * scale, y2 * scale, ph, h)
+        cols = _roi_windows(x1 * scale, x2 * scale, pw, w)
+        for i, (h0, h1) in enumerate(zip(*rows, strict=True)):
+            for j, (w0, w1) in enumerate(zip(*cols, strict=True)):
+                if h1 > h0 and w1 > w0:
+                    out[r, :, i, j] = x[int(b), :, h0:h1, w0:w1].max(axis=(1, 2))
+    return out
+
+
+@max_roi_pool.compute
+def _(x, rois, pooled_shape, spatial_scale):
+    return topi_vision.max_roi_pool(x, rois, pooled_shape, spatial_scale)

@@ -1,0 +1,80 @@
+"""Run-time random generators (Note [run-time random numbers]) against ONNX Runtime and numpy,
+in turns, as ratios.
+
+    .venv/bin/python bench/random_ops.py [--size 1048576] [--rounds 7]
+
+RandomUniform and RandomNormal of `size` float32 samples, each compiled once: tessera's
+`GraphModule.run`, ONNX Runtime (one thread) and numpy's `Generator` run in alternating rounds
+(A, B, C, A, B, C, ...) of 20 calls each; the table gives medians, the ratios (above 1:
+tessera faster) and the load (`uptime`) of the run. This is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _seconds(fn, calls: int = 20) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def _contenders(op: str, size: int) -> dict:
+    import onnxruntime as ort
+    from onnx import helper
+
+    import tessera
+    from tessera.frontend import from_onnx
+    from tessera.frontend.testing import make_model
+
+    model = make_model([helper.make_node(op, [], ["y"], shape=[size], seed=1.0)], {}, ["y"])
+    mod, params = from_onnx(model)
+    lib = tessera.build(mod, target="llvm", params=params)
+    module = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), opts,
+                                   providers=["CPUExecutionProvider"])  # fmt: skip
+    rng = np.random.default_rng(0)
+    draw = rng.random if op == "RandomUniform" else rng.standard_normal
+    return {
+        "tessera": module.run,
+        "ORT": lambda: session.run(None, {}),
+        "numpy": lambda: draw(size, np.float32),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=int, default=1 << 20)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    print(f"load: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cpus")
+    for op in ("RandomUniform", "RandomNormal"):
+        fns = _contenders(op, args.size)
+        for fn in fns.values():
+            fn()  # warm-up
+        times = {name: [] for name in fns}
+        for _ in range(args.rounds):
+            for name, fn in fns.items():
+                times[name].append(_seconds(fn))
+        med = {name: float(np.median(t)) for name, t in times.items()}
+        print(f"{op} ({args.size} float32): " + ", ".join(
+            f"{name} {t * 1e3:.2f} ms" for name, t in med.items()
+        ) + f"; ORT / tessera {med['ORT'] / med['tessera']:.2f}x, "
+            f"numpy / tessera {med['numpy'] / med['tessera']:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

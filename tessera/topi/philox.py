@@ -1,0 +1,215 @@
+"""Counter-based random numbers as te integer arithmetic: Philox4x32-10, uniform and normal.
+
+    y = topi.philox.random(call, (4, 5), "float32", "normal", 0.0, 1.0, seed=7)
+
+Note [run-time random numbers]
+    Samples come from Philox4x32-10 blocks (Salmon et al., "Parallel random numbers: as easy
+    as 1, 2, 3", SC 2011): a bijection of a 128-bit counter under a 64-bit key, ten rounds of
+    32x32->64-bit multiplies and xors, so every block is computed on its own (no state, no
+    sequential dependence: the loop vectorizes and parallelizes like any element-wise op).
+      counter = (block index low, block index high, call low, call high)
+      key     = (seed low, seed high)                    # the op's 64-bit `seed` attribute
+    `call` is the int64 scalar input: the run index the executor writes before each run
+    (Note [random call counter] in runtime/run_counter.py), so each run draws fresh values
+    and the same (seed, call) draws the same values on every target. Block j gives samples
+    j * per .. j * per + per - 1 of the flattened output (`samples_per_block`, one stage),
+    which the next stage lays out in the output's shape:
+      uniform float16/float32: per = 4, u = (w >> 8) * 2^-24 in [0, 1) for each word w, in
+        float32 (exact); double: per = 2, u = 53 bits of (w0, w1) or (w2, w3) * 2^-53
+      normal: per = 2, Box-Muller r = sqrt(-2 ln u1), both r cos(2 pi u2) and r sin(2 pi u2),
+        u1 in (0, 1] (never log 0) from the 53 bits of (w0, w1), u2 from (w2, w3), always in
+        double and then rounded: a float32 log or cos is a vector polynomial on one target
+        and libm on another, and would differ in the last bit; in double they agree to far
+        below float32's rounding.
+    The result is fma(b - a, u, a) (uniform, a = low, b = high) or fma(b, z, a) (normal,
+    a = mean, b = scale): one rounding, the same on targets that fuse a * b + c and on those
+    that do not. Using every word of a block made uniform draws about 5x faster than one
+    block per sample. `philox_numpy` and `random_numpy` compute the same in numpy (the
+    reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tessera import te
+
+ROUNDS = 10
+MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
+KEY_STEPS = (0x9E3779B9, 0xBB67AE85)  # the golden ratio and sqrt(3) - 1, as 32-bit fractions
+DISTRIBUTIONS = ("uniform", "normal")
+
+
+def _u32(value):
+    return te.const(value, "uint32")
+
+
+def _mulhilo(a: int, b):
+    """(high, low) 32-bit words of the 64-bit product a * b."""
+    p = te.cast(b, "uint64") * te.const(a, "uint64")
+    return te.cast(p >> te.const(32, "uint64"), "uint32"), te.cast(p, "uint32")
+
+
+def philox(counter, key) -> tuple:
+    """Philox4x32-10 of four uint32 counter words under two uint32 key words (te exprs)."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key
+    for r in range(ROUNDS):
+        if r:
+            k0 = k0 + _u32(KEY_STEPS[0])
+            k1 = k1 + _u32(KEY_STEPS[1])
+        hi0, lo0 = _mulhilo(MULTIPLIERS[0], c0)
+        hi1, lo1 = _mulhilo(MULTIPLIERS[1], c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def seed_words(seed: int) -> tuple[int, int]:
+    seed &= (1 << 64) - 1
+    return seed & 0xFFFFFFFF, seed >> 32
+
+
+def _unit(words, dtype: str, open_low: bool):
+    """A uniform float in [0, 1) ((0, 1] with `open_low`) from the uint32 `words`."""
+    if dtype == "float64":
+        hi = te.cast(words[0] >> _u32(5), "float64")  # 27 bits
+        lo = te.cast(words[1] >> _u32(6), "float64")  # 26 bits
+        bits, scale = hi * te.const(2.0**26, "float64") + lo, 2.0**-53
+    else:
+        bits, scale = te.cast(words[0] >> _u32(8), "float32"), 2.0**-24
+        dtype = "float32"
+    if open_low:
+        bits = bits + te.const(1.0, dtype)
+    return bits * te.const(scale, dtype)
+
+
+def _wide(dtype: str, distribution: str) -> str:
+    """The type a sample is computed in (Note [run-time random numbers])."""
+    return "float64" if dtype == "float64" or distribution == "normal" else "float32"
+
+
+def samples_per_block(dtype: str, distribution: str) -> int:
+    """How many samples one Philox block (four uint32 words) gives."""
+    return 4 if _wide(dtype, distribution) == "float32" else 2
+
+
+def _samples(words, wide: str, distribution: str) -> list:
+    """The samples of one block with a = 0, b = 1, in `wide`."""
+    if distribution == "normal":  # Box-Muller: both coordinates of one point
+        u1 = _unit(words[:2], wide, open_low=True)
+        u2 = _unit(words[2:], wide, open_low=False)
+        radius = te.sqrt(te.const(-2.0, wide) * te.log(u1))
+        angle = te.const(2.0 * np.pi, wide) * u2
+        return [radius * te.cos(angle), radius * te.sin(angle)]
+    if wide == "float64":
+        return [_unit(words[:2], wide, False), _unit(words[2:], wide, False)]
+    return [_unit(words[k : k + 1], wide, False) for k in range(4)]
+
+
+def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: float,
+           seed: int) -> te.Tensor:  # fmt: skip
+    """Samples of `distribution` of `shape` and `dtype` for run `call` (an int64 scalar
+    tensor) under `seed` (Note [run-time random numbers]): one stage computes the blocks,
+    `samples_per_block` samples each, the next lays them out in `shape`."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown distribution {distribution!r} ({', '.join(DISTRIBUTIONS)})")
+    shape = tuple(int(d) for d in shape)
+    total = int(np.prod(shape))
+    per = samples_per_block(dtype, distribution)
+    k0, k1 = seed_words(seed)
+    wide = _wide(dtype, distribution)
+    index = "int64" if total >= 2**31 else "int32"
+    # one rounding on every target: an explicit fma is never split, a*b + c may be fused
+    scale, offset = te.const(b - a if distribution == "uniform" else b, wide), te.const(a, wide)
+
+    def block(j):
+        n = call() if call.ndim == 0 else call(0)
+        j = te.cast(j, "int64")
+        counter = (
+            te.cast(j, "uint32"),
+            te.cast(j >> te.const(32, "int64"), "uint32"),
+            te.cast(n, "uint32"),
+            te.cast(n >> te.const(32, "int64"), "uint32"),
+        )
+        values = []
+        for z in _samples(philox(counter, (_u32(k0), _u32(k1))), wide, distribution):
+            value = te.fma(scale, z, offset)
+            if dtype == "float16" and wide == "float64":  # via float32 on every target
+                value = te.cast(value, "float32")
+            values.append(te.cast(value, dtype))
+        return tuple(values)
+
+    blocks = te.compute((max(1, -(-total // per)),), block, name="random_blocks")
+    strides = [int(np.prod(shape[k + 1 :])) for k in range(len(shape))]
+
+    def element(*idx):
+        flat = te.const(0, index)
+        for i, stride in zip(idx, strides, strict=True):
+            flat = flat + te.cast(i, index) * te.const(stride, index)
+        j, k = flat // te.const(per, index), flat % te.const(per, index)
+        value = blocks[per - 1](j)
+        for m in range(per - 2, -1, -1):
+            value = te.select(k == te.const(m, index), blocks[m](j), value)
+        return value
+
+    return te.compute(shape, element, name="random", tag="injective")
+
+
+# -- the numpy reference ----------------------------------------------------------------------
+
+
+def philox_numpy(counter, key) -> tuple:
+    """`philox` on numpy uint32 arrays (broadcast): the reference."""
+    c0, c1, c2, c3 = (np.asarray(c, np.uint64) for c in counter)
+    k0, k1 = (np.uint64(k) for k in key)
+    mask = np.uint64(0xFFFFFFFF)
+    for r in range(ROUNDS):
+        if r:
+            k0 = (k0 + np.uint64(KEY_STEPS[0])) & mask
+            k1 = (k1 + np.uint64(KEY_STEPS[1])) & mask
+        p0, p1 = c0 * np.uint64(MULTIPLIERS[0]), c2 * np.uint64(MULTIPLIERS[1])
+        hi0, hi1 = p0 >> np.uint64(32), p1 >> np.uint64(32)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, p1 & mask, hi0 ^ c3 ^ k1, p0 & mask
+    return tuple(w.astype(np.uint32) for w in (c0, c1, c2, c3))
+
+
+def _unit_numpy(words, wide, open_low):
+    if wide == np.float64:
+        bits = (words[0] >> 5).astype(np.float64) * 2.0**26 + (words[1] >> 6).astype(np.float64)
+        scale = 2.0**-53
+    else:
+        bits, scale = (words[0] >> 8).astype(np.float32), np.float32(2.0**-24)
+    return (bits + wide(1.0) if open_low else bits) * wide(scale)
+
+
+def random_numpy(call: int, shape, dtype, distribution: str, a: float, b: float, seed: int):
+    """`random` in numpy: the same values (up to the rounding of log, cos and sin in normals,
+    and of a + (b - a) u in double, where numpy has no fma)."""
+    shape = tuple(int(d) for d in shape)
+    total = int(np.prod(shape))
+    per = samples_per_block(str(np.dtype(dtype)), distribution)
+    j = np.arange(max(1, -(-total // per)), dtype=np.uint64)
+    call = int(call) & ((1 << 64) - 1)
+    counter = (j & np.uint64(0xFFFFFFFF), j >> np.uint64(32), call & 0xFFFFFFFF, call >> 32)
+    words = philox_numpy(counter, seed_words(seed))
+    wide = np.dtype(_wide(str(np.dtype(dtype)), distribution)).type
+    if distribution == "normal":
+        u1, u2 = _unit_numpy(words[:2], wide, True), _unit_numpy(words[2:], wide, False)
+        radius, angle = np.sqrt(wide(-2.0) * np.log(u1)), wide(2.0 * np.pi) * u2
+        z, scale = np.stack([radius * np.cos(angle), radius * np.sin(angle)], -1), wide(b)
+    elif wide == np.float64:
+        z = np.stack([_unit_numpy(words[:2], wide, False), _unit_numpy(words[2:], wide, False)], -1)
+        scale = wide(b - a)
+    else:
+        z, scale = (
+            np.stack([_unit_numpy(words[k : k + 1], wide, False) for k in range(4)], -1),
+            wide(b - a),
+        )
+    z = z.reshape(-1)[:total]
+    if wide == np.float32:  # the kernel's fma: the float32 product is exact in float64
+        value = (np.float64(scale) * z.astype(np.float64) + np.float64(wide(a))).astype(wide)
+    else:  # numpy has no fma: this rounds twice where the kernel rounds once
+        value = wide(a) + scale * z
+    if np.dtype(dtype) == np.float16:
+        value = value.astype(np.float32)
+    return value.astype(dtype).reshape(shape)
