@@ -265,7 +265,7 @@ def _open_library(path, key=None) -> tuple[Library, str]:
 # keeps a handful of memory mappings (its text, data, relro and bss segments) for as long as
 # it is open. A process that loads many models (a tuner, a test suite, a server that reloads)
 # would keep every library it ever loaded mapped: Linux allows 65530 mappings per process
-# (vm.max_map_count), and past them mmap fails and the next allocation aborts the process. So
+# (vm.max_map_count); past them mmap fails (allocations fail, C++ code aborts on that). So
 # a kernel library is opened once per file (`library`: one shared handle for a module, its
 # executor factory and its entry) and closed (dlclose) when the last object using it is
 # collected. What uses a library's code or data holds its handle: a PackedFunc (keepalive),
