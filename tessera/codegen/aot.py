@@ -519,5 +519,7 @@ def target_description(target: Target) -> dict:
 def _symbol_address(library: str, name: str) -> int:
     import ctypes
 
-    lib = ctypes.CDLL(library)  # the handle from_library's dlopen already holds
+    from tessera.runtime.module import library as open_library
+
+    lib = open_library(library)  # the handle from_library opened (Note [library handles])
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value

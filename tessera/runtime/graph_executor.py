@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tessera.runtime.module import Module
+from tessera.runtime.module import Module, library
 from tessera.runtime.ndarray import ALIGNMENT, STORAGE, Device, NDArray, device, empty
 from tessera.runtime.plan_check import ARG_KINDS, PLAN_VERSION, check_plan
 from tessera.runtime.profiling import ProfileResult
@@ -112,7 +112,8 @@ class GraphExecutorFactory:
         plan = kernels.metadata[PLAN_KEY]
         check_plan(plan, kernels.library_path)
         nbytes = int(plan["params_nbytes"])
-        lib = ctypes.CDLL(kernels.library_path)  # the same handle load_module opened
+        # the handle load_module opened (Note [library handles] in module.py)
+        lib = library(kernels.library_path)
         entry = None
         if plan.get("entry"):
             try:
@@ -131,6 +132,7 @@ class GraphExecutorFactory:
                 f"{kernels.library_path!r}: its plan has weights but no {PARAMS_SYMBOL} symbol"
             ) from None
         raw = (ctypes.c_uint8 * nbytes).from_address(ctypes.addressof(start))
+        raw.library = lib  # a view of the weights (a param's array) keeps the library open
         blob = np.frombuffer(raw, dtype=np.uint8)
         blob.flags.writeable = False  # it is the library's read-only data: never written
         return GraphExecutorFactory(kernels, plan, blob, keepalive=lib, entry=entry)

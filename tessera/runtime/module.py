@@ -18,7 +18,10 @@ from __future__ import annotations
 import ctypes
 import json
 import shutil
+import sys
 import tempfile
+import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -250,7 +253,7 @@ def _reseal(source: str, target: Path, key) -> None:
         artifact.seal(bare, target, target=header.get("target"), key=key)
 
 
-def _open_library(path, key=None) -> tuple[ctypes.CDLL, str]:
+def _open_library(path, key=None) -> tuple[Library, str]:
     """dlopen a verified private copy of the sealed library at `path`, after the runtime
     library: (the handle, the copy's file name). Damage, another format, a wrong signature or a
     host that cannot run it raise a clear error before dlopen (Note [artifact trailer])."""
@@ -258,15 +261,61 @@ def _open_library(path, key=None) -> tuple[ctypes.CDLL, str]:
     return _dlopen(verified, path)
 
 
-def _dlopen(verified: str, path) -> tuple[ctypes.CDLL, str]:
+# Note [library handles]: ctypes never closes a library it opened, and every loaded library
+# keeps a handful of memory mappings (its text, data, relro and bss segments) for as long as
+# it is open. A process that loads many models (a tuner, a test suite, a server that reloads)
+# would keep every library it ever loaded mapped: Linux allows 65530 mappings per process
+# (vm.max_map_count); past them mmap fails (allocations fail, C++ code aborts on that). So
+# a kernel library is opened once per file (`library`: one shared handle for a module, its
+# executor factory and its entry) and closed (dlclose) when the last object using it is
+# collected. What uses a library's code or data holds its handle: a PackedFunc (keepalive),
+# a ctypes function pointer made from it (ctypes keeps the handle in its _objects), a
+# GraphExecutorFactory (keepalive, and the buffer its weights are viewed in place from). A
+# raw address from a library must never outlive the object that holds the handle.
+_handles_lock = threading.Lock()
+_handles: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionary()
+
+
+class Library(ctypes.CDLL):
+    """A kernel library opened by `library`: dlclose'd when it is collected."""
+
+    def __del__(self):
+        if not sys.is_finalizing():  # at exit the process unmaps everything anyway
+            _dlclose(self._handle)
+
+
+def _dlclose(handle: int) -> None:
+    from _ctypes import dlclose  # CPython's, on every POSIX system
+
+    dlclose(handle)
+
+
+def library(path: str) -> Library:
+    """The open handle of the library file at `path` (a private verified copy), opened with
+    dlopen if no live object holds it (Note [library handles]). Raises OSError as dlopen."""
+    with _handles_lock:
+        lib = _handles.get(path)
+        if lib is None:
+            lib = Library(path)
+            _handles[path] = lib
+        return lib
+
+
+def open_libraries() -> int:
+    """How many kernel libraries `library` holds open now."""
+    with _handles_lock:
+        return len(_handles)
+
+
+def _dlopen(verified: str, path) -> tuple[Library, str]:
     native.load()
     try:
-        return ctypes.CDLL(verified), verified
+        return library(verified), verified
     except OSError as err:
         raise ValueError(f"cannot load {str(path)!r} as a shared library: {err}") from None
 
 
-def _bind(lib: ctypes.CDLL, info: FunctionInfo, path) -> PackedFunc:
+def _bind(lib: Library, info: FunctionInfo, path) -> PackedFunc:
     try:
         cfunc = KERNEL_TYPE((info.name, lib))
     except AttributeError:

@@ -69,6 +69,17 @@ def cnn_path(tmp_path):
     return path
 
 
+@pytest.fixture(scope="session")
+def cnn_so(tmp_path_factory):
+    """small_cnn compiled once by `tessera compile -q` (tests that change the file copy it)."""
+    folder = tmp_path_factory.mktemp("cnn_so")
+    model, so = folder / "cnn.onnx", folder / "cnn.so"
+    onnx.save(small_cnn(), str(model))
+    result = tessera("compile", model, "-o", so, "-q")
+    assert result.returncode == 0, result.stderr
+    return so
+
+
 @pytest.fixture
 def dynamic_cnn_path(tmp_path):
     path = tmp_path / "cnn_dynamic.onnx"

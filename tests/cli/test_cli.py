@@ -80,10 +80,8 @@ def test_show_onnx_model(cli, cnn_path):
     assert "after fuse_ops" in out and "def main(" in out  # the graph text after the stage
 
 
-def test_show_artifact(cli, tmp_path, cnn_path):
-    so = tmp_path / "cnn.so"
-    _ok(cli("compile", cnn_path, "-o", so, "-q"))
-    out = _ok(cli("show", so)).stdout
+def test_show_artifact(cli, cnn_so):
+    out = _ok(cli("show", cnn_so)).stdout
     assert "kernel calls" in out and "fused_nn_dense_packed_add" in out and "conv1, relu1" in out
 
 
@@ -172,9 +170,8 @@ def test_dynamic_batch_compiles_once_and_runs_given_inputs(cli, tmp_path, dynami
         assert np.load(outputs)["y"].shape == (n, 10)
 
 
-def test_inputs_with_wrong_shapes(cli, tmp_path, cnn_path):
-    so, inputs = tmp_path / "cnn.so", tmp_path / "in.npz"
-    _ok(cli("compile", cnn_path, "-o", so, "-q"))
+def test_inputs_with_wrong_shapes(cli, tmp_path, cnn_so):
+    so, inputs = cnn_so, tmp_path / "in.npz"  # the run only reads the library
     np.savez(inputs, x=np.zeros((1, 3, 9, 9), np.float32))
     _fails(cli("run", so, "--inputs", inputs), 1, "input 'x'", "(1, 3, 8, 8)", "(1, 3, 9, 9)")
     np.savez(inputs, y=np.zeros((1, 3, 8, 8), np.float32))

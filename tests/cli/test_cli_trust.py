@@ -23,15 +23,13 @@ def test_run_help_does_not_mention_onnx_runtime(cli):
     assert "ONNX Runtime" not in result.stdout and "onnxruntime" not in result.stdout
 
 
-def test_show_quiet_prints_one_line_and_no_table(cli, cnn_path, tmp_path):
+def test_show_quiet_prints_one_line_and_no_table(cli, cnn_path, cnn_so):
     result = cli("show", cnn_path, "-q")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and "input(s)" in lines[0] and "kernel calls" in lines[0]
     assert not any(c in result.stdout for c in "┃│┏┌")
-    so = tmp_path / "m.so"
-    assert cli("compile", cnn_path, "-o", so, "-q").returncode == 0
-    result = cli("show", so, "-q")
+    result = cli("show", cnn_so, "-q")
     assert result.returncode == 0 and len(result.stdout.strip().splitlines()) == 1
 
 
@@ -42,10 +40,9 @@ def test_an_unknown_input_name_speaks_of_the_option(cli, cnn_path):
     assert "input_values" not in result.stderr and "shape_dict" not in result.stderr
 
 
-def test_a_damaged_artifact_is_one_clear_error(cli, cnn_path, tmp_path):
+def test_a_damaged_artifact_is_one_clear_error(cli, cnn_so, tmp_path):
     so = tmp_path / "m.so"
-    assert cli("compile", cnn_path, "-o", so, "-q").returncode == 0
-    data = so.read_bytes()
+    data = cnn_so.read_bytes()
     so.write_bytes(data[: len(data) // 2])
     result = cli("run", so)
     assert result.returncode == 1

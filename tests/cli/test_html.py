@@ -74,10 +74,9 @@ def test_page_structure(cli, tmp_path, cnn_path):
     assert data["nodes"]["k3"]["ops"] == ["nn.dense_packed", "add"]
 
 
-def test_page_coloured_by_profile(cli, tmp_path, cnn_path):
-    so, prof = tmp_path / "cnn.so", tmp_path / "prof.json"
-    assert cli("compile", cnn_path, "-o", so, "-q").returncode == 0
-    assert cli("run", so, "--profile-json", prof, "--repeat", "2", "-q").returncode == 0
+def test_page_coloured_by_profile(cli, tmp_path, cnn_path, cnn_so):
+    prof = tmp_path / "prof.json"
+    assert cli("run", cnn_so, "--profile-json", prof, "--repeat", "2", "-q").returncode == 0
     text = _page(cli, tmp_path, cnn_path, "--profile", prof)
     fills = re.findall(r'<g class="kernel".*?fill="(rgb\(250,(\d+),(\d+)\))"', text, re.S)
     assert len(fills) == 5
