@@ -25,8 +25,9 @@ from dataclasses import replace
 from tessera.arith import simplify
 from tessera.ir.dtype import int64
 from tessera.ir.node import Mutator
+from tessera.ir.structural_equal import structural_equal
 from tessera.tir.buffer import Buffer
-from tessera.tir.expr import BufferLoad, Expr, IntImm, convert
+from tessera.tir.expr import BufferLoad, Expr, FloorDiv, FloorMod, IntImm, convert
 from tessera.tir.function import PrimFunc
 from tessera.tir.stmt import Allocate, BufferStore
 
@@ -51,6 +52,7 @@ def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
         raise ValueError(f"{len(indices)} indices for a buffer of {len(shape)} dims")
     if not indices:
         return convert(0)
+    shape, indices = _merge_fused(tuple(shape), tuple(indices))
     if _needs_int64(shape):
         shape, indices = _widen(shape), _widen(indices)
     strides: list[Expr] = [convert(1)]
@@ -61,6 +63,49 @@ def flat_index(shape: tuple[Expr, ...], indices: tuple[Expr, ...]) -> Expr:
         term = idx if _is_one(stride) else idx * stride
         offset = term if offset is None else offset + term
     return offset
+
+
+# Note [fused index merge]
+# A loop fused over axes (a, b) indexes them as (floordiv(f, B), floormod(f, B)); the row-major
+# offset floordiv(f, B)*B*S + floormod(f, B)*S is f*S. The simplifier sees that for a constant B
+# but not for a symbolic one (an attention row loop fused over (batch, heads, seq) divided the
+# row index by seq twice per row), and not through the int64 casts of a symbolic buffer's
+# offset. So before the offset is built, two neighbouring indices (floordiv(x, d), floormod(x,
+# d)) over dims (D, d) merge into the index x over the dim D*d, repeatedly (a fused index of
+# three axes merges twice). The identity floordiv(x, d)*d + floormod(x, d) == x is exact for
+# every x and d != 0, and x is an index the kernel computes anyway, so nothing can overflow that
+# did not before.
+
+
+def fused_groups(shape, indices) -> list[tuple[Expr, list]]:
+    """Note [fused index merge]: the indices as groups (x, dims): x indexes the row-major
+    product of `dims`, neighbours (floordiv(x, d), floormod(x, d)) over (D, d) merged into x
+    over (D, d); an index that merges with nothing is a group of its own dim."""
+    groups = [(ix, [dim]) for ix, dim in zip(indices, shape, strict=True)]
+    k = len(groups) - 2
+    while k >= 0:
+        (outer, dims), (inner, inner_dims) = groups[k], groups[k + 1]
+        if (
+            len(inner_dims) == 1
+            and isinstance(outer, FloorDiv)
+            and isinstance(inner, FloorMod)
+            and structural_equal(outer.a, inner.a, map_free_vars=False)
+            and structural_equal(outer.b, inner.b, map_free_vars=False)
+            and structural_equal(inner.b, inner_dims[0], map_free_vars=False)
+        ):
+            groups[k : k + 2] = [(outer.a, dims + inner_dims)]
+            k = min(k, len(groups) - 2)  # the merged index may merge with the next one in
+            continue
+        k -= 1
+    return groups
+
+
+def _merge_fused(shape: tuple, indices: tuple) -> tuple[tuple, tuple]:
+    """Note [fused index merge]: the indices and dims with each fused group merged."""
+    groups = fused_groups(shape, indices)
+    return tuple(_product(d) if len(d) > 1 else d[0] for _, d in groups), tuple(
+        x for x, _ in groups
+    )
 
 
 def _needs_int64(shape) -> bool:
