@@ -110,7 +110,8 @@ class Simplifier(Mutator):
 
     def __init__(self, analyzer):
         self.analyzer = analyzer
-        self.memo: dict = {}
+        # shared by the calls while nothing is bound anew (Note [analyzer memo] in analyzer.py)
+        self.memo: dict = analyzer._memo[1 if analyzer._symbolic_busy else 0]
 
     def visit(self, node):
         if not isinstance(node, E.Expr):
@@ -315,6 +316,9 @@ class Simplifier(Mutator):
                 dom[v] = s
         if not dom:
             return None
+        hit = an._symbolic_memo.get(e)  # Note [analyzer memo] in analyzer.py
+        if hit is not None:
+            return hit
         an._symbolic_busy = True
         try:
             s = eval_set(e, dom, an)
@@ -322,6 +326,7 @@ class Simplifier(Mutator):
             an._symbolic_busy = False
         lo = -B.INF if s.min_value is None else _expanded_bound(s.min_value, an)[0]
         hi = B.INF if s.max_value is None else _expanded_bound(s.max_value, an)[1]
+        an._symbolic_memo[e] = (lo, hi)
         return (lo, hi)
 
     def _compare(self, e: E.CmpOp) -> E.Expr | None:
