@@ -203,13 +203,12 @@ class _Flatten(Mutator):
             value = self.visit(node.value)
             indices = tuple(self.visit(i) for i in node.indices)
             buf = self.flat(node.buffer)
-            flat = self._indices(node.buffer, indices)
+            unchanged = value is node.value and buf is node.buffer
+            if unchanged and all(a is b for a, b in zip(indices, node.indices, strict=True)):
+                return node
+            return BufferStore(buf, value, self._indices(node.buffer, indices))
         finally:
             self.accumulated = outer
-        unchanged = value is node.value and buf is node.buffer
-        if unchanged and all(a is b for a, b in zip(indices, node.indices, strict=True)):
-            return node
-        return BufferStore(buf, value, flat)
 
     def visit_Allocate(self, node: Allocate):
         body = self.visit(node.body)
