@@ -147,3 +147,28 @@ def test_guard_over_a_symbolic_divisor_is_a_product():
         out = an.simplify(cond)
         assert not collect(out, lambda n: isinstance(n, E.FloorDiv)), str(out)
     assert collect(an.simplify(E.FloorDiv(x, d) < batch), lambda n: isinstance(n, E.FloorDiv))
+
+
+def test_blocked_max_pool_has_size_buckets_over_a_symbolic_width():
+    """Note [pool buckets]: the column group per bucket of the width (an 8-column group for a
+    row of 4 columns left it wholly to the guarded tail); each bucket computes the pool."""
+    from tessera import te
+    from tessera.te.schedule import SizeDispatch
+    from tessera.topi.symbolic import sizes
+    from tessera.topi.x86.pooling import pool_nchwc, schedule_pool_nchwc
+
+    target = tessera.Target("llvm")
+    w = te.var("w")
+    x = te.placeholder((1, 2, 4, w, 8), name="x")
+    y = pool_nchwc(x, "max", (2, 2), (2, 2), (0, 0, 0, 0))
+    with sizes(w=(2, 2048)), target:
+        s = schedule_pool_nchwc([y], target)
+    assert isinstance(s, SizeDispatch) and len(s.cases) >= 2
+    f = tessera.build(te.lower(s, [x, y], name="pool"), target=target)
+    rng = np.random.default_rng(3)
+    for width in (2, 6, 8, 13, 24, 70):
+        a = rng.standard_normal((1, 2, 4, width, 8)).astype(np.float32)
+        out = np.empty((1, 2, 2, width // 2, 8), np.float32)
+        f(a, out)
+        want = a[:, :, :, : width // 2 * 2].reshape(1, 2, 2, 2, width // 2, 2, 8).max(axis=(3, 5))
+        np.testing.assert_array_equal(out, want)
