@@ -52,16 +52,7 @@ def _offset(ix: Expr, off: Expr | None) -> Expr:
 class _ToBufferLoads(Mutator):
     def __init__(self, lowerer, clamp: Stage | None = None):
         self.lw = lowerer
-        self.clamp = clamp  # Note [clamped fused reads]
-# A matrix product over rows of a view (a dense over (batch, seq, k) reads x[floordiv(r, seq),
-# floormod(r, seq), k]) clamped each index alone: min(floordiv(r, seq), batch - 1), a clamp the
-# flattened offset cannot see through, so each row of every tile paid a division and a modulo
-# by seq (hoisted out of the k loop, still ~12 divisions per 6 x 16 tile: the dynamic encoder's
-# dense layers were 1.2x their specialized kernels). The fused index is clamped instead (r to
-# min(r, batch*seq - 1)), an in-bounds read like the other, and the flattened offset merges
-# the pair back into that r (Note [fused index merge] in tir/transform/flatten_storage.py).
-
-# Note [clamped tails]: the stage whose reads are clamped
+        self.clamp = clamp  # Note [clamped tails]: the stage whose reads are clamped
 
     def visit_ProducerLoad(self, node):
         node = self.generic_visit(node)
@@ -107,6 +98,15 @@ def _unfused(ix: Expr, dims: list) -> list:
 def _is_zero(off) -> bool:
     return off is None or isinstance(off, IntImm) and off.value == 0
 
+
+# Note [clamped fused reads]
+# A matrix product over rows of a view (a dense over (batch, seq, k) reads x[floordiv(r, seq),
+# floormod(r, seq), k]) clamped each index alone: min(floordiv(r, seq), batch - 1), a clamp the
+# flattened offset cannot see through, so each row of every tile paid a division and a modulo
+# by seq (hoisted out of the k loop, still ~12 divisions per 6 x 16 tile: the dynamic encoder's
+# dense layers were 1.2x their specialized kernels). The fused index is clamped instead (r to
+# min(r, batch*seq - 1)), an in-bounds read like the other, and the flattened offset merges
+# the pair back into that r (Note [fused index merge] in tir/transform/flatten_storage.py).
 
 # Note [clamped tails]
 # A stage marked `clamp_tails` (a cache_write accumulator of a matrix product whose rows or
