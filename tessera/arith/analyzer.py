@@ -25,6 +25,9 @@ class Analyzer:
         self._ranges: dict[E.Var, IntSet] = {}  # inclusive [min, max]
         self._values: dict[E.Var, E.Expr] = {}
         self._bound_cache: dict = {}
+        # Note [analyzer memo]: simplify's results and the symbolic bounds, per busy state
+        self._memo: tuple[dict, dict] = ({}, {})
+        self._symbolic_memo: dict = {}
         self._in_progress: set[int] = set()
         self._symbolic_busy = False  # see Note [symbolic ranges] in simplify.py
 
@@ -41,9 +44,15 @@ class Analyzer:
         the old one."""
         if not isinstance(var, E.Var):
             raise TypeError(f"Analyzer.bind needs a tir.Var, got {type(var).__name__}")
-        self._bound_cache.clear()
+        self._forget()
         self._ranges.pop(var, None)
         self._values.pop(var, None)
+        try:
+            self._bind(var, value)
+        finally:
+            self._forget()  # what was derived while the var was unbound (its end's simplify)
+
+    def _bind(self, var: E.Var, value) -> None:
         if isinstance(value, E.Range):
             self._ranges[var] = IntSet.from_range(value)
         elif isinstance(value, IntSet):
@@ -63,9 +72,25 @@ class Analyzer:
 
     def unbind(self, var: E.Var) -> None:
         """Forget what was bound for var (e.g. when leaving its loop)."""
-        self._bound_cache.clear()
+        self._forget()
         self._ranges.pop(var, None)
         self._values.pop(var, None)
+
+    # Note [analyzer memo]
+    # What the analyzer derives depends only on what is bound, so it is kept until the next
+    # bind or unbind: the bounds (`_bound_cache`), the simplified form of each expression (the
+    # Simplifier's memo, one per value of `_symbolic_busy`: a bound taken inside a symbolic
+    # bound is weaker, Note [symbolic ranges]) and the symbolic bounds of linear forms. The
+    # lowering and the tir passes simplify and prove the same index, guard and clamp
+    # expressions over and over under one set of loop ranges (a padded window's guards per tap
+    # of an unrolled tile): the symbolic bounds of the dynamic recognizer had taken half of its
+    # compile time. The results are those the analyzer computes anew; only repeats are saved.
+
+    def _forget(self) -> None:
+        self._bound_cache.clear()
+        self._memo[0].clear()
+        self._memo[1].clear()
+        self._symbolic_memo.clear()
 
     def _var_bound(self, v: E.Var) -> B.Bound:
         if id(v) in self._in_progress:  # a range that mentions its own variable

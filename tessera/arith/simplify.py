@@ -110,7 +110,8 @@ class Simplifier(Mutator):
 
     def __init__(self, analyzer):
         self.analyzer = analyzer
-        self.memo: dict = {}
+        # shared by the calls while nothing is bound anew (Note [analyzer memo] in analyzer.py)
+        self.memo: dict = analyzer._memo[1 if analyzer._symbolic_busy else 0]
 
     def visit(self, node):
         if not isinstance(node, E.Expr):
@@ -183,12 +184,36 @@ class Simplifier(Mutator):
         return None
 
     def _local_FloorDiv(self, e: E.FloorDiv) -> E.Expr | None:
+        if e.dtype.lanes > 1:
+            out = _vector_arith(e)
+            return out if out is not None else self._ramp_division(e)
         if not _is_signed_scalar(e.dtype):
             return None
         out = self._int_rules(e)
         return out if out is not None else self._split_division(e)
 
     _local_FloorMod = _local_FloorDiv
+
+    def _ramp_division(self, e) -> E.Expr | None:
+        """Note [ramp division]: floordiv/floormod(Ramp(b, s, L), Broadcast(c)) whose lanes stay
+        in one period of c for every b: Broadcast(floordiv(b, c)) / Ramp(floormod(b, c), s, L).
+        b's modular set (coeff, base) puts b mod c at base mod g + a multiple of g, g =
+        gcd(coeff, c), so at most c - g + base mod g; the last lane adds s*(L - 1)."""
+        a, b = e.a, e.b
+        if not (isinstance(a, E.Ramp) and isinstance(b, E.Broadcast)):
+            return None
+        c, stride = b.value, a.stride
+        if not (isinstance(c, E.IntImm) and c.value > 0 and isinstance(stride, E.IntImm)):
+            return None
+        if stride.value < 0 or not _is_signed_scalar(a.base.dtype):
+            return None
+        coeff, base = self.analyzer.modular_set(a.base)
+        g = math.gcd(coeff, c.value)  # coeff 0 (a constant base): g = c
+        if base % g + stride.value * (a.lanes - 1) >= g:
+            return None
+        if isinstance(e, E.FloorDiv):
+            return E.Broadcast(E.FloorDiv(a.base, c), a.lanes)
+        return E.Ramp(E.FloorMod(a.base, c), stride, a.lanes)
 
     def _split_division(self, e) -> E.Expr | None:
         """floordiv/floormod(c*q + r, c): take the multiples of c out; decide r by its bound."""
@@ -219,7 +244,8 @@ class Simplifier(Mutator):
 
     def _min_max(self, e) -> E.Expr | None:
         if e.dtype.lanes > 1:
-            return _vector_arith(e) or self._ramp_min_max(e)
+            out = _vector_arith(e)
+            return out if out is not None else self._ramp_min_max(e)
         if not _is_signed_scalar(e.dtype):
             return None
         out = self._int_rules(e)
@@ -290,6 +316,9 @@ class Simplifier(Mutator):
                 dom[v] = s
         if not dom:
             return None
+        hit = an._symbolic_memo.get(e)  # Note [analyzer memo] in analyzer.py
+        if hit is not None:
+            return hit
         an._symbolic_busy = True
         try:
             s = eval_set(e, dom, an)
@@ -297,6 +326,7 @@ class Simplifier(Mutator):
             an._symbolic_busy = False
         lo = -B.INF if s.min_value is None else _expanded_bound(s.min_value, an)[0]
         hi = B.INF if s.max_value is None else _expanded_bound(s.max_value, an)[1]
+        an._symbolic_memo[e] = (lo, hi)
         return (lo, hi)
 
     def _compare(self, e: E.CmpOp) -> E.Expr | None:
@@ -324,7 +354,7 @@ class Simplifier(Mutator):
         if isinstance(e, E.LT) and isinstance(a, E.FloorDiv | E.FloorMod):
             d = a.b
             if isinstance(a, E.FloorMod):
-                if isinstance(d, E.IntImm) or not self.analyzer.can_prove(d > 0):
+                if isinstance(d, E.IntImm) or not self._divisor_positive(d):
                     return None
                 return E.const(True, e.dtype) if d.same_as(b) else None
             if not self._positive_divisor(d, b):
@@ -332,7 +362,7 @@ class Simplifier(Mutator):
             return E.LT(a.a, d * b)
         if isinstance(e, E.LE | E.LT) and isinstance(b, E.FloorDiv):
             d = b.b
-            if isinstance(d, E.IntImm) or not self.analyzer.can_prove(d > 0):
+            if isinstance(d, E.IntImm) or not self._divisor_positive(d):
                 return None
             return E.LE(d * (a if isinstance(e, E.LE) else a + 1), b.a)
         return None
@@ -344,7 +374,15 @@ class Simplifier(Mutator):
         (batch, 4, seq), is f < seq*4*batch, which the loop's extent proves."""
         if isinstance(d, E.IntImm):
             return d.value > 0 and not isinstance(bound, E.IntImm)
-        return self.analyzer.can_prove(d > 0)
+        return self._divisor_positive(d)
+
+    def _divisor_positive(self, d) -> bool:
+        """Note [divisor not zero]: a symbolic divisor proved >= 0 is > 0 wherever the division
+        is defined. The tir passes know shape vars only as >= 0 (a dim of 0 empties the loops
+        over it), so a guard floordiv(r, seq) < batch of a tile fused over (batch, seq) was kept
+        (a division per row per tile), although every place it runs has seq >= 1: the rewrite
+        x < seq*batch agrees with the division wherever the division does not trap."""
+        return self.analyzer.can_prove(d >= 0)
 
     _local_LT = _local_LE = _local_GT = _local_GE = _local_EQ = _local_NE = _compare
 

@@ -24,7 +24,7 @@ from tessera.te.tensor import PlaceholderOp, Tensor
 from tessera.tir.buffer import Buffer
 from tessera.tir.expr import BufferLoad, Expr, IntImm, IterVar, IterVarType, Reduce, Var
 from tessera.tir.function import PrimFunc
-from tessera.tir.op import likely
+from tessera.tir.op import floordiv, floormod, likely
 from tessera.tir.op import max as tmax
 from tessera.tir.op import min as tmin
 from tessera.tir.stmt import (
@@ -40,6 +40,7 @@ from tessera.tir.stmt import (
     seq,
 )
 from tessera.tir.stmt_functor import substitute
+from tessera.tir.transform.flatten_storage import fused_groups
 
 
 def _offset(ix: Expr, off: Expr | None) -> Expr:
@@ -66,18 +67,46 @@ class _ToBufferLoads(Mutator):
         if any(not _is_zero(off) for off in offsets):
             return indices  # a region buffer: bound inference sized it for every read
         an, out = self.lw.an, []
-        for ix, dim in zip(indices, tensor.shape, strict=True):
-            if not an.can_prove(ix < dim):
-                ix = tmin(ix, dim - 1)
+        # a fused index read as (floordiv(r, d), floormod(r, d)) is clamped as r (Note [clamped
+        # fused reads]), else each index into its own dim
+        for ix, dims in fused_groups(tensor.shape, indices):
+            size = dims[0]
+            for d in dims[1:]:
+                size = size * d
+            if an.can_prove(ix < size) and an.can_prove(ix >= 0):
+                out.extend(_unfused(ix, dims))
+                continue
+            if not an.can_prove(ix < size):
+                ix = tmin(ix, size - 1)
             if not an.can_prove(ix >= 0):
                 ix = tmax(ix, 0)
-            out.append(ix)
+            out.extend(_unfused(ix, dims))
         return out
+
+
+def _unfused(ix: Expr, dims: list) -> list:
+    """The indices of the row-major dims `dims` from the index `ix` of their product, written as
+    a loop fused over them writes them (floordiv(ix, d), floormod(ix, d), nested)."""
+    out = []
+    for d in reversed(dims[1:]):
+        out.append(floormod(ix, d))
+        ix = floordiv(ix, d)
+    out.append(ix)
+    return out[::-1]
 
 
 def _is_zero(off) -> bool:
     return off is None or isinstance(off, IntImm) and off.value == 0
 
+
+# Note [clamped fused reads]
+# A matrix product over rows of a view (a dense over (batch, seq, k) reads x[floordiv(r, seq),
+# floormod(r, seq), k]) clamped each index alone: min(floordiv(r, seq), batch - 1), a clamp the
+# flattened offset cannot see through, so each row of every tile paid a division and a modulo
+# by seq (hoisted out of the k loop, still ~12 divisions per 6 x 16 tile: the dynamic encoder's
+# dense layers were 1.2x their specialized kernels). The fused index is clamped instead (r to
+# min(r, batch*seq - 1)), an in-bounds read like the other, and the flattened offset merges
+# the pair back into that r (Note [fused index merge] in tir/transform/flatten_storage.py).
 
 # Note [clamped tails]
 # A stage marked `clamp_tails` (a cache_write accumulator of a matrix product whose rows or

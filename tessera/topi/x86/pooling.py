@@ -17,7 +17,12 @@ from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.nn.pooling import _acc_dtype, _window_count, pool_output_size
 from tessera.topi.rules import RuleKnob
-from tessera.topi.symbolic import representative, representative_shape
+from tessera.topi.symbolic import (
+    dispatch_by_size,
+    representative,
+    representative_shape,
+    shape_vars,
+)
 from tessera.topi.x86.conv2d import PAD_TAG, pad_nchwc
 from tessera.topi.x86.cpu import stack_share
 
@@ -140,8 +145,27 @@ def schedule_pool_nchwc(outs, target=None, config=None) -> te.Schedule:
     """Parallel over (n, channel blocks, output rows); the window loops outside the vector of the
     channel block; an element-wise epilogue (the average's division, a relu) computed per row
     right after the pool. `config`: the x86 pool strategy's knobs (column_group, pad_rows);
-    None: the rules of Note [pool rows]."""
+    None: the rules of Note [pool rows], per size bucket over a symbolic dim (Note [pool
+    buckets])."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if config is not None:
+        return _schedule_pool(outs, target, config)[0]
+    variables = shape_vars(*(t.shape for t in outs))
+    return dispatch_by_size(variables, lambda: _schedule_pool(outs, target, None))
+
+
+# Note [pool buckets]
+# The column group (`_column_group`) is chosen from the output width; over a symbolic width at
+# its representative size (8 columns). An image 8-24 wide pools to rows of 2-12 columns, which
+# an 8-column group leaves wholly or mostly to its guarded tail, whose guarded
+# read-modify-writes LLVM makes masked loads and stores (vmaskmovps, microcoded on Zen 3): the
+# recognizer's pools at width 8 ran 2.0-2.4 us against 0.1-0.2 specialized. So a pool with one
+# symbolic var is scheduled per size bucket like the matrix products (Note [size buckets] in
+# topi/symbolic.py): the buckets whose column groups agree merge, so a few copies at most.
+
+
+def _schedule_pool(outs, target, config):
+    """(the schedule of schedule_pool_nchwc, its column groups: the key of a size bucket)."""
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     pools = []
@@ -162,17 +186,18 @@ def schedule_pool_nchwc(outs, target=None, config=None) -> te.Schedule:
         s[pools[0]].compute_at(s[outs[0]], row)
         if _row_bytes(pools[0]) <= stack_share(target, ROW_STACK_SHARE):
             s[pools[0]].set_scope("local")
-        _window_loops(s, pools[0], config=config)
+        key = (_window_loops(s, pools[0], config=config),)
         _schedule_pad(s, pools[0], s[pools[0]].op.axis[2], config, target)  # in the output's row
-        return s
+        return s, key
+    key = []
     for pool in pools:
         row = _parallel_rows(s, pool)
-        _window_loops(s, pool, row=row, config=config)
+        key.append(_window_loops(s, pool, row=row, config=config))
         _schedule_pad(s, pool, row, config, target)
     for t in outs:
         if id(t.op) not in {id(p.op) for p in pools}:
             _parallel_rows(s, t)
-    return s
+    return s, tuple(key)
 
 
 # Note [pool rows]
@@ -263,9 +288,10 @@ def _column_group(width: int) -> int:
     return -(-width // groups)
 
 
-def _window_loops(s, pool: te.Tensor, row=None, config=None) -> None:
+def _window_loops(s, pool: te.Tensor, row=None, config=None) -> int:
     """Window loops inside a group of `u` output columns whose sums stay in registers and run
-    interleaved: one column's max/sum is a chain of dependent operations, latency-bound alone."""
+    interleaved: one column's max/sum is a chain of dependent operations, latency-bound alone.
+    Returns u (0: a global pool's loops)."""
     st = s[pool]
     n, c, h, w, k = st.op.axis
     outer = [row] if row is not None else [n, c, h]
@@ -273,7 +299,7 @@ def _window_loops(s, pool: te.Tensor, row=None, config=None) -> None:
     if _extent(rh) * _extent(rw) > MAX_UNROLLED_WINDOW.value():  # global pools: the whole map
         st.reorder(*outer, w, rh, rw, k)
         st.vectorize(k)
-        return
+        return 0
     u = config["column_group"] if config is not None else _column_group(_extent(w))
     wo, wi = st.split(w, factor=u)
     st.reorder(*outer, wo, rh, rw, wi, k)
@@ -281,3 +307,4 @@ def _window_loops(s, pool: te.Tensor, row=None, config=None) -> None:
     st.unroll(rw)
     st.unroll(wi)
     st.vectorize(k)
+    return u
