@@ -233,7 +233,7 @@ def int_batch_matmul(b, a, bmat, a_zp, b_zp):
     if za is None or zb is None:
         return None
     if batch_b == 1:  # one b for every batch of a: a's batches are more rows of one product
-        batch_a, m_rows = 1, batch_a * m  # (b read once, not once per batch)
+        batch_a, m_rows = 1, batch_a * m  # (one product, not a batch that broadcasts b)
     else:
         m_rows = m
     a3, b3 = b.reshape(a, (batch_a, m_rows, k)), b.reshape(bmat, (batch_b, k, n))
