@@ -232,7 +232,11 @@ def int_batch_matmul(b, a, bmat, a_zp, b_zp):
     zb = _scalar_zp(b, b_zp, -128 if str(bmat.type.dtype) == "uint8" else 0)
     if za is None or zb is None:
         return None
-    a3, b3 = b.reshape(a, (batch_a, m, k)), b.reshape(bmat, (batch_b, k, n))
+    if batch_b == 1:  # one b for every batch of a: a's batches are more rows of one product
+        batch_a, m_rows = 1, batch_a * m  # (one product, not a batch that broadcasts b)
+    else:
+        m_rows = m
+    a3, b3 = b.reshape(a, (batch_a, m_rows, k)), b.reshape(bmat, (batch_b, k, n))
     acc = b.call("qnn.batch_matmul", a3, b3)
     a_u = b.call("cast", a3, dtype="int32")
     if str(a.type.dtype) == "int8":

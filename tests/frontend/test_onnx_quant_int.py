@@ -147,6 +147,22 @@ def test_matmul_integer_runtime_operands(adt, bdt, az, bz, bshape):
     np.testing.assert_array_equal(got, run_int8_reference(model, feeds)[0])
 
 
+def test_matmul_integer_batches_share_one_weight():
+    """A batched a times one 2-D b that qnn.dense cannot take (uint8 weights whose zero point
+    puts w - zb outside int8, as a dynamically quantized model's character projection): the
+    batches of a are rows of one product (batch 1), b read once; bit-exact with ORT."""
+    a, b = _q((3, 2, 9), "uint8"), _q((9, 17), "uint8")
+    b[0, 0] = 255  # 255 - 100 = 155: not an int8
+    inits = {"b": b, "az": np.array(7, "uint8"), "bz": np.array(100, "uint8")}
+    model = make_model([N("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a}, ["y"],
+                       inits, opset=13)  # fmt: skip
+    mod = from_onnx(model)[0]
+    calls = [c for c in mod["main"].body if c.op.name == "qnn.batch_matmul"]
+    assert [tuple(c.inputs[0].type.shape) for c in calls] == [(1, 6, 9)]
+    (got,), _ = run_tessera(model, {"a": a})
+    np.testing.assert_array_equal(got, run_int8_reference(model, {"a": a})[0])
+
+
 def test_dynamic_quantize_matmul_integer():
     """DynamicQuantizeLinear -> MatMulInteger with a runtime zero point (ORT's dynamic path)."""
     x = R.standard_normal((4, 33)).astype(np.float32)

@@ -383,3 +383,34 @@ def test_conv2d_nchwc_asm_on_avx512_targets(target, instruction):
     Y = qnn.qnn_conv2d_nchwc(X, W, **attrs)
     f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, Y], target=t)
     assert instruction in f.get_source("asm")
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "c"])
+def test_conv2d_nchwc_product_as_a_second_output(target):
+    """The blocked int32 product both an output of its group and read by its epilogue (a
+    dynamically quantized model's ConvInteger whose product two nodes read): the product is
+    tiled once, the epilogue reads it back; it once failed to schedule (the product's stage
+    fused again as an element-wise output)."""
+    t = _target(target)
+    # a product big enough for element-wise stages to go parallel (fuse their outer axes)
+    c, h, w, oc, k, stride, pad, in_block, xdt = 16, 16, 16, 32, 3, 1, 1, 16, "uint8"
+    block = _block(t)
+    x8 = _data((1, c, h, w), xdt)
+    w8 = _data((oc, c, k, k), "int8")
+    wb = qnn.pack_conv_weight_blocked(w8, block)
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), pad_value=9)
+    X = te.placeholder((1, c // in_block, h, w, in_block), xdt, name="x")
+    W = te.placeholder(wb.shape, "int32", name="w")
+    S = te.placeholder((1, oc // block, 1, 1, block), "float32", name="s")
+    acc = qnn.qnn_conv2d_nchwc(X, W, **attrs)
+    Y = qnn.requantize(acc, S, zero_point=3, dtype="uint8")
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y, acc], t), [X, W, S, Y, acc],
+                      target=t)  # fmt: skip
+    scale = (R.random((oc, 1, 1)) * 2e-3).astype(np.float32)
+    y = np.zeros([int(d.value) for d in Y.shape], np.uint8)
+    got = np.zeros([int(d.value) for d in acc.shape], np.int32)
+    f(_blocked(x8, in_block), wb, _blocked(scale[None], block), y, got)
+    want = get_op("qnn.conv2d").evaluate([x8, qnn.pack_conv_weight(w8)], attrs)[0]
+    q = get_op("qnn.requantize").evaluate([want, scale], dict(zero_point=3, dtype="uint8"))[0]
+    np.testing.assert_array_equal(got, _blocked(want, block))
+    np.testing.assert_array_equal(y, _blocked(q, block))

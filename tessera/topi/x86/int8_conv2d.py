@@ -277,7 +277,8 @@ def schedule_qnn_conv2d_packed(outs, target=None, config=None) -> te.Schedule:
         stage.parallel(stage.fuse(n, obo, oh))
         stage.vectorize(lane)
         for t in outs if not fused else ():
-            schedule_elementwise_stage(s, t, target)
+            if t.op is not anchor.op:  # the product itself an output: tiled above
+                schedule_elementwise_stage(s, t, target)
     s[acc].compute_at(stage, zo)
     a = s[acc]
     n, ob, oh, z, lane = a.op.axis
