@@ -116,14 +116,16 @@ def shipped_records(target) -> list:
 
 def shipped_configs(target) -> dict[Task, Config]:
     """{task: config} of the shipped records for `target`'s kind still valid for today's
-    config spaces (a knob changed since they were tuned: the record is dropped)."""
-    from tessera.autotune.records import _valid
+    config spaces (Note [added knobs] in records.py: a knob added since they were tuned takes
+    its default; a record changed any other way is dropped)."""
+    from tessera.autotune.records import current_config
 
     target = target if isinstance(target, Target) else Target(str(target))
     out = {}
     for r in shipped_records(target):
-        if _valid(r.task, r.config, target):
-            out[r.task] = r.config
+        config = current_config(r.task, r.config, target)  # Note [added knobs] in records.py
+        if config is not None:
+            out[r.task] = config
     return out
 
 

@@ -320,7 +320,8 @@ class apply_history_best(_ConfigScope):
         self.kept = {r.task for r in (db.records if db else []) if r.target == fp and r.ok}
         self.kept -= set(self.configs)
         # configs not valid for today's spaces (a knob changed since tuning) are dropped
-        self.configs = {t: c for t, c in self.configs.items() if _valid(t, c, self.target)}
+        current = {t: current_config(t, c, self.target) for t, c in self.configs.items()}
+        self.configs = {t: c for t, c in current.items() if c is not None}
         return self._enter()
 
     def __exit__(self, *exc):
@@ -344,3 +345,29 @@ def _valid(task: Task, config: Config, target) -> bool:
         return task.valid(config, target)
     except Exception:  # the op or its strategy is gone
         return False
+
+
+# Note [added knobs]
+# ~~~~~~~~~~~~~~~~~~
+# A knob added to a space after a record was written (the conv's threading split) would make
+# every older record of that implementation invalid, and a user's tuning database silently
+# stop applying. A new knob's default rule is, by convention, the behaviour before the knob
+# existed, so a record that lacks knobs takes them from the task's default config when that
+# default is the same implementation; a record whose knobs changed in any other way (a value
+# no longer a candidate, a knob gone, another implementation's default) is still dropped.
+
+
+def current_config(task: Task, config: Config, target) -> Config | None:
+    """`config` as today's config spaces read it (Note [added knobs]), or None."""
+    if _valid(task, config, target):
+        return config
+    try:
+        default = task.default(target)
+    except Exception:  # the op or its strategy is gone
+        return None
+    missing = {k: v for k, v in default.items() if k != "impl" and k not in config}
+    if default.impl != config.impl or not missing or set(config) - set(default):
+        return None
+    knobs = dict(config.knobs(), **missing)
+    upgraded = Config(config.impl, knobs)
+    return upgraded if _valid(task, upgraded, target) else None

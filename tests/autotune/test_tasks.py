@@ -382,3 +382,22 @@ def test_the_conv_threading_split_is_a_knob_and_every_split_is_correct():
             sources[split] = lib.get_source()
         assert sources["none"].count("parallel") < sources["rows"].count("parallel"), impl
         assert len({sources["rows"], sources["chunks"], sources["none"]}) >= 2
+
+
+def test_a_record_written_before_a_knob_existed_takes_its_default():
+    """Note [added knobs]: a config that lacks a knob added since (the conv's `parallel`) reads
+    as the same config with the default's value; one with a value no longer a candidate, or a
+    knob the space lacks, is dropped."""
+    from tessera.autotune.records import current_config
+
+    mod, params = from_onnx(small_model())
+    tasks = autotune.extract_tasks(mod, params, HOST)
+    conv = next(t for t in tasks if t.workload.shape(1) == (32, 1, 3, 3))
+    default = conv.default(HOST)
+    knobs = {k: v for k, v in default.items() if k not in ("impl", "parallel")}
+    old = Config(default.impl, knobs)
+    assert not conv.valid(old, HOST)
+    assert current_config(conv, old, HOST) == default
+    assert current_config(conv, default, HOST) == default
+    for changed in ({**knobs, "parallel": "diagonal"}, {**knobs, "gone": 1}):
+        assert current_config(conv, Config(default.impl, changed), HOST) is None
