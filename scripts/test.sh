@@ -15,14 +15,17 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest -q "$@"
 fi
 mapfile -t parts < <(ls -d tests/*/ tests/test_*.py | grep -v __pycache__ | sort)
+# every group runs, whatever an earlier one gave; the status is the first failure's
 group=()
+status=0
 for part in "${parts[@]}"; do
     case "$part" in
         tests/frontend/ | tests/graph/ | tests/tir/)
-            .venv/bin/python -m pytest -q "${group[@]}"
+            .venv/bin/python -m pytest -q "${group[@]}" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
             group=()
             ;;
     esac
     group+=("$part")
 done
-exec .venv/bin/python -m pytest -q "${group[@]}"
+.venv/bin/python -m pytest -q "${group[@]}" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+exit "$status"
