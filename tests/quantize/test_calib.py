@@ -63,11 +63,13 @@ def biased_conv():
     return conv(w)
 
 
-def conv(w):
+def conv(w, shape=(1, 8, 10, 10)):
+    """One 3x3 conv (padding 1) of the weight `w` over an input of `shape`."""
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 10, 10])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], w.shape[0],
+                                                                *shape[2:]])],
         [numpy_helper.from_array(w, "w")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import tessera
 from tessera.frontend import from_onnx
 from tessera.graph.op import get_op
 from tessera.quantize import QConfig, quantize, sqnr_db
 from tessera.quantize.gptq import HessianAccumulator, conv_patches, gptq_round, output_error
 from tessera.quantize.rewrite import quantize_weight
-from tessera.runtime import GraphModule, cpu
-from tessera.transform import PassContext
+
+from .test_calib import conv, run
 
 
 def correlated(rng, n, k, latent=4, noise=0.05):
@@ -73,35 +72,13 @@ def test_gptq_depthwise_runs_one_hessian_per_channel():
     assert h.shape == (c, 9, 9)
     near, scale = quantize_weight(w.astype(np.float32))
     q = gptq_round(w, scale, h, groups=c)
-    conv = get_op("nn.conv2d")
+    op = get_op("nn.conv2d")
     test = x[2:].astype(np.float32)
-    ref = conv.evaluate([test, w.astype(np.float32)], attrs)[0]
-    err = {name: np.mean((ref - conv.evaluate([test, (wq * scale[:, None, None, None])
-                                               .astype(np.float32)], attrs)[0]) ** 2)
+    ref = op.evaluate([test, w.astype(np.float32)], attrs)[0]
+    err = {name: np.mean((ref - op.evaluate([test, (wq * scale[:, None, None, None])
+                                             .astype(np.float32)], attrs)[0]) ** 2)
            for name, wq in (("nearest", near), ("gptq", q))}  # fmt: skip
     assert err["gptq"] < err["nearest"] * 0.8, err
-
-
-def one_conv(w, shape=(1, 8, 10, 10)):
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], w.shape[0],
-                                                                *shape[2:]])],
-        [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return from_onnx(model)
-
-
-def run(mod, x, params=None):
-    with PassContext(opt_level=3):
-        lib = tessera.build(mod, target="llvm", params=params)
-    m = GraphModule(lib["default"](cpu(0)))
-    m.set_input("x", x)
-    m.run()
-    return m.get_output(0).numpy()
 
 
 def test_gptq_end_to_end_raises_the_sqnr():
@@ -119,7 +96,7 @@ def test_gptq_end_to_end_raises_the_sqnr():
 
     feeds = [feed() for _ in range(8)]
     test = feeds.pop()["x"]
-    mod, params = one_conv(w)
+    mod, params = conv(w)
     want = run(mod, test, params)
     db = {}
     for rounding in ("nearest", "gptq"):
@@ -139,7 +116,7 @@ def test_auto_range_chooses_by_held_out_error():
     feeds = [{"x": rng.laplace(size=(1, 8, 10, 10)).astype(np.float32)} for _ in range(9)]
     feeds[0]["x"][0, 3, 4, 4] = 300.0
     test = rng.laplace(size=(1, 8, 10, 10)).astype(np.float32)
-    mod, params = one_conv(w)
+    mod, params = conv(w)
     want = run(mod, test, params)
     db, chosen = {}, {}
     for method in ("minmax", "auto"):
@@ -164,7 +141,7 @@ def test_auto_activation_dtype(offset):
     feeds = [{"x": (rng.standard_normal((1, 8, 10, 10)) + offset).astype(np.float32)}
              for _ in range(6)]  # fmt: skip
     test = (rng.standard_normal((1, 8, 10, 10)) + offset).astype(np.float32)
-    mod, params = one_conv(w)
+    mod, params = conv(w)
     cfg = QConfig(activation_dtype="auto", keep_float_below_db=0, keep_float_inputs=False)
     result = quantize(mod, params, feeds, cfg)
     (r,) = result.report
@@ -177,7 +154,7 @@ def test_auto_activation_dtype(offset):
 
 
 def test_bad_choices_are_refused():
-    mod, params = one_conv(np.ones((4, 8, 3, 3), np.float32))
+    mod, params = conv(np.ones((4, 8, 3, 3), np.float32))
     feed = [{"x": np.ones((1, 8, 10, 10), np.float32)}]
     with pytest.raises(ValueError, match="weight_rounding"):
         quantize(mod, params, feed, QConfig(weight_rounding="adaround"))
