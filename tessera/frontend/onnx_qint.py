@@ -7,9 +7,10 @@
 A product runs on qnn.conv2d / qnn.dense when the weight and its zero point are constants: then
 sum (x - zx) w' = sum x_u w' - zx_u sum w' (Note [int8 operands] in topi/qnn.py), the second
 term a constant, or, for a zero point computed at run time (DynamicQuantizeLinear), a product by
-the constant sums. A matmul needs w' = w - zw within int8 (always for int8 weights with zero
-point 0, and for uint8 weights with zero point 128); a conv splits a wider one (Note [wide conv
-weights]). Otherwise the caller falls back (matmul: int32 matmul; conv: the exact float64 conv).
+the constant sums. Where w' = w - zw leaves int8 (a uint8 weight with a zero point far from
+128) both split it into an int8 weight and a shift per output times the data's sums (Note [wide
+conv weights]). Otherwise (a weight at run time, or not of one of these forms) the caller falls
+back (matmul: qnn.batch_matmul or an int32 matmul; conv: the exact float64 conv).
 """
 
 from __future__ import annotations
@@ -141,33 +142,53 @@ def _pad_with(b, x, pads, zx):
 
 
 def int_matmul(b, a, bmat, a_zp, b_zp):
-    """int32 (a - za) @ (bmat - zb) with a constant 2-D bmat on qnn.dense, or None."""
+    """int32 (a - za) @ (bmat - zb) with a constant 2-D bmat on qnn.dense, or None.
+
+    A weight whose w - zw leaves int8 (a uint8 weight with a zero point far from 128, as ORT's
+    dynamic quantization writes them) splits as a conv's does (Note [wide conv weights]):
+    w - zw = (w - c) + (c - zw), c = 128 (uint8) or 0 (int8), so the product is qnn.dense over
+    w - c plus s * rowsum(a - za) with s = c - zw per column."""
     ba = _const(bmat)
     if ba is None or ba.ndim != 2 or str(a.type.dtype) not in ("uint8", "int8"):
         return None
     zb = _zp_array(b_zp, ba.shape[1])
-    if zb is None:
+    if zb is None or str(ba.dtype) not in ("uint8", "int8"):
         return None
     w8 = _weight_int8(ba, zb, 1)
+    shift = np.zeros(ba.shape[1], np.int64)
     if w8 is None:
-        return None
+        c = 128 if str(ba.dtype) == "uint8" else 0
+        w8 = (ba.astype(np.int64) - c).astype(np.int8)
+        shift = c - zb
     acc = b.call("qnn.dense", a, b.const(topi_qnn.pack_dense_weight(w8.T)), units=ba.shape[1])
     colsum = w8.astype(np.int64).sum(axis=0)
-    if not colsum.any():
+    if not colsum.any() and not shift.any():
         return acc
     zx = _x_unsigned_zp(a, a_zp)
-    if zx is not None:
-        comp = b.const((zx * colsum).astype(np.int32))
-    else:  # a zero point computed at run time: a scalar or one per row (a's axis -2)
-        zpv = b.call("cast", a_zp, dtype="int32")
+    if zx is None:  # a zero point computed at run time: a scalar or one per row (a's axis -2)
+        zx = b.call("cast", a_zp, dtype="int32")
         if str(a.type.dtype) == "int8":
-            zpv = b.call("add", zpv, b.const(np.int32(128)))
-        if zpv.type.ndim == 1 and zpv.type.shape[0] != 1:
-            zpv = b.reshape(zpv, (zpv.type.shape[0], 1))
-        elif zpv.type.ndim:
-            zpv = b.reshape(zpv, ())
-        comp = b.call("multiply", zpv, b.const(colsum.astype(np.int32)))
-    return b.call("subtract", acc, comp)
+            zx = b.call("add", zx, b.const(np.int32(128)))
+        if zx.type.ndim == 1 and zx.type.shape[0] != 1:
+            zx = b.reshape(zx, (zx.type.shape[0], 1))
+        elif zx.type.ndim:
+            zx = b.reshape(zx, ())
+
+    def times_zx(values: np.ndarray):  # zx_u * values, int32
+        if isinstance(zx, int):
+            return b.const((zx * values).astype(np.int32))
+        return b.call("multiply", zx, b.const(values.astype(np.int32)))
+
+    if colsum.any():
+        acc = b.call("subtract", acc, times_zx(colsum))
+    if shift.any():  # + s * sum_k (x_u - zx_u), one sum per row of a
+        x_u = b.call("cast", a, dtype="int32")
+        if str(a.type.dtype) == "int8":
+            x_u = b.call("add", x_u, b.const(np.int32(128)))
+        rows = b.call("sum", x_u, axis=(a.type.ndim - 1,), keepdims=True)
+        rows = b.call("subtract", rows, times_zx(np.asarray(ba.shape[0])))
+        acc = b.call("add", acc, b.call("multiply", rows, b.const(shift.astype(np.int32))))
+    return acc
 
 
 def requant_scale(b, in_scale, w_scale, y_scale, rank: int, axis: int):

@@ -148,19 +148,43 @@ def test_matmul_integer_runtime_operands(adt, bdt, az, bz, bshape):
 
 
 def test_matmul_integer_batches_share_one_weight():
-    """A batched a times one 2-D b that qnn.dense cannot take (uint8 weights whose zero point
-    puts w - zb outside int8, as a dynamically quantized model's character projection): the
-    batches of a are rows of one product (batch 1), b read once; bit-exact with ORT."""
+    """A batched a times one 2-D b given at run time (qnn.batch_matmul): the batches of a are
+    rows of one product (batch 1), b read once; bit-exact with ORT."""
     a, b = _q((3, 2, 9), "uint8"), _q((9, 17), "uint8")
-    b[0, 0] = 255  # 255 - 100 = 155: not an int8
-    inits = {"b": b, "az": np.array(7, "uint8"), "bz": np.array(100, "uint8")}
-    model = make_model([N("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a}, ["y"],
-                       inits, opset=13)  # fmt: skip
+    inits = {"az": np.array(7, "uint8"), "bz": np.array(100, "uint8")}
+    model = make_model([N("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], {"a": a, "b": b},
+                       ["y"], inits, opset=13)  # fmt: skip
     mod = from_onnx(model)[0]
     calls = [c for c in mod["main"].body if c.op.name == "qnn.batch_matmul"]
     assert [tuple(c.inputs[0].type.shape) for c in calls] == [(1, 6, 9)]
-    (got,), _ = run_tessera(model, {"a": a})
-    np.testing.assert_array_equal(got, run_int8_reference(model, {"a": a})[0])
+    (got,), _ = run_tessera(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(got, run_int8_reference(model, {"a": a, "b": b})[0])
+
+
+@pytest.mark.parametrize("adt, runtime_zp", [("uint8", False), ("int8", False), ("uint8", True)])
+def test_matmul_integer_wide_constant_weight_on_qnn_dense(adt, runtime_zp):
+    """A constant uint8 b whose zero point puts w - zb outside int8 (a dynamically quantized
+    model's character projection: zero point 119, weights up to 255) runs on qnn.dense as the
+    int8 weight w - 128 plus a shift per column times each row's sum (Note [wide conv
+    weights]); a batched a stays rows of the one product. Bit-exact with the ONNX definition,
+    with a constant zero point and with DynamicQuantizeLinear's."""
+    b = _q((40, 17), "uint8")
+    b[0, :] = 255  # 255 - 119 = 136: not an int8
+    inits = {"b": b, "bz": np.array(119, "uint8")}
+    if runtime_zp:
+        x = R.standard_normal((3, 2, 40)).astype(np.float32)
+        nodes = [N("DynamicQuantizeLinear", ["x"], ["a", "as", "az"])]
+        feeds = {"x": x}
+    else:
+        nodes, feeds = [], {"a": _q((3, 2, 40), adt)}
+        inits["az"] = np.array(-5 if adt == "int8" else 7, adt)
+    nodes.append(N("MatMulInteger", ["a", "b", "az", "bz"], ["y"]))
+    model = make_model(nodes, feeds, ["y"], inits, opset=13)
+    mod = from_onnx(model)[0]
+    ops = [c.op.name for c in mod["main"].body]
+    assert "qnn.dense" in ops and "qnn.batch_matmul" not in ops
+    (got,), _ = run_tessera(model, feeds)
+    np.testing.assert_array_equal(got, run_int8_reference(model, feeds)[0])
 
 
 def test_dynamic_quantize_matmul_integer():
