@@ -93,9 +93,7 @@ def int_conv(b, x, w, x_zp, w_zp, strides, pads, dilations, group):
                       pad_value=pad_value)  # fmt: skip
 
     def times_zx(values: np.ndarray):  # zx_u * values, shaped (O, 1, 1), int32
-        if isinstance(zx, int):
-            return b.const((zx * values).astype(np.int32).reshape(-1, 1, 1))
-        return b.call("multiply", zx, b.const(values.astype(np.int32).reshape(-1, 1, 1)))
+        return _times_zx(b, zx, values.reshape(-1, 1, 1))
 
     acc = conv(w8)
     # window positions (pads included) read zx_u, so each is compensated alike
@@ -117,12 +115,23 @@ def int_conv(b, x, w, x_zp, w_zp, strides, pads, dilations, group):
     return acc
 
 
-def _x_unsigned_runtime(b, x, zp):
-    """zx_u as an int32 scalar computed at run time (x's zero point plus 128 for int8 data)."""
-    zpv = b.call("cast", b.reshape(zp, ()), dtype="int32")
-    if str(x.type.dtype) == "int8":
-        zpv = b.call("add", zpv, b.const(np.int32(128)))
-    return zpv
+def _x_unsigned_runtime(b, x, zp, shape=()):
+    """zx_u as int32 computed at run time (x's zero point plus 128 for int8 data), of
+    `shape` (a scalar, or (rows, 1) for a zero point per row)."""
+    return _unsigned(b, b.reshape(zp, shape), x.type.dtype)
+
+
+def _unsigned(b, v, dtype):
+    """v as int32 values of the unsigned reading (Note [int8 operands]): plus 128 for int8."""
+    v = b.call("cast", v, dtype="int32")
+    return b.call("add", v, b.const(np.int32(128))) if str(dtype) == "int8" else v
+
+
+def _times_zx(b, zx, values: np.ndarray):
+    """zx_u * values as int32: a constant when zx_u is (an int), else a product."""
+    if isinstance(zx, int):
+        return b.const((zx * values).astype(np.int32))
+    return b.call("multiply", zx, b.const(values.astype(np.int32)))
 
 
 def _pad_with(b, x, pads, zx):
@@ -166,27 +175,14 @@ def int_matmul(b, a, bmat, a_zp, b_zp):
         return acc
     zx = _x_unsigned_zp(a, a_zp)
     if zx is None:  # a zero point computed at run time: a scalar or one per row (a's axis -2)
-        zx = b.call("cast", a_zp, dtype="int32")
-        if str(a.type.dtype) == "int8":
-            zx = b.call("add", zx, b.const(np.int32(128)))
-        if zx.type.ndim == 1 and zx.type.shape[0] != 1:
-            zx = b.reshape(zx, (zx.type.shape[0], 1))
-        elif zx.type.ndim:
-            zx = b.reshape(zx, ())
-
-    def times_zx(values: np.ndarray):  # zx_u * values, int32
-        if isinstance(zx, int):
-            return b.const((zx * values).astype(np.int32))
-        return b.call("multiply", zx, b.const(values.astype(np.int32)))
-
+        per_row = a_zp.type.ndim == 1 and a_zp.type.shape[0] != 1
+        zx = _x_unsigned_runtime(b, a, a_zp, (a_zp.type.shape[0], 1) if per_row else ())
     if colsum.any():
-        acc = b.call("subtract", acc, times_zx(colsum))
+        acc = b.call("subtract", acc, _times_zx(b, zx, colsum))
     if shift.any():  # + s * sum_k (x_u - zx_u), one sum per row of a
-        x_u = b.call("cast", a, dtype="int32")
-        if str(a.type.dtype) == "int8":
-            x_u = b.call("add", x_u, b.const(np.int32(128)))
+        x_u = _unsigned(b, a, a.type.dtype)
         rows = b.call("sum", x_u, axis=(a.type.ndim - 1,), keepdims=True)
-        rows = b.call("subtract", rows, times_zx(np.asarray(ba.shape[0])))
+        rows = b.call("subtract", rows, _times_zx(b, zx, np.asarray(ba.shape[0])))
         acc = b.call("add", acc, b.call("multiply", rows, b.const(shift.astype(np.int32))))
     return acc
 
@@ -259,9 +255,7 @@ def int_batch_matmul(b, a, bmat, a_zp, b_zp):
         m_rows = m
     a3, b3 = b.reshape(a, (batch_a, m_rows, k)), b.reshape(bmat, (batch_b, k, n))
     acc = b.call("qnn.batch_matmul", a3, b3)
-    a_u = b.call("cast", a3, dtype="int32")
-    if str(a.type.dtype) == "int8":
-        a_u = b.call("add", a_u, b.const(np.int32(128)))
+    a_u = _unsigned(b, a3, a.type.dtype)
     b_s = b.call("cast", b3, dtype="int32")
     if str(bmat.type.dtype) == "uint8":
         b_s = b.call("subtract", b_s, b.const(np.int32(128)))
