@@ -42,11 +42,12 @@ from tessera.frontend import (  # noqa: F401
 )
 from tessera.frontend.onnx_checks import check_int_attrs, check_nodes, check_opsets
 from tessera.frontend.onnx_qdq import fuse_qdq
-from tessera.frontend.onnx_registry import ConvertContext, NodeError, find_converter
+from tessera.frontend.onnx_registry import ConvertContext, NodeError, Stream, find_converter
 from tessera.frontend.onnx_sequence import Seq, is_value_or_seq
 from tessera.frontend.params import PARAM_MIN_ELEMENTS, constants_to_params  # noqa: F401
 from tessera.graph.ir import Constant, ShapeConstant, Value
 from tessera.ir.module import IRModule
+from tessera.runtime.run_counter import STREAM_PARAM
 
 
 class UnsupportedOpError(ValueError):
@@ -323,11 +324,15 @@ def _symbolic_dims_of(inputs) -> str:
     return ", ".join(v.name for v in dim_vars(shapes)) or "(none)"
 
 
-def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
+def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets, step=None) -> list:
     """Convert a subgraph (a Scan body) inline, its inputs bound to `bindings` and the names of
-    the enclosing scope visible; returns the values of its outputs."""
+    the enclosing scope visible; returns the values of its outputs. `step` (an int): the
+    subgraph is iteration `step` of an unrolled loop, whose random ops draw that iteration's
+    values (Note [random streams] in topi/philox.py)."""
     _check_supported(graph, opsets)
-    saved = (b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env)
+    saved = (b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env, b.stream)
+    if step is not None:
+        b.stream = b.step_stream(step)
     env = {**b.env, **bindings}
     for t in graph.initializer:
         env[t.name] = b.const(numpy_helper.to_array(t), name=t.name)
@@ -336,7 +341,7 @@ def _convert_subgraph(b: ConvertContext, graph, bindings: dict, opsets) -> list:
             domain = "" if node.domain == "ai.onnx" else node.domain
             _convert_node(b, node, env, opsets[domain])
     finally:
-        b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env = saved
+        b.opset, b.num_outputs, b.node_name, b.name_hint, b.span, b.env, b.stream = saved
     outs = [env.get(vi.name) for vi in graph.output]
     for vi, v in zip(graph.output, outs, strict=True):
         empty_optional = v is None and vi.name in env  # Optional() without a value
@@ -357,14 +362,21 @@ def free_names(graph) -> list[str]:
     return list(names)
 
 
-def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: str, opsets):
+def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: str, opsets,
+                      step: bool = False):  # fmt: skip
     """A subgraph as a graph Function of its own (a branch or a loop body, run by a control
     op): its inputs typed by `inputs` [(shape, dtype)], then one parameter per outer name in
-    `outer` (values computed at run time); outer constants are copied in, where they fold."""
-    sub = ConvertContext()
-    sub.owns_run_counter = False
-    sub.convert_subgraph = lambda g, bindings: _convert_subgraph(sub, g, bindings, opsets)
-    sub.convert_function = lambda g, i, o, n: _convert_function(sub, g, i, o, n, opsets)
+    `outer` (values computed at run time); outer constants are copied in, where they fold.
+    When its random ops draw, a last parameter STREAM_PARAM takes the caller's stream (Note
+    [random streams] in topi/philox.py), folded with the body's iteration number (its first
+    input) when `step`."""
+    sub = _context(opsets)
+
+    def stream():
+        caller = sub.param(STREAM_PARAM, (), "int64")
+        return sub.call("random_fold_in", caller, sub.params[0]) if step else caller
+
+    sub.stream = Stream(stream)
     env = {}
     for vi, (shape, dtype) in zip(graph.input, inputs, strict=True):
         env[vi.name] = sub.param(vi.name, shape, dtype)
@@ -383,6 +395,18 @@ def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: 
             "what decides which branch or how many steps run must be a constant"
         )
     return sub.finish(outs, name=name)
+
+
+def _context(opsets) -> ConvertContext:
+    """A ConvertContext whose subgraphs convert with `opsets`."""
+    b = ConvertContext()
+    b.convert_subgraph = lambda g, bindings, step=None: _convert_subgraph(
+        b, g, bindings, opsets, step
+    )
+    b.convert_function = lambda g, i, o, n, step=False: _convert_function(
+        b, g, i, o, n, opsets, step
+    )
+    return b
 
 
 class _Unavailable:
@@ -447,9 +471,7 @@ def convert_onnx(model, shape_dict=None, dtype="float32", input_values=None):
             raise ValueError(
                 f"{what} names {unknown[0]!r}, which is not an input (inputs: {names})"
             )
-    b = ConvertContext()
-    b.convert_subgraph = lambda g, bindings: _convert_subgraph(b, g, bindings, opsets)
-    b.convert_function = lambda g, i, o, n: _convert_function(b, g, i, o, n, opsets)
+    b = _context(opsets)
     env: dict[str, object] = {}
     dim_vars: dict = {}  # a model's dynamic dims by name (Note [symbolic dims])
     for vi in inputs:

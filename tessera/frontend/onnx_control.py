@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
-from tessera.graph.ir import Constant, Value
+from tessera.graph.ir import Constant, TensorType, Value
 
 
 def _take(b, x, axis, index):
@@ -77,7 +77,7 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
         for j, x in enumerate(xs):
             index = n_steps - 1 - t if in_dirs[j] else t
             bindings[names[n_state + j]] = _take(b, x, in_axes[j], index)
-        outs = b.convert_subgraph(body, bindings)
+        outs = b.convert_subgraph(body, bindings, step=t)
         states = outs[:n_state]
         for j in range(n_scan_out):
             ys[j].append(outs[n_state + j])
@@ -139,6 +139,7 @@ def if_(b, cond, *, then_branch, else_branch):
         ok = next(f for f in branches if f is not None)
         k = branches.index(None)
         branches[k] = _failing(ok, b.fresh_name(f"{b.name_hint}_fails"), errors[k])
+    branches, stream = _with_stream(b, branches)
     then_f, else_f = branches
     for k, (t, e) in enumerate(zip(then_f.outputs, else_f.outputs, strict=True)):
         if t.type != e.type:
@@ -146,9 +147,27 @@ def if_(b, cond, *, then_branch, else_branch):
                 f"output {k}: the then branch gives {t.type}, the else branch {e.type}; "
                 "tessera needs one static type per output of an If"
             )
-    out = b.call("control.if", cond, *(b.env[n] for n in outer), then_branch=then_f,
+    out = b.call("control.if", cond, *(b.env[n] for n in outer), *stream, then_branch=then_f,
                  else_branch=else_f)  # fmt: skip
     return out if isinstance(out, tuple) else (out,)
+
+
+def _with_stream(b, funcs: list) -> tuple[list, tuple]:
+    """The functions and the caller's extra arguments: when one of them draws random numbers
+    (its last parameter is STREAM_PARAM), all take the caller's stream (Note [random streams]
+    in topi/philox.py) as their last argument."""
+    from dataclasses import replace
+
+    from tessera.runtime.run_counter import STREAM_PARAM
+
+    def draws(f):
+        return bool(f.params) and f.params[-1].name == STREAM_PARAM
+
+    if not any(draws(f) for f in funcs):
+        return funcs, ()
+    stream = Value(STREAM_PARAM, TensorType((), "int64"))
+    funcs = [f if draws(f) else replace(f, params=(*f.params, stream)) for f in funcs]
+    return funcs, (b.run_counter(),)
 
 
 def _failing(like, name: str, message: str):
@@ -209,7 +228,8 @@ def loop(b, M=None, cond=None, *v_initial, body):
     outer = _outer(b, body)
     types = [((), "int64"), ((), "bool")] + [(v.type.shape, v.type.dtype) for v in v_initial]
     try:
-        func = b.convert_function(body, types, outer, b.fresh_name(f"{b.name_hint}_body"))
+        name = b.fresh_name(f"{b.name_hint}_body")
+        func = b.convert_function(body, types, outer, name, step=True)
     except ValueError as err:
         # a body whose shapes depend on the step number (a Slice at the step) runs unrolled
         # when the number of steps is known
@@ -217,6 +237,7 @@ def loop(b, M=None, cond=None, *v_initial, body):
             raise
         return _unrolled(b, body, known_trips, True, v_initial)
     func = _loop_body_signature(b, func, n)
+    (func,), stream = _with_stream(b, [func])
     num_scans = len(func.outputs) - 1 - n
     capacity = 0
     if num_scans:
@@ -227,7 +248,7 @@ def loop(b, M=None, cond=None, *v_initial, body):
                 "(from_onnx's input_values)"
             )
         capacity = known_trips
-    outs = b.call("control.loop", trips, first, *v_initial, *(b.env[m] for m in outer),
+    outs = b.call("control.loop", trips, first, *v_initial, *(b.env[m] for m in outer), *stream,
                   body=func, num_carried=n, capacity=capacity, exact=exact)  # fmt: skip
     outs = outs if isinstance(outs, tuple) else (outs,)
     if not exact:
@@ -252,7 +273,7 @@ def _unrolled(b, body, trips: int, go: bool, v_initial):
             raise NodeError(f"the Loop runs more than {UNROLL_LIMIT} steps when unrolled")
         bindings = {names[0]: b.const(np.int64(step)), names[1]: b.const(np.bool_(go))}
         bindings.update(zip(names[2:], carried, strict=True))
-        outs = b.convert_subgraph(body, bindings)
+        outs = b.convert_subgraph(body, bindings, step=step)
         if not isinstance(outs[0], Constant):
             raise NodeError("the body's condition must be a constant when the Loop is unrolled")
         go = bool(np.asarray(outs[0].array).reshape(-1)[0])

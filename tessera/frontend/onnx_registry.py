@@ -67,6 +67,23 @@ def _is_param(b: GraphBuilder, v: Value) -> bool:
     return any(v is p for p in b.params)
 
 
+class Stream:
+    """A value made on first use: the stream a scope's random ops read (Note [random streams]
+    in topi/philox.py), so a scope without random ops adds no input and no op."""
+
+    def __init__(self, make):
+        self._make, self._value = make, None
+
+    @property
+    def used(self) -> bool:
+        return self._value is not None
+
+    def value(self) -> Value:
+        if self._value is None:
+            self._value = self._make()
+        return self._value
+
+
 class ConvertContext(GraphBuilder):
     """A GraphBuilder plus what converters need to know about the node being converted."""
 
@@ -82,20 +99,32 @@ class ConvertContext(GraphBuilder):
         # id(value) -> why its rows past a run-time count are unspecified (a Loop's scan output
         # when the loop may stop early): such a value may only be a graph output
         self.partial_rows: dict[int, str] = {}
-        self.owns_run_counter = True  # False in an If/Loop body (its own Function)
+        # the run counter random ops read (Note [random streams] in topi/philox.py): made on
+        # first use; a subgraph function or an unrolled step sets its own
+        self.stream = Stream(self._model_counter)
 
-    def run_counter(self) -> Value:
-        """The model's int64 run counter, the input its random ops read (Note [random call
-        counter] in runtime/graph_executor.py): added once, after the model's inputs."""
+    def _model_counter(self) -> Value:
+        """The model's run counter input, added once, after the model's inputs."""
         from tessera.runtime.run_counter import RUN_COUNTER_INPUT
 
-        if not self.owns_run_counter:
-            raise NodeError(
-                "random ops inside an If/Loop body are not supported (the body has no run "
-                "counter); move the random op out of the body"
-            )
         found = [p for p in self.params if p.name == RUN_COUNTER_INPUT]
         return found[0] if found else self.param(RUN_COUNTER_INPUT, (), "int64")
+
+    def run_counter(self) -> Value:
+        """The int64 stream the random ops of this scope read: the model's run counter (Note
+        [random call counter] in runtime/run_counter.py), or in a loop body or unrolled step
+        that counter folded with the iteration (Note [random streams] in topi/philox.py)."""
+        return self.stream.value()
+
+    def step_stream(self, step) -> Stream:
+        """The stream of iteration `step` (an int64 scalar Value or an int) of this scope."""
+        parent = self.stream
+
+        def folded():
+            i = step if isinstance(step, Value) else self.const(np.int64(step))
+            return self.call("random_fold_in", parent.value(), i)
+
+        return Stream(folded)
 
     def param(self, name: str, shape, dtype) -> Value:
         v = super().param(name, shape, dtype)

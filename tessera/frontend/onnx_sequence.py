@@ -123,7 +123,7 @@ def sequence_map(b, input_sequence, *additional_inputs, body):
         bindings = {
             nm: x[i] if isinstance(x, Seq) else x for nm, x in zip(names, inputs, strict=True)
         }
-        results.append(b.convert_subgraph(body, bindings))
+        results.append(b.convert_subgraph(body, bindings, step=i))
     return tuple(Seq(r[k] for r in results) for k in range(len(body.output)))
 
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 import threading
 
 RUN_COUNTER_INPUT = "tessera.run_call"
+# the last parameter of an If branch or Loop body whose random ops draw: the caller's stream
+# (Note [random streams] in topi/philox.py)
+STREAM_PARAM = "tessera.stream"
 
 
 class RunCounter:

@@ -26,6 +26,20 @@ Note [run-time random numbers]
     that do not. Using every word of a block made uniform draws about 5x faster than one
     block per sample. `philox_numpy` and `random_numpy` compute the same in numpy (the
     reference).
+
+Note [random streams]
+    The (call high, call low) counter words above hold the *stream*: the run index at the top
+    level of a model, and inside a loop body, where every iteration must draw fresh values,
+    the stream folded with the iteration number (JAX's `fold_in`):
+      fold_in(stream, i) = words 0, 1 of Philox4x32-10 of (i low, i high, stream low,
+                           stream high) under FOLD_KEY, as one int64
+    Philox is a bijection of its 128-bit counter, so two different (stream, i) pairs give the
+    same folded stream only by a 64-bit collision of a random-looking function (odds about
+    n^2 / 2^65 over n draws); nested loops fold again, so run k, iteration i of the outer
+    loop, iteration j of the inner draws fold_in(fold_in(k, i), j). It is computed once per
+    body run (graph op `random_fold_in`), not per block; a branch of an `If` reads its
+    caller's stream as it is (one branch runs per call). Run k, iteration i draws the same
+    values in every module of the same build, on every target.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ ROUNDS = 10
 MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
 KEY_STEPS = (0x9E3779B9, 0xBB67AE85)  # the golden ratio and sqrt(3) - 1, as 32-bit fractions
 DISTRIBUTIONS = ("uniform", "normal")
+FOLD_KEY = (0x243F6A88, 0x85A308D3)  # pi's fraction: a key no seed is chosen to match
 
 
 def _u32(value):
@@ -67,6 +82,24 @@ def philox(counter, key) -> tuple:
 def seed_words(seed: int) -> tuple[int, int]:
     seed &= (1 << 64) - 1
     return seed & 0xFFFFFFFF, seed >> 32
+
+
+def _split(n, dtype: str) -> tuple:
+    """The (low, high) uint32 words of the int64 expr `n`."""
+    return te.cast(n, "uint32"), te.cast(n >> te.const(32, dtype), "uint32")
+
+
+def fold_in(stream: te.Tensor, data: te.Tensor) -> te.Tensor:
+    """The stream of iteration `data` inside stream `stream` (int64 scalars; Note [random
+    streams])."""
+
+    def folded():
+        counter = (*_split(data(), "int64"), *_split(stream(), "int64"))
+        w0, w1 = philox(counter, (_u32(FOLD_KEY[0]), _u32(FOLD_KEY[1])))[:2]
+        wide = te.cast(w0, "uint64") + (te.cast(w1, "uint64") << te.const(32, "uint64"))
+        return te.cast(wide, "int64")
+
+    return te.compute((), folded, name="random_fold_in")
 
 
 def _unit(words, dtype: str, open_low: bool):
@@ -124,13 +157,7 @@ def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: f
 
     def block(j):
         n = call() if call.ndim == 0 else call(0)
-        j = te.cast(j, "int64")
-        counter = (
-            te.cast(j, "uint32"),
-            te.cast(j >> te.const(32, "int64"), "uint32"),
-            te.cast(n, "uint32"),
-            te.cast(n >> te.const(32, "int64"), "uint32"),
-        )
+        counter = (*_split(te.cast(j, "int64"), "int64"), *_split(n, "int64"))
         values = []
         for z in _samples(philox(counter, (_u32(k0), _u32(k1))), wide, distribution):
             value = te.fma(scale, z, offset)
@@ -171,6 +198,14 @@ def philox_numpy(counter, key) -> tuple:
         hi0, hi1 = p0 >> np.uint64(32), p1 >> np.uint64(32)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, p1 & mask, hi0 ^ c3 ^ k1, p0 & mask
     return tuple(w.astype(np.uint32) for w in (c0, c1, c2, c3))
+
+
+def fold_in_numpy(stream: int, data: int) -> int:
+    """`fold_in` on Python ints: the reference."""
+    stream, data = int(stream) & (2**64 - 1), int(data) & (2**64 - 1)
+    counter = (data & 0xFFFFFFFF, data >> 32, stream & 0xFFFFFFFF, stream >> 32)
+    w0, w1 = (int(w) for w in philox_numpy(counter, FOLD_KEY)[:2])
+    return int(np.uint64(w0 | w1 << 32).view(np.int64))
 
 
 def _unit_numpy(words, wide, open_low):

@@ -216,22 +216,6 @@ def test_dropout_ratio_zero_and_inference_are_the_identity():
         assert mask.all()
 
 
-def test_random_op_in_a_loop_body_is_refused_clearly():
-    body = helper.make_graph(
-        [helper.make_node("RandomUniform", [], ["r"], shape=[2], seed=1.0),
-         helper.make_node("Identity", ["c"], ["c_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])],
-    )  # fmt: skip
-    loop = helper.make_node("Loop", ["n", "cond"], ["rs"], body=body)
-    model = make_model([loop], {"n": ((), "int64"), "cond": ((), "bool")}, ["rs"], opset=17)
-    with pytest.raises(ValueError, match="inside an If/Loop body"):
-        from_onnx(model)
-
-
 def test_symbolic_dims_and_an_exported_library_keep_the_runs(tmp_path):
     """A model with a dynamic batch: the counter input rides along the dynamic plan, and a
     loaded library's module draws, run for run, what the built one drew."""

@@ -7,9 +7,13 @@
 runtime/run_counter.py); the samples are a pure function of (call, seed, position)
 (Note [run-time random numbers] in topi/philox.py), so two calls with the same attributes
 compute the same values and may be merged. Uniform: [a, b); normal: mean a, scale b.
+Inside a loop body `%call` is the body's stream, `random_fold_in(%outer call, %iteration)`
+(Note [random streams] in topi/philox.py).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
@@ -42,3 +46,26 @@ def _(call, shape, dtype, distribution, a, b, seed):
 @random.compute
 def _(call, shape, dtype, distribution, a, b, seed):
     return philox.random(call, shape, dtype, distribution, a, b, seed)
+
+
+# %s = random_fold_in(%stream, %i): the stream of a loop body's iteration %i (Note [random
+# streams] in topi/philox.py), read by the body's `random` calls as their run counter
+random_fold_in = register_op("random_fold_in", kind=OpKind.OPAQUE)
+
+
+@random_fold_in.type_rule
+def _(stream: TensorType, data: TensorType) -> TensorType:
+    scalar = TensorType((), "int64")
+    if stream != scalar or data != scalar:
+        raise type_error("random_fold_in", f"takes two int64 scalars, got {stream}, {data}")
+    return scalar
+
+
+@random_fold_in.reference
+def _(stream, data):
+    return np.asarray(philox.fold_in_numpy(int(stream), int(data)), np.int64)
+
+
+@random_fold_in.compute
+def _(stream, data):
+    return philox.fold_in(stream, data)
