@@ -5,7 +5,6 @@ Like forms follow a dynamic batch. Statistics with bounds of 6 sigma or a chi-sq
 tail (they cannot flake), values against the numpy reference, replay in a new module."""
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper
 
 import tessera
@@ -100,9 +99,12 @@ def test_a_loop_with_a_data_dependent_trip_count_replays_in_a_new_module():
         z = h.astype(np.float64) / np.sqrt(trips)
         assert abs(z.mean()) < 6 / np.sqrt(z.size) and abs(z.var() - 1) < 6 * np.sqrt(2 / z.size)
         np.testing.assert_array_equal(second(m=np.array(trips), cond=np.array(True), h0=h0)[0], h)
-    seed = _seed(1.0)
-    want = sum(philox.random_numpy(philox.fold_in_numpy(2, i), (4096,), np.float32, "normal",
-                                   0.0, 1.0, seed).astype(np.float64) for i in range(7))  # fmt: skip
+    draws = [
+        philox.random_numpy(philox.fold_in_numpy(2, i), (4096,), np.float32, "normal", 0.0, 1.0,
+                            _seed(1.0))
+        for i in range(7)
+    ]  # fmt: skip
+    want = np.sum(np.asarray(draws, np.float64), axis=0)
     np.testing.assert_allclose(sums[2], want, rtol=1e-5, atol=1e-5)
 
 
@@ -185,8 +187,10 @@ def _if_drawing(then_op="RandomNormal"):
         [helper.make_node("Constant", [], ["zero"], value=zeros)], "else", [],
         [_value_info("zero", TensorProto.FLOAT, [N])],
     )  # fmt: skip
-    nodes = [helper.make_node("Greater", ["flag", "origin"], ["go"]),
-             helper.make_node("If", ["go"], ["y"], then_branch=then, else_branch=other)]
+    nodes = [
+        helper.make_node("Greater", ["flag", "origin"], ["go"]),
+        helper.make_node("If", ["go"], ["y"], then_branch=then, else_branch=other),
+    ]
     return make_model(nodes, {"flag": ((), "float32")}, ["y"],
                       {"origin": np.array(0, np.float32)})  # fmt: skip
 
