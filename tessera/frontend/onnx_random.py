@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 
 from tessera.frontend.onnx_registry import NodeError, onnx_op
 from tessera.graph.ir import parse_dtype
+from tessera.tir.expr import Expr
 
 _SAMPLED = ("float16", "float32", "float64")
 
@@ -43,8 +44,9 @@ def _float_dtype(onnx_type: int, what: str):
 
 
 def _draw(b, shape, dtype, distribution: str, a: float, b_: float, seed) -> object:
-    """`random` samples of `shape` in `dtype` (bfloat16: drawn in float32, then rounded)."""
-    shape = tuple(int(d) for d in shape)
+    """`random` samples of `shape` in `dtype` (bfloat16: drawn in float32, then rounded); a dim
+    may be symbolic (the Like forms' input's: Note [symbolic dims] in graph/dims.py)."""
+    shape = tuple(d if isinstance(d, Expr) else int(d) for d in shape)
     name = str(dtype)
     drawn = name if name in _SAMPLED else "float32"
     y = b.call("random", b.run_counter(), shape=shape, dtype=drawn, distribution=distribution,
@@ -66,7 +68,7 @@ def _like(b, input, dtype):
     out = input.type.dtype if dtype is None else _float_dtype(dtype, "dtype")
     if not out.is_float:
         raise NodeError(f"the input is {out}: give a float `dtype` for the samples")
-    return b.shape_of(input), out
+    return b.shape_of(input, symbolic=True), out
 
 
 @onnx_op("RandomUniformLike")
@@ -84,7 +86,7 @@ def random_normal_like(b, input, *, dtype=None, mean=0.0, scale=1.0, seed=None):
 def _unit_like(b, x, seed):
     """Uniform samples in [0, 1) of x's shape, in float64 for double x, else float32."""
     wide = "float64" if str(x.type.dtype) == "float64" else "float32"
-    return _draw(b, b.shape_of(x), parse_dtype(wide), "uniform", 0.0, 1.0, seed)
+    return _draw(b, b.shape_of(x, symbolic=True), parse_dtype(wide), "uniform", 0.0, 1.0, seed)
 
 
 def _as(b, x, dtype):
@@ -116,7 +118,9 @@ def multinomial(b, input, *, dtype=TensorProto.INT32, sample_size=1, seed=None):
         raise NodeError(f"dtype must be int32 or int64, got {out}")
     if input.type.ndim != 2 or not input.type.dtype.is_float:
         raise NodeError(f"input must be float (batch_size, class_size), got {input.type}")
-    batch, classes = b.shape_of(input)
+    batch, classes = b.shape_of(input, symbolic=True)
+    if not isinstance(classes, int):
+        raise NodeError(f"the number of classes must be static, got {input.type}")
     x = _as(b, input, parse_dtype("float64" if str(input.type.dtype) == "float64" else "float32"))
     peak = b.call("max", x, axis=(1,), keepdims=True)
     cdf = b.call("cumsum", b.call("exp", b.call("subtract", x, peak)), axis=1)

@@ -47,6 +47,8 @@ from __future__ import annotations
 import numpy as np
 
 from tessera import te
+from tessera.tir.expr import Expr
+from tessera.topi import symbolic
 
 ROUNDS = 10
 MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
@@ -146,12 +148,13 @@ def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: f
     `samples_per_block` samples each, the next lays them out in `shape`."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r} ({', '.join(DISTRIBUTIONS)})")
-    shape = tuple(int(d) for d in shape)
-    total = int(np.prod(shape))
+    shape = tuple(d if isinstance(d, Expr) else int(d) for d in shape)
+    total = symbolic.product(shape)  # an int, or an expr over symbolic dims
     per = samples_per_block(dtype, distribution)
     k0, k1 = seed_words(seed)
     wide = _wide(dtype, distribution)
-    index = "int64" if total >= 2**31 else "int32"
+    # a symbolic size is only known at run time: index in int64 then
+    index = "int32" if isinstance(total, int) and total < 2**31 else "int64"
     # one rounding on every target: an explicit fma is never split, a*b + c may be fused
     scale, offset = te.const(b - a if distribution == "uniform" else b, wide), te.const(a, wide)
 
@@ -166,13 +169,14 @@ def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: f
             values.append(te.cast(value, dtype))
         return tuple(values)
 
-    blocks = te.compute((max(1, -(-total // per)),), block, name="random_blocks")
-    strides = [int(np.prod(shape[k + 1 :])) for k in range(len(shape))]
+    count = max(1, -(-total // per)) if isinstance(total, int) else (total + (per - 1)) // per
+    blocks = te.compute((count,), block, name="random_blocks")
+    strides = [symbolic.product(shape[k + 1 :]) for k in range(len(shape))]
 
     def element(*idx):
         flat = te.const(0, index)
         for i, stride in zip(idx, strides, strict=True):
-            flat = flat + te.cast(i, index) * te.const(stride, index)
+            flat = flat + te.cast(i, index) * te.cast(stride, index)
         j, k = flat // te.const(per, index), flat % te.const(per, index)
         value = blocks[per - 1](j)
         for m in range(per - 2, -1, -1):

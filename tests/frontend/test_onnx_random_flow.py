@@ -5,6 +5,7 @@ Like forms follow a dynamic batch. Statistics with bounds of 6 sigma or a chi-sq
 tail (they cannot flake), values against the numpy reference, replay in a new module."""
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 import tessera
@@ -106,6 +107,20 @@ def test_a_loop_with_a_data_dependent_trip_count_replays_in_a_new_module():
     ]  # fmt: skip
     want = np.sum(np.asarray(draws, np.float64), axis=0)
     np.testing.assert_allclose(sums[2], want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_graph_reference_draws_what_the_compiled_loop_draws():
+    from tessera.graph.interpreter import run_function
+    from tessera.runtime.run_counter import RUN_COUNTER_INPUT
+
+    mod, params = from_onnx(_drawing_loop(trips=3, n=300))
+    h0 = np.zeros(300, np.float32)
+    m = _module(_drawing_loop(trips=3, n=300))
+    for k in range(2):
+        feeds = {"cond": np.array(True), "h0": h0, RUN_COUNTER_INPUT: np.array(k, np.int64)}
+        want = run_function(mod["main"], feeds, params)
+        for a, b in zip(m(np.array(True), h0), want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 def test_nested_loops_fold_both_iterations():
@@ -223,3 +238,60 @@ def test_an_unrolled_scan_draws_per_step():
         for t, r in enumerate(rs):  # step t of run k: the stream fold_in(k, t)
             _check_uniform(r)
             np.testing.assert_array_equal(r, _uniform(philox.fold_in_numpy(k, t), (N,), 2.0))
+
+
+def _like_model(op, rows, **attrs):
+    node = helper.make_node(op, ["x"], ["y"], seed=4.0, **attrs)
+    return make_model([node], {"x": ((rows, "n"), "float32")}, ["y"], opset=15)
+
+
+@pytest.mark.parametrize(
+    "op,dtype", [("RandomUniformLike", np.float32), ("RandomNormalLike", np.float64)]
+)
+def test_like_forms_follow_a_dynamic_dim(op, dtype):
+    """One build over x: f32[3, n] draws y of x's shape at every n, the values a build for
+    that static size draws in the same run."""
+    attrs = {"dtype": TensorProto.DOUBLE} if dtype == np.float64 else {}
+    m = _module(_like_model(op, 3, **attrs), shape_dict={"x": (3, ("n", 1, 50_000))})
+    distribution = "uniform" if op == "RandomUniformLike" else "normal"
+    for k, n in enumerate((1, 7, 64, 1000, 20_001)):
+        y = m(np.zeros((3, n), np.float32))[0]
+        assert y.shape == (3, n) and y.dtype == dtype
+        want = philox.random_numpy(k, (3, n), dtype, distribution, 0.0, 1.0, _seed(4.0))
+        np.testing.assert_allclose(y, want, rtol=0, atol=4 * np.finfo(dtype).eps)
+    if distribution == "uniform":
+        _check_uniform(y)
+    else:
+        assert abs(y.mean()) < 6 / np.sqrt(y.size) and abs(y.var() - 1) < 6 * np.sqrt(2 / y.size)
+    static = _module(_like_model(op, 3, **attrs), shape_dict={"x": (3, 7)})
+    dynamic = _module(_like_model(op, 3, **attrs), shape_dict={"x": (3, ("n", 1, 64))})
+    x = np.zeros((3, 7), np.float32)
+    for _ in range(2):  # run for run, the static and the dynamic build agree
+        np.testing.assert_array_equal(dynamic(x)[0], static(x)[0])
+
+
+def test_bernoulli_dropout_and_multinomial_over_a_dynamic_batch():
+    nodes = [
+        helper.make_node("Bernoulli", ["p"], ["b"], seed=2.0),
+        helper.make_node("Dropout", ["p", "r", "t"], ["d", "mask"], seed=3),
+        helper.make_node("Multinomial", ["x"], ["c"], seed=1.0, sample_size=N // 4),
+    ]
+    inputs = {"p": (("n", N // 4), "float32"), "x": (("n", 3), "float32")}
+    inits = {"r": np.array(0.4, np.float32), "t": np.array(True)}
+    model = make_model(nodes, inputs, ["b", "d", "mask", "c"], inits, opset=15)
+    bounds = {"p": (("n", 1, 16), N // 4), "x": (("n", 1, 16), 3)}
+    m = _module(model, shape_dict=bounds)
+    probs = np.array([0.2, 0.3, 0.5])
+    for n in (1, 3, 8):
+        p = np.full((n, N // 4), 0.25, np.float32)
+        x = np.tile(np.log(probs), (n, 1)).astype(np.float32)
+        b, d, mask, c = m(p, x)
+        assert b.shape == d.shape == mask.shape == (n, N // 4) and c.shape == (n, N // 4)
+        assert abs(b.mean() - 0.25) <= 6 * np.sqrt(0.25 * 0.75 / b.size)
+        assert abs(mask.mean() - 0.6) <= 6 * np.sqrt(0.6 * 0.4 / mask.size)
+        np.testing.assert_allclose(d, np.where(mask, p / np.float32(0.6), 0), rtol=1e-6)
+        for row in c:
+            counts = np.bincount(row, minlength=3)
+            expected = probs * row.size
+            assert np.sum((counts - expected) ** 2 / expected) < 47.0  # chi-square, 2 dof: p < 1e-9
+        assert not np.array_equal(b[0], m(p, x)[0][0])  # a fresh draw on the next run

@@ -19,6 +19,7 @@ from tessera.graph.ir import TensorType
 from tessera.graph.op import OpKind, register_op
 from tessera.graph.ops.common import type_error
 from tessera.ir.dtype import DType
+from tessera.tir.expr import Expr
 from tessera.topi import philox
 
 random = register_op("random", kind=OpKind.INJECTIVE)
@@ -33,8 +34,10 @@ def _(call: TensorType, shape, dtype, distribution, a, b, seed) -> TensorType:
     out = DType.parse(dtype)
     if not out.is_float or out.code == "bfloat":
         raise type_error("random", f"samples are float16, float32 or float64, not {out}")
-    if any(not isinstance(d, int) or d < 0 for d in shape):
-        raise type_error("random", f"the shape must be non-negative ints, got {list(shape)}")
+    if any(not isinstance(d, int | Expr) or (isinstance(d, int) and d < 0) for d in shape):
+        raise type_error(
+            "random", f"the shape must be non-negative ints or symbolic dims, got {list(shape)}"
+        )
     return TensorType(tuple(shape), out)
 
 
