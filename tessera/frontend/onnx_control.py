@@ -13,7 +13,9 @@ A subgraph reads outer values: those known when converting are copied into its f
 fold there), the others become its parameters after its own inputs. Branch outputs and
 loop-carried values keep one static type; a Loop's scan outputs need a known trip count (their
 room), and when the loop may stop early only the rows below its step count are defined, so such
-a scan output may only be a graph output (the executor returns those rows).
+a scan output may only be a graph output (the executor returns those rows). A subgraph whose
+random ops draw takes its caller's random stream as a last parameter; a loop body (and each
+unrolled step) folds it with its iteration number (Note [random streams] in topi/philox.py).
 """
 
 from __future__ import annotations

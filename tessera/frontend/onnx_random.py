@@ -7,7 +7,10 @@ runtime/run_counter.py): every run draws fresh values, and the same seed, build 
 index draw the same values on every target. The `seed` attribute (a float) keys the
 generator by its 64 bits; a node without one gets a seed drawn from the OS's entropy once,
 when the model is converted, so two conversions of the same model draw differently and a
-compiled module keeps its draw. Each node has its own stream.
+compiled module keeps its draw. Each node has its own key. In a Loop body (or an unrolled
+step) the run counter a node reads is the run index folded with the iteration number, so each
+iteration draws fresh values (Note [random streams] in topi/philox.py); the shape may hold
+symbolic dims (the Like forms follow their input's).
 
     Bernoulli(p)          = cast(uniform[0, 1) < p)
     Multinomial(logits)   = per draw, the class whose softmax CDF passes u (inverse CDF)

@@ -15,7 +15,9 @@ runtime/graph_executor.py) share one counter, so two threads never draw the same
 new GraphModule (or GPUGraphModule, which keeps a counter the same way) starts again at
 run 0. It is an input rather than state inside the native entry so that the entry stays a
 pure function of its arguments (the same plan, entry and checks for models with and without
-random ops).
+random ops). Control flow passes it on: an If branch or Loop body whose random ops draw
+takes its caller's stream as a last parameter, STREAM_PARAM, a loop body folded with its
+iteration number (Note [random streams] in topi/philox.py).
 """
 
 from __future__ import annotations
