@@ -1,12 +1,14 @@
 """Run-time random generators (Note [run-time random numbers]) against ONNX Runtime and numpy,
 in turns, as ratios.
 
-    .venv/bin/python bench/random_ops.py [--size 1048576] [--rounds 7]
+    .venv/bin/python bench/random_ops.py [--size 1048576] [--rounds 7] [--dynamic]
 
 RandomUniform and RandomNormal of `size` float32 samples, each compiled once: tessera's
 `GraphModule.run`, ONNX Runtime (one thread) and numpy's `Generator` run in alternating rounds
 (A, B, C, A, B, C, ...) of 20 calls each; the table gives medians, the ratios (above 1:
-tessera faster) and the load (`uptime`) of the run. This is a measurement, not a test.
+tessera faster) and the load (`uptime`) of the run. With `--dynamic`: RandomUniformLike and
+RandomNormalLike of an input f32[4, n], one build over a symbolic n against builds specialized
+to each size, in turns (dynamic / specialized). This is a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -55,12 +57,52 @@ def _contenders(op: str, size: int) -> dict:
     }
 
 
+def _like(op: str, shape_dict: dict):
+    from onnx import helper
+
+    import tessera
+    from tessera.frontend import from_onnx
+    from tessera.frontend.testing import make_model
+
+    node = helper.make_node(op, ["x"], ["y"], seed=1.0)
+    model = make_model([node], {"x": ((4, "n"), "float32")}, ["y"])
+    mod, params = from_onnx(model, shape_dict=shape_dict)
+    lib = tessera.build(mod, target="llvm", params=params)
+    return tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+
+
+def _dynamic(sizes, rounds: int) -> None:
+    """Like forms over a symbolic dim against specialized builds, in turns."""
+    for op in ("RandomUniformLike", "RandomNormalLike"):
+        dynamic = _like(op, {"x": (4, ("n", 1, max(sizes)))})
+        ratios = []
+        for n in sizes:
+            x = np.zeros((4, n), np.float32)
+            static = _like(op, {"x": (4, n)})
+            fns = {"dynamic": lambda m=dynamic, x=x: m.run(x=x),
+                   "specialized": lambda m=static, x=x: m.run(x=x)}  # fmt: skip
+            times = {name: [] for name in fns}
+            for fn in fns.values():
+                fn()
+            for _ in range(rounds):
+                for name, fn in fns.items():
+                    times[name].append(_seconds(fn))
+            med = {name: float(np.median(t)) for name, t in times.items()}
+            ratios.append(f"n={n}: {med['dynamic'] * 1e3:.3f} / {med['specialized'] * 1e3:.3f} ms "
+                          f"= {med['dynamic'] / med['specialized']:.2f}")  # fmt: skip
+        print(f"{op} dynamic / specialized: " + "; ".join(ratios))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=1 << 20)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--dynamic", action="store_true", help="Like forms over a symbolic dim")
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cpus")
+    if args.dynamic:
+        _dynamic([16, 1000, args.size // 4], args.rounds)
+        return
     for op in ("RandomUniform", "RandomNormal"):
         fns = _contenders(op, args.size)
         for fn in fns.values():

@@ -295,3 +295,34 @@ def test_bernoulli_dropout_and_multinomial_over_a_dynamic_batch():
             expected = probs * row.size
             assert np.sum((counts - expected) ** 2 / expected) < 47.0  # chi-square, 2 dof: p < 1e-9
         assert not np.array_equal(b[0], m(p, x)[0][0])  # a fresh draw on the next run
+
+
+def test_a_loop_unrolled_at_conversion_draws_what_a_native_loop_draws():
+    """A body that slices at its step (so it is unrolled: one copy per step) folds each step
+    into its stream as a native loop folds its iteration: the same values per run and step."""
+    n = 500
+    one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
+    body = helper.make_graph(
+        [helper.make_node("RandomUniform", [], ["r"], shape=[n], seed=5.0),
+         helper.make_node("Constant", [], ["one"], value=one),
+         helper.make_node("Unsqueeze", ["i", "zero"], ["start"]),
+         helper.make_node("Add", ["start", "one"], ["end"]),
+         helper.make_node("Slice", ["xs", "start", "end", "zero"], ["x"]),
+         helper.make_node("Add", ["x", "r"], ["y"]),
+         helper.make_node("Identity", ["c"], ["c_out"])],
+        "body",
+        [_value_info("i", TensorProto.INT64, []), _value_info("c", TensorProto.BOOL, [])],
+        [_value_info("c_out", TensorProto.BOOL, []), _value_info("y", TensorProto.FLOAT, [1, n])],
+    )  # fmt: skip
+    loop = helper.make_node("Loop", ["m", ""], ["ys"], body=body)
+    inits = {"m": np.array(3, np.int64), "zero": np.array([0], np.int64)}
+    model = make_model([loop], {"xs": ((3, n), "float32")}, ["ys"], inits, opset=17)
+    mod, _ = from_onnx(model)
+    assert "control.loop" not in str(mod["main"])  # unrolled
+    m = _module(model)
+    xs = np.zeros((3, n), np.float32)
+    for k in range(2):
+        ys = m(xs)[0]
+        for i in range(3):
+            want = _uniform(philox.fold_in_numpy(k, i), (n,), 5.0)
+            np.testing.assert_array_equal(ys[i, 0], want)
