@@ -57,7 +57,7 @@ def _contenders(op: str, size: int) -> dict:
     }
 
 
-def _like(op: str, shape_dict: dict):
+def _like(op: str, shape_dict: dict, dims=(4, "n")):
     from onnx import helper
 
     import tessera
@@ -65,7 +65,7 @@ def _like(op: str, shape_dict: dict):
     from tessera.frontend.testing import make_model
 
     node = helper.make_node(op, ["x"], ["y"], seed=1.0)
-    model = make_model([node], {"x": ((4, "n"), "float32")}, ["y"])
+    model = make_model([node], {"x": (dims, "float32")}, ["y"])
     mod, params = from_onnx(model, shape_dict=shape_dict)
     lib = tessera.build(mod, target="llvm", params=params)
     return tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))

