@@ -7,8 +7,9 @@ RandomUniform and RandomNormal of `size` float32 samples, each compiled once: te
 `GraphModule.run`, ONNX Runtime (one thread) and numpy's `Generator` run in alternating rounds
 (A, B, C, A, B, C, ...) of 20 calls each; the table gives medians, the ratios (above 1:
 tessera faster) and the load (`uptime`) of the run. With `--dynamic`: RandomUniformLike and
-RandomNormalLike of an input f32[4, n], one build over a symbolic n against builds specialized
-to each size, in turns (dynamic / specialized). This is a measurement, not a test.
+RandomNormalLike of an input f32[4, n] and f32[n, 1024], one build over a symbolic n against
+builds specialized to each size, in turns (dynamic / specialized). This is a measurement, not
+a test.
 """
 
 from __future__ import annotations
@@ -71,26 +72,32 @@ def _like(op: str, shape_dict: dict, dims=(4, "n")):
     return tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
 
 
-def _dynamic(sizes, rounds: int) -> None:
-    """Like forms over a symbolic dim against specialized builds, in turns."""
+def _dynamic(samples: int, rounds: int) -> None:
+    """Like forms over a symbolic dim (the last, x: [4, n], or the first, x: [n, 1024]) against
+    builds specialized to each size, in turns."""
+    layouts = (((4, "n"), [16, 1000, samples // 4]), (("n", 1024), [1, 16, samples // 1024]))
     for op in ("RandomUniformLike", "RandomNormalLike"):
-        dynamic = _like(op, {"x": (4, ("n", 1, max(sizes)))})
-        ratios = []
-        for n in sizes:
-            x = np.zeros((4, n), np.float32)
-            static = _like(op, {"x": (4, n)})
-            fns = {"dynamic": lambda m=dynamic, x=x: m.run(x=x),
-                   "specialized": lambda m=static, x=x: m.run(x=x)}  # fmt: skip
-            times = {name: [] for name in fns}
-            for fn in fns.values():
-                fn()
-            for _ in range(rounds):
-                for name, fn in fns.items():
-                    times[name].append(_seconds(fn))
-            med = {name: float(np.median(t)) for name, t in times.items()}
-            ratios.append(f"n={n}: {med['dynamic'] * 1e3:.3f} / {med['specialized'] * 1e3:.3f} ms "
-                          f"= {med['dynamic'] / med['specialized']:.2f}")  # fmt: skip
-        print(f"{op} dynamic / specialized: " + "; ".join(ratios))
+        for dims, sizes in layouts:
+            bound = tuple(("n", 1, max(sizes)) if d == "n" else d for d in dims)
+            dynamic = _like(op, {"x": bound}, dims)
+            ratios = []
+            for n in sizes:
+                shape = tuple(n if d == "n" else d for d in dims)
+                x = np.zeros(shape, np.float32)
+                static = _like(op, {"x": shape}, dims)
+                fns = {"dynamic": lambda m=dynamic, x=x: m.run(x=x),
+                       "specialized": lambda m=static, x=x: m.run(x=x)}  # fmt: skip
+                times = {name: [] for name in fns}
+                for fn in fns.values():
+                    fn()
+                for _ in range(rounds):
+                    for name, fn in fns.items():
+                        times[name].append(_seconds(fn))
+                med = {name: float(np.median(t)) for name, t in times.items()}
+                ratios.append(f"n={n}: {med['dynamic'] * 1e3:.3f} / "
+                              f"{med['specialized'] * 1e3:.3f} ms = "
+                              f"{med['dynamic'] / med['specialized']:.2f}")  # fmt: skip
+            print(f"{op} {list(dims)} dynamic / specialized: " + "; ".join(ratios))
 
 
 def main() -> None:
@@ -101,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cpus")
     if args.dynamic:
-        _dynamic([16, 1000, args.size // 4], args.rounds)
+        _dynamic(args.size, args.rounds)
         return
     for op in ("RandomUniform", "RandomNormal"):
         fns = _contenders(op, args.size)

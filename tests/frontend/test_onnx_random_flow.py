@@ -88,11 +88,13 @@ def test_a_loop_body_draws_fresh_values_every_iteration():
     np.testing.assert_array_equal(again(np.array(True), h0)[1], runs[0][1])
 
 
-def test_a_loop_with_a_data_dependent_trip_count_replays_in_a_new_module():
+def test_a_loop_with_a_data_dependent_trip_count_replays_in_a_new_module(tmp_path):
     model = _drawing_loop(op="RandomNormal", n=4096)
     mod, params = from_onnx(model)
     lib = tessera.build(mod, target="llvm", params=params)
-    first, second = (tessera.runtime.GraphModule(lib["default"](tessera.cpu(0))) for _ in "ab")
+    first = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    loaded = tessera.runtime.load_module(str(lib.export_library(tmp_path / "loop.so")))
+    second = tessera.runtime.GraphModule(loaded["default"](tessera.cpu(0)))  # exported, loaded
     h0 = np.zeros(4096, np.float32)
     sums = [first(m=np.array(trips), cond=np.array(True), h0=h0)[0] for trips in (1, 3, 7)]
     for trips, h in zip((1, 3, 7), sums, strict=True):
