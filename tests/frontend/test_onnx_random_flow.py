@@ -328,3 +328,34 @@ def test_a_loop_unrolled_at_conversion_draws_what_a_native_loop_draws():
         for i in range(3):
             want = _uniform(philox.fold_in_numpy(k, i), (n,), 5.0)
             np.testing.assert_array_equal(ys[i, 0], want)
+
+
+def test_an_if_inside_a_loop_body_draws_the_iterations_values():
+    n = 400
+    then = helper.make_graph(
+        [helper.make_node("RandomUniform", [], ["r"], shape=[n], seed=9.0)], "then", [],
+        [_value_info("r", TensorProto.FLOAT, [n])],
+    )  # fmt: skip
+    zeros = helper.make_tensor("z", TensorProto.FLOAT, [n], np.zeros(n, np.float32))
+    other = helper.make_graph(
+        [helper.make_node("Constant", [], ["zero"], value=zeros)], "else", [],
+        [_value_info("zero", TensorProto.FLOAT, [n])],
+    )  # fmt: skip
+    two = helper.make_tensor("two", TensorProto.INT64, [], [2])
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["two"], value=two),
+         helper.make_node("Less", ["i", "two"], ["early"]),
+         helper.make_node("If", ["early"], ["y"], then_branch=then, else_branch=other),
+         helper.make_node("Identity", ["c"], ["c_out"])],
+        "body",
+        [_value_info("i", TensorProto.INT64, []), _value_info("c", TensorProto.BOOL, [])],
+        [_value_info("c_out", TensorProto.BOOL, []), _value_info("y", TensorProto.FLOAT, [n])],
+    )  # fmt: skip
+    loop = helper.make_node("Loop", ["m", "cond"], ["ys"], body=body)
+    model = make_model([loop], {"cond": ((), "bool")}, ["ys"], {"m": np.array(4, np.int64)})
+    m = _module(model)
+    for k in range(2):
+        ys = m(np.array(True))[0]
+        for i in range(2):  # the branch reads its loop iteration's stream
+            np.testing.assert_array_equal(ys[i], _uniform(philox.fold_in_numpy(k, i), (n,), 9.0))
+        np.testing.assert_array_equal(ys[2:], np.zeros((2, n), np.float32))
