@@ -55,3 +55,25 @@ def test_random_kernel_matches_its_numpy_twin(distribution):
     f(tessera.nd.array(np.array(2**33 + 1, np.int64)), out)  # a call index past 32 bits
     want = philox.random_numpy(2**33 + 1, shape, "float32", distribution, -1.0, 3.0, 2**40 + 3)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_fold_in_numpy_is_philox_of_the_iteration_and_stream():
+    # counter (i low, i high, stream low, stream high) under FOLD_KEY: words 0, 1 as int64
+    stream, i = 2**40 + 5, 2**33 + 7
+    words = philox.philox_numpy((7, 2, 5, 256), philox.FOLD_KEY)
+    want = np.uint64(int(words[0]) | int(words[1]) << 32).view(np.int64)
+    assert philox.fold_in_numpy(stream, i) == int(want)
+    folded = {philox.fold_in_numpy(k, j) for k in range(8) for j in range(8)}
+    assert len(folded) == 64  # distinct per (run, iteration)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_fold_in_kernel_matches_its_numpy_twin(target):
+    stream = te.placeholder((), name="stream", dtype="int64")
+    data = te.placeholder((), name="data", dtype="int64")
+    y = philox.fold_in(stream, data)
+    f = tessera.build(te.create_schedule(y.op), [stream, data, y], target=target, name="fold")
+    for s, i in ((0, 0), (3, 1), (-1, 2**40 + 9), (2**62 + 11, -5)):  # high words and signs
+        out = tessera.nd.array(np.zeros((), np.int64))
+        f(tessera.nd.array(np.array(s, np.int64)), tessera.nd.array(np.array(i, np.int64)), out)
+        assert int(out.numpy()) == philox.fold_in_numpy(s, i), (s, i)
