@@ -371,15 +371,12 @@ def _convert_function(b: ConvertContext, graph, inputs, outer: list[str], name: 
     [random streams] in topi/philox.py), folded with the body's iteration number (its first
     input) when `step`."""
     sub = _context(opsets)
-
-    def stream():
-        caller = sub.param(STREAM_PARAM, (), "int64")
-        return sub.call("random_fold_in", caller, sub.params[0]) if step else caller
-
-    sub.stream = Stream(stream)
+    sub.stream = Stream(lambda: sub.param(STREAM_PARAM, (), "int64"))  # made after the others
     env = {}
     for vi, (shape, dtype) in zip(graph.input, inputs, strict=True):
         env[vi.name] = sub.param(vi.name, shape, dtype)
+    if step:
+        sub.stream = sub.step_stream(sub.params[0])
     for k, n in enumerate(outer):
         v = b.env[n]
         env[n] = sub.param(f"{name}_outer{k}", v.type.shape, v.type.dtype)

@@ -74,10 +74,6 @@ class Stream:
     def __init__(self, make):
         self._make, self._value = make, None
 
-    @property
-    def used(self) -> bool:
-        return self._value is not None
-
     def value(self) -> Value:
         if self._value is None:
             self._value = self._make()
