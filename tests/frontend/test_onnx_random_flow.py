@@ -125,27 +125,34 @@ def test_the_graph_reference_draws_what_the_compiled_loop_draws():
             np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
-def test_nested_loops_fold_both_iterations():
-    n = 1000
-    inner = helper.make_graph(
-        [helper.make_node("RandomUniform", [], ["r"], shape=[n], seed=8.0),
-         helper.make_node("Identity", ["c"], ["c_out"])],
-        "inner",
-        [_value_info("j", TensorProto.INT64, []), _value_info("c", TensorProto.BOOL, [])],
-        [_value_info("c_out", TensorProto.BOOL, []), _value_info("r", TensorProto.FLOAT, [n])],
-    )  # fmt: skip
-    three = helper.make_tensor("three", TensorProto.INT64, [], [3])
-    outer = helper.make_graph(
-        [helper.make_node("Constant", [], ["k"], value=three),
-         helper.make_node("Loop", ["k", ""], ["rs"], body=inner),
-         helper.make_node("Identity", ["c"], ["c_out"])],
-        "outer",
+def _body(nodes, name: str, scans) -> object:
+    """A Loop body of `nodes` taking (i, c), passing c through and returning the scan outputs
+    `scans` [(name, shape)] (float)."""
+    return helper.make_graph(
+        [*nodes, helper.make_node("Identity", ["c"], ["c_out"])], name,
         [_value_info("i", TensorProto.INT64, []), _value_info("c", TensorProto.BOOL, [])],
         [_value_info("c_out", TensorProto.BOOL, []),
-         _value_info("rs", TensorProto.FLOAT, [3, n])],
+         *(_value_info(y, TensorProto.FLOAT, shape) for y, shape in scans)],
     )  # fmt: skip
-    loop = helper.make_node("Loop", ["m", "cond"], ["rss"], body=outer)
-    model = make_model([loop], {"cond": ((), "bool")}, ["rss"], {"m": np.array(2, np.int64)})
+
+
+def _scan_loop(body, trips: int, out: str):
+    """The model Loop(m = trips, cond; body) returning the body's scan output stacked."""
+    loop = helper.make_node("Loop", ["m", "cond"], [out], body=body)
+    return make_model([loop], {"cond": ((), "bool")}, [out], {"m": np.array(trips, np.int64)})
+
+
+def test_nested_loops_fold_both_iterations():
+    n = 1000
+    draw = helper.make_node("RandomUniform", [], ["r"], shape=[n], seed=8.0)
+    inner = _body([draw], "inner", [("r", [n])])
+    three = helper.make_tensor("three", TensorProto.INT64, [], [3])
+    outer = _body(
+        [helper.make_node("Constant", [], ["k"], value=three),
+         helper.make_node("Loop", ["k", ""], ["rs"], body=inner)],
+        "outer", [("rs", [3, n])],
+    )  # fmt: skip
+    model = _scan_loop(outer, 2, "rss")
     m = _module(model)
     for k in range(2):
         rss = m(np.array(True))[0]
@@ -193,17 +200,23 @@ def test_training_dropout_in_a_loop_body_masks_afresh_each_iteration():
     assert all(abs(a - p) <= 6 * np.sqrt(p * (1 - p) / n) for a in agree)
 
 
-def _if_drawing(then_op="RandomNormal"):
-    """If(flag > 0): then draws r (N samples), else gives zeros."""
+def _draw_or_zeros(op: str, n: int, seed: float) -> tuple:
+    """(then, else) branches: then draws n samples of `op`, else gives n zeros."""
     then = helper.make_graph(
-        [helper.make_node(then_op, [], ["r"], shape=[N], seed=6.0)], "then", [],
-        [_value_info("r", TensorProto.FLOAT, [N])],
+        [helper.make_node(op, [], ["r"], shape=[n], seed=seed)], "then", [],
+        [_value_info("r", TensorProto.FLOAT, [n])],
     )  # fmt: skip
-    zeros = helper.make_tensor("z", TensorProto.FLOAT, [N], np.zeros(N, np.float32))
+    zeros = helper.make_tensor("z", TensorProto.FLOAT, [n], np.zeros(n, np.float32))
     other = helper.make_graph(
         [helper.make_node("Constant", [], ["zero"], value=zeros)], "else", [],
-        [_value_info("zero", TensorProto.FLOAT, [N])],
+        [_value_info("zero", TensorProto.FLOAT, [n])],
     )  # fmt: skip
+    return then, other
+
+
+def _if_drawing(then_op="RandomNormal"):
+    """If(flag > 0): then draws r (N samples), else gives zeros."""
+    then, other = _draw_or_zeros(then_op, N, 6.0)
     nodes = [
         helper.make_node("Greater", ["flag", "origin"], ["go"]),
         helper.make_node("If", ["go"], ["y"], then_branch=then, else_branch=other),
@@ -332,27 +345,15 @@ def test_a_loop_unrolled_at_conversion_draws_what_a_native_loop_draws():
 
 def test_an_if_inside_a_loop_body_draws_the_iterations_values():
     n = 400
-    then = helper.make_graph(
-        [helper.make_node("RandomUniform", [], ["r"], shape=[n], seed=9.0)], "then", [],
-        [_value_info("r", TensorProto.FLOAT, [n])],
-    )  # fmt: skip
-    zeros = helper.make_tensor("z", TensorProto.FLOAT, [n], np.zeros(n, np.float32))
-    other = helper.make_graph(
-        [helper.make_node("Constant", [], ["zero"], value=zeros)], "else", [],
-        [_value_info("zero", TensorProto.FLOAT, [n])],
-    )  # fmt: skip
+    then, other = _draw_or_zeros("RandomUniform", n, 9.0)
     two = helper.make_tensor("two", TensorProto.INT64, [], [2])
-    body = helper.make_graph(
+    body = _body(
         [helper.make_node("Constant", [], ["two"], value=two),
          helper.make_node("Less", ["i", "two"], ["early"]),
-         helper.make_node("If", ["early"], ["y"], then_branch=then, else_branch=other),
-         helper.make_node("Identity", ["c"], ["c_out"])],
-        "body",
-        [_value_info("i", TensorProto.INT64, []), _value_info("c", TensorProto.BOOL, [])],
-        [_value_info("c_out", TensorProto.BOOL, []), _value_info("y", TensorProto.FLOAT, [n])],
+         helper.make_node("If", ["early"], ["y"], then_branch=then, else_branch=other)],
+        "body", [("y", [n])],
     )  # fmt: skip
-    loop = helper.make_node("Loop", ["m", "cond"], ["ys"], body=body)
-    model = make_model([loop], {"cond": ((), "bool")}, ["ys"], {"m": np.array(4, np.int64)})
+    model = _scan_loop(body, 4, "ys")
     m = _module(model)
     for k in range(2):
         ys = m(np.array(True))[0]
