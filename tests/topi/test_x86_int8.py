@@ -433,6 +433,4 @@ def test_conv2d_packed_tile_fits_the_registers_of_vpmaddwd_pairs(case):
     f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, Y], target=t)
     loops = fma_loops(f.get_source("asm"), "vpmaddwd")
     assert loops
-    assert all(loop_summary(body)["stack"] == 0 for body in loops), [
-        loop_summary(b) for b in loops
-    ]
+    assert all(loop_summary(body)["stack"] == 0 for body in loops), [loop_summary(b) for b in loops]
