@@ -126,10 +126,31 @@ def schedule_injective(outs, target=None) -> te.Schedule:
     return s
 
 
+def _rfactor_schedule(outs, target) -> te.Schedule | None:
+    """A CPU reduction group whose one output is its reduction with few output elements (a
+    tensor's min, max or sum) scheduled by the auto-scheduler's rfactor sketch at its default
+    config (Note [rfactor sketch] in autotune/auto_schedule.py): partials in vector registers,
+    parallel over parts of the reduction; None for every other group."""
+    if target is None or not target.kind_info.cpu or len({id(t.op) for t in outs}) != 1:
+        return None
+    from tessera.autotune.auto_schedule import AutoSpace
+
+    try:
+        space = AutoSpace(outs, [], target)
+    except ValueError:  # a group the auto-scheduler takes no sketch of
+        return None
+    if space.kind != "rfactor":
+        return None
+    return space.apply(space.default())[0]
+
+
 def schedule_reduce(outs, target=None) -> te.Schedule:
     """Default schedule for a reduction group: inline injective producers, parallelize the
     data-parallel axes of the reduction and of the outputs."""
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    factored = _rfactor_schedule(outs, target)
+    if factored is not None:
+        return factored
     s = te.create_schedule([t.op for t in outs])
     inline_injective(s, outs)
     out_ops = {id(t.op) for t in outs}

@@ -116,7 +116,8 @@ def _replace(index, axis: int, value) -> tuple:
 
 
 def concatenate(xs, axis: int) -> te.Tensor:
-    """Join along axis: a chain of if_then_else on the position (only one side is loaded)."""
+    """Join along axis: a balanced tree of if_then_else on the position (only one side is
+    loaded; Note [concatenate tree])."""
     axis = axis % xs[0].ndim
     pieces, start = [], 0
     for t in xs:
@@ -128,15 +129,25 @@ def concatenate(xs, axis: int) -> te.Tensor:
     if not pieces:
         return te.compute(shape, lambda *i: te.const(0, xs[0].dtype), "concatenate", INJECTIVE)
 
-    def body(*i):
-        pos = i[axis]
-        t, lo, _ = pieces[-1]
-        out = t(*_replace(i, axis, pos - lo))
-        for t, lo, hi in reversed(pieces[:-1]):
-            out = te.if_then_else(pos < hi, t(*_replace(i, axis, pos - lo)), out)
-        return out
+    def pick(i, pos, first, last):  # the piece among pieces[first:last] that holds pos
+        if last - first == 1:
+            t, lo, _ = pieces[first]
+            return t(*_replace(i, axis, pos - lo))
+        mid = (first + last) // 2
+        return te.if_then_else(
+            pos < pieces[mid][1], pick(i, pos, first, mid), pick(i, pos, mid, last)
+        )
 
-    return te.compute(shape, body, name="concatenate", tag=INJECTIVE)
+    return te.compute(
+        shape, lambda *i: pick(i, i[axis], 0, len(pieces)), name="concatenate", tag=INJECTIVE
+    )
+
+
+# Note [concatenate tree]
+# The position along the joined axis picks one piece: a chain of if_then_else tested up to n - 1
+# bounds per element, a balanced tree tests about log2(n). Where the test stays per element
+# (the axis outer to a vectorized one behind reshapes and transposes: a bidirectional LSTM's 64
+# steps of h joined into its output, ddddocr_old), a chain of 32 made that copy 10 ns a float.
 
 
 def split(x: te.Tensor, axis: int, sections) -> tuple[te.Tensor, ...]:

@@ -716,7 +716,8 @@ def test_index_arithmetic_of_symbolic_extents_wraps(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "dtype,stride,lanes", [("uint8", 2, 16), ("int32", 3, 8), ("float32", 4, 5)]
+    "dtype,stride,lanes",
+    [("uint8", 2, 16), ("int32", 3, 8), ("float32", 4, 5), ("int32", 8, 8), ("float32", 8, 3)],
 )
 def test_strided_vector_loads_read_every_stride_th_element(dtype, stride, lanes):
     """Note [strided loads]: one load of the span and a shuffle; the buffer ends at the last

@@ -217,3 +217,26 @@ def test_reduction_with_fused_injective_producers():
     xv, out = data((4, 6, 5)), np.zeros(5, "float32")
     f(xv, out)
     np.testing.assert_allclose(out, np.exp(xv.transpose(2, 0, 1)).mean(axis=(1, 2)), rtol=1e-5)
+
+
+def test_whole_tensor_reductions_are_factored_into_vector_partials():
+    """A reduction to a few elements (DynamicQuantizeLinear's min and max of a whole tensor)
+    takes the rfactor sketch on a CPU: vector partials, then the totals; the innermost axis
+    need not be a multiple of the vectors, and infinities and every dtype reduce exactly."""
+    import tessera
+    from tessera import tir
+    from tessera.tir.stmt_functor import collect
+    from tessera.topi.testing import build_cases
+
+    x = data((3, 24, 37))
+    x[1, 5, 36], x[2, 0, 0] = np.inf, -np.inf
+    cases = [(n, [x], {"axis": None}) for n in ("min", "max")]
+    cases.append(("sum", [data((3, 24, 37))], {"axis": None}))
+    cases += [(n, [data((2, 5, 130))], {"axis": None}) for n in ("min", "max")]
+    cases += [(n, [data((4, 96))], {"axis": (1,), "keepdims": True}) for n in ("min", "max")]
+    cases += [(n, [data((6, 100), d)], {"axis": None}) for n in ("min", "max") for d in
+              ("int8", "uint8", "int32")]  # fmt: skip
+    check_ops(cases, rtol=1e-5, atol=1e-4)
+    _, funcs = build_cases(cases[:1], tessera.Target("llvm"))
+    loops = collect(funcs["case0"].body, lambda n: isinstance(n, tir.For))
+    assert any(f.kind == tir.ForKind.VECTORIZED for f in loops)

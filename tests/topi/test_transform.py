@@ -62,6 +62,26 @@ def test_concatenate_and_split():
     check_ops(cases[:1] + cases[4:5], target="c")
 
 
+def test_concatenate_of_many_pieces_tests_log_many_bounds():
+    """Note [concatenate tree]: 33 pieces of uneven sizes (one empty) joined along a middle axis
+    match numpy, and an element's piece is found by a balanced tree of bounds (depth 6), not a
+    chain of 32."""
+    from tessera.tir import expr as E
+
+    pieces = [data((2, 1 + k % 3, 4)) for k in range(33)]
+    pieces[7] = np.zeros((2, 0, 4), "float32")
+    check_ops([("concatenate", pieces, {"axis": 1})])
+
+    def depth(e) -> int:
+        if isinstance(e, E.Call):
+            inner = max((depth(a) for a in e.args), default=0)
+            return inner + (e.op == "if_then_else")
+        return 0
+
+    xs = [te.placeholder(p.shape, name=f"x{k}") for k, p in enumerate(pieces)]
+    assert depth(transform.concatenate(xs, 1).op.body[0]) <= 6
+
+
 def test_slice_with_steps_and_negative_steps():
     x = data((7, 6, 5))
     cases = [

@@ -414,3 +414,23 @@ def test_conv2d_nchwc_product_as_a_second_output(target):
     q = get_op("qnn.requantize").evaluate([want, scale], dict(zero_point=3, dtype="uint8"))[0]
     np.testing.assert_array_equal(got, _blocked(want, block))
     np.testing.assert_array_equal(y, _blocked(q, block))
+
+
+@pytest.mark.parametrize("case", [(48, 4, 16, 64, 3, 1, 1), (64, 4, 12, 32, 1, 1, 0)])
+def test_conv2d_packed_tile_fits_the_registers_of_vpmaddwd_pairs(case):
+    """On AVX2 without VNNI each operand of dot_u8i8 takes two registers (Note [int8 pair
+    registers]): the channels conv's default tile leaves room for them, so its reduction loop
+    keeps every accumulator in a register (the 4 x 2 tile of the FMA rule spilled six)."""
+    from tessera.topi.x86.asm import fma_loops, loop_summary
+
+    t = Target("llvm -mcpu=haswell")
+    c, h, w, oc, k, stride, pad = case
+    X = te.placeholder((1, c, h, w), "uint8", name="x")
+    W = te.placeholder(qnn.pack_conv_weight_blocked(np.zeros((oc, c, k, k), np.int8), 8).shape,
+                       "int32", name="w")  # fmt: skip
+    attrs = dict(strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), pad_value=5)
+    Y = qnn.qnn_conv2d_packed(X, W, channels=oc, **attrs)
+    f = tessera.build(int8_conv2d.schedule_qnn_conv2d_packed([Y], t), [X, W, Y], target=t)
+    loops = fma_loops(f.get_source("asm"), "vpmaddwd")
+    assert loops
+    assert all(loop_summary(body)["stack"] == 0 for body in loops), [loop_summary(b) for b in loops]

@@ -593,8 +593,13 @@ class FunctionEmitter:
 # Note [strided loads]: a vector load whose lanes are 2 to MAX_LOAD_STRIDE elements apart (a
 # stride-2 conv or pool reading every other column) was one scalar load per lane (LLVM made a
 # gather of it). It is one load of the elements from the first lane to the last, all inside
-# the buffer because both ends are, and a shuffle. Wider strides would load mostly unused data.
-MAX_LOAD_STRIDE = 4
+# the buffer because both ends are, and a shuffle. Strides up to 8 take it: a layout transform
+# out of blocks of 8 channels (NCHW8c -> NCHW, an AVX2 int8 conv's product read back by a float
+# epilogue) reads lanes 8 apart, which as scalar loads cost each vector eight index extractions
+# and inserts (ddddocr_old's eleven such epilogues 2.20 -> 1.69 ms on AVX2, 1 thread); the
+# neighbours the span loads are the other channels of the block, which the next vectors read
+# from L1. Wider strides would load mostly unused data.
+MAX_LOAD_STRIDE = 8
 
 
 # Note [gather base]

@@ -9,8 +9,8 @@ accumulators in registers (no stores, no stack accesses = no spills).
 from __future__ import annotations
 
 
-def fma_loops(asm: str) -> list[list[str]]:
-    """The instructions of each innermost loop that does FMAs."""
+def fma_loops(asm: str, mnemonic: str = "fmadd") -> list[list[str]]:
+    """The instructions of each innermost loop that does FMAs (or `mnemonic`: "vpmaddwd")."""
     lines = [ln.split("#")[0].strip() for ln in asm.splitlines()]
     labels = {ln[:-1]: n for n, ln in enumerate(lines) if ln.endswith(":")}
     loops = []  # (first, last) line of each loop: a label and a jump back to it
@@ -22,7 +22,7 @@ def fma_loops(asm: str) -> list[list[str]]:
         (a, b) for a, b in loops if not any(a <= c < d <= b and (c, d) != (a, b) for c, d in loops)
     ]
     bodies = [[x for x in lines[a + 1 : b + 1] if x and not x.endswith(":")] for a, b in innermost]
-    return [body for body in bodies if any("fmadd" in x for x in body)]
+    return [body for body in bodies if any(mnemonic in x for x in body)]
 
 
 def loop_summary(body: list[str]) -> dict[str, int]:

@@ -57,6 +57,38 @@ def vector_registers(target) -> int:
     return 16 if target is None else target.vector_registers
 
 
+# Note [int8 pair registers]
+# Without a uint8 x int8 dot instruction (x86 VNNI's vpdpbusd), dot_u8i8 runs as two vpmaddwd
+# on the even and odd bytes (codegen/llvm/int8_dot.py, Note [int8 dot]): each weight vector and
+# each broadcast data word lives in two registers (its even and odd bytes as 16-bit lanes),
+# beside the byte mask and the two products on their way to the accumulator. A register tile
+# sized for one register per operand, as FMAs take, then spills accumulators at every step of
+# the reduction: ddddocr_old's int8 convs (4 pixels x 2 vectors of channels on AVX2) stored and
+# reloaded six accumulators per step. The int8 tiles budget `int8_operand_registers` per
+# operand and `int8_fixed_registers` besides.
+
+
+def int8_pairs(target) -> bool:
+    """Whether dot_u8i8 runs on vpmaddwd pairs on this x86 target (no VNNI)."""
+    if target is None or not target.llvm_triple.startswith(("x86_64", "i686", "i386")):
+        return False
+    feats = target.features
+    pairs = "avx2" in feats or "avx512bw" in feats
+    return pairs and "avxvnni" not in feats and "avx512vnni" not in feats
+
+
+def int8_operand_registers(target) -> int:
+    """Vector registers one weight vector or broadcast data word of dot_u8i8 takes (Note
+    [int8 pair registers])."""
+    return 2 if int8_pairs(target) else 1
+
+
+def int8_fixed_registers(target) -> int:
+    """Vector registers dot_u8i8 needs besides its operands and accumulators: the byte mask
+    and two products on vpmaddwd pairs (Note [int8 pair registers]), else none."""
+    return 3 if int8_pairs(target) else 0
+
+
 # Note [machine balance]
 # The cost rules count work in vector FMAs of one core. Reading weights from memory (they do
 # not stay in cache between inferences of a large model) costs the FMAs the core could issue

@@ -25,7 +25,12 @@ from tessera import te
 from tessera.topi.generic import inline_injective, schedule_elementwise_stage
 from tessera.topi.qnn import CONV_TAG, DW_PACK_TAG, DW_TAG
 from tessera.topi.rules import RuleKnob
-from tessera.topi.x86.cpu import stack_share, vector_registers
+from tessera.topi.x86.cpu import (
+    int8_fixed_registers,
+    int8_operand_registers,
+    stack_share,
+    vector_registers,
+)
 from tessera.topi.x86.dense import find_tagged
 from tessera.topi.x86.int8_dense import schedule_pack
 
@@ -223,7 +228,10 @@ def channel_tile(target, ow: int, blocks: int) -> tuple[int, int]:
     epilogue's temporaries: more spill); a row longer than that is cut into equal tiles."""
     regs = vector_registers(target) if target is not None else 16
     ocv = 2 if blocks % 2 == 0 else 1
-    most = max(1, regs // 2 // ocv)
+    # on vpmaddwd pairs the operands take two registers each (Note [int8 pair registers])
+    per = int8_operand_registers(target)
+    free = regs - per * (ocv + 1) - int8_fixed_registers(target) if per > 1 else regs
+    most = max(1, min(regs // 2, free) // ocv)
     tiles = -(-ow // most)
     return -(-ow // tiles), ocv
 
