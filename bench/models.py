@@ -9,7 +9,9 @@ random weights, `tessera.models.light_model`), MobileNetV2 and a BERT-base encod
 `model_zoo.py`). For each model:
 
 - compile time, cold: a fresh process with a fresh, empty `TESSERA_CACHE_DIR` (model import and
-  `tessera.build`; Python imports and the runtime library are ready before the clock starts);
+  `tessera.build`; Python imports and the runtime library are ready before the clock starts;
+  the worker, its compile pool and compilers stop with the suite: Ctrl-C, SIGTERM, SIGKILL,
+  bench/process_group.py);
   cached: a second fresh process with the same cache dir (only when tessera has a compile cache,
   `tessera.codegen.cache_stats`);
 - latency: after warm-up the two runtimes take turns of `--block` runs, each turn once the other's
@@ -48,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import model_zoo  # noqa: E402
 from fma_peak import measure_fma_peak  # noqa: E402
+from process_group import die_with_parent, run_in_group, stop_on_signals  # noqa: E402
 
 from tessera.cli.bench import BLOCK_RUNS, measure_in_blocks  # noqa: E402
 
@@ -163,9 +166,11 @@ def compiler_fingerprint() -> str | None:
     return fingerprint("llvm")
 
 
-def compile_worker(path: str, target: str) -> None:
+def compile_worker(path: str, target: str, parent: int) -> None:
     """Run in a fresh process: compile the model at `path`, print one JSON line with the
-    seconds (or the error) and the cache counters."""
+    seconds (or the error) and the cache counters. It ends, with the pool and compilers it
+    starts, when the process `parent` (the suite) dies (Note [worker process groups])."""
+    die_with_parent(parent)
     from tessera.runtime import native
 
     native.load()  # the runtime library is built once per cache dir: not the model's cost
@@ -185,8 +190,8 @@ def timed_compile(path: Path, cache_dir: Path, timeout: float, target: str = "ll
     """Compile in a fresh process with TESSERA_CACHE_DIR=cache_dir: {seconds, cache} or {error}."""
     env = dict(os.environ, TESSERA_CACHE_DIR=str(cache_dir))
     cmd = [sys.executable, os.path.abspath(__file__), WORKER_FLAG, str(path), target]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    try:  # the worker and all it starts are killed when this returns, raises or times out
+        proc = run_in_group([*cmd, str(os.getpid())], env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"compile took longer than {timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -483,8 +488,9 @@ def main(argv=None, suite=None, bars=None, script=None, description=None) -> int
     """The suite's command line; `bench/zoo.py` calls it with its own suite, bars and name."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [WORKER_FLAG]:
-        compile_worker(argv[1], argv[2])
+        compile_worker(argv[1], argv[2], int(argv[3]))
         return 0
+    stop_on_signals()  # SIGTERM/SIGHUP unwind: the compile worker's group is killed
     suite = SUITE if suite is None else suite
     args = parse_args(argv, suite, description)
     from tessera.runtime import set_num_threads

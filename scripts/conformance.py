@@ -329,6 +329,14 @@ def _op_reasons(tests: list[Result]) -> str:
     return ", ".join(f"{k} ({v})" for k, v in sorted(counts.items()))
 
 
+# What a user should know of an op whose behaviour no node test pins down: the choice made
+# where the spec is silent and implementations differ, and where the op is checked instead.
+OP_NOTES = {
+    "MaxRoiPool": "a bin's true max, negative for an all-negative bin (as the spec's 'max "
+    "pooling', Caffe and ORT 1.32; an older ORT answered FLT_MIN there), 0 for an empty bin; "
+    "no onnx reference: checked against ORT in tests/frontend/test_onnx_image.py",
+}
+
 _STRINGS = "tessera compiles tensors of numbers and booleans; its runtime holds no strings"
 # Why a case fails where it is by design or the suite's reference is at odds with ONNX
 # Runtime, not a bug: (test name pattern, why). The other failures' messages say what is
@@ -402,13 +410,15 @@ def render(results: list[Result], target: str = TARGET) -> str:
     counts = {s: sum(r[1].startswith(s) for r in rows) for s in kinds}
     lines += ["", f"## Ops ({len(rows)} in the default domain: {counts['supported']} supported, "
               f"{counts['partially']} partially, {counts['unsupported']} unsupported)", "",
-              "| op | status | node tests passing | failures |", "|---|---|---|---|"]  # fmt: skip
+              "| op | status | node tests passing | failures, or notes |",
+              "|---|---|---|---|"]  # fmt: skip
     by_op: dict[str, list[Result]] = {}
     for r in results:
         by_op.setdefault(r.op, []).append(r)
     for op, status, passed, total in rows:
         count = f"{passed} / {total}" if total else "—"
-        lines.append(f"| {op} | {status} | {count} | {_op_reasons(by_op.get(op, []))} |")
+        notes = _op_reasons(by_op.get(op, [])) or OP_NOTES.get(op, "")
+        lines.append(f"| {op} | {status} | {count} | {notes} |")
     lines += _why_section(results)
     lines += ["", "## Failing tests", "", "| test | op | reason | message |", "|---|---|---|---|"]
     for r in results:

@@ -14,7 +14,9 @@ worker (`Measurer`: a crash or a hang is a failed result, never the end of the r
 are not disturbed by the builds of other candidates... beyond what the machine's other load
 does. Every candidate's outputs are checked against the unscheduled computation's. The naive
 schedule and the default config (the space's rules) are measured first; the result is never
-slower than the default as measured.
+slower than the default as measured. A naive run slower than `naive_timeout` (a quarter of the
+budget by default) is cut off: `naive_note` says so, the default config's outputs are the
+reference instead, and the search goes on.
 
 `history` (a JSON-lines file) keeps every measurement with its features: a rerun on the same
 computation resumes (no config measured twice), and any computation of the same sketch kind
@@ -60,6 +62,8 @@ class KernelTuneResult:
     best_seconds: float | None
     default_seconds: float | None
     naive_seconds: float | None
+    naive_note: str | None = None  # why naive_seconds is None: cut off at the cap, or failed
+    naive_cap_s: float | None = None  # the cap its run was cut off at (a lower bound on it)
     trials: int = 0
     failed: int = 0
     history: list = field(default_factory=list)
@@ -252,11 +256,14 @@ def tune_kernel(
     timeout: float = 60.0,
     seed: int = 0,
     progress=None,
+    naive_timeout: float | None = None,
 ) -> KernelTuneResult:
     """Search the generated schedule space of `outputs` (a te tensor or list; `args` the
     kernel's arguments, inputs then outputs) for `budget` seconds of wall time. `workers`:
     build processes (default: 2, or fewer cores). `history`: a JSON-lines file of
-    measurements to resume from and add to. `progress(result)` after every measurement."""
+    measurements to resume from and add to. `progress(result)` after every measurement.
+    `timeout`: seconds a candidate may run; `naive_timeout`: the naive schedule (default: a
+    quarter of `budget`; cut off, it is reported as such and the search goes on)."""
     global _SPACE
     from tessera.te.schedule import Schedule
 
@@ -280,7 +287,9 @@ def tune_kernel(
         try:
             with Measurer(timeout=timeout) as measurer:
                 session = _Session(space, Path(tmp), seed, pool, measurer)
-                result.naive_seconds = session.naive(budget)
+                default = space.default()
+                cap = budget / 4 if naive_timeout is None else naive_timeout
+                _time_naive(session, result, cap, default)
 
                 def run_batch(configs):
                     out = session.run(configs)
@@ -294,7 +303,6 @@ def tune_kernel(
                         if progress:
                             progress(result)
 
-                default = space.default()
                 # the default is measured again (today's load); so is the best of a resumed run
                 resumed_best = min(
                     ((s, repr(c), c) for c, s in hist.measured.items() if s and c != default),
@@ -315,6 +323,19 @@ def tune_kernel(
     return result
 
 
+def _time_naive(session, result: KernelTuneResult, cap: float, default: Config) -> None:
+    """The naive schedule's time into `result`, its outputs the reference; when it runs past
+    `cap` seconds or fails, `result` says so and the default config's outputs are the reference."""
+    result.naive_seconds, error = session.naive(cap)
+    if result.naive_seconds is not None:
+        return
+    if error.startswith("timeout"):
+        result.naive_cap_s, result.naive_note = cap, f"did not finish in {cap:g} s (the cap)"
+    else:
+        result.naive_note = f"failed ({error})"
+    session.reference_from(default, result.naive_note)
+
+
 class _Session:
     """The files of one tuning run (inputs, reference outputs, libraries) and the processes
     that build (the pool) and measure (the worker) candidates."""
@@ -326,17 +347,29 @@ class _Session:
         self.outs = tuple(i for i, a in enumerate(space.args) if any(a is t for t in outs))
         self.count = 0
 
-    def naive(self, budget: float) -> float:
-        seconds = _measure_naive(
-            self.space, self.tmp, self.inputs, self.outs, self.reference, self.measurer, budget
+    def naive(self, cap: float) -> tuple[float | None, str | None]:
+        """(the naive schedule's time, None) with its outputs written as the reference; or
+        (None, the measurement's error) when it failed or ran past `cap` seconds."""
+        return _measure_naive(
+            self.space, self.tmp, self.inputs, self.outs, self.reference, self.measurer, cap
         )
-        if seconds is None:
+
+    def reference_from(self, config: Config, naive_note: str) -> None:
+        """Write `config`'s outputs as the reference, for a naive run that gave none."""
+        log.warning("auto-schedule: the naive schedule %s; candidates are checked against "
+                    "the default config's outputs", naive_note)  # fmt: skip
+        self.count += 1
+        path = str(self.tmp / f"cand{self.count}.so")
+        _, err = self.pool.apply(_build_job, ((config, path),))
+        if err is None:
+            args = (path, str(self.inputs), self.outs, str(self.reference), False, 0.05)
+            res = self.measurer.call(run_library, args)
+            err = res.error
+        if err is not None:
             raise RuntimeError(
-                "tune_kernel: the unscheduled computation, which every candidate is checked "
-                f"against, did not run within {max(self.measurer.timeout, budget / 2):g} s "
-                "(half the budget, or the timeout): give a larger budget"
+                f"tune_kernel: no reference outputs to check candidates against: the naive "
+                f"schedule {naive_note}, and the default config failed ({err})"
             )
-        return seconds
 
     def run(self, configs) -> list:
         """[(MeasureResult, features)]: `configs` built in parallel, then measured in turn."""
@@ -428,20 +461,19 @@ def _save_inputs(space: AutoSpace, tmp: Path, seed: int):
     return path, tmp / "reference.npz"
 
 
-def _measure_naive(space, tmp, inputs, outs, reference, measurer, budget) -> float | None:
+def _measure_naive(space, tmp, inputs, outs, reference, measurer, cap) -> tuple:
     """Build and run the unscheduled computation: its outputs are the reference; its time is
-    the naive time (None when it failed). It may take long: its timeout is half the budget."""
+    the naive time. It may take long: its timeout is `cap` seconds. (seconds, None), or
+    (None, the error: "timeout: ..." past the cap) when it failed."""
     import tessera
 
     path = tmp / "naive.so"
     sch = naive_schedule(space.outputs)
     tessera.build(sch, space.args, target=space.target, name="kernel").export_library(path)
-    timeout, measurer.timeout = measurer.timeout, max(measurer.timeout, budget / 2)
+    timeout, measurer.timeout = measurer.timeout, cap
     try:
         args = (str(path), str(inputs), outs, str(reference), False, 0.05)
         res = measurer.call(run_library, args)
     finally:
         measurer.timeout = timeout
-    if not res.ok:
-        log.warning("auto-schedule: the naive schedule failed: %s", res.error)
-    return res.seconds
+    return (res.seconds, None) if res.ok else (None, res.error)

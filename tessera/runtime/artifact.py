@@ -24,7 +24,6 @@ malice: whoever can write the file can recompute it. Artifacts from elsewhere ne
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import hmac
 import json
@@ -36,6 +35,8 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+
+from tessera.runtime.private_dirs import private_dir
 
 MAGIC = b"TESSERA-ARTIFACT"  # the last 16 bytes of every sealed artifact
 FORMAT = "tessera-artifact"
@@ -185,7 +186,8 @@ def check_signature(header: dict, name: str, key) -> None:
 
 
 # Note [private copies]: a verified artifact is opened from a copy in a folder only this process
-# knows (mode 0700, removed at exit), named by its sha256: the bytes dlopen maps are the bytes
+# knows (mode 0700, removed at exit or, if the process is killed, by the next one: Note [private
+# dirs] in private_dirs.py), named by its sha256: the bytes dlopen maps are the bytes
 # that were checked, and a file that is truncated while loaded cannot SIGBUS its reader. Loading
 # the same bytes again reuses the copy (and dlopen's handle); new bytes at the same path get a
 # copy of their own, so a model exported again to one path and loaded again runs the new code.
@@ -197,8 +199,7 @@ _copy_dir: str | None = None
 def _private_dir() -> str:
     global _copy_dir
     if _copy_dir is None:
-        _copy_dir = tempfile.mkdtemp(prefix="tessera-artifacts-")  # mode 0700
-        atexit.register(shutil.rmtree, _copy_dir, True)
+        _copy_dir = private_dir("tessera-artifacts-")
     return _copy_dir
 
 

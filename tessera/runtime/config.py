@@ -10,15 +10,15 @@ Every value is read when asked for, so a test may change the environment between
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import secrets
-import shutil
 import stat
 import tempfile
 import threading
 from pathlib import Path
+
+from tessera.runtime.private_dirs import private_dir
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -58,8 +58,7 @@ def cache_dir() -> Path:
         problem = _not_private(path)
         if problem is None:
             return path
-        fresh = Path(tempfile.mkdtemp(prefix="tessera-cache-"))  # mode 0700
-        atexit.register(shutil.rmtree, fresh, True)
+        fresh = Path(private_dir("tessera-cache-"))
         logging.getLogger("tessera.runtime.config").warning(
             "the cache directory %s %s; anything in it could be code another user planted, so "
             "it is not used: this process caches in %s instead (make it private: chmod 700, "

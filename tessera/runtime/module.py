@@ -277,11 +277,20 @@ _handles: weakref.WeakValueDictionary[str, Library] = weakref.WeakValueDictionar
 
 
 class Library(ctypes.CDLL):
-    """A kernel library opened by `library`: dlclose'd when it is collected."""
+    """A kernel library opened by `library`: dlclose'd when it is collected, or by `close()`
+    (for an owner that knows no function of it is in use any more)."""
+
+    _closed = False
+
+    def close(self) -> None:
+        """dlclose the library now, once; a function taken from it must not be called after."""
+        if not self._closed:
+            self._closed = True
+            _dlclose(self._handle)
 
     def __del__(self):
         if not sys.is_finalizing():  # at exit the process unmaps everything anyway
-            _dlclose(self._handle)
+            self.close()
 
 
 def _dlclose(handle: int) -> None:

@@ -16,11 +16,14 @@ Note [run-time random numbers]
     which the next stage lays out in the output's shape:
       uniform float16/float32: per = 4, u = (w >> 8) * 2^-24 in [0, 1) for each word w, in
         float32 (exact); double: per = 2, u = 53 bits of (w0, w1) or (w2, w3) * 2^-53
-      normal: per = 2, Box-Muller r = sqrt(-2 ln u1), both r cos(2 pi u2) and r sin(2 pi u2),
-        u1 in (0, 1] (never log 0) from the 53 bits of (w0, w1), u2 from (w2, w3), always in
-        double and then rounded: a float32 log or cos is a vector polynomial on one target
-        and libm on another, and would differ in the last bit; in double they agree to far
-        below float32's rounding.
+      normal float16/float32: per = 4, Box-Muller on two points, (w0, w1) and (w2, w3):
+        r = sqrt(-2 ln u1), both r cos(2 pi u2) and r sin(2 pi u2), with u1 = fl(w0 2^-32 +
+        2^-33) in (0, 1] (never log 0; |z| <= 6.7) and u2 = (w1 >> 8) 2^-24, in float32 with
+        exact_math's log_f32 and cos_sin_turns: the same IEEE operations on every target, so
+        the same bits (te.log and te.cos are a vector polynomial on llvm and libm on C, and
+        differ in the last bit: Note [portable float32 math]); within a few ulp of the float64
+        transform of the same u1, u2. normal double: per = 2, u1 in (0, 1] from the 53 bits of
+        (w0, w1), u2 from (w2, w3), te.log/cos/sin in double.
     The result is fma(b - a, u, a) (uniform, a = low, b = high) or fma(b, z, a) (normal,
     a = mean, b = scale): one rounding, the same on targets that fuse a * b + c and on those
     that do not. Using every word of a block made uniform draws about 5x faster than one
@@ -48,7 +51,7 @@ import numpy as np
 
 from tessera import te
 from tessera.tir.expr import Expr
-from tessera.topi import symbolic
+from tessera.topi import exact_math, symbolic
 
 ROUNDS = 10
 MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
@@ -120,7 +123,7 @@ def _unit(words, dtype: str, open_low: bool):
 
 def _wide(dtype: str, distribution: str) -> str:
     """The type a sample is computed in (Note [run-time random numbers])."""
-    return "float64" if dtype == "float64" or distribution == "normal" else "float32"
+    return "float64" if dtype == "float64" else "float32"
 
 
 def samples_per_block(dtype: str, distribution: str) -> int:
@@ -130,6 +133,8 @@ def samples_per_block(dtype: str, distribution: str) -> int:
 
 def _samples(words, wide: str, distribution: str) -> list:
     """The samples of one block with a = 0, b = 1, in `wide`."""
+    if distribution == "normal" and wide == "float32":  # Box-Muller on two points
+        return [z for pair in (words[:2], words[2:]) for z in _box_muller_f32(*pair)]
     if distribution == "normal":  # Box-Muller: both coordinates of one point
         u1 = _unit(words[:2], wide, open_low=True)
         u2 = _unit(words[2:], wide, open_low=False)
@@ -139,6 +144,18 @@ def _samples(words, wide: str, distribution: str) -> list:
     if wide == "float64":
         return [_unit(words[:2], wide, False), _unit(words[2:], wide, False)]
     return [_unit(words[k : k + 1], wide, False) for k in range(4)]
+
+
+def _box_muller_f32(w_radius, w_angle) -> list:
+    """Both coordinates of the Box-Muller point of two uint32 words, in float32, the same bits
+    on every target (Note [run-time random numbers])."""
+    f32 = "float32"
+    b = exact_math.Bindings()  # each value once (not a copy per use)
+    w_radius = b(w_radius, "w_radius")
+    u1 = b(te.fma(te.cast(w_radius, f32), te.const(2.0**-32, f32), te.const(2.0**-33, f32)), "u1")
+    radius = b(te.sqrt(te.const(-2.0, f32) * exact_math.log_f32(u1)), "radius")
+    cos, sin = exact_math.cos_sin_turns(b(w_angle, "w_angle") >> _u32(8), 24)
+    return [b.wrap(radius * cos), b.wrap(radius * sin)]
 
 
 def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: float,
@@ -164,8 +181,6 @@ def random(call: te.Tensor, shape, dtype: str, distribution: str, a: float, b: f
         values = []
         for z in _samples(philox(counter, (_u32(k0), _u32(k1))), wide, distribution):
             value = te.fma(scale, z, offset)
-            if dtype == "float16" and wide == "float64":  # via float32 on every target
-                value = te.cast(value, "float32")
             values.append(te.cast(value, dtype))
         return tuple(values)
 
@@ -243,9 +258,18 @@ def _unit_numpy(words, wide, open_low):
     return (bits + wide(1.0) if open_low else bits) * wide(scale)
 
 
+def _box_muller_numpy(w_radius, w_angle) -> tuple:
+    """`_box_muller_f32`'s point, the same u1 and u2, transformed in float64 (not rounded)."""
+    u1 = (w_radius.astype(np.float32).astype(np.float64) * 2.0**-32 + 2.0**-33).astype(np.float32)
+    radius = np.sqrt(-2.0 * np.log(u1.astype(np.float64)))
+    angle = 2.0 * np.pi * (w_angle >> np.uint32(8)).astype(np.float64) * 2.0**-24
+    return radius * np.cos(angle), radius * np.sin(angle)
+
+
 def random_numpy(call: int, shape, dtype, distribution: str, a: float, b: float, seed: int):
-    """`random` in numpy: the same values (up to the rounding of log, cos and sin in normals,
-    and of a + (b - a) u in double, where numpy has no fma)."""
+    """`random` in numpy: the same values up to rounding: float32 normals within a few ulp (the
+    kernel's float32 log, cos and sin against float64 here); double normals up to libm's log,
+    cos and sin; double uniforms up to a + (b - a) u rounded twice (numpy has no fma)."""
     shape = tuple(int(d) for d in shape)
     total = int(np.prod(shape))
     per = samples_per_block(str(np.dtype(dtype)), distribution)
@@ -254,7 +278,10 @@ def random_numpy(call: int, shape, dtype, distribution: str, a: float, b: float,
     counter = (j & np.uint64(0xFFFFFFFF), j >> np.uint64(32), call & 0xFFFFFFFF, call >> 32)
     words = philox_numpy(counter, seed_words(seed))
     wide = np.dtype(_wide(str(np.dtype(dtype)), distribution)).type
-    if distribution == "normal":
+    if distribution == "normal" and wide == np.float32:
+        pairs = [_box_muller_numpy(*words[k : k + 2]) for k in (0, 2)]
+        z, scale = np.stack([c for pair in pairs for c in pair], -1), wide(b)
+    elif distribution == "normal":
         u1, u2 = _unit_numpy(words[:2], wide, True), _unit_numpy(words[2:], wide, False)
         radius, angle = np.sqrt(wide(-2.0) * np.log(u1)), wide(2.0 * np.pi) * u2
         z, scale = np.stack([radius * np.cos(angle), radius * np.sin(angle)], -1), wide(b)
@@ -267,7 +294,9 @@ def random_numpy(call: int, shape, dtype, distribution: str, a: float, b: float,
             wide(b - a),
         )
     z = z.reshape(-1)[:total]
-    if wide == np.float32:  # the kernel's fma: the float32 product is exact in float64
+    if distribution == "normal" and wide == np.float32:  # z in float64: round once, at the end
+        value = (np.float64(a) + np.float64(scale) * z).astype(np.float32)
+    elif wide == np.float32:  # the kernel's fma: the float32 product is exact in float64
         value = (np.float64(scale) * z.astype(np.float64) + np.float64(wide(a))).astype(wide)
     else:  # numpy has no fma: this rounds twice where the kernel rounds once
         value = wide(a) + scale * z

@@ -272,6 +272,12 @@ def roi_align(x: te.Tensor, rois: te.Tensor, batch_indices: te.Tensor, output_si
 # (R, C, ph, pw). That costs O(R C ph W (H + pw)) instead of O(R C ph pw H W) for one masked
 # max over the whole map. Coordinates follow ONNX Runtime (Caffe's ROI pooling): rounded half
 # away from zero, a malformed ROI counts 1x1, bins floor/ceil'd in float32, an empty bin is 0.
+# A bin's value is the true max of its pixels, also when all are negative: the ONNX spec says
+# "max pooling" and has no reference implementation or node test for the op (onnx.reference
+# has no MaxRoiPool), Caffe starts each bin at -FLT_MAX, and ONNX Runtime 1.32 gives the true
+# max. (An older ORT kernel started at numeric_limits<float>::min(), i.e. FLT_MIN = 1.2e-38,
+# the smallest *positive* float, and so answered FLT_MIN for an all-negative bin: a bug, not
+# followed.) tests/frontend/test_onnx_image.py checks signed and all-negative maps against ORT.
 
 
 def _round_half_away(v):
@@ -299,7 +305,8 @@ def _roi_window(rois, r, p, start_k: int, end_k: int, pooled: int, size: int, sc
 
 def max_roi_pool(x: te.Tensor, rois: te.Tensor, pooled_shape, spatial_scale: float):
     """ONNX MaxRoiPool: (R, C, ph, pw), the max of each bin of each ROI (batch, x1, y1, x2, y2)
-    (Note [max roi pool windows])."""
+    (Note [max roi pool windows]): the true max, negative where all the bin's pixels are
+    (never FLT_MIN, as an older ONNX Runtime gave); 0 for a bin that lies off the map."""
     _, c_, h_, w_ = (_int(d) for d in x.shape)
     r_ = _int(rois.shape[0])
     ph_, pw_ = (int(v) for v in pooled_shape)

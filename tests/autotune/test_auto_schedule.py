@@ -147,6 +147,18 @@ def test_tune_kernel_finds_a_correct_schedule_and_resumes(tmp_path):
     assert len(set(again[2:]) & set(configs[: len(lines)])) == 0
 
 
+@pytest.mark.slow
+def test_a_naive_run_past_its_cap_is_reported_and_the_search_goes_on():
+    """No naive time (its run is cut off at once): the default's outputs are the reference."""
+    outputs, args = matmul(16, 32, 8)
+    r = tune_kernel(outputs, args, HOST, budget=60, max_trials=2, workers=2, naive_timeout=1e-6)
+    assert r.naive_seconds is None and "did not finish in 1e-06 s" in r.naive_note
+    assert r.default_seconds and r.best_seconds and r.trials >= 2 and r.failed == 0
+    arrays = inputs(args)
+    got = run(r.schedule, r.args, arrays)
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-4)
+
+
 def test_tune_kernel_refuses_symbolic_shapes_with_a_clear_error():
     n = te.var("n")
     A = te.placeholder((n, 8), name="A")

@@ -124,10 +124,11 @@ def _rois(k, batches, extent):
      ((1, 1, 5, 6), (7, 7), 1.0)],
 )  # fmt: skip
 def test_max_roi_pool_matches_ort(shape, pooled, scale):
-    """Compiled and interpreted, against ORT on non-negative maps (post-ReLU features): ORT
-    starts each max at FLT_MIN (the smallest positive float), so where a bin holds only
-    negative values it answers 1.2e-38 where the max is negative; tessera gives the max."""
-    x = np.abs(R.standard_normal(shape)).astype(np.float32)
+    """Compiled and interpreted, against ORT, on signed maps: bins of only negative values
+    give their (negative) max, as ORT 1.32 does (an older ORT kernel started each max at
+    FLT_MIN, the smallest positive float, and answered 1.2e-38 there; Note [max roi pool
+    windows])."""
+    x = R.standard_normal(shape).astype(np.float32)
     rois = _rois(6, shape[0], max(shape[2:]) / scale)
     feeds = {"x": x, "rois": rois}
     node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=list(pooled),
@@ -143,14 +144,18 @@ def test_max_roi_pool_matches_ort(shape, pooled, scale):
 
 
 def test_max_roi_pool_of_negative_values_is_their_max():
+    """An all-negative map: every bin's max is negative (never FLT_MIN); an empty bin is 0."""
     x = -np.abs(R.standard_normal((1, 2, 6, 6))).astype(np.float32) - 1
-    rois = np.array([[0, 0, 0, 5, 5], [0, 1, 2, 3, 3]], np.float32)
+    rois = np.array([[0, 0, 0, 5, 5], [0, 1, 2, 3, 3], [0, 7, 7, 9, 9]], np.float32)
     node = helper.make_node("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[2, 2])
-    mod, params = from_onnx(make_model([node], {"x": x, "rois": rois}, ["y"]))
+    model = make_model([node], {"x": x, "rois": rois}, ["y"])
+    mod, params = from_onnx(model)
     lib = tessera.build(mod, target="llvm", params=params)
     got = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))(x=x, rois=rois)[0]
     np.testing.assert_array_equal(got[0, :, 0, 0], x[0, :, 0:3, 0:3].max(axis=(1, 2)))
     np.testing.assert_array_equal(got[1, :, 1, 1], x[0, :, 3:4, 2:4].max(axis=(1, 2)))
+    assert (got[:2] < -1).all() and (got[2] == 0).all()  # the third ROI lies off the map
+    np.testing.assert_array_equal(got, run_ort(model, {"x": x, "rois": rois})[0])
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 4, 6, 7), (2, 2, 3, 4, 5)])

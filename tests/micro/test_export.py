@@ -7,6 +7,7 @@ import json
 import tarfile
 
 import numpy as np
+import pytest
 
 from tessera.micro import project
 from tessera.micro.host import HostBuild
@@ -57,6 +58,33 @@ def test_sources_build_on_the_host_and_match(lib, sample_input, host_output):
     expected = host_output(lib, x)
     np.testing.assert_allclose(build.run([x])[0], expected, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(build.invoke([x])[0], expected, rtol=1e-6, atol=1e-7)
+
+
+def _mapped(path) -> bool:
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip().endswith(str(path)) for line in f)
+
+
+def test_host_build_closes_its_library(lib, sample_input):
+    x = sample_input(4)
+    build = HostBuild(lib.c_sources(), lib.plan)
+    expected = build.invoke([x])[0]
+    assert _mapped(build.path)
+    build.close()
+    assert not _mapped(build.path)
+    with pytest.raises(RuntimeError, match="closed"):
+        build.run([x])
+    build.close()  # idempotent
+
+    with HostBuild(lib.c_sources(), lib.plan) as build:
+        np.testing.assert_array_equal(build.run([x])[0], expected)
+    assert not _mapped(build.path)
+
+    build = HostBuild(lib.c_sources(), lib.plan)
+    build.run([x])
+    path = build.path
+    del build  # collected by reference count: no cycle keeps the library alive
+    assert not _mapped(path)
 
 
 def test_c_names_are_identifiers():

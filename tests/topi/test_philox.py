@@ -77,3 +77,34 @@ def test_fold_in_kernel_matches_its_numpy_twin(target):
         out = tessera.nd.array(np.zeros((), np.int64))
         f(tessera.nd.array(np.array(s, np.int64)), tessera.nd.array(np.array(i, np.int64)), out)
         assert int(out.numpy()) == philox.fold_in_numpy(s, i), (s, i)
+
+
+def _draw(target: str, shape, dtype: str = "float32", seed: int = 9) -> np.ndarray:
+    call = te.placeholder((), name="call", dtype="int64")
+    y = philox.random(call, shape, dtype, "normal", 0.0, 1.0, seed=seed)
+    s = te.create_schedule(y.op)
+    f = tessera.build(s, [call, y], target=target, name="normal")
+    out = tessera.nd.array(np.zeros(shape, dtype))
+    f(tessera.nd.array(np.array(5, np.int64)), out)
+    return out.numpy()
+
+
+def test_float32_normals_are_the_float64_transform_within_a_few_ulp():
+    """Box-Muller in float32 (exact_math's log, cos and sin) against the float64 transform of
+    the same uniforms: within 3 ulp of the point's radius, for 2^18 samples."""
+    shape = (1 << 16, 4)  # the four samples of a block on a row: two points
+    got = _draw("llvm", shape).astype(np.float64)
+    blocks = np.arange(shape[0], dtype=np.uint64)
+    words = philox.philox_numpy((blocks, blocks * 0, 5, 0), philox.seed_words(9))
+    pairs = [philox._box_muller_numpy(*words[k : k + 2]) for k in (0, 2)]
+    want = np.stack([c for pair in pairs for c in pair], -1)
+    radius = np.hypot(want[:, 0::2], want[:, 1::2]).repeat(2, axis=1)
+    ulps = np.abs(got - want) / np.spacing(radius.astype(np.float32))
+    assert ulps.max() <= 3.0, ulps.max()
+    assert np.abs(want).max() > 4.0  # into the tail (u1 down to 2^-33: |z| <= 6.8)
+
+
+def test_llvm_and_c_draw_the_same_float32_normal_bits():
+    shape = (1 << 14, 3)  # 12288 points; the last block part-used by each row's layout
+    a, b = _draw("llvm", shape), _draw("c", shape)
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
