@@ -263,6 +263,8 @@ class AutoSpace:
     def _spatial_space(self):
         m = self.machine
         axes = self.out.axis
+        if not axes:
+            raise ValueError(f"{self.out.name} is a scalar: no loop to tile")
         x_extent = _const(axes[-1].dom.extent) or 1024
         y_extent = (_const(axes[-2].dom.extent) or 1024) if len(axes) >= 2 else 1
         vecs = tuple(sorted({max(1, m.lanes // 2), m.lanes, 2 * m.lanes}))

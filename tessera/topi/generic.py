@@ -133,6 +133,8 @@ def _rfactor_schedule(outs, target) -> te.Schedule | None:
     parallel over parts of the reduction; None for every other group."""
     if target is None or not target.kind_info.cpu or len({id(t.op) for t in outs}) != 1:
         return None
+    if not outs[0].op.is_reduction:  # e.g. a scalar computed without reducing
+        return None
     from tessera.autotune.auto_schedule import AutoSpace
 
     try:
