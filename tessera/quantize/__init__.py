@@ -27,7 +27,7 @@ import numpy as np
 from tessera.graph.ir import Constant
 from tessera.graph.op import get_op
 from tessera.ir.module import IRModule
-from tessera.quantize import calibrate, equalize, gptq
+from tessera.quantize import calibrate, equalize, gptq, sensitivity
 from tessera.quantize.rewrite import Layer, find_layers, rewrite
 from tessera.topi import qnn as topi_qnn
 
@@ -62,6 +62,12 @@ class QConfig:
     weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
     hessian_samples: int | None = None  # feeds whose layer inputs make the Hessians (None: all)
+    # Note [layer sensitivity] (sensitivity.py): each layer's cost to the model's output SQNR
+    # when it alone is int8, measured (and reported) when `sensitivity` or a target is set;
+    # target_sqnr_db keeps float the costliest layers until the predicted output SQNR meets it
+    sensitivity: bool = False
+    target_sqnr_db: float | None = None
+    sensitivity_samples: int | None = None  # feeds that measure it (None: correction_feeds)
 
 
 @dataclass
@@ -73,6 +79,9 @@ class LayerReport:
     sqnr_db: float
     quantized: bool
     method: str = ""  # the range method and dtype of the layer's input (calibrate="auto")
+    # the model's output SQNR with this layer alone int8 (Note [layer sensitivity]); nan: not
+    # measured
+    output_db: float = math.nan
 
 
 @dataclass
@@ -82,18 +91,24 @@ class QuantizeResult:
     report: list[LayerReport] = field(default_factory=list)
     config: QConfig = field(default_factory=QConfig)
     equalized: int = 0  # channel classes rescaled (Note [activation equalization])
+    # the output SQNR predicted for the layers left int8 (Note [layer sensitivity]); None: not
+    # measured
+    predicted_db: float | None = None
 
     def __str__(self) -> str:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
                 f"activations, int8 per-channel weights): {len(self.report)} layers, "
                 f"equalized {self.equalized} channel classes"]  # fmt: skip
+        if self.predicted_db is not None:
+            rows[0] += f", output SQNR predicted {self.predicted_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
-                    f"{'SQNR dB':>8}  int8")  # fmt: skip
+                    f"{'SQNR dB':>8} {'out dB':>7}  int8")  # fmt: skip
         for r in self.report:
             mark = "yes" if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
             rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
-                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f}  {mark}")  # fmt: skip
+                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f}  "
+                        f"{mark}")  # fmt: skip
         return "\n".join(rows)
 
 
@@ -303,6 +318,42 @@ def _hessians(probe, layers, where, feeds) -> list[np.ndarray]:
     return [acc.hessian() for acc in accs]
 
 
+def _int8_error(layer: Layer, x, y, act, fix) -> np.ndarray:
+    """The layer's int8 output (bias-corrected by `fix`, or None) minus its float output y."""
+    y8 = _layer_int8_output(layer, x, act)
+    if fix is not None:
+        y8 = y8 + fix.reshape((-1, 1, 1) if layer.kind == "conv2d" else (-1,))
+    return y8 - y
+
+
+def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, where, config,
+                 target) -> float:  # fmt: skip
+    """Each int8 layer's output SQNR alone into its report row and, with a target, the layers
+    kept float to meet it (Note [layer sensitivity]); returns the predicted output SQNR of
+    the layers left int8."""
+    probe = sensitivity.NoiseProbe(func, layers, target)
+
+    def deltas(f):
+        arrays = values[f]
+        for j, (layer, r) in enumerate(zip(layers, report, strict=True)):
+            if not r.quantized:
+                yield None
+                continue
+            x = arrays[where[id(layer.data)]]
+            yield _int8_error(layer, x, arrays[n_inputs + j], act[id(layer.data)],
+                              fixes.get(layer.index))  # fmt: skip
+
+    signal, noise = probe.measure(feeds, deltas)
+    candidates = [j for j, r in enumerate(report) if r.quantized]
+    for j in candidates:
+        report[j].output_db = sensitivity.db(signal, noise[j])
+    if config.target_sqnr_db is not None:
+        for j in sensitivity.keep_float_for(noise, signal, config.target_sqnr_db, candidates):
+            report[j].quantized = False
+    return sensitivity.db(signal, float(sum(noise[j] for j, r in enumerate(report)
+                                            if r.quantized)))  # fmt: skip
+
+
 def quantize(mod, params=None, calibration=(), config: QConfig | None = None, target="llvm"):
     """Quantize `mod`'s convs and dense/matmuls to int8 from the calibration feeds (an iterable
     of {input name: array}); returns a QuantizeResult (mod, params={}, report)."""
@@ -353,16 +404,14 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     measured = held_values[0] if held_values else first
     x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}
     model_inputs = _read_from_inputs(func)
-    report, keep, fixes = [], [], {}
+    report, fixes = [], {}
     for j, (layer, y) in enumerate(zip(layers, measured[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
-        y8 = _layer_int8_output(layer, x_of[id(layer.data)], a)
         if config.bias_correction:
             pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
             fixes[layer.index] = _mean_error(layer, pairs, a)
-            shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
-            y8 = y8 + fixes[layer.index].reshape(shape)
-        db = sqnr_db(y, y8)
+        err = _int8_error(layer, x_of[id(layer.data)], y, a, fixes.get(layer.index))
+        db = sqnr_db(y, y + err)
         ok = db >= config.keep_float_below_db
         if config.keep_float_inputs and id(layer.data) in model_inputs:
             ok = False
@@ -371,8 +420,14 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
             ok = False
         method = label[id(layer.data)]
         report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))
-        if ok:
-            keep.append(layer)
+    predicted = None
+    if config.sensitivity or config.target_sqnr_db is not None:
+        # on feeds that fitted nothing when there are some (as the own SQNR above)
+        values, on = (held_values, held_feeds) if held_values else (samples, fit)
+        n = min(len(values), config.sensitivity_samples or correction_feeds(len(values)))
+        predicted = _sensitivity(func, layers, report, on[:n], values[:n], act, fixes,
+                                 len(inputs), where, config, target)  # fmt: skip
+    keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
     new = rewrite(func, keep, act, config.share, fixes)
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
-                          config, equalized)  # fmt: skip
+                          config, equalized, predicted)  # fmt: skip
