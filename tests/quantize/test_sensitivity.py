@@ -27,9 +27,10 @@ def setup():
 
 
 def output_db(result, held, want) -> float:
+    ref = [w.astype(np.float64) for w in want]
     got = [run(result.mod, {}, f) for f in held]
-    noise = sum(float(np.sum((w.astype(np.float64) - g) ** 2)) for w, g in zip(want, got))
-    return db(sum(float(np.sum(w.astype(np.float64) ** 2)) for w in want), noise)
+    noise = sum(float(np.sum((w - g) ** 2)) for w, g in zip(ref, got, strict=True))
+    return db(sum(float(np.sum(w**2)) for w in ref), noise)
 
 
 def test_one_layer_alone_matches_its_build(setup):
