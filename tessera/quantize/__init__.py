@@ -331,7 +331,10 @@ def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, wher
     """Each int8 layer's output SQNR alone into its report row and, with a target, the layers
     kept float to meet it (Note [layer sensitivity]); returns the predicted output SQNR of
     the layers left int8."""
-    probe = sensitivity.NoiseProbe(func, layers, target)
+    candidates = [j for j, r in enumerate(report) if r.quantized]
+    shared, groups = _shared_values(func, layers, candidates, config.share)
+    probe = sensitivity.NoiseProbe(func, layers, shared, target)
+    q = get_op("qnn.quantize")
 
     def deltas(f):
         arrays = values[f]
@@ -342,16 +345,40 @@ def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, wher
             x = arrays[where[id(layer.data)]]
             yield _int8_error(layer, x, arrays[n_inputs + j], act[id(layer.data)],
                               fixes.get(layer.index))  # fmt: skip
+        for v in shared:  # the int8 copy that other readers read: Note [shared quantized values]
+            x, (sx, zx, dtype) = arrays[where[id(v)]], act[id(v)]
+            xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
+            yield (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx) - x
 
     signal, noise = probe.measure(feeds, deltas)
-    candidates = [j for j, r in enumerate(report) if r.quantized]
+    groups = [(noise[len(layers) + k], readers) for k, readers in enumerate(groups)]
     for j in candidates:
         report[j].output_db = sensitivity.db(signal, noise[j])
     if config.target_sqnr_db is not None:
-        for j in sensitivity.keep_float_for(noise, signal, config.target_sqnr_db, candidates):
+        for j in sensitivity.keep_float_for(noise, signal, config.target_sqnr_db, candidates,
+                                            groups):  # fmt: skip
             report[j].quantized = False
-    return sensitivity.db(signal, float(sum(noise[j] for j, r in enumerate(report)
-                                            if r.quantized)))  # fmt: skip
+    int8 = [j for j, r in enumerate(report) if r.quantized]
+    return sensitivity.db(signal, sensitivity.predicted_noise(noise, int8, groups))
+
+
+def _shared_values(func, layers, candidates, share: bool):
+    """(the values that int8 layers among `candidates` quantize and other ops read, for each
+    the positions of the candidates that read it): with share=True those ops read the int8
+    copy (rewrite.py)."""
+    if not share:
+        return [], []
+    calls = {id(layer.call) for layer in layers}
+    readers: dict[int, list[int]] = {}
+    values = {}
+    for j in candidates:
+        v = layers[j].data
+        if v not in func.outputs:
+            readers.setdefault(id(v), []).append(j)
+            values[id(v)] = v
+    other = {id(v) for c in func.body if id(c) not in calls for v in c.inputs}
+    shared = [v for key, v in values.items() if key in other]
+    return shared, [readers[id(v)] for v in shared]
 
 
 def quantize(mod, params=None, calibration=(), config: QConfig | None = None, target="llvm"):
