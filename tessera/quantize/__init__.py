@@ -68,6 +68,7 @@ class QConfig:
     sensitivity: bool = False
     target_sqnr_db: float | None = None
     sensitivity_samples: int | None = None  # feeds that measure it (None: correction_feeds)
+    target_rounds: int = 3  # builds that check the target on those feeds, aiming higher if short
 
 
 @dataclass
@@ -94,6 +95,9 @@ class QuantizeResult:
     # the output SQNR predicted for the layers left int8 (Note [layer sensitivity]); None: not
     # measured
     predicted_db: float | None = None
+    # with target_sqnr_db: the int8 module's output SQNR measured on the feeds that measured
+    # the sensitivity (Note [layer sensitivity])
+    measured_db: float | None = None
 
     def __str__(self) -> str:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
@@ -101,6 +105,8 @@ class QuantizeResult:
                 f"equalized {self.equalized} channel classes"]  # fmt: skip
         if self.predicted_db is not None:
             rows[0] += f", output SQNR predicted {self.predicted_db:.1f} dB"
+        if self.measured_db is not None:
+            rows[0] += f", measured {self.measured_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
                     f"{'SQNR dB':>8} {'out dB':>7}  int8")  # fmt: skip
         for r in self.report:
@@ -326,11 +332,33 @@ def _int8_error(layer: Layer, x, y, act, fix) -> np.ndarray:
     return y8 - y
 
 
+@dataclass
+class _Sensitivity:
+    probe: sensitivity.NoiseProbe
+    feeds: list
+    signal: float
+    noise: np.ndarray
+    groups: list
+    candidates: list[int]
+
+    def choose(self, report, aim: float | None) -> float:
+        """Mark float in `report` the candidates that keep_float_for keeps to reach `aim` (None:
+        none); the predicted output SQNR of the rest."""
+        keep = set()
+        if aim is not None:
+            keep = set(sensitivity.keep_float_for(self.noise, self.signal, aim,
+                                                  self.candidates, self.groups))  # fmt: skip
+        for j in self.candidates:
+            report[j].quantized = j not in keep
+        int8 = [j for j in self.candidates if j not in keep]
+        return sensitivity.db(self.signal, sensitivity.predicted_noise(self.noise, int8,
+                                                                       self.groups))  # fmt: skip
+
+
 def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, where, config,
-                 target) -> float:  # fmt: skip
-    """Each int8 layer's output SQNR alone into its report row and, with a target, the layers
-    kept float to meet it (Note [layer sensitivity]); returns the predicted output SQNR of
-    the layers left int8."""
+                 target) -> _Sensitivity:  # fmt: skip
+    """Each int8 layer's output SQNR alone, into its report row, and what choosing the layers to
+    keep float needs (Note [layer sensitivity])."""
     candidates = [j for j, r in enumerate(report) if r.quantized]
     shared, groups = _shared_values(func, layers, candidates, config.share)
     probe = sensitivity.NoiseProbe(func, layers, shared, target)
@@ -354,12 +382,16 @@ def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, wher
     groups = [(noise[len(layers) + k], readers) for k, readers in enumerate(groups)]
     for j in candidates:
         report[j].output_db = sensitivity.db(signal, noise[j])
-    if config.target_sqnr_db is not None:
-        for j in sensitivity.keep_float_for(noise, signal, config.target_sqnr_db, candidates,
-                                            groups):  # fmt: skip
-            report[j].quantized = False
-    int8 = [j for j, r in enumerate(report) if r.quantized]
-    return sensitivity.db(signal, sensitivity.predicted_noise(noise, int8, groups))
+    return _Sensitivity(probe, feeds, signal, noise, groups, candidates)
+
+
+def _output_db(func, feeds, refs, target) -> float:
+    """The output SQNR of func (compiled) on the feeds against the outputs refs."""
+    m = calibrate.compile_probe(func, func.outputs, target)
+    outs = [np.concatenate([a.astype(np.float64).ravel() for a in arrays])
+            for arrays in calibrate.run_values(m, feeds)]  # fmt: skip
+    noise = sum(float(np.sum((r - o) ** 2)) for r, o in zip(refs, outs, strict=True))
+    return sensitivity.db(sum(float(np.sum(r**2)) for r in refs), noise)
 
 
 def _shared_values(func, layers, candidates, share: bool):
@@ -447,14 +479,31 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
             ok = False
         method = label[id(layer.data)]
         report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))
-    predicted = None
+    predicted = measured = sens = None
     if config.sensitivity or config.target_sqnr_db is not None:
         # on feeds that fitted nothing when there are some (as the own SQNR above)
         values, on = (held_values, held_feeds) if held_values else (samples, fit)
         n = min(len(values), config.sensitivity_samples or correction_feeds(len(values)))
-        predicted = _sensitivity(func, layers, report, on[:n], values[:n], act, fixes,
-                                 len(inputs), where, config, target)  # fmt: skip
-    keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
-    new = rewrite(func, keep, act, config.share, fixes)
+        sens = _sensitivity(func, layers, report, on[:n], values[:n], act, fixes, len(inputs),
+                            where, config, target)  # fmt: skip
+        predicted = sens.choose(report, config.target_sqnr_db)
+
+    def rewritten():
+        keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
+        return rewrite(func, keep, act, config.share, fixes)
+
+    new = rewritten()
+    if config.target_sqnr_db is not None:  # Note [layer sensitivity]: measured, and met
+        refs = sens.probe.outputs(sens.feeds)
+        aim = config.target_sqnr_db
+        for attempt in range(config.target_rounds):
+            measured = _output_db(new, sens.feeds, refs, target)
+            if measured >= config.target_sqnr_db or attempt + 1 == config.target_rounds:
+                break
+            if not any(r.quantized for r in report):
+                break
+            aim += config.target_sqnr_db - measured
+            predicted = sens.choose(report, aim)
+            new = rewritten()
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
-                          config, equalized, predicted)  # fmt: skip
+                          config, equalized, predicted, measured)  # fmt: skip

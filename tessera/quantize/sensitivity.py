@@ -100,6 +100,12 @@ class NoiseProbe:
                 for k in range(m.get_num_outputs())]  # fmt: skip
         return np.concatenate(outs)
 
+    def outputs(self, feeds) -> list[np.ndarray]:
+        """The float outputs (all noise inputs zero), flattened, one array per feed."""
+        for v, z in zip(self.noise_inputs, self.zeros, strict=True):
+            self.module.set_input(v.name, z)
+        return [self._run(feed) for feed in feeds]
+
     def measure(self, feeds, deltas) -> tuple[float, np.ndarray]:
         """(S, N): S the float output's energy over the feeds, N[j] the energy of the output's
         error when noise input j (layer j's output, then the shared values') is deltas(f)[j]

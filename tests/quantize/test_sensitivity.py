@@ -71,6 +71,10 @@ def test_target_keeps_the_costliest_layers_float(setup):
     result = quantize(mod, params, feeds, QConfig(target_sqnr_db=target, **BASE))
     assert [r.name for r in result.report if not r.quantized] == [costs[0].name], str(result)
     assert result.predicted_db >= target
+    # the build is checked on the probe's feeds: the same number as measured here
+    assert result.measured_db >= target
+    assert result.measured_db == pytest.approx(output_db(result, held, want), abs=0.01)
+    assert base.measured_db is None and f"measured {result.measured_db:.1f} dB" in str(result)
     assert output_db(result, held, want) > output_db(base, held, want)
     ops = [c.op.name for c in result.mod["main"].body]
     assert ops.count("nn.conv2d") + ops.count("nn.dense") + ops.count("matmul") == 1
