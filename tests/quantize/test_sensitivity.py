@@ -3,15 +3,18 @@ through the noise probe, against a build with that layer alone int8; the predict
 layers against the built int8 model; target_sqnr_db keeping the costliest layers float."""
 
 import math
+import subprocess
+import sys
 
 import numpy as np
+import onnx
 import pytest
 
 from tessera.frontend import from_onnx
 from tessera.quantize import QConfig, quantize
 from tessera.quantize.sensitivity import db, keep_float_for
 
-from .test_quantize import ALL, cnn, run, samples
+from .test_quantize import ALL, ROOT, cnn, run, samples
 
 # share=False: a residual add reading the int8 copy is outside the prediction (the Note)
 BASE = dict(keep_float_below_db=0, share=False, **ALL)
@@ -91,3 +94,17 @@ def test_keep_float_for_order():
     assert keep_float_for(noise, 1000.0, db(1000.0, 3.5), [0, 1, 2, 3]) == [1]
     assert keep_float_for(noise, 1000.0, db(1000.0, 3.4), [0, 1, 2, 3]) == [1, 3]
     assert keep_float_for(noise, 1000.0, 100.0, [0, 2]) == [0, 2]
+
+
+def test_cli_target_sqnr(tmp_path):
+    onnx.save(cnn(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "cal.npz", x=np.concatenate([s["x"] for s in samples(8)]))
+    cmd = [sys.executable, "-m", "tessera.cli", "compile", str(tmp_path / "m.onnx"), "-o",
+           str(tmp_path / "m.so"), "--quantize", "int8", "--calibrate",
+           str(tmp_path / "cal.npz")]  # fmt: skip
+    for target, int8 in (("500", 0), ("0", 3)):  # conv1 reads the input: float either way
+        proc = subprocess.run(cmd + ["--target-sqnr", target], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert f"quantized {int8} of 4 layers" in proc.stderr, proc.stderr
+        assert f"(target {target})" in proc.stderr
