@@ -251,10 +251,11 @@ def _equalized(func, feeds, config: QConfig, target):
 # Note [mixed precision]
 # The bar is for int8 everywhere, but a deployment may trade some speed for accuracy by keeping
 # the layers that lose most in float: `skip` names them one by one, `keep_float_below_db` by
-# their own SQNR, and `keep_float_roles` by what they are (depthwise convs, the 1x1 convs, the
-# last layer: a classifier). Their inputs are not quantized and they run the float kernels;
-# the report marks them "kept float". docs/quantization.md has what each costs and gains on
-# EfficientNet-Lite0.
+# their own SQNR, `keep_float_roles` by what they are (depthwise convs, the 1x1 convs, the
+# last layer: a classifier), and `target_sqnr_db` by what each costs the model's output, as
+# few as meet an output SQNR (Note [layer sensitivity] in sensitivity.py). Their inputs are
+# not quantized and they run the float kernels; the report marks them "kept float".
+# docs/quantization.md has what each costs and gains on EfficientNet-Lite0.
 
 
 def _holdout(config: QConfig, count: int) -> int:
