@@ -305,6 +305,7 @@ def main(argv=None) -> int:
     if args.also:
         also = quantize(mod, params, feeds, QConfig(keep_float_below_db=0,
                                                     **config_fields(args.also)))  # fmt: skip
+        print(f"tessera int8 also ({args.also}):\n{also}")
     kind = "dynamic" if dynamic else "QDQ"
     with tempfile.TemporaryDirectory() as folder:
         qdq_path = ort_quantize(model, feeds, folder, dynamic)

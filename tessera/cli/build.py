@@ -120,19 +120,20 @@ def compile_model(
     board=None,
     precision="fp32",
     pretuned=True,
+    target_sqnr=None,
 ):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `db`: tuning
     records (`tessera tune`); `pretuned`: False leaves out the configs shipped for this machine
     kind; `key`: sign the artifact written to `output` with it;
-    `quantize`/`calibrate`: post-training quantization; `board`: a micro model's sources are
-    exported as a project for that board (docs/micro.md)."""
+    `quantize`/`calibrate`/`target_sqnr`: post-training quantization; `board`: a micro
+    model's sources are exported as a project for that board (docs/micro.md)."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
     mod, params = import_model(onnx_model, parse_input_shapes(input_shape))
     if quantize:  # int8 (tessera.quantize, calibrated on the .npz): docs/quantization.md
         from tessera.quantize.cli import quantize_for_cli
 
-        mod, params = quantize_for_cli(mod, params, quantize, calibrate, target)
+        mod, params = quantize_for_cli(mod, params, quantize, calibrate, target, target_sqnr)
     if dump_ir:
         os.makedirs(dump_ir, exist_ok=True)
     show_bar = sys.stderr.isatty() and not quiet()
@@ -243,6 +244,12 @@ def print_summary(rows, title="compiled") -> None:
     help="Calibration data for --quantize: .npz, one array per input, samples stacked.",
 )
 @click.option(
+    "--target-sqnr",
+    type=float,
+    help="--quantize: keep float the layers that cost the output most until its SQNR vs fp32 "
+    "reaches this many dB (docs/quantization.md, layer sensitivity).",
+)
+@click.option(
     "--precision",
     type=click.Choice(["fp32", "bf16"]),
     default="fp32",
@@ -265,6 +272,7 @@ def compile_cmd(
     key_file,
     quantize,
     calibrate,
+    target_sqnr,
     precision,
     db,
     no_pretuned,
@@ -298,6 +306,7 @@ def compile_cmd(
         calibrate=calibrate,
         board=board,
         precision=precision,
+        target_sqnr=target_sqnr,
         pretuned=not no_pretuned,
     )
     if not quiet():

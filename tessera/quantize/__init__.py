@@ -27,7 +27,7 @@ import numpy as np
 from tessera.graph.ir import Constant
 from tessera.graph.op import get_op
 from tessera.ir.module import IRModule
-from tessera.quantize import calibrate, equalize, gptq
+from tessera.quantize import calibrate, equalize, gptq, sensitivity
 from tessera.quantize.rewrite import Layer, find_layers, rewrite
 from tessera.topi import qnn as topi_qnn
 
@@ -62,6 +62,13 @@ class QConfig:
     weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
     hessian_samples: int | None = None  # feeds whose layer inputs make the Hessians (None: all)
+    # Note [layer sensitivity] (sensitivity.py): each layer's cost to the model's output SQNR
+    # when it alone is int8, measured (and reported) when `sensitivity` or a target is set;
+    # target_sqnr_db keeps float the costliest layers until the predicted output SQNR meets it
+    sensitivity: bool = False
+    target_sqnr_db: float | None = None
+    sensitivity_samples: int | None = None  # feeds that measure it (None: correction_feeds)
+    target_rounds: int = 3  # builds that check the target on those feeds, aiming higher if short
 
 
 @dataclass
@@ -73,6 +80,9 @@ class LayerReport:
     sqnr_db: float
     quantized: bool
     method: str = ""  # the range method and dtype of the layer's input (calibrate="auto")
+    # the model's output SQNR with this layer alone int8 (Note [layer sensitivity]); nan: not
+    # measured
+    output_db: float = math.nan
 
 
 @dataclass
@@ -82,18 +92,29 @@ class QuantizeResult:
     report: list[LayerReport] = field(default_factory=list)
     config: QConfig = field(default_factory=QConfig)
     equalized: int = 0  # channel classes rescaled (Note [activation equalization])
+    # the output SQNR predicted for the layers left int8 (Note [layer sensitivity]); None: not
+    # measured
+    predicted_db: float | None = None
+    # with target_sqnr_db: the int8 module's output SQNR measured on the feeds that measured
+    # the sensitivity (Note [layer sensitivity])
+    measured_db: float | None = None
 
     def __str__(self) -> str:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
                 f"activations, int8 per-channel weights): {len(self.report)} layers, "
                 f"equalized {self.equalized} channel classes"]  # fmt: skip
+        if self.predicted_db is not None:
+            rows[0] += f", output SQNR predicted {self.predicted_db:.1f} dB"
+        if self.measured_db is not None:
+            rows[0] += f", measured {self.measured_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
-                    f"{'SQNR dB':>8}  int8")  # fmt: skip
+                    f"{'SQNR dB':>8} {'out dB':>7}  int8")  # fmt: skip
         for r in self.report:
             mark = "yes" if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
             rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
-                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f}  {mark}")  # fmt: skip
+                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f}  "
+                        f"{mark}")  # fmt: skip
         return "\n".join(rows)
 
 
@@ -230,10 +251,11 @@ def _equalized(func, feeds, config: QConfig, target):
 # Note [mixed precision]
 # The bar is for int8 everywhere, but a deployment may trade some speed for accuracy by keeping
 # the layers that lose most in float: `skip` names them one by one, `keep_float_below_db` by
-# their own SQNR, and `keep_float_roles` by what they are (depthwise convs, the 1x1 convs, the
-# last layer: a classifier). Their inputs are not quantized and they run the float kernels;
-# the report marks them "kept float". docs/quantization.md has what each costs and gains on
-# EfficientNet-Lite0.
+# their own SQNR, `keep_float_roles` by what they are (depthwise convs, the 1x1 convs, the
+# last layer: a classifier), and `target_sqnr_db` by what each costs the model's output, as
+# few as meet an output SQNR (Note [layer sensitivity] in sensitivity.py). Their inputs are
+# not quantized and they run the float kernels; the report marks them "kept float".
+# docs/quantization.md has what each costs and gains on EfficientNet-Lite0.
 
 
 def _holdout(config: QConfig, count: int) -> int:
@@ -303,6 +325,95 @@ def _hessians(probe, layers, where, feeds) -> list[np.ndarray]:
     return [acc.hessian() for acc in accs]
 
 
+def _int8_error(layer: Layer, x, y, act, fix) -> np.ndarray:
+    """The layer's int8 output (bias-corrected by `fix`, or None) minus its float output y."""
+    y8 = _layer_int8_output(layer, x, act)
+    if fix is not None:
+        y8 = y8 + fix.reshape((-1, 1, 1) if layer.kind == "conv2d" else (-1,))
+    return y8 - y
+
+
+@dataclass
+class _Sensitivity:
+    probe: sensitivity.NoiseProbe
+    feeds: list
+    signal: float
+    noise: np.ndarray
+    groups: list
+    candidates: list[int]
+
+    def choose(self, report, aim: float | None) -> float:
+        """Mark float in `report` the candidates that keep_float_for keeps to reach `aim` (None:
+        none); the predicted output SQNR of the rest."""
+        keep = set()
+        if aim is not None:
+            keep = set(sensitivity.keep_float_for(self.noise, self.signal, aim,
+                                                  self.candidates, self.groups))  # fmt: skip
+        for j in self.candidates:
+            report[j].quantized = j not in keep
+        int8 = [j for j in self.candidates if j not in keep]
+        return sensitivity.db(self.signal, sensitivity.predicted_noise(self.noise, int8,
+                                                                       self.groups))  # fmt: skip
+
+
+def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, where, config,
+                 target) -> _Sensitivity:  # fmt: skip
+    """Each int8 layer's output SQNR alone, into its report row, and what choosing the layers to
+    keep float needs (Note [layer sensitivity])."""
+    candidates = [j for j, r in enumerate(report) if r.quantized]
+    shared, groups = _shared_values(func, layers, candidates, config.share)
+    probe = sensitivity.NoiseProbe(func, layers, shared, target)
+    q = get_op("qnn.quantize")
+
+    def deltas(f):
+        arrays = values[f]
+        for j, (layer, r) in enumerate(zip(layers, report, strict=True)):
+            if not r.quantized:
+                yield None
+                continue
+            x = arrays[where[id(layer.data)]]
+            yield _int8_error(layer, x, arrays[n_inputs + j], act[id(layer.data)],
+                              fixes.get(layer.index))  # fmt: skip
+        for v in shared:  # the int8 copy that other readers read: Note [shared quantized values]
+            x, (sx, zx, dtype) = arrays[where[id(v)]], act[id(v)]
+            xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
+            yield (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx) - x
+
+    signal, noise = probe.measure(feeds, deltas)
+    groups = [(noise[len(layers) + k], readers) for k, readers in enumerate(groups)]
+    for j in candidates:
+        report[j].output_db = sensitivity.db(signal, noise[j])
+    return _Sensitivity(probe, feeds, signal, noise, groups, candidates)
+
+
+def _output_db(func, feeds, refs, target) -> float:
+    """The output SQNR of func (compiled) on the feeds against the outputs refs."""
+    m = calibrate.compile_probe(func, func.outputs, target)
+    outs = [np.concatenate([a.astype(np.float64).ravel() for a in arrays])
+            for arrays in calibrate.run_values(m, feeds)]  # fmt: skip
+    noise = sum(float(np.sum((r - o) ** 2)) for r, o in zip(refs, outs, strict=True))
+    return sensitivity.db(sum(float(np.sum(r**2)) for r in refs), noise)
+
+
+def _shared_values(func, layers, candidates, share: bool):
+    """(the values that int8 layers among `candidates` quantize and other ops read, for each
+    the positions of the candidates that read it): with share=True those ops read the int8
+    copy (rewrite.py)."""
+    if not share:
+        return [], []
+    calls = {id(layer.call) for layer in layers}
+    readers: dict[int, list[int]] = {}
+    values = {}
+    for j in candidates:
+        v = layers[j].data
+        if v not in func.outputs:
+            readers.setdefault(id(v), []).append(j)
+            values[id(v)] = v
+    other = {id(v) for c in func.body if id(c) not in calls for v in c.inputs}
+    shared = [v for key, v in values.items() if key in other]
+    return shared, [readers[id(v)] for v in shared]
+
+
 def quantize(mod, params=None, calibration=(), config: QConfig | None = None, target="llvm"):
     """Quantize `mod`'s convs and dense/matmuls to int8 from the calibration feeds (an iterable
     of {input name: array}); returns a QuantizeResult (mod, params={}, report)."""
@@ -353,16 +464,14 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     measured = held_values[0] if held_values else first
     x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}
     model_inputs = _read_from_inputs(func)
-    report, keep, fixes = [], [], {}
+    report, fixes = [], {}
     for j, (layer, y) in enumerate(zip(layers, measured[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
-        y8 = _layer_int8_output(layer, x_of[id(layer.data)], a)
         if config.bias_correction:
             pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
             fixes[layer.index] = _mean_error(layer, pairs, a)
-            shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
-            y8 = y8 + fixes[layer.index].reshape(shape)
-        db = sqnr_db(y, y8)
+        err = _int8_error(layer, x_of[id(layer.data)], y, a, fixes.get(layer.index))
+        db = sqnr_db(y, y + err)
         ok = db >= config.keep_float_below_db
         if config.keep_float_inputs and id(layer.data) in model_inputs:
             ok = False
@@ -371,8 +480,31 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
             ok = False
         method = label[id(layer.data)]
         report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))
-        if ok:
-            keep.append(layer)
-    new = rewrite(func, keep, act, config.share, fixes)
+    predicted = measured = sens = None
+    if config.sensitivity or config.target_sqnr_db is not None:
+        # on feeds that fitted nothing when there are some (as the own SQNR above)
+        values, on = (held_values, held_feeds) if held_values else (samples, fit)
+        n = min(len(values), config.sensitivity_samples or correction_feeds(len(values)))
+        sens = _sensitivity(func, layers, report, on[:n], values[:n], act, fixes, len(inputs),
+                            where, config, target)  # fmt: skip
+        predicted = sens.choose(report, config.target_sqnr_db)
+
+    def rewritten():
+        keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
+        return rewrite(func, keep, act, config.share, fixes)
+
+    new = rewritten()
+    if config.target_sqnr_db is not None:  # Note [layer sensitivity]: measured, and met
+        refs = sens.probe.outputs(sens.feeds)
+        aim = config.target_sqnr_db
+        for attempt in range(config.target_rounds):
+            measured = _output_db(new, sens.feeds, refs, target)
+            if measured >= config.target_sqnr_db or attempt + 1 == config.target_rounds:
+                break
+            if not any(r.quantized for r in report):
+                break
+            aim += config.target_sqnr_db - measured
+            predicted = sens.choose(report, aim)
+            new = rewritten()
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
-                          config, equalized)  # fmt: skip
+                          config, equalized, predicted, measured)  # fmt: skip

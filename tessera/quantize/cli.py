@@ -9,8 +9,9 @@ import click
 log = logging.getLogger("tessera")
 
 
-def quantize_for_cli(mod, params, scheme: str, calibrate, target):
-    """(quantized mod, params) with the per-layer report logged; errors as click errors."""
+def quantize_for_cli(mod, params, scheme: str, calibrate, target, target_sqnr=None):
+    """(quantized mod, params) with the per-layer report logged; errors as click errors.
+    target_sqnr: QConfig.target_sqnr_db (Note [layer sensitivity])."""
     from tessera.quantize import QConfig, quantize
     from tessera.quantize.feeds import feeds_from_npz
 
@@ -20,11 +21,15 @@ def quantize_for_cli(mod, params, scheme: str, calibrate, target):
         raise click.UsageError("--quantize int8 needs --calibrate data.npz (calibration feeds)")
     try:
         feeds = feeds_from_npz(calibrate, mod, params)
-        result = quantize(mod, params, feeds, QConfig(), target=target)
+        result = quantize(mod, params, feeds, QConfig(target_sqnr_db=target_sqnr), target=target)
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     log.info("%s", result)
     kept = sum(not r.quantized for r in result.report)
-    click.echo(f"quantized {len(result.report) - kept} of {len(result.report)} layers to int8 "
-               f"({kept} kept float), calibrated on {len(feeds)} samples", err=True)  # fmt: skip
+    line = (f"quantized {len(result.report) - kept} of {len(result.report)} layers to int8 "
+            f"({kept} kept float), calibrated on {len(feeds)} samples")  # fmt: skip
+    if result.measured_db is not None:
+        line += (f"; output SQNR {result.measured_db:.1f} dB on held-out samples (target "
+                 f"{target_sqnr:g})")  # fmt: skip
+    click.echo(line, err=True)
     return result.mod, result.params
