@@ -175,10 +175,10 @@ class EvolutionarySearch:
         if near:
             near = self.rank(near, ok)
         fresh = self._fresh(measured, tries, n)
-        out: list[Config] = []
-        for pair in itertools.zip_longest(near, fresh):
-            out += [c for c in pair if c is not None and c not in out]
-        return out[:n]
+        # a random config can be one of the neighbours, even the one it is paired with: each
+        # config once (a batch measures what it lists, and a repeat would be recorded twice)
+        out = [c for pair in itertools.zip_longest(near, fresh) for c in pair if c is not None]
+        return list(dict.fromkeys(out))[:n]
 
     def _neighbours(self, config: Config, measured) -> list[Config]:
         """Up to `batch` unmeasured valid configs that differ from `config` in one knob."""
