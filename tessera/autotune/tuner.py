@@ -81,6 +81,17 @@ class TaskResult:
         return None
 
 
+# Note [lowered once]
+# Ranking candidates by the cost model needs the features of their lowered loops, and a
+# lowering in the build pool costs about what a measurement does (tens of milliseconds of
+# lowering, more on a loaded machine, against a kernel timed in milliseconds): the search
+# lowered a dozen or more candidates for every two it measured. The candidates of one task
+# recur from batch to batch (the neighbours of the same fastest config, mutations of the same
+# parents), so `EvolutionarySearch.known` keeps the features of every config lowered (None
+# where the lowering failed), a ranking lowers only the candidates it has not seen, and the
+# build of a batch whose features are known compiles without lowering them again.
+
+
 # Note [neighbours first]
 # The default of a task is a hand rule that is already good (docs/tuning.md, "Where the defaults
 # come from"), and a model's budget gives most tasks a handful of trials. Random configs of a
@@ -121,9 +132,12 @@ class EvolutionarySearch:
         self.spaces = task.implementations(target)
         self.model = KnobRidge(task, target)
         self.features = features
-        self.known: dict[Config, np.ndarray] = {}  # features of measured configs
+        # features of the configs lowered so far (measured or only ranked), None where the
+        # lowering failed: a config is lowered once (Note [lowered once])
+        self.known: dict[Config, np.ndarray | None] = {}
         self.transfer = list(transfer)
         self.gbt = GBTRanker()
+        self.lowered = 0  # configs this search had the build pool lower for their features
 
     def propose(self, measured: dict[Config, float | None], tries: int = 200) -> Config | None:
         batch = self.propose_batch(measured, 1, tries)
@@ -149,20 +163,20 @@ class EvolutionarySearch:
         return (picks + ranked)[:n]
 
     def rank(self, candidates: list[Config], ok) -> list[Config]:
-        own = [(self.known[c], s) for s, _, c in ok if c in self.known]
+        own = [(self.known[c], s) for s, _, c in ok if self.known.get(c) is not None]
         if self.features is not None and len(own) + len(self.transfer) >= 4:
             y = list(normalized_throughput([s for _, s in own]))
             X = [f for f, _ in own] + [f for f, _ in self.transfer]
             self.gbt.fit(np.stack(X), y + [t for _, t in self.transfer])
-            feats = self.features(candidates)
-            scored = [
-                (c, f) for c, (f, err) in zip(candidates, feats, strict=True) if f is not None
-            ]
+            new = [c for c in candidates if c not in self.known]
+            if new:
+                for c, (f, _) in zip(new, self.features(new), strict=True):
+                    self.known[c] = f
+                self.lowered += len(new)
+            scored = [(c, self.known[c]) for c in candidates if self.known[c] is not None]
             if scored:
                 pred = self.gbt.predict(np.stack([f for _, f in scored]))
                 order = np.argsort(-pred, kind="stable")
-                for c, f in scored:
-                    self.known.setdefault(c, f)
                 return [scored[i][0] for i in order]
         self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
         return self.model.rank(candidates)
@@ -425,12 +439,16 @@ def _search(
             log.info("%s: no new config to try (%d measured)", r.task, len(measured))
             return
         n = len(configs)
+        # lowered again only where the ranking has not lowered them (Note [lowered once])
+        lower = any(search.known.get(c) is None for c in configs)
         if builder is None:
             built = [(None,) * 2] * n
         elif local:
-            built = builder.build(r.task, configs, target, r.context)
-        else:  # a cluster's workers build: here only the features for the cost model
+            built = builder.build(r.task, configs, target, r.context, features=lower)
+        elif lower:  # a cluster's workers build: here only the features for the cost model
             built = builder.features(r.task, configs, target, r.context)
+        if builder is not None and not lower:
+            built = [(search.known[c], None) for c in configs]
         for i, res in _measure_each(measurer, r, configs, target, reference):
             # the measurement worker builds again: a hit in the compile cache the build pool
             # filled; a config the pool could not build fails there too, and is recorded

@@ -92,6 +92,35 @@ def test_a_batch_never_lists_a_config_twice(tiny):
                 assert default not in batch
 
 
+def test_a_config_is_lowered_for_its_features_once(tiny):
+    """Note [lowered once]: the ranking asks the build pool for the features of the
+    candidates it has not seen, never twice for one config (features that failed included)."""
+    _, mod, params, _ = tiny
+    conv = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.conv2d"
+    )
+    asked: list = []
+
+    def features(configs):
+        asked.extend(configs)
+        # a fake feature vector per config; one config in three "fails to lower"
+        return [
+            (None, "no") if hash(c) % 3 == 0 else (np.array([hash(c) % 97, 1.0]), None)
+            for c in configs
+        ]
+
+    transfer = [(np.array([float(i), 1.0]), i / 10) for i in range(6)]
+    search = EvolutionarySearch(
+        conv, HOST, random.Random(0), population=2, features=features, transfer=transfer
+    )
+    measured = {conv.default(HOST): 1.0}
+    for i in range(12):
+        batch = search.propose_batch(measured, 2)
+        measured.update({c: 1.0 + (i % 3) / 10 for c in batch})
+    assert len(asked) == len(set(asked)) == search.lowered > 0
+    assert all(c in search.known for c in asked)
+
+
 def test_tune_writes_records_resumes_and_the_build_matches_ort(tiny, tmp_path):
     model, mod, params, feeds = tiny
     path = tmp_path / "tune.db"
