@@ -138,6 +138,7 @@ class EvolutionarySearch:
         self.transfer = list(transfer)
         self.gbt = GBTRanker()
         self.lowered = 0  # configs this search had the build pool lower for their features
+        self.batches = 0  # batches proposed and measured
 
     def propose(self, measured: dict[Config, float | None], tries: int = 200) -> Config | None:
         batch = self.propose_batch(measured, 1, tries)
@@ -293,34 +294,96 @@ def tune_tasks(
         for r, feats in zip(results, features, strict=True):
             # the defaults: baseline, reference outputs, the answer to beat
             references[r.task] = _measure_default(r, target, db, measurer, progress, feats)
-        # each task in turn gets its weight's share of the time left, so that time a task
-        # did not need (a small space, exhausted) goes to the tasks after it
         weights = _weights(results)
         rng = random.Random(seed)
-        for r in sorted(results, key=lambda r: -weights.get(r.task, 0)):
-            if r.task not in weights:
-                continue
-            left = budget - (time.monotonic() - start)
-            share = left * weights[r.task] / sum(weights.values())
-            del weights[r.task]
-            deadline = time.monotonic() + max(0.0, share)
-            _search(
-                r,
-                target,
-                db,
-                measurer,
-                references[r.task],
-                deadline,
-                max_trials,
-                rng,
-                progress,
-                builder,
-            )
-            _confirm(r, target, db, measurer, references[r.task], progress)
+
+        def search(r, deadline, state):
+            ref = references[r.task]
+            args = (deadline, max_trials, rng, progress, builder, state)
+            return _search(r, target, db, measurer, ref, *args)
+
+        _schedule(results, weights, budget, start, search)
+        for r in results:
+            if r.task in weights:
+                _confirm(r, target, db, measurer, references[r.task], progress)
         return results
     finally:
         if own:
             measurer.close()
+
+
+# Note [scheduling the budget]
+# A task's expected gain is its share of the model's time (the default's time x its calls, the
+# weight) times what a search finds, which nobody knows in advance; the weight is what is
+# known. So the time left is split by weight, the heaviest task first, each taking its share of
+# what is left (time a small space did not need goes to the tasks after it). A batch (one
+# candidate per build process, built, then measured) is the unit a search spends: a task whose
+# share would not pay for one batch (by the mean batch time of this run so far) is not
+# searched in that round, and its share goes to the tasks that can use it: a model's many
+# small kernels (pools, a softmax, a 1% conv) each used to get a batch that cost more than
+# their share and could save a few microseconds, while its heavy convs waited. Rounds repeat
+# while time is left and some task's search is not done (its space measured, or its
+# `max_trials` reached), the last active task taking all that is left, so that a budget is
+# spent on the heavy tasks again rather than left unused. Each task keeps its search (the
+# cost model's features, its batch count) from round to round, and is confirmed once, at the
+# end (tuner._confirm).
+
+
+@dataclass
+class _SearchState:
+    """One task's search, kept from round to round of the scheduler."""
+
+    search: EvolutionarySearch
+    measured: dict
+    new: int = 0  # candidates measured in this run
+    done: bool = False  # nothing left to propose, or max_trials reached
+
+
+class _BatchClock:
+    """The mean wall time of a batch so far this run (None before the first)."""
+
+    def __init__(self):
+        self.total, self.count = 0.0, 0
+
+    def add(self, seconds: float) -> None:
+        self.total += seconds
+        self.count += 1
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _schedule(results, weights, budget, start, search) -> None:
+    """Spend what is left of `budget` (since `start`) on the tasks of `weights` in rounds
+    (Note [scheduling the budget]); `search(r, deadline, state)` searches r's task until the
+    deadline from its `state` (None the first time) and returns the state."""
+    states: dict = {}
+    clock = _BatchClock()
+    by_weight = sorted((r for r in results if r.task in weights), key=lambda r: -weights[r.task])
+    while True:
+        active = [r for r in by_weight if not (r.task in states and states[r.task].done)]
+        if not active or time.monotonic() - start >= budget:
+            return
+        searched = False
+        for i, r in enumerate(active):
+            left = budget - (time.monotonic() - start)
+            if left <= 0:
+                return
+            rest = active[i:]
+            share = left * weights[r.task] / sum(weights[t.task] for t in rest)
+            if len(rest) > 1 and clock.mean is not None and share < clock.mean:
+                continue  # too little to pay for a batch: its share goes to the others
+            batches = states[r.task].search.batches if r.task in states else 0
+            began = time.monotonic()
+            states[r.task] = search(r, began + share, states.get(r.task))
+            made = states[r.task].search.batches - batches
+            if made:
+                clock.add((time.monotonic() - began) / made)
+            searched = True
+        if not searched:  # no share pays for a batch: the heaviest active task takes the rest
+            r = active[0]
+            states[r.task] = search(r, start + budget, states.get(r.task))
 
 
 def _measure(measurer, r: TaskResult, config: Config, target, reference=None) -> MeasureResult:
@@ -413,31 +476,26 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
 
 
 def _search(
-    r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder=None
-) -> None:
-    measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
-    features = None
-    if builder is not None:
-        features = lambda cs: builder.features(r.task, cs, target, r.context)  # noqa: E731
-    search = EvolutionarySearch(
-        r.task,
-        target,
-        rng,
-        features=features,
-        transfer=transfer_data(db, r.task, target) if builder is not None else (),
-    )
-    for rec in db.of(r.task, target):
-        if rec.features is not None:
-            search.known[rec.config] = np.asarray(rec.features)
+    r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder, state
+) -> _SearchState:
+    """Search r's task until `deadline` (or `max_trials` candidates in this run), from `state`
+    when an earlier round of the scheduler began it; returns the state."""
+    if state is None:
+        state = _search_state(r, target, db, rng, builder)
+    search, measured = state.search, state.measured
     local = getattr(measurer, "builds_locally", True)
     width = max(builder.workers if builder is not None else 1, getattr(measurer, "width", 1))
-    new = 0
-    while time.monotonic() < deadline and (max_trials is None or new < max_trials):
-        n = width if max_trials is None else min(width, max_trials - new)
+    while not state.done and time.monotonic() < deadline:
+        if max_trials is not None and state.new >= max_trials:
+            state.done = True
+            break
+        n = width if max_trials is None else min(width, max_trials - state.new)
         configs = search.propose_batch(measured, n)
         if not configs:
             log.info("%s: no new config to try (%d measured)", r.task, len(measured))
-            return
+            state.done = True
+            break
+        search.batches += 1
         n = len(configs)
         # lowered again only where the ranking has not lowered them (Note [lowered once])
         lower = any(search.known.get(c) is None for c in configs)
@@ -458,7 +516,7 @@ def _search(
             measured[config] = res.seconds
             if feats is not None:
                 search.known[config] = feats
-            new += 1
+            state.new += 1
             r.trials += 1
             if not res.ok:
                 r.failed += 1
@@ -468,6 +526,27 @@ def _search(
             r.history.append((r.trials, r.best_seconds))
             if progress:
                 progress(r, record)
+    if max_trials is not None and state.new >= max_trials:
+        state.done = True
+    return state
+
+
+def _search_state(r, target, db, rng, builder) -> _SearchState:
+    measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
+    features = None
+    if builder is not None:
+        features = lambda cs: builder.features(r.task, cs, target, r.context)  # noqa: E731
+    search = EvolutionarySearch(
+        r.task,
+        target,
+        rng,
+        features=features,
+        transfer=transfer_data(db, r.task, target) if builder is not None else (),
+    )
+    for rec in db.of(r.task, target):
+        if rec.features is not None:
+            search.known[rec.config] = np.asarray(rec.features)
+    return _SearchState(search, measured)
 
 
 def tune(

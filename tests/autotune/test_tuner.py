@@ -121,6 +121,63 @@ def test_a_config_is_lowered_for_its_features_once(tiny):
     assert all(c in search.known for c in asked)
 
 
+class _FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _scheduled(monkeypatch, weights: dict, budget: float, space: dict | None = None) -> dict:
+    """Run tuner._schedule on fake tasks whose every batch takes one second of a fake clock;
+    a task of `space` has that many batches to propose. {task: batches searched}."""
+    from types import SimpleNamespace
+
+    from tessera.autotune import tuner
+
+    clock = _FakeClock()
+    monkeypatch.setattr(tuner.time, "monotonic", clock)
+    results = [SimpleNamespace(task=t) for t in weights]
+    space = space or {}
+
+    def search(r, deadline, state):
+        state = state or SimpleNamespace(search=SimpleNamespace(batches=0), done=False)
+        while not state.done and clock.now < deadline:
+            state.search.batches += 1
+            clock.now += 1.0
+            state.done = state.search.batches >= space.get(r.task, 10**9)
+        return state
+
+    seen = {}
+
+    def counting(r, deadline, state):
+        state = search(r, deadline, state)
+        seen[r.task] = state.search.batches
+        return state
+
+    tuner._schedule(results, weights, budget, 0.0, counting)
+    assert clock.now <= budget + 1  # the last batch may end past the budget
+    return seen
+
+
+def test_the_budget_goes_to_the_tasks_whose_share_pays_for_a_batch(monkeypatch):
+    """Note [scheduling the budget]: small tasks whose share would not pay for one batch are
+    not searched while heavier ones can use the time; all of the budget is spent."""
+    weights = {"big": 90.0, "mid": 9.0, **{f"small{i}": 0.25 for i in range(4)}}
+    seen = _scheduled(monkeypatch, weights, 20.0)
+    assert set(seen) == {"big", "mid"}
+    assert seen["big"] + seen["mid"] == 20 and seen["big"] > seen["mid"] >= 1
+
+
+def test_time_a_finished_search_did_not_need_goes_to_the_others(monkeypatch):
+    """A task whose space is measured gives its time back: the small tasks get searched once
+    the heavy ones are done, the last one active taking all that is left."""
+    weights = {"big": 90.0, "mid": 9.0, "small": 1.0}
+    seen = _scheduled(monkeypatch, weights, 20.0, space={"big": 3, "mid": 2})
+    assert seen == {"big": 3, "mid": 2, "small": 15}
+
+
 def test_tune_writes_records_resumes_and_the_build_matches_ort(tiny, tmp_path):
     model, mod, params, feeds = tiny
     path = tmp_path / "tune.db"
