@@ -8,8 +8,10 @@ For every task the default config is measured first: its time is the baseline, i
 reference every candidate must match, and it stays the answer unless a candidate beats it (so
 tuned is never slower than the default, as measured). The rest of the budget is split over the
 tasks in proportion to their share of the model's time (default time x how many calls run it),
-and each task's share is spent by `EvolutionarySearch`: random configs first, then mutations of
-the fastest so far, ranked by a cost model fit to the measurements. Every measurement is
+in rounds that skip a task whose share would not pay for one batch (Note [scheduling the
+budget]), and each task's share is spent by `EvolutionarySearch`: the default's neighbours and
+random configs first, then mutations of the fastest so far, ranked by a cost model fit to the
+measurements; a winner is confirmed against the default, in turns, once the rounds are over. Every measurement is
 appended to the database as it arrives; configs the database already holds for the task and
 target are not measured again (a rerun resumes).
 """
