@@ -11,9 +11,9 @@ tasks in proportion to their share of the model's time (default time x how many 
 in rounds that skip a task whose share would not pay for one batch (Note [scheduling the
 budget]), and each task's share is spent by `EvolutionarySearch`: the default's neighbours and
 random configs first, then mutations of the fastest so far, ranked by a cost model fit to the
-measurements; a winner is confirmed against the default, in turns, once the rounds are over. Every measurement is
-appended to the database as it arrives; configs the database already holds for the task and
-target are not measured again (a rerun resumes).
+measurements; a winner is confirmed against the default, in turns, after the last round.
+Every measurement is appended to the database as it arrives; configs the database already
+holds for the task and target are not measured again (a rerun resumes).
 """
 
 from __future__ import annotations
@@ -321,14 +321,15 @@ def tune_tasks(
 # what is left (time a small space did not need goes to the tasks after it). A batch (one
 # candidate per build process, built, then measured) is the unit a search spends: a task whose
 # share would not pay for one batch (by the mean batch time of this run so far) is not
-# searched in that round, and its share goes to the tasks that can use it: a model's many
-# small kernels (pools, a softmax, a 1% conv) each used to get a batch that cost more than
-# their share and could save a few microseconds, while its heavy convs waited. Rounds repeat
-# while time is left and some task's search is not done (its space measured, or its
-# `max_trials` reached), the last active task taking all that is left, so that a budget is
-# spent on the heavy tasks again rather than left unused. Each task keeps its search (the
-# cost model's features, its batch count) from round to round, and is confirmed once, at the
-# end (tuner._confirm).
+# searched in that round, and the shares are taken among the tasks that can use them, so its
+# time goes to those by their weights (not to the lightest task left, which a share of "all
+# that is left" would hand it): a model's many small kernels (pools, a softmax, a 1% conv)
+# each used to get a batch that cost more than their share and could save a few
+# microseconds, while its heavy convs waited. Rounds repeat while time is left and some
+# task's search is not done (its space measured, or its `max_trials` reached), so that time a
+# finished search gave back is spent again by weight rather than left unused. Each task keeps
+# its search (the cost model's features, its batch count) from round to round, and is
+# confirmed once, at the end (tuner._confirm).
 
 
 @dataclass
@@ -364,28 +365,35 @@ def _schedule(results, weights, budget, start, search) -> None:
     clock = _BatchClock()
     by_weight = sorted((r for r in results if r.task in weights), key=lambda r: -weights[r.task])
     while True:
-        active = [r for r in by_weight if not (r.task in states and states[r.task].done)]
-        if not active or time.monotonic() - start >= budget:
+        queue = [r for r in by_weight if not (r.task in states and states[r.task].done)]
+        if not queue or time.monotonic() - start >= budget:
             return
-        searched = False
-        for i, r in enumerate(active):
+        while queue:
             left = budget - (time.monotonic() - start)
             if left <= 0:
                 return
-            rest = active[i:]
-            share = left * weights[r.task] / sum(weights[t.task] for t in rest)
-            if len(rest) > 1 and clock.mean is not None and share < clock.mean:
-                continue  # too little to pay for a batch: its share goes to the others
+            if clock.mean is not None:
+                queue = _affordable(queue, weights, left, clock.mean)
+            r = queue.pop(0)
+            share = left * weights[r.task] / sum(weights[t.task] for t in [r, *queue])
             batches = states[r.task].search.batches if r.task in states else 0
             began = time.monotonic()
             states[r.task] = search(r, began + share, states.get(r.task))
             made = states[r.task].search.batches - batches
             if made:
                 clock.add((time.monotonic() - began) / made)
-            searched = True
-        if not searched:  # no share pays for a batch: the heaviest active task takes the rest
-            r = active[0]
-            states[r.task] = search(r, start + budget, states.get(r.task))
+
+
+def _affordable(queue: list, weights, left: float, batch: float) -> list:
+    """The tasks of `queue` (heaviest first) whose share of `left` pays for a `batch`, the
+    shares taken among those kept (the heaviest is always kept)."""
+    while len(queue) > 1:
+        total = sum(weights[r.task] for r in queue)
+        keep = [r for r in queue if left * weights[r.task] / total >= batch] or queue[:1]
+        if len(keep) == len(queue):
+            break
+        queue = keep
+    return queue
 
 
 def _measure(measurer, r: TaskResult, config: Config, target, reference=None) -> MeasureResult:

@@ -170,6 +170,16 @@ def test_the_budget_goes_to_the_tasks_whose_share_pays_for_a_batch(monkeypatch):
     assert seen["big"] + seen["mid"] == 20 and seen["big"] > seen["mid"] >= 1
 
 
+def test_the_shares_of_skipped_tasks_go_to_the_heavy_tasks_not_the_last(monkeypatch):
+    """The time of the tasks too small for a batch is split over the tasks that can use it by
+    their weights: the lightest task of a round does not inherit it (ShuffleNet's softmax, 2 us
+    a run, once got 16 candidates that way while its heavy convs waited)."""
+    weights = {"big": 60.0, "mid": 30.0, **{f"small{i}": 0.45 for i in range(20)}, "last": 1.0}
+    seen = _scheduled(monkeypatch, weights, 100.0)
+    assert set(seen) == {"big", "mid", "last"} or set(seen) == {"big", "mid"}
+    assert seen.get("last", 0) <= 2 and seen["big"] + seen["mid"] >= 98
+
+
 def test_time_a_finished_search_did_not_need_goes_to_the_others(monkeypatch):
     """A task whose space is measured gives its time back: the small tasks get searched once
     the heavy ones are done, the last one active taking all that is left."""
