@@ -12,7 +12,8 @@ DB_DIR/<model>.db (a rerun resumes them, so `--budget 0` measures an earlier tun
 untuned build (defaults) and the tuned build (the database via PassContext config
 "tuning.database") are then timed with ONNX Runtime in turns
 (`tessera.cli.bench.measure_in_blocks`: each as it runs alone, a change of load hits all three).
-Reported: tuning wall time, median latencies, tuned/untuned and tuned/ORT, agreement of the
+Reported: tuning wall time, candidates (configs besides the defaults) measured per minute,
+median latencies, tuned/untuned and tuned/ORT, agreement of the
 tuned build with ORT, the issue's bars (tuned never slower than untuned; geometric mean
 tuned/untuned <= 0.85, <= 0.75 for the AVX2 target), an A/A ratio (a second untuned build
 timed in the same turns against the first: how far this run's noise alone moves a ratio), and
@@ -58,6 +59,7 @@ class Row:
     tasks: int = 0
     trials: int = 0
     failed: int = 0
+    candidates: int = 0  # configs other than the defaults measured by this run
     times: dict = field(default_factory=dict)  # runner -> seconds per timed run
     rel_err: float | None = None
     notes: list = field(default_factory=list)
@@ -94,7 +96,7 @@ def run_model(name: str, args) -> Row:
     feeds = case.feeds(model, 0)
     mod, params = from_onnx(model)
     db = args.db_dir / f"{name}.db"
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     with PassContext(opt_level=OPT_LEVEL):
         results = autotune.tune(
             mod, params, args.target, db, args.budget, args.timeout, workers=args.workers
@@ -103,6 +105,11 @@ def run_model(name: str, args) -> Row:
     row.tasks = len(results)
     row.trials = sum(r.trials for r in results)
     row.failed = sum(r.failed for r in results)
+    row.candidates = sum(
+        1
+        for rec in autotune.Database(db).records
+        if rec.timestamp >= began and not rec.baseline and not rec.again
+    )
     row.gains = task_gains(results)
     libs = {
         "untuned": build(mod, params, args.target),
@@ -160,13 +167,14 @@ def report(rows: list[Row], args) -> str:
         f"tessera tune: budget {args.budget:.0f} s per model, {args.threads} threads, "
         f"target {args.target!r}",
         "",
-        "| model | tune (s) | tasks | trials (failed) | untuned ms | tuned ms | ORT ms "
-        "| tuned/untuned | A/A | tuned/ORT | rel err | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | tune (s) | tasks | trials (failed) | candidates/min | untuned ms | tuned ms "
+        "| ORT ms | tuned/untuned | A/A | tuned/ORT | rel err | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.name} | {r.tune_s or 0:.0f} | {r.tasks} | {r.trials} ({r.failed}) "
+            f"| {60 * r.candidates / r.tune_s if r.tune_s else 0:.1f} "
             f"| {_ms(r.median('untuned'))} | {_ms(r.median('tuned'))} | {_ms(r.median('ort'))} "
             f"| {_x(r.ratio('tuned', 'untuned'))} | {_x(r.ratio('untuned again', 'untuned'))} "
             f"| {_x(r.ratio('tuned', 'ort'))} "

@@ -8,8 +8,9 @@ Features are AutoTVM's "knob" features: the implementation one-hot, and for each
 value (log2 of a positive number, 0/1 of a bool, one-hot of any other candidate). Within one
 task the knobs fix the loop nest, so a linear model of log(time) on them already separates good
 tile sizes from bad ones after a few measurements. It ranks candidates the search proposes, so
-that fewer poor configs get built and timed. Not yet: features of the lowered loop IR, and
-transfer across tasks (issue 11).
+that fewer poor configs get built and timed. `GBTRanker` (below) ranks by features of the
+lowered loop program instead, trained across tasks (the tuner's transfer), where a build pool
+lowers the candidates.
 """
 
 from __future__ import annotations
@@ -72,68 +73,118 @@ def _numeric(v) -> bool:
 # -- gradient-boosted trees on loop-program features --------------------------------------------
 
 
+# Note [histogram trees]
+# The search refits the trees before every ranking, on the task's measurements and every
+# transferred one (hundreds of rows after a few tasks), so the fit is on the search's path: a
+# split search that sorted each feature at every node (in Python, per feature) took 2-3 s per
+# fit on a loaded 2-core machine, as long as building and measuring the batch it ranked. As in
+# LightGBM, each feature is cut once per fit at up to `bins` thresholds (midpoints between its
+# distinct values, at quantiles when there are more), every row mapped to its bin, and a node's
+# best split is read from per-bin sums of its rows (one bincount over all features at once):
+# a fit is tens of milliseconds. The trees keep the thresholds as values, so prediction reads
+# the raw features.
+
+
+class _Bins:
+    """Each feature's thresholds (at most `bins`) and every row's bin: row r is left of
+    threshold k of feature f iff bin[r, f] <= k."""
+
+    def __init__(self, X: np.ndarray, bins: int):
+        self.thresholds: list[np.ndarray] = []
+        for f in range(X.shape[1]):
+            values = np.unique(X[:, f])
+            cuts = (values[1:] + values[:-1]) / 2
+            if len(cuts) > bins:
+                cuts = cuts[np.linspace(0, len(cuts) - 1, bins).astype(int)]
+            self.thresholds.append(cuts)
+        self.width = max(1, max((len(t) for t in self.thresholds), default=0) + 1)
+        columns = [np.searchsorted(t, X[:, f], side="left") for f, t in enumerate(self.thresholds)]
+        self.bin = np.stack(columns, axis=1) if columns else np.zeros((len(X), 0), np.int64)
+        self.count = np.array([len(t) for t in self.thresholds], dtype=np.int64)
+
+
 class _Tree:
     """A regression tree of depth <= `depth`: split on the (feature, threshold) that most lowers
-    the squared error, thresholds at up to `bins` quantiles of the feature."""
+    the squared error, among each feature's binned thresholds (Note [histogram trees])."""
 
-    def __init__(self, depth: int, min_leaf: int, bins: int):
-        self.depth, self.min_leaf, self.bins = depth, min_leaf, bins
-        self.nodes: list = []  # (feature, threshold, left, right) or (None, value, -1, -1)
+    def __init__(self, depth: int, min_leaf: int):
+        self.depth, self.min_leaf = depth, min_leaf
+        # parallel arrays once fitted: feature (-1 at a leaf), threshold, children, value
+        self.nodes: list = []
 
-    def fit(self, X: np.ndarray, g: np.ndarray) -> _Tree:
+    def fit(self, bins: _Bins, g: np.ndarray) -> _Tree:
         self.nodes = []
-        self._grow(X, g, np.arange(len(g)), 0)
+        self._grow(bins, g, np.arange(len(g)), 0)
+        self._arrays()
         return self
 
-    def _grow(self, X, g, rows, depth) -> int:
+    def _grow(self, bins: _Bins, g, rows, depth) -> int:
         at = len(self.nodes)
-        self.nodes.append((None, float(g[rows].mean()), -1, -1))
+        self.nodes.append((-1, 0.0, -1, -1, float(g[rows].mean())))
         if depth >= self.depth or len(rows) < 2 * self.min_leaf:
             return at
-        best = _best_split(X[rows], g[rows], self.min_leaf, self.bins)
+        best = _best_split(bins, g, rows, self.min_leaf)
         if best is None:
             return at
-        feature, threshold = best
-        left = rows[X[rows, feature] <= threshold]
-        right = rows[X[rows, feature] > threshold]
-        lo = self._grow(X, g, left, depth + 1)
-        hi = self._grow(X, g, right, depth + 1)
-        self.nodes[at] = (feature, threshold, lo, hi)
+        feature, k = best
+        left = rows[bins.bin[rows, feature] <= k]
+        right = rows[bins.bin[rows, feature] > k]
+        lo = self._grow(bins, g, left, depth + 1)
+        hi = self._grow(bins, g, right, depth + 1)
+        threshold = float(bins.thresholds[feature][k])
+        self.nodes[at] = (feature, threshold, lo, hi, self.nodes[at][4])
         return at
 
+    def _arrays(self) -> None:
+        cols = list(zip(*self.nodes, strict=True))
+        self._feature = np.array(cols[0], dtype=np.int64)
+        self._threshold = np.array(cols[1], dtype=np.float64)
+        self._lo = np.array(cols[2], dtype=np.int64)
+        self._hi = np.array(cols[3], dtype=np.int64)
+        self._value = np.array(cols[4], dtype=np.float64)
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        out = np.empty(len(X))
-        for r, x in enumerate(X):
-            n = 0
-            while self.nodes[n][0] is not None:
-                feature, threshold, lo, hi = self.nodes[n]
-                n = lo if x[feature] <= threshold else hi
-            out[r] = self.nodes[n][1]
-        return out
+        node = np.zeros(len(X), dtype=np.int64)
+        rows = np.arange(len(X))
+        for _ in range(self.depth):
+            feature = self._feature[node]
+            inner = feature >= 0
+            if not inner.any():
+                break
+            f = np.where(inner, feature, 0)
+            left = X[rows, f] <= self._threshold[node]
+            node = np.where(inner, np.where(left, self._lo[node], self._hi[node]), node)
+        return self._value[node]
 
 
-def _best_split(X: np.ndarray, g: np.ndarray, min_leaf: int, bins: int):
-    """(feature, threshold) with the largest drop of the squared error, or None."""
-    n = len(g)
-    total, best, best_gain = g.sum(), None, 1e-12
-    for f in range(X.shape[1]):
-        col = X[:, f]
-        order = np.argsort(col, kind="stable")
-        xs, cum = col[order], np.cumsum(g[order])
-        # candidate cuts: after position i (left = first i+1 rows), where the value changes
-        cuts = np.nonzero(xs[1:] > xs[:-1])[0]
-        cuts = cuts[(cuts + 1 >= min_leaf) & (n - cuts - 1 >= min_leaf)]
-        if not len(cuts):
-            continue
-        if len(cuts) > bins:
-            cuts = cuts[np.linspace(0, len(cuts) - 1, bins).astype(int)]
-        nl = cuts + 1.0
-        sl = cum[cuts]
-        gain = sl**2 / nl + (total - sl) ** 2 / (n - nl) - total**2 / n
-        i = int(np.argmax(gain))
-        if gain[i] > best_gain:
-            best_gain, best = gain[i], (f, float((xs[cuts[i]] + xs[cuts[i] + 1]) / 2))
-    return best
+def _best_split(bins: _Bins, g: np.ndarray, rows: np.ndarray, min_leaf: int):
+    """(feature, threshold index) of `rows` with the largest drop of the squared error, or
+    None: per-bin sums of every feature at once, then each threshold's left and right sums."""
+    n_features = bins.bin.shape[1]
+    if not n_features:
+        return None
+    width = bins.width
+    n = len(rows)
+    index = (bins.bin[rows] + np.arange(n_features) * width).ravel()
+    gs = np.repeat(g[rows], n_features)
+    size = n_features * width
+    sums = np.bincount(index, weights=gs, minlength=size).reshape(n_features, width)
+    counts = np.bincount(index, minlength=size).reshape(n_features, width)
+    sl = np.cumsum(sums, axis=1)[:, :-1]  # left of threshold k: bins 0..k
+    nl = np.cumsum(counts, axis=1)[:, :-1].astype(np.float64)
+    total = float(g[rows].sum())
+    nr = n - nl
+    valid = (nl >= min_leaf) & (nr >= min_leaf)
+    valid &= np.arange(width - 1)[None, :] < bins.count[:, None]
+    if not valid.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = sl**2 / nl + (total - sl) ** 2 / nr - total**2 / n
+    gain = np.where(valid, gain, -np.inf)
+    f, k = np.unravel_index(int(np.argmax(gain)), gain.shape)
+    if not gain[f, k] > 1e-12:
+        return None
+    return int(f), int(k)
 
 
 class GBTRanker:
@@ -166,11 +217,12 @@ class GBTRanker:
         self.base = float(y.mean())
         self.forest = []
         pred = np.full(len(y), self.base)
+        bins = _Bins(X, self.bins)
         for _ in range(self.trees):
             residual = y - pred
             if np.abs(residual).max(initial=0) < 1e-9:
                 break
-            tree = _Tree(self.depth, self.min_leaf, self.bins).fit(X, residual)
+            tree = _Tree(self.depth, self.min_leaf).fit(bins, residual)
             if len(tree.nodes) == 1:  # no split helps any more
                 break
             self.forest.append(tree)

@@ -235,10 +235,13 @@ def prepare_config(
     context: tuple = (2, ()),
     build=True,
     model_context: dict | None = None,
+    features=True,
 ):
     """In a build process: (features of the lowered loops, error). With `build`, the kernel is
     also compiled, which leaves it in the compile cache, where the measurement worker's build
-    of the same config finds it (so builds run in parallel, measurements one at a time)."""
+    of the same config finds it (so builds run in parallel, measurements one at a time).
+    Without `features` (the search lowered this config before: Note [lowered once] in
+    tuner.py) it is only compiled, and the features returned are None."""
     import tessera
     from tessera.autotune.features import program_features
     from tessera.graph_build.compile import JOBS_KEY
@@ -250,7 +253,10 @@ def prepare_config(
         opt_level, disabled = context
         with PassContext(opt_level=opt_level, disabled_pass=disabled, config={JOBS_KEY: 1}):
             func, params, _, _ = _graph(task, config, target, seed, model_context)
-            features = program_features(_lowered(task, config, target, func, params))
+            if features:
+                features = program_features(_lowered(task, config, target, func, params))
+            else:
+                features = None
             if build:
                 tessera.build(func, target=target, params=params, configs={task: config})
         return features, None
@@ -280,10 +286,10 @@ class Builder:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _map(self, task, configs, target, build: bool, model_context=None) -> list:
-        return self._run([(task, c, model_context) for c in configs], target, build)
+    def _map(self, task, configs, target, build: bool, model_context=None, lower=True) -> list:
+        return self._run([(task, c, model_context) for c in configs], target, build, lower)
 
-    def _run(self, jobs, target, build: bool) -> list:
+    def _run(self, jobs, target, build: bool, lower: bool = True) -> list:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -295,7 +301,7 @@ class Builder:
         if self._pool is None:
             fork = multiprocessing.get_context("fork")
             self._pool = ProcessPoolExecutor(self.workers, mp_context=fork)
-        args = [(t, c, str(target), self.seed, context, build, mc) for t, c, mc in jobs]
+        args = [(t, c, str(target), self.seed, context, build, mc, lower) for t, c, mc in jobs]
         try:
             return list(self._pool.map(_prepare, args))
         except BrokenProcessPool:
@@ -307,8 +313,10 @@ class Builder:
         layout `model_context` gives (Note [in-model layout])."""
         return self._map(task, configs, target, False, model_context)
 
-    def build(self, task: Task, configs: list, target, model_context=None) -> list:
-        return self._map(task, configs, target, True, model_context)
+    def build(self, task: Task, configs: list, target, model_context=None, features=True) -> list:
+        """[(features | None, error | None)] of each config, compiled into the compile cache;
+        without `features`, compiled only (no features: the caller has them)."""
+        return self._map(task, configs, target, True, model_context, features)
 
     def build_each(self, jobs: list, target) -> list:
         """Compile (task, config, model_context) jobs of any tasks, in parallel (the tuner's

@@ -8,10 +8,12 @@ For every task the default config is measured first: its time is the baseline, i
 reference every candidate must match, and it stays the answer unless a candidate beats it (so
 tuned is never slower than the default, as measured). The rest of the budget is split over the
 tasks in proportion to their share of the model's time (default time x how many calls run it),
-and each task's share is spent by `EvolutionarySearch`: random configs first, then mutations of
-the fastest so far, ranked by a cost model fit to the measurements. Every measurement is
-appended to the database as it arrives; configs the database already holds for the task and
-target are not measured again (a rerun resumes).
+in rounds that skip a task whose share would not pay for one batch (Note [scheduling the
+budget]), and each task's share is spent by `EvolutionarySearch`: the default's neighbours and
+random configs first, then mutations of the fastest so far, ranked by a cost model fit to the
+measurements; a winner is confirmed against the default, in turns, after the last round.
+Every measurement is appended to the database as it arrives; configs the database already
+holds for the task and target are not measured again (a rerun resumes).
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ class TaskResult:
         return None
 
 
+# Note [lowered once]
+# Ranking candidates by the cost model needs the features of their lowered loops, and a
+# lowering in the build pool costs about what a measurement does (tens of milliseconds of
+# lowering, more on a loaded machine, against a kernel timed in milliseconds): the search
+# lowered a dozen or more candidates for every two it measured. The candidates of one task
+# recur from batch to batch (the neighbours of the same fastest config, mutations of the same
+# parents), so `EvolutionarySearch.known` keeps the features of every config lowered (None
+# where the lowering failed), a ranking lowers only the candidates it has not seen, and the
+# build of a batch whose features are known compiles without lowering them again.
+
+
 # Note [neighbours first]
 # The default of a task is a hand rule that is already good (docs/tuning.md, "Where the defaults
 # come from"), and a model's budget gives most tasks a handful of trials. Random configs of a
@@ -121,9 +134,13 @@ class EvolutionarySearch:
         self.spaces = task.implementations(target)
         self.model = KnobRidge(task, target)
         self.features = features
-        self.known: dict[Config, np.ndarray] = {}  # features of measured configs
+        # features of the configs lowered so far (measured or only ranked), None where the
+        # lowering failed: a config is lowered once (Note [lowered once])
+        self.known: dict[Config, np.ndarray | None] = {}
         self.transfer = list(transfer)
         self.gbt = GBTRanker()
+        self.lowered = 0  # configs this search had the build pool lower for their features
+        self.batches = 0  # batches proposed and measured
 
     def propose(self, measured: dict[Config, float | None], tries: int = 200) -> Config | None:
         batch = self.propose_batch(measured, 1, tries)
@@ -149,20 +166,20 @@ class EvolutionarySearch:
         return (picks + ranked)[:n]
 
     def rank(self, candidates: list[Config], ok) -> list[Config]:
-        own = [(self.known[c], s) for s, _, c in ok if c in self.known]
+        own = [(self.known[c], s) for s, _, c in ok if self.known.get(c) is not None]
         if self.features is not None and len(own) + len(self.transfer) >= 4:
             y = list(normalized_throughput([s for _, s in own]))
             X = [f for f, _ in own] + [f for f, _ in self.transfer]
             self.gbt.fit(np.stack(X), y + [t for _, t in self.transfer])
-            feats = self.features(candidates)
-            scored = [
-                (c, f) for c, (f, err) in zip(candidates, feats, strict=True) if f is not None
-            ]
+            new = [c for c in candidates if c not in self.known]
+            if new:
+                for c, (f, _) in zip(new, self.features(new), strict=True):
+                    self.known[c] = f
+                self.lowered += len(new)
+            scored = [(c, self.known[c]) for c in candidates if self.known[c] is not None]
             if scored:
                 pred = self.gbt.predict(np.stack([f for _, f in scored]))
                 order = np.argsort(-pred, kind="stable")
-                for c, f in scored:
-                    self.known.setdefault(c, f)
                 return [scored[i][0] for i in order]
         self.model.fit([c for _, _, c in ok], [s for s, _, _ in ok])
         return self.model.rank(candidates)
@@ -175,10 +192,10 @@ class EvolutionarySearch:
         if near:
             near = self.rank(near, ok)
         fresh = self._fresh(measured, tries, n)
-        out: list[Config] = []
-        for pair in itertools.zip_longest(near, fresh):
-            out += [c for c in pair if c is not None and c not in out]
-        return out[:n]
+        # a random config can be one of the neighbours, even the one it is paired with: each
+        # config once (a batch measures what it lists, and a repeat would be recorded twice)
+        out = [c for pair in itertools.zip_longest(near, fresh) for c in pair if c is not None]
+        return list(dict.fromkeys(out))[:n]
 
     def _neighbours(self, config: Config, measured) -> list[Config]:
         """Up to `batch` unmeasured valid configs that differ from `config` in one knob."""
@@ -279,34 +296,104 @@ def tune_tasks(
         for r, feats in zip(results, features, strict=True):
             # the defaults: baseline, reference outputs, the answer to beat
             references[r.task] = _measure_default(r, target, db, measurer, progress, feats)
-        # each task in turn gets its weight's share of the time left, so that time a task
-        # did not need (a small space, exhausted) goes to the tasks after it
         weights = _weights(results)
         rng = random.Random(seed)
-        for r in sorted(results, key=lambda r: -weights.get(r.task, 0)):
-            if r.task not in weights:
-                continue
-            left = budget - (time.monotonic() - start)
-            share = left * weights[r.task] / sum(weights.values())
-            del weights[r.task]
-            deadline = time.monotonic() + max(0.0, share)
-            _search(
-                r,
-                target,
-                db,
-                measurer,
-                references[r.task],
-                deadline,
-                max_trials,
-                rng,
-                progress,
-                builder,
-            )
-            _confirm(r, target, db, measurer, references[r.task], progress)
+
+        def search(r, deadline, state):
+            ref = references[r.task]
+            args = (deadline, max_trials, rng, progress, builder, state)
+            return _search(r, target, db, measurer, ref, *args)
+
+        _schedule(results, weights, budget, start, search)
+        for r in results:
+            if r.task in weights:
+                _confirm(r, target, db, measurer, references[r.task], progress)
         return results
     finally:
         if own:
             measurer.close()
+
+
+# Note [scheduling the budget]
+# A task's expected gain is its share of the model's time (the default's time x its calls, the
+# weight) times what a search finds, which nobody knows in advance; the weight is what is
+# known. So the time left is split by weight, the heaviest task first, each taking its share of
+# what is left (time a small space did not need goes to the tasks after it). A batch (one
+# candidate per build process, built, then measured) is the unit a search spends: a task whose
+# share would not pay for one batch (by the mean batch time of this run so far) is not
+# searched in that round, and the shares are taken among the tasks that can use them, so its
+# time goes to those by their weights (not to the lightest task left, which a share of "all
+# that is left" would hand it): a model's many small kernels (pools, a softmax, a 1% conv)
+# each used to get a batch that cost more than their share and could save a few
+# microseconds, while its heavy convs waited. Rounds repeat while time is left and some
+# task's search is not done (its space measured, or its `max_trials` reached), so that time a
+# finished search gave back is spent again by weight rather than left unused. Each task keeps
+# its search (the cost model's features, its batch count) from round to round, and is
+# confirmed once, at the end (tuner._confirm).
+
+
+@dataclass
+class _SearchState:
+    """One task's search, kept from round to round of the scheduler."""
+
+    search: EvolutionarySearch
+    measured: dict
+    new: int = 0  # candidates measured in this run
+    done: bool = False  # nothing left to propose, or max_trials reached
+
+
+class _BatchClock:
+    """The mean wall time of a batch so far this run (None before the first)."""
+
+    def __init__(self):
+        self.total, self.count = 0.0, 0
+
+    def add(self, seconds: float) -> None:
+        self.total += seconds
+        self.count += 1
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _schedule(results, weights, budget, start, search) -> None:
+    """Spend what is left of `budget` (since `start`) on the tasks of `weights` in rounds
+    (Note [scheduling the budget]); `search(r, deadline, state)` searches r's task until the
+    deadline from its `state` (None the first time) and returns the state."""
+    states: dict = {}
+    clock = _BatchClock()
+    by_weight = sorted((r for r in results if r.task in weights), key=lambda r: -weights[r.task])
+    while True:
+        queue = [r for r in by_weight if not (r.task in states and states[r.task].done)]
+        if not queue or time.monotonic() - start >= budget:
+            return
+        while queue:
+            left = budget - (time.monotonic() - start)
+            if left <= 0:
+                return
+            if clock.mean is not None:
+                queue = _affordable(queue, weights, left, clock.mean)
+            r = queue.pop(0)
+            share = left * weights[r.task] / sum(weights[t.task] for t in [r, *queue])
+            batches = states[r.task].search.batches if r.task in states else 0
+            began = time.monotonic()
+            states[r.task] = search(r, began + share, states.get(r.task))
+            made = states[r.task].search.batches - batches
+            if made:
+                clock.add((time.monotonic() - began) / made)
+
+
+def _affordable(queue: list, weights, left: float, batch: float) -> list:
+    """The tasks of `queue` (heaviest first) whose share of `left` pays for a `batch`, the
+    shares taken among those kept (the heaviest is always kept)."""
+    while len(queue) > 1:
+        total = sum(weights[r.task] for r in queue)
+        keep = [r for r in queue if left * weights[r.task] / total >= batch] or queue[:1]
+        if len(keep) == len(queue):
+            break
+        queue = keep
+    return queue
 
 
 def _measure(measurer, r: TaskResult, config: Config, target, reference=None) -> MeasureResult:
@@ -399,8 +486,62 @@ def _confirm(r: TaskResult, target, db, measurer, reference, progress, rounds: i
 
 
 def _search(
-    r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder=None
-) -> None:
+    r, target, db, measurer, reference, deadline, max_trials, rng, progress, builder, state
+) -> _SearchState:
+    """Search r's task until `deadline` (or `max_trials` candidates in this run), from `state`
+    when an earlier round of the scheduler began it; returns the state."""
+    if state is None:
+        state = _search_state(r, target, db, rng, builder)
+    search, measured = state.search, state.measured
+    local = getattr(measurer, "builds_locally", True)
+    width = max(builder.workers if builder is not None else 1, getattr(measurer, "width", 1))
+    while not state.done and time.monotonic() < deadline:
+        if max_trials is not None and state.new >= max_trials:
+            state.done = True
+            break
+        n = width if max_trials is None else min(width, max_trials - state.new)
+        configs = search.propose_batch(measured, n)
+        if not configs:
+            log.info("%s: no new config to try (%d measured)", r.task, len(measured))
+            state.done = True
+            break
+        search.batches += 1
+        n = len(configs)
+        # lowered again only where the ranking has not lowered them (Note [lowered once])
+        lower = any(search.known.get(c) is None for c in configs)
+        if builder is None:
+            built = [(None,) * 2] * n
+        elif local:
+            built = builder.build(r.task, configs, target, r.context, features=lower)
+        elif lower:  # a cluster's workers build: here only the features for the cost model
+            built = builder.features(r.task, configs, target, r.context)
+        if builder is not None and not lower:
+            built = [(search.known[c], None) for c in configs]
+        for i, res in _measure_each(measurer, r, configs, target, reference):
+            # the measurement worker builds again: a hit in the compile cache the build pool
+            # filled; a config the pool could not build fails there too, and is recorded
+            config, feats = configs[i], built[i][0]
+            record = Record.of(r.task, target, config, res.seconds, res.error, feats)
+            db.append(record)
+            measured[config] = res.seconds
+            if feats is not None:
+                search.known[config] = feats
+            state.new += 1
+            r.trials += 1
+            if not res.ok:
+                r.failed += 1
+                log.info("%s: %s failed: %s", r.task, config, res.error)
+            elif res.seconds < r.best_seconds:
+                r.best, r.best_seconds = config, res.seconds
+            r.history.append((r.trials, r.best_seconds))
+            if progress:
+                progress(r, record)
+    if max_trials is not None and state.new >= max_trials:
+        state.done = True
+    return state
+
+
+def _search_state(r, target, db, rng, builder) -> _SearchState:
     measured = {c: rec.seconds for c, rec in db.measured(r.task, target).items()}
     features = None
     if builder is not None:
@@ -415,41 +556,7 @@ def _search(
     for rec in db.of(r.task, target):
         if rec.features is not None:
             search.known[rec.config] = np.asarray(rec.features)
-    local = getattr(measurer, "builds_locally", True)
-    width = max(builder.workers if builder is not None else 1, getattr(measurer, "width", 1))
-    new = 0
-    while time.monotonic() < deadline and (max_trials is None or new < max_trials):
-        n = width if max_trials is None else min(width, max_trials - new)
-        configs = search.propose_batch(measured, n)
-        if not configs:
-            log.info("%s: no new config to try (%d measured)", r.task, len(measured))
-            return
-        n = len(configs)
-        if builder is None:
-            built = [(None,) * 2] * n
-        elif local:
-            built = builder.build(r.task, configs, target, r.context)
-        else:  # a cluster's workers build: here only the features for the cost model
-            built = builder.features(r.task, configs, target, r.context)
-        for i, res in _measure_each(measurer, r, configs, target, reference):
-            # the measurement worker builds again: a hit in the compile cache the build pool
-            # filled; a config the pool could not build fails there too, and is recorded
-            config, feats = configs[i], built[i][0]
-            record = Record.of(r.task, target, config, res.seconds, res.error, feats)
-            db.append(record)
-            measured[config] = res.seconds
-            if feats is not None:
-                search.known[config] = feats
-            new += 1
-            r.trials += 1
-            if not res.ok:
-                r.failed += 1
-                log.info("%s: %s failed: %s", r.task, config, res.error)
-            elif res.seconds < r.best_seconds:
-                r.best, r.best_seconds = config, res.seconds
-            r.history.append((r.trials, r.best_seconds))
-            if progress:
-                progress(r, record)
+    return _SearchState(search, measured)
 
 
 def tune(
