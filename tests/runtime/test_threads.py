@@ -146,6 +146,9 @@ import tessera
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model
 from tessera.runtime import GraphModule
+# Python raises KeyboardInterrupt only if SIGINT was not ignored when it started, and a shell
+# starts background jobs (`cmd &`) with SIGINT ignored: the handler is set, not inherited
+signal.signal(signal.SIGINT, signal.default_int_handler)
 n, depth = 1536, 40
 nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", "w"], [f"h{i + 1}"])
          for i in range(depth)]
