@@ -34,8 +34,11 @@ time.sleep(600)
 """
 
 # the benchmark: runs the worker in its group and waits for it
+# (SIGINT's handler set, not inherited: a suite started as a background job (cmd &) hands its
+# children SIGINT ignored, and Python then raises no KeyboardInterrupt)
 SUITE = """
-import os, sys
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {bench!r})
 from process_group import run_in_group, stop_on_signals
 stop_on_signals()
