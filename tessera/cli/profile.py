@@ -14,7 +14,7 @@ import json
 
 
 def profile_kernels(module, repeat: int = 10) -> list:
-    """Rows (runtime.graph_executor.CallProfile: index, kernel, nodes, seconds, share) of every
+    """Rows (runtime.graph_module.CallProfile: index, kernel, nodes, seconds, share) of every
     kernel call of `module` (a GraphModule) over `repeat` runs, slowest first."""
     return sorted(module.profile(repeat=repeat), key=lambda r: -r.seconds)
 

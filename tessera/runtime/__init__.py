@@ -11,7 +11,8 @@ timing (profiling.py), configuration from the environment (config.py).
 from tessera.runtime import artifact, nd
 from tessera.runtime.config import num_threads
 from tessera.runtime.function_info import FunctionInfo, ParamInfo, VarInfo
-from tessera.runtime.graph_executor import GraphExecutorFactory, GraphModule
+from tessera.runtime.graph_executor import GraphExecutorFactory
+from tessera.runtime.graph_module import GraphModule
 from tessera.runtime.module import Module, load_module
 from tessera.runtime.native import get_num_threads, set_num_threads
 from tessera.runtime.ndarray import Device, NDArray, cpu, cuda, device, opencl

@@ -11,7 +11,7 @@ topi/philox.py). The user never sees it (GraphModule lists and takes the other i
 run writes the next value of its executor's RunCounter into it, so every run draws fresh
 values, and run k of a module draws what run k of any module of the same build draws, on
 every target. A GraphModule's executors (one per thread, Note [threads] in
-runtime/graph_executor.py) share one counter, so two threads never draw the same values; a
+runtime/graph_module.py) share one counter, so two threads never draw the same values; a
 new GraphModule (or GPUGraphModule, which keeps a counter the same way) starts again at
 run 0. It is an input rather than state inside the native entry so that the entry stays a
 pure function of its arguments (the same plan, entry and checks for models with and without
