@@ -1,4 +1,4 @@
-"""Threads (Note [threads] in runtime/graph_executor.py): one GraphModule shared by threads gives
+"""Threads (Note [threads] in runtime/graph_module.py): one GraphModule shared by threads gives
 every thread its own correct outputs, through set_input/run/get_output and through the single
 call `run_with` / `m(...)`; two models run side by side on one thread pool; Ctrl-C interrupts a
 long run of the main thread (Note [interrupting a run])."""
