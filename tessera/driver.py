@@ -21,7 +21,7 @@ from tessera.graph.op import get_op
 from tessera.graph.verify import verify_function
 from tessera.graph_build import make_executor_plan
 from tessera.graph_build.compile import compile_groups
-from tessera.graph_build.control_flow import has_control_flow, make_control_plan
+from tessera.graph_build.control_flow import cpu_kernels, has_control_flow, make_control_plan
 from tessera.graph_build.executor_plan import is_dynamic, make_dynamic_plan
 from tessera.ir.module import IRModule
 from tessera.quantize.bf16 import to_bf16, to_bf16_convs
@@ -221,9 +221,8 @@ def build_graph(
             )
         if has_control_flow(func):  # branches and loop bodies: plans of their own
             fuse = lambda f: fused_function(IRModule({"main": f}), target)  # noqa: E731
-            plan, weights, kernels = make_control_plan(
-                func, target, functools.partial(optimize, target=target), fuse
-            )
+            compile_kernels = cpu_kernels(target, functools.partial(optimize, target=target))
+            plan, weights, kernels = make_control_plan(func, fuse, compile_kernels)
         else:
             # per distinct group, unless the compile cache has it: compute rules, schedule,
             # te.lower, the target's tir passes, codegen to an object

@@ -2,6 +2,8 @@
 
 greedy_decoder(vocab=16, hidden=8, max_len=12)   # a seq2seq's greedy decoding: Loop to EOS
 branch_on_input()                                 # If on the sign of an input value
+counting_loop(with_cond=True)                     # a Loop with a run-time trip count and condition
+branch_ruled_out_by_shapes()                      # an If whose else branch cannot run at its shapes
 """
 
 from __future__ import annotations
@@ -118,5 +120,68 @@ def branch_on_input(shape=(2, 3), seed: int = 0):
         ],
         [helper.make_tensor_value_info("y", TP.FLOAT, list(shape))],
         [_init("w", w)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def counting_loop(with_cond: bool = True):
+    """Sum i*x for i < M (and while the running sum stays below a limit, when with_cond)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
+            helper.make_node("Mul", ["x", "fi"], ["ix"]),
+            helper.make_node("Add", ["s_in", "ix"], ["s_out"]),
+            helper.make_node("ReduceSum", ["s_out"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "limit"], ["c_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TP.INT64, []),
+            helper.make_tensor_value_info("c_in", TP.BOOL, []),
+            helper.make_tensor_value_info("s_in", TP.FLOAT, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TP.BOOL, []),
+            helper.make_tensor_value_info("s_out", TP.FLOAT, [3]),
+        ],
+    )
+    inputs = ["M", "c" if with_cond else "", "s0"]
+    graph = helper.make_graph(
+        [helper.make_node("Loop", inputs, ["s"], body=body)],
+        "counting",
+        [
+            helper.make_tensor_value_info("M", TP.INT64, []),
+            helper.make_tensor_value_info("c", TP.BOOL, []),
+            helper.make_tensor_value_info("s0", TP.FLOAT, [3]),
+            helper.make_tensor_value_info("x", TP.FLOAT, [3]),
+            helper.make_tensor_value_info("limit", TP.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("s", TP.FLOAT, [3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def branch_ruled_out_by_shapes():
+    """then: x + 1; else: a Reshape to (3, 5) that a [2, 3] input cannot take."""
+    out = [helper.make_tensor_value_info("o", TP.FLOAT, None)]
+    one = helper.make_tensor("one", TP.FLOAT, [], [1.0])
+    then_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c1"], value=one),
+         helper.make_node("Add", ["x", "c1"], ["o"])], "t", [], out,
+    )  # fmt: skip
+    shape = helper.make_tensor("shape", TP.INT64, [2], [3, 5])
+    else_g = helper.make_graph(
+        [helper.make_node("Constant", [], ["s"], value=shape),
+         helper.make_node("Reshape", ["x", "s"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["o"], keepdims=1)], "e", [], out,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        "m",
+        [
+            helper.make_tensor_value_info("c", TP.BOOL, []),
+            helper.make_tensor_value_info("x", TP.FLOAT, [2, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -19,6 +19,7 @@ from tessera import te
 from tessera.codegen.gpu import compile_source, dialect_of, host_plan_json, lower_gpu
 from tessera.codegen.gpu_c import emit_kernels
 from tessera.graph_build import make_executor_plan
+from tessera.graph_build.control_flow import has_control_flow, make_control_plan
 from tessera.graph_build.lower_group import (
     LoweringError,
     _anchor,
@@ -29,6 +30,7 @@ from tessera.graph_build.lower_group import (
 from tessera.ir.module import IRModule
 from tessera.target import Target
 from tessera.topi.gpu import schedule_group
+from tessera.transform import plan_memory
 
 ARENA_ALIGNMENT = 256
 
@@ -59,7 +61,7 @@ def build_graph_gpu(mod: IRModule, target: Target, params: dict | None = None):
     from tessera.driver import copy_outputs, group_each_call, optimize_graph
     from tessera.runtime.gpu_graph import GPUGraphFactory
     from tessera.runtime.gpu_module import GPUModule
-    from tessera.transform import bind_params, plan_memory
+    from tessera.transform import bind_params
 
     mod = bind_params(mod, params or {})
     for p in mod["main"].params:
@@ -71,14 +73,39 @@ def build_graph_gpu(mod: IRModule, target: Target, params: dict | None = None):
     with target:
         mod = optimize_graph(mod)
     func = copy_outputs(group_each_call(mod["main"]))
-    groups, kernel_of_call = distinct_groups(func)
+    if has_control_flow(func):  # branches and loop bodies: plans of their own, run by the host
+        plan, blob, (kernels, plans) = _control_plan(func, target)
+    else:
+        groups, kernel_of_call = distinct_groups(func)
+        kernels, plans = _lower_groups(groups, target)
+        memory = plan_memory(func, alignment=ARENA_ALIGNMENT)
+        plan, blob = make_executor_plan(func, kernel_of_call, memory)
+    source = emit_kernels(kernels, dialect_of(target))
+    module = GPUModule(target.kind, compile_source(source, target), plans, source)
+    return GPUGraphFactory(module, plan, blob)
+
+
+def _lower_groups(groups, target: Target) -> tuple[list, list[dict]]:
+    """(the device kernels, a host plan per group) of distinct fused groups."""
     kernels, plans = [], []
     for group in groups:
         ks, plan = lower_group_gpu(group, target)
         kernels += ks
         plans.append(plan)
-    source = emit_kernels(kernels, dialect_of(target))
-    module = GPUModule(target.kind, compile_source(source, target), plans, source)
-    memory = plan_memory(func, alignment=ARENA_ALIGNMENT)
-    plan, blob = make_executor_plan(func, kernel_of_call, memory)
-    return GPUGraphFactory(module, plan, blob)
+    return kernels, plans
+
+
+def _control_plan(func, target: Target):
+    """(executor plan, weights blob, (device kernels, host plans)) of a model with control
+    calls: graph_build/control_flow.py's plan, its kernels lowered for the GPU."""
+    from tessera.driver import copy_outputs, group_each_call, optimize_graph
+
+    def fuse(f):  # a branch or loop body through the graph passes, as main went
+        with target:
+            return copy_outputs(group_each_call(optimize_graph(IRModule({"main": f}))["main"]))
+
+    def compile_kernels(combined):
+        groups, names = distinct_groups(combined)
+        return _lower_groups(groups, target), names, {}  # GPU temporaries are the module's
+
+    return make_control_plan(func, fuse, compile_kernels, alignment=ARENA_ALIGNMENT)

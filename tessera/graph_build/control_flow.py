@@ -1,6 +1,6 @@
 """The executor plan of a model with control flow: a plan per graph function, run natively.
 
-    plan, blob, kernels = make_control_plan(fused_main, target, optimize)
+    plan, blob, kernels = make_control_plan(fused_main, fuse, cpu_kernels(target, optimize))
 
 A `control.if` or `control.loop` call (graph/ops/control.py) holds graph functions (branches, a
 loop body). Each goes through the graph passes as a model's "main" does (`fused_function`),
@@ -9,7 +9,8 @@ groups of function k > 0 are named `f{k}_...`, so names never clash). The plan i
 function's plan plus "functions": one plan per sub-function, whose "input" j / "output" j are
 its own parameters and outputs (the control call binds them) and whose "arena" offsets are
 relative to the arena region the control call hands it. See Note [control calls] for the call
-format; codegen/aot.py turns it into native branches and loops.
+format; codegen/aot.py turns it into native branches and loops on CPUs, runtime/gpu_graph.py
+runs them from the host on GPUs (whose kernels `compile_kernels` makes instead).
 
 Note [control calls]
     {"control": "if", "args": [cond, input...], "outputs": [out...],
@@ -53,8 +54,8 @@ BRANCH_ATTRS = {
 }
 
 
-def _align(n: int) -> int:
-    return -(-n // ALIGNMENT) * ALIGNMENT
+def _align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
 
 
 def has_control_flow(func: Function) -> bool:
@@ -135,13 +136,27 @@ def _prefixed(call: Call, prefix: str) -> Call:
     return replace(call, attrs={**call.attrs, "func": replace(group, name=prefix + group.name)})
 
 
-def make_control_plan(main: Function, target, optimize, fuse):
+def cpu_kernels(target, optimize):
+    """The CPU's `compile_kernels` for make_control_plan: (compiled kernels, the kernel name of
+    each call, each kernel's workspace sizes)."""
+
+    def compile_kernels(func: Function):
+        kernels, names = compile_groups(func, target, optimize)
+        return kernels, names, _workspaces(kernels)
+
+    return compile_kernels
+
+
+def make_control_plan(main: Function, fuse, compile_kernels, alignment: int = ALIGNMENT):
     """(plan, weights blob, kernels) of a fused main function with control calls; `fuse` runs
-    the graph passes on a sub-function (driver.fused_function)."""
+    the graph passes on a sub-function (driver.fused_function), `compile_kernels(function)`
+    gives (the target's kernels, the kernel name of each call, {kernel name: workspace
+    sizes}) for a function of every sub-function's kernel calls (`cpu_kernels`, or the GPU's in
+    codegen/gpu_graph.py). Arena slots are `alignment`-byte aligned."""
     funcs = _Functions(main, fuse).funcs
     kernel_calls = [c for f in funcs for c in f.body if c.op.name not in CONTROL_OPS]
     combined = Function("model", (), tuple(kernel_calls), ())
-    kernels, names = compile_groups(combined, target, optimize) if kernel_calls else ([], [])
+    kernels, names, scratch = compile_kernels(combined) if kernel_calls else ([], [], {})
     kernel_of = {id(c): n for c, n in zip(kernel_calls, names, strict=True)}
     # a weight that several functions read (a decoder's embedding in main and in the loop body)
     # is stored once: constants are keyed by their type and bytes
@@ -157,11 +172,10 @@ def make_control_plan(main: Function, target, optimize, fuse):
                     weights.append(v)
                 param_of[id(v)] = unique[key]
     entries, blob = pack_params(weights)
-    scratch = _workspaces(kernels)
     plans: list[dict] = [{} for _ in funcs]
     for k in reversed(range(len(funcs))):  # a sub-function comes after its caller
         sizes = [p.get("arena_nbytes", 0) for p in plans]
-        plans[k] = _function_plan(funcs[k], k == 0, kernel_of, param_of, scratch, sizes)
+        plans[k] = _function_plan(funcs[k], k == 0, kernel_of, param_of, scratch, sizes, alignment)
     plan = plans[0]
     plan.update(
         version=PLAN_VERSION,
@@ -172,8 +186,10 @@ def make_control_plan(main: Function, target, optimize, fuse):
     return plan, blob, kernels
 
 
-def _function_plan(func: Function, is_main, kernel_of, param_of, scratch, sub_arenas) -> dict:
-    memory = plan_memory(IRModule({"main": func}))
+def _function_plan(
+    func: Function, is_main, kernel_of, param_of, scratch, sub_arenas, alignment
+) -> dict:
+    memory = plan_memory(IRModule({"main": func}), alignment=alignment)
     where: dict[int, list] = {id(p): ["input", k] for k, p in enumerate(func.params)}
     for v in [v for c in func.body for v in c.inputs] + list(func.outputs):
         if isinstance(v, Constant):
@@ -181,10 +197,10 @@ def _function_plan(func: Function, is_main, kernel_of, param_of, scratch, sub_ar
     for k, v in enumerate(func.outputs):
         where.setdefault(id(v), ["output", k])
     counts = _step_counts(func)
-    end = _align(memory.arena_bytes)
+    end = _align(memory.arena_bytes, alignment)
     for count in counts.values():  # Note [control calls]: kept for the whole run
         where[id(count)] = ["arena", end]
-        end += ALIGNMENT
+        end += alignment
     for a in memory.allocations:
         where.setdefault(id(a.value), ["arena", a.offset])
     region, arena_bytes = end, end
@@ -194,7 +210,7 @@ def _function_plan(func: Function, is_main, kernel_of, param_of, scratch, sub_ar
             if id(v) not in where:
                 raise ValueError(f"executor plan: %{v.name} has no storage (a planning bug)")
         if call.op.name in CONTROL_OPS:
-            entry, size = _control_entry(call, where, region)
+            entry, size = _control_entry(call, where, region, alignment)
             size += max([sub_arenas[k] for k in entry["functions"]], default=0)
             calls.append(entry)
             arena_bytes = max(arena_bytes, region + size)
@@ -204,7 +220,7 @@ def _function_plan(func: Function, is_main, kernel_of, param_of, scratch, sub_ar
         offset = region
         for nbytes in scratch.get(kernel, ()):
             args.append(["arena", offset])
-            offset += _align(nbytes)
+            offset += _align(nbytes, alignment)
         arena_bytes = max(arena_bytes, offset)
         calls.append({"kernel": kernel, "args": args, "vars": [], "nodes": source_nodes(call)})
     outputs = []
@@ -241,7 +257,7 @@ def _step_counts(func: Function) -> dict[int, Value]:
     return {**counts, **row_counts(func)}  # and the ops' own (Note [run-time rows])
 
 
-def _control_entry(call: Call, where: dict, region: int) -> tuple[dict, int]:
+def _control_entry(call: Call, where: dict, region: int, alignment: int) -> tuple[dict, int]:
     """The plan entry of a control call (Note [control calls]) and the bytes of its region."""
     entry = {
         "control": call.op.name.split(".")[1],
@@ -261,7 +277,7 @@ def _control_entry(call: Call, where: dict, region: int) -> tuple[dict, int]:
     slots, offset = [], region
     for nbytes in [8, 1, 1] + [nbytes_of(str(v.type.dtype), v.type.shape) for v in carried]:
         slots.append(offset)
-        offset += _align(max(nbytes, 1))
+        offset += _align(max(nbytes, 1), alignment)
     entry.update(
         num_carried=n,
         scratch=slots,

@@ -103,6 +103,23 @@ class CUDADeviceAPI:
     def download(self, ptr, host: np.ndarray) -> None:
         _ok(self.cu.cuMemcpyDtoH(host.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
 
+    def copy(self, dst, dst_offset: int, src, src_offset: int, nbytes: int) -> None:
+        """Queue a copy of `nbytes` device bytes on the default stream (no overlap)."""
+        _ok(
+            self.cu.cuMemcpyDtoDAsync(
+                self.view(dst, dst_offset, nbytes), self.view(src, src_offset, nbytes), nbytes, 0
+            ),
+            "cuMemcpyDtoDAsync",
+        )
+
+    def write(self, ptr, offset: int, host: np.ndarray) -> None:
+        """Host bytes into device memory at `offset`, after what is queued."""
+        self.upload(self.view(ptr, offset, host.nbytes), host)
+
+    def read(self, ptr, offset: int, host: np.ndarray) -> None:
+        """`host.nbytes` device bytes from `offset`, once what is queued has run."""
+        self.download(self.view(ptr, offset, host.nbytes), host)
+
     def cubin_fits(self, arch: str) -> bool:
         major, minor = int(arch[3:-1]), int(arch[-1])
         return self.compute_capability[0] == major and self.compute_capability[1] >= minor

@@ -11,6 +11,14 @@ each argument lives: a model input, a weight, an arena slot or a model output. O
 weights are uploaded once, when the module is made; the intermediates live in one device arena
 (slots are views of it); a function's own temporaries are allocated once per module too. `run`
 queues every launch without a host round trip and waits once at the end.
+
+A model with control flow (Note [control calls] in graph_build/control_flow.py) has a plan per
+branch and loop body; the host runs them: an If reads its condition byte from the device and
+queues one branch's launches, a Loop reads its trip count and condition, then per step writes
+the step number, queues the body, copies the next carried values and the scan slices on the
+device and reads the next condition (one round trip per step, the price of a decision the host
+makes). Every place is (an allocation, a byte offset): a function's inputs and outputs are the
+places its caller binds, its arena the main arena from the control call's region on.
 """
 
 from __future__ import annotations
@@ -119,7 +127,11 @@ class GPUGraphModule:
             name: [self.api.alloc(max(t["nbytes"], 1)) for t in fp["temps"]]
             for name, fp in self.functions.items()
         }
-        self.launches = [self._prepare(call) for call in plan["calls"]]
+        self.views: dict[tuple, object] = {}  # (id(allocation), offset, nbytes) -> its view
+        self.owned: list[GPUArray] = []  # loops' scan-slice buffers
+        own = [(o.handle, 0) if o._owned else None for o in self.outputs]
+        self.main_frame = _Frame([(a.handle, 0) for a in self.inputs], own, 0)
+        self.steps = self._prepare_function(plan, self.main_frame)
 
     def __del__(self):
         api = getattr(self, "api", None)
@@ -142,7 +154,41 @@ class GPUGraphModule:
             return GPUArray(tuple(spec["shape"]), spec["dtype"], self.device, (self.arena, index))
         raise ValueError(f"executor plan: unknown argument kind {kind!r}")
 
-    def _prepare(self, call: dict) -> list[tuple]:
+    def _place(self, arg, frame: _Frame) -> tuple:
+        """(allocation, byte offset) of a plan argument in `frame`."""
+        kind, index = arg
+        if kind == "input":
+            return frame.inputs[index]
+        if kind == "output":
+            return frame.outputs[index]
+        if kind == "param":
+            return (self.params[index].handle, 0)
+        if kind == "arena":
+            return (self.arena, frame.base + int(index))
+        raise ValueError(f"executor plan: unknown argument kind {kind!r}")
+
+    def _buffer(self, place: tuple, nbytes: int):
+        """A kernel argument of `nbytes` at `place`: the allocation itself, or a view of it."""
+        handle, offset = place
+        if offset == 0:
+            return handle
+        key = (id(handle), offset, nbytes)
+        if key not in self.views:
+            self.views[key] = (self.api.view(handle, offset, max(nbytes, 1)), handle)
+        return self.views[key][0]
+
+    def _prepare_function(self, fplan: dict, frame: _Frame) -> list:
+        """The steps of a plan function in `frame`: a call's launches (kernel, buffers, grid,
+        block), or a control call's runner."""
+        steps = []
+        for call in fplan["calls"]:
+            if "control" in call:
+                steps.append(self._prepare_control(call, frame))
+            else:
+                steps.append(self._prepare_call(call, frame))
+        return steps
+
+    def _prepare_call(self, call: dict, frame: _Frame) -> list[tuple]:
         """The launches of one call, their buffers resolved once: (kernel, buffers, grid, block)."""
         fplan = self.functions[call["kernel"]]
         if len(fplan["params"]) != len(call["args"]):
@@ -151,15 +197,53 @@ class GPUGraphModule:
                 f"passes {len(call['args'])}"
             )
         arrays = [
-            self._storage(kind, index, spec)
-            for (kind, index), spec in zip(call["args"], fplan["params"], strict=True)
+            self._buffer(self._place(arg, frame), _nbytes(spec))
+            for arg, spec in zip(call["args"], fplan["params"], strict=True)
         ]
         temps = self.temps[call["kernel"]]
         out = []
         for launch in fplan["launches"]:
-            bufs = [arrays[i].handle if k == "param" else temps[i] for k, i in launch["args"]]
+            bufs = [arrays[i] if k == "param" else temps[i] for k, i in launch["args"]]
             out.append((launch["kernel"], bufs, launch["grid"], launch["block"]))
         return out
+
+    def _sub_frame(self, call: dict, k: int, inputs: list, outputs: list, frame: _Frame):
+        sub = self.factory.plan["functions"][call["functions"][k] - 1]
+        return sub, _Frame(inputs, outputs, frame.base + int(call["region"]))
+
+    def _prepare_control(self, call: dict, frame: _Frame):
+        """A runner of a control call (Note [control calls] in graph_build/control_flow.py)."""
+        kind = call["control"]
+        if kind == "fail":
+            return _Fail(call)
+        if kind == "if":
+            cond = self._place(call["args"][0], frame)
+            ins = [self._place(a, frame) for a in call["args"][1:]]
+            outs = [self._place(a, frame) for a in call["outputs"]]
+            branches = []
+            for k in range(2):
+                sub, sub_frame = self._sub_frame(call, k, ins, outs, frame)
+                branches.append(self._prepare_function(sub, sub_frame))
+            return _If(self, cond, branches)
+        if kind == "loop":
+            return _Loop(self, call, frame)
+        raise ValueError(f"executor plan: unknown control call {kind!r}")
+
+    def _run_steps(self, steps: list) -> None:
+        for step in steps:
+            if isinstance(step, list):
+                for kernel, bufs, grid, block in step:
+                    self.api.launch(self.program, kernel, bufs, grid, block)
+            else:
+                step.run()
+
+    def _read(self, place: tuple, dtype) -> int:
+        host = np.zeros(1, dtype)
+        self.api.read(place[0], place[1], host)
+        return int(host[0])
+
+    def _write(self, place: tuple, value, dtype) -> None:
+        self.api.write(place[0], place[1], np.array([value], dtype))
 
     def set_input(self, key=None, value=None, **inputs) -> None:
         if key is not None:
@@ -182,9 +266,7 @@ class GPUGraphModule:
             self.set_input(**inputs)
         if self.counter_slot < len(self.inputs):
             self.inputs[self.counter_slot].copyfrom(np.array(self.counter.take(), np.int64))
-        for launches in self.launches:
-            for kernel, bufs, grid, block in launches:
-                self.api.launch(self.program, kernel, bufs, grid, block)
+        self._run_steps(self.steps)
         self.api.sync()
 
     def get_input_info(self) -> tuple[dict[str, tuple], dict[str, str]]:
@@ -199,8 +281,110 @@ class GPUGraphModule:
         return len(self.user_inputs)
 
     def get_output(self, index: int) -> GPUArray:
-        return self.outputs[index]
+        out, spec = self.outputs[index], self.factory.plan["outputs"][index]
+        if "rows" not in spec:
+            return out
+        # a loop's scan output that may stop early: the rows it wrote (Note [control calls])
+        rows = self._read(self._place(spec["rows"], self.main_frame), np.int64)
+        if not out._owned:
+            raise ValueError(f"output {index}: counted rows need storage of their own")
+        return GPUArray((rows, *out.shape[1:]), out.dtype, self.device, view_of=(out.handle, 0))
 
 
 def _array(spec: dict, dev: Device) -> GPUArray:
     return GPUArray(tuple(spec["shape"]), spec["dtype"], dev)
+
+
+def _nbytes(spec: dict) -> int:
+    size = int(np.prod(spec["shape"], dtype=np.int64))
+    return size * GPUArray.storage_dtype(spec["dtype"]).itemsize
+
+
+class _Frame:
+    """Where one plan function's arguments live: its inputs and outputs (the places its caller
+    binds), its arena (the main arena from byte `base` on)."""
+
+    __slots__ = ("inputs", "outputs", "base")
+
+    def __init__(self, inputs: list, outputs: list, base: int):
+        self.inputs, self.outputs, self.base = inputs, outputs, base
+
+
+class _Fail:
+    """A branch the compiled shapes rule out: taking it raises its message."""
+
+    def __init__(self, call: dict):
+        self.message = str(call.get("message", "a branch that cannot run was taken"))
+
+    def run(self) -> None:
+        raise RuntimeError(f"the model took a branch that cannot run: {self.message}")
+
+
+class _If:
+    def __init__(self, module: GPUGraphModule, cond: tuple, branches: list):
+        self.module, self.cond, self.branches = module, cond, branches
+
+    def run(self) -> None:
+        taken = self.module._read(self.cond, np.uint8)  # waits for the queue: a host decision
+        self.module._run_steps(self.branches[0 if taken else 1])
+
+
+class _Loop:
+    """A Loop run by the host (module docstring): carried values live in the final outputs'
+    storage; the body writes the next ones to scratch slots and each scan slice to a buffer of
+    its own, copied to its row after the step (rows need not meet a view's alignment)."""
+
+    def __init__(self, module: GPUGraphModule, call: dict, frame: _Frame):
+        self.module = m = module
+        n, args, outputs = call["num_carried"], call["args"], call["outputs"]
+        place = lambda a: m._place(a, frame)  # noqa: E731
+        self.trips, self.cond = place(args[0]), place(args[1])
+        self.initial = [place(a) for a in args[2 : 2 + n]]
+        self.carried = [place(a) for a in outputs[:n]]
+        self.scans = [place(a) for a in outputs[n:-1]]
+        self.steps_out = place(outputs[-1])
+        self.nbytes, self.slice_nbytes = call["nbytes"], call["slice_nbytes"]
+        self.capacity = int(call["capacity"])
+        scratch = [place(["arena", x]) for x in call["scratch"]]
+        self.step, self.cond_in, self.cond_out, self.next = (
+            scratch[0], scratch[1], scratch[2], scratch[3:],
+        )  # fmt: skip
+        slices = []
+        for nbytes in self.slice_nbytes:
+            buf = GPUArray((max(int(nbytes), 1),), "uint8", m.device)
+            m.owned.append(buf)
+            slices.append((buf.handle, 0))
+        self.slices = slices
+        ins = [self.step, self.cond_in, *self.carried, *(place(a) for a in args[2 + n :])]
+        outs = [self.cond_out, *self.next, *slices]
+        body, body_frame = m._sub_frame(call, 0, ins, outs, frame)
+        self.body = m._prepare_function(body, body_frame)
+
+    def run(self) -> None:
+        m, api = self.module, self.module.api
+        trips, go = m._read(self.trips, np.int64), m._read(self.cond, np.uint8)
+        if self.scans:
+            trips = min(trips, self.capacity)
+        for (dst, dst_off), (src, src_off), n in zip(
+            self.carried, self.initial, self.nbytes, strict=True
+        ):
+            if (dst, dst_off) != (src, src_off) and n:
+                api.copy(dst, dst_off, src, src_off, n)
+        i = 0
+        while i < trips and go:
+            m._write(self.step, i, np.int64)
+            m._write(self.cond_in, 1, np.uint8)
+            m._run_steps(self.body)
+            for (dst, off), (src, _), n in zip(
+                self.scans, self.slices, self.slice_nbytes, strict=True
+            ):
+                if n:
+                    api.copy(dst, off + i * int(n), src, 0, n)
+            for (dst, dst_off), (src, src_off), n in zip(
+                self.carried, self.next, self.nbytes, strict=True
+            ):
+                if n:
+                    api.copy(dst, dst_off, src, src_off, n)
+            go = m._read(self.cond_out, np.uint8)
+            i += 1
+        m._write(self.steps_out, i, np.int64)

@@ -76,6 +76,23 @@ class OpenCLDeviceAPI:
     def download(self, buf, host: np.ndarray) -> None:
         self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
 
+    def copy(self, dst, dst_offset: int, src, src_offset: int, nbytes: int) -> None:
+        """Queue a copy of `nbytes` device bytes (the regions must not overlap)."""
+        self.cl.enqueue_copy(
+            self.queue, dst, src, byte_count=int(nbytes), src_offset=int(src_offset),
+            dst_offset=int(dst_offset),
+        )  # fmt: skip
+
+    def write(self, buf, offset: int, host: np.ndarray) -> None:
+        """Host bytes into `buf` at `offset`, after what is queued."""
+        self.cl.enqueue_copy(
+            self.queue, buf, np.ascontiguousarray(host), dst_offset=int(offset), is_blocking=True
+        )
+
+    def read(self, buf, offset: int, host: np.ndarray) -> None:
+        """`host.nbytes` bytes of `buf` from `offset`, once what is queued has run."""
+        self.cl.enqueue_copy(self.queue, host, buf, src_offset=int(offset), is_blocking=True)
+
     def load(self, code: dict):
         if "opencl" not in code:
             raise ValueError(f"this module holds {', '.join(code)} code, not OpenCL C")

@@ -9,7 +9,13 @@ from onnx import helper
 
 import tessera
 from tessera.frontend import from_onnx
-from tessera.models_control import EOS, branch_on_input, greedy_decoder
+from tessera.models_control import (
+    EOS,
+    branch_on_input,
+    branch_ruled_out_by_shapes,
+    counting_loop,
+    greedy_decoder,
+)
 from tessera.runtime import GraphModule, load_module
 
 ort = pytest.importorskip("onnxruntime")
@@ -57,46 +63,9 @@ def test_greedy_decoding_loop_matches_onnxruntime(tmp_path):
     assert len(lengths) > 1  # the trip count depends on the data
 
 
-def _counting_loop(with_cond: bool):
-    """Sum i*x for i < M (and while the running sum stays below a limit, when with_cond)."""
-    body = helper.make_graph(
-        [
-            helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
-            helper.make_node("Mul", ["x", "fi"], ["ix"]),
-            helper.make_node("Add", ["s_in", "ix"], ["s_out"]),
-            helper.make_node("ReduceSum", ["s_out"], ["total"], keepdims=0),
-            helper.make_node("Less", ["total", "limit"], ["c_out"]),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TP.INT64, []),
-            helper.make_tensor_value_info("c_in", TP.BOOL, []),
-            helper.make_tensor_value_info("s_in", TP.FLOAT, [3]),
-        ],
-        [
-            helper.make_tensor_value_info("c_out", TP.BOOL, []),
-            helper.make_tensor_value_info("s_out", TP.FLOAT, [3]),
-        ],
-    )
-    inputs = ["M", "c" if with_cond else "", "s0"]
-    graph = helper.make_graph(
-        [helper.make_node("Loop", inputs, ["s"], body=body)],
-        "counting",
-        [
-            helper.make_tensor_value_info("M", TP.INT64, []),
-            helper.make_tensor_value_info("c", TP.BOOL, []),
-            helper.make_tensor_value_info("s0", TP.FLOAT, [3]),
-            helper.make_tensor_value_info("x", TP.FLOAT, [3]),
-            helper.make_tensor_value_info("limit", TP.FLOAT, []),
-        ],
-        [helper.make_tensor_value_info("s", TP.FLOAT, [3])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.mark.parametrize("with_cond", [True, False])
 def test_loop_with_run_time_trip_count_and_condition(with_cond):
-    model = _counting_loop(with_cond)
+    model = counting_loop(with_cond)
     m = GraphModule(_compile(model)["default"]())
     sess = ort.InferenceSession(model.SerializeToString())
     rng = np.random.default_rng(2)
@@ -144,34 +113,8 @@ def test_if_branches_of_different_shapes_are_refused_clearly():
         from_onnx(model)
 
 
-def _branch_ruled_out_by_shapes():
-    """then: x + 1; else: a Reshape to (3, 5) that a [2, 3] input cannot take."""
-    out = [helper.make_tensor_value_info("o", TP.FLOAT, None)]
-    one = helper.make_tensor("one", TP.FLOAT, [], [1.0])
-    then_g = helper.make_graph(
-        [helper.make_node("Constant", [], ["c1"], value=one),
-         helper.make_node("Add", ["x", "c1"], ["o"])], "t", [], out,
-    )  # fmt: skip
-    shape = helper.make_tensor("shape", TP.INT64, [2], [3, 5])
-    else_g = helper.make_graph(
-        [helper.make_node("Constant", [], ["s"], value=shape),
-         helper.make_node("Reshape", ["x", "s"], ["r"]),
-         helper.make_node("ReduceSum", ["r"], ["o"], keepdims=1)], "e", [], out,
-    )  # fmt: skip
-    graph = helper.make_graph(
-        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
-        "m",
-        [
-            helper.make_tensor_value_info("c", TP.BOOL, []),
-            helper.make_tensor_value_info("x", TP.FLOAT, [2, 3]),
-        ],
-        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_a_branch_the_shapes_rule_out_fails_clearly_only_when_taken():
-    m = GraphModule(_compile(_branch_ruled_out_by_shapes())["default"]())
+    m = GraphModule(_compile(branch_ruled_out_by_shapes())["default"]())
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(m(c=np.array(True), x=x)[0], x + 1)
     with pytest.raises(RuntimeError, match="else branch of If .* cannot run at the compiled"):

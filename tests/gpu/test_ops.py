@@ -1,6 +1,6 @@
 """Each GPU strategy (topi/gpu) on one ONNX op, compiled for OpenCL (pocl in CI), against ONNX
 Runtime: the tiled matmuls, conv2d as an implicit GEMM, and the default schedule's element-wise,
-pooling, reduction (cross-thread), softmax, layer-norm and resize paths."""
+pooling, reduction (cross-thread, and to a scalar), softmax, layer-norm and resize paths."""
 
 from __future__ import annotations
 
@@ -81,6 +81,18 @@ def _case_reduce():
     return nodes, feeds, ["mean", "mx"], None
 
 
+def _case_scalar():
+    """Reductions to a scalar (one block), and scalar arithmetic on them (one thread)."""
+    feeds = {"x": f32(37, 50), "v": f32(3)}
+    nodes = [
+        N("ReduceSum", ["x"], ["total"], keepdims=0),
+        N("ReduceMax", ["v"], ["vmax"], keepdims=0),
+        N("Mul", ["total", "vmax"], ["prod"]),
+        N("Less", ["prod", "total"], ["less"]),
+    ]
+    return nodes, feeds, ["prod", "less"], None
+
+
 def _case_softmax():
     return [N("Softmax", ["x"], ["y"], axis=-1)], {"x": f32(4, 7, 300)}, ["y"], None
 
@@ -117,6 +129,7 @@ CASES = {
     "matmul_weight_tanh": _case_matmul_weight,
     "pooling": _case_pool,
     "reductions": _case_reduce,
+    "scalars": _case_scalar,
     "softmax": _case_softmax,
     "layer_norm": _case_layer_norm,
     "resize": _case_resize,

@@ -94,9 +94,20 @@ def _first_loop(stmt: Stmt) -> For | None:
     return stmt if isinstance(stmt, For) else None
 
 
+def _is_scalar_nest(nest: Stmt) -> bool:
+    """A nest computing one element (a stage without data-parallel axes: a loop's condition, a
+    count, a whole-tensor reduction's result): no loop at its root and none bound to a thread
+    inside. It runs as a kernel of one thread."""
+    if isinstance(nest, For):
+        return False
+    return not collect(nest, lambda n: isinstance(n, For) and n.kind == ForKind.THREAD_BINDING)
+
+
 def _make_kernel(func: PrimFunc, name: str, nest: Stmt, temps: list[Buffer]) -> PrimFunc:
     loop = _first_loop(nest)
-    if loop is None or loop.kind != ForKind.THREAD_BINDING:
+    if _is_scalar_nest(nest):
+        pass  # launched as one thread: no thread axis to bind
+    elif loop is None or loop.kind != ForKind.THREAD_BINDING:
         what = loop.loop_var.name if loop is not None else type(nest).__name__
         raise GPUSplitError(
             f"{func.name}: the root loop nest starting at {what} is not bound to a GPU thread "

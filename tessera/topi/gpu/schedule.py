@@ -68,8 +68,8 @@ def bind_flat(s: te.Schedule, op, threads: int | None = None) -> None:
     threads = THREADS.value() if threads is None else threads
     stage = s[op]
     axes = list(stage.op.axis)
-    if not axes:
-        raise ValueError(f"{op.name}: a stage without data-parallel axes has no thread to run on")
+    if not axes:  # a scalar (a loop's condition, a count): one thread (codegen/gpu.py)
+        return
     total = 1
     for iv in axes:
         total *= const_extent(iv) or threads
@@ -81,8 +81,9 @@ def bind_flat(s: te.Schedule, op, threads: int | None = None) -> None:
 
 def reduce_threads(op, target) -> int:
     """Threads that share one output of a reduction (0: one thread per output). CUDA: a warp,
-    reduced by shuffles; OpenCL: 64, reduced by a tree in local memory."""
-    if not op.is_reduction or len(op.body) != 1 or not op.axis:
+    reduced by shuffles; OpenCL: 64, reduced by a tree in local memory. A reduction to a
+    scalar (a whole tensor's sum, a loop's condition) is one block of up to that many."""
+    if not op.is_reduction or len(op.body) != 1:
         return 0
     extent = 1
     for iv in op.reduce_axis:
@@ -90,6 +91,8 @@ def reduce_threads(op, target) -> int:
     keys = target.kind_info.keys(target) if target is not None else ()
     warp = next((WARP_THREADS[k] for k in keys if k in WARP_THREADS), None)
     warp = TREE_REDUCE_THREADS.value() if warp is None else warp
+    if not op.axis:
+        return max(1, min(warp, extent))
     return warp if extent >= warp else 0
 
 
@@ -98,10 +101,11 @@ def bind_cross_thread(s: te.Schedule, op, threads: int) -> None:
     part bound to threadIdx.x (a cross-thread reduction, te/lower.py)."""
     stage = s[op]
     axes, raxes = list(stage.op.axis), list(stage.op.reduce_axis)
-    rows = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     red = stage.fuse(*raxes) if len(raxes) > 1 else raxes[0]
     _, inner = stage.split(red, factor=threads)
-    stage.bind(rows, te.thread_axis("blockIdx.x"))
+    if axes:  # else a scalar: one block
+        rows = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+        stage.bind(rows, te.thread_axis("blockIdx.x"))
     stage.bind(inner, te.thread_axis("threadIdx.x"))
 
 
