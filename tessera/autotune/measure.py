@@ -19,11 +19,13 @@ config whose outputs differ from the reference (the default config's) fails as "
 
 from __future__ import annotations
 
+import functools
 import pickle
 import select
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,13 +162,16 @@ def run_config(
     model_context: dict | None = None,
     number: int = 5,
     repeat: int = 5,
+    flush: bool = True,
 ) -> MeasureResult:
     """Build and time `config` of `task` here (the worker calls this). With `reference`, the
     outputs must match it; without, they are returned (this is the default, the reference).
     `context`: (opt level, disabled passes) of the tuning process's PassContext, under which the
     graph passes run as they do for the model (they decide which kernel a task becomes).
     `model_context`: the context the model asks the task with, whose layout the kernel is
-    measured in (Note [in-model layout])."""
+    measured in (Note [in-model layout]). `flush`: each of the `number` x `repeat` runs timed
+    alone after a write of a buffer larger than the caches (Note [cold caches]); without it,
+    the median of `repeat` means of `number` runs back to back, caches hot."""
     import tessera
     from tessera.runtime import GraphModule, cpu
     from tessera.topi import strategy
@@ -199,8 +204,52 @@ def run_config(
                 return MeasureResult(
                     error=f"wrong: outputs differ from the default's (max |diff| {diff})"
                 )
-    seconds = m.benchmark(number=number, repeat=repeat).median
+    seconds = cold_time(m, 2 * repeat, inputs) if flush else m.benchmark(number, repeat).median
     return MeasureResult(seconds, outputs=None if reference is not None else outputs)
+
+
+# Note [cold caches]
+# In the model a kernel's weights were last touched a whole run ago and its input was written
+# by the kernel before it, with the other kernels' data between: they come from memory or the
+# shared L3, not from the L1/L2 a kernel timed back to back leaves them in. A config that wins
+# hot (a wider register tile re-reading a weight block that stays in L2) can lose cold, and
+# ShuffleNet's tuned build was slower than its untuned one with winners confirmed hot
+# (docs/performance.md, issue 11). So by default each timed run starts after a write of a
+# buffer of twice the host's caches (`cache_sizes`, sysfs), which evicts the kernel's data
+# from this core's caches and the L3, then a write of its inputs (as the kernel before it in
+# the model leaves its input: just written, in cache); its time is the median of those runs.
+# Measured on ShuffleNet (docs/performance.md, issue 11) the two orders disagree: a 3x3
+# depthwise conv's winner, 13.0 against 14.9 us hot, was 126.7 against 96.0 us flushed. The in-model
+# confirmation (in_model.py) checks what remains: the order and neighbours of the model.
+
+
+_FLUSH: list = []
+
+
+def flush_caches() -> None:
+    """Write a buffer of twice the host's data caches (Note [cold caches])."""
+    if not _FLUSH:
+        from tessera.topi.x86.cpu import cache_sizes
+
+        size = min(2 * sum(cache_sizes().values()), 1 << 28)
+        _FLUSH.append(np.zeros(max(size, 1 << 22) // 8))
+    buf = _FLUSH[0]
+    buf.fill(buf[0] + 1.0)
+
+
+def cold_time(m, runs: int, inputs: dict | None = None) -> float:
+    """The median seconds of `runs` runs of GraphModule `m`, each after `flush_caches()` and a
+    write of `inputs` (name: array) into it (Note [cold caches])."""
+    m.run()  # warm-up: code, thread pool, pages
+    times = []
+    for _ in range(max(1, runs)):
+        flush_caches()
+        if inputs:
+            m.set_input(**inputs)
+        start = time.perf_counter()
+        m.run()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def _graph(task: Task, config: Config, target: str, seed: int, model_context):
@@ -286,10 +335,23 @@ class Builder:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _map(self, task, configs, target, build: bool, model_context=None, lower=True) -> list:
-        return self._run([(task, c, model_context) for c in configs], target, build, lower)
+    def _map(self, task, configs, target, build: bool, model_context=None, known=None) -> list:
+        """[(features, error)] of each config: the features `known` holds ({config: features})
+        as they are, the others lowered (Note [lowered once] in tuner.py)."""
+        known = known or {}
+        jobs = [(task, c, model_context) for c in configs]
+        lower = [known.get(c) is None for c in configs]
+        if not build and not any(lower):
+            return [(known[c], None) for c in configs]
+        out = self._run(jobs, target, build, lower)
+        return [
+            (known[c], e) if known.get(c) is not None else (f, e)
+            for c, (f, e) in zip(configs, out, strict=True)
+        ]
 
-    def _run(self, jobs, target, build: bool, lower: bool = True) -> list:
+    def _run(self, jobs, target, build: bool, lower=True) -> list:
+        """Run `jobs` in the pool; `lower`: whether to lower each for its features (one bool
+        for all, or one per job)."""
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -301,22 +363,28 @@ class Builder:
         if self._pool is None:
             fork = multiprocessing.get_context("fork")
             self._pool = ProcessPoolExecutor(self.workers, mp_context=fork)
-        args = [(t, c, str(target), self.seed, context, build, mc, lower) for t, c, mc in jobs]
+        lower = lower if isinstance(lower, list) else [lower] * len(jobs)
+        args = [
+            (t, c, str(target), self.seed, context, build, mc, low)
+            for (t, c, mc), low in zip(jobs, lower, strict=True)
+        ]
         try:
             return list(self._pool.map(_prepare, args))
         except BrokenProcessPool:
             self._pool = None
             return [(None, None)] * len(jobs)
 
-    def features(self, task: Task, configs: list, target, model_context=None) -> list:
+    def features(self, task: Task, configs: list, target, model_context=None, known=None) -> list:
         """[(features | None, error | None)] of each config, lowered (not compiled), in the
-        layout `model_context` gives (Note [in-model layout])."""
-        return self._map(task, configs, target, False, model_context)
+        layout `model_context` gives (Note [in-model layout]); those `known` holds are not
+        lowered again."""
+        return self._map(task, configs, target, False, model_context, known)
 
-    def build(self, task: Task, configs: list, target, model_context=None, features=True) -> list:
+    def build(self, task: Task, configs: list, target, model_context=None, known=None) -> list:
         """[(features | None, error | None)] of each config, compiled into the compile cache;
-        without `features`, compiled only (no features: the caller has them)."""
-        return self._map(task, configs, target, True, model_context, features)
+        the configs whose features `known` ({config: features}) holds are compiled only, and
+        given those features back (Note [lowered once] in tuner.py)."""
+        return self._map(task, configs, target, True, model_context, known)
 
     def build_each(self, jobs: list, target) -> list:
         """Compile (task, config, model_context) jobs of any tasks, in parallel (the tuner's
@@ -350,14 +418,16 @@ class Measurer:
     time, replacing the worker when a config crashes it or runs past `timeout` seconds. `run`:
     what the worker calls with (task, config, target, reference, seed, context, model_context):
     `run_config`,
-    or a picklable wrapper of it (tessera.autotune.testing).
+    or a picklable wrapper of it (tessera.autotune.testing). `flush=False` times the kernels
+    with hot caches (Note [cold caches]; `run` must then take `flush`).
 
     A subprocess rather than multiprocessing: a spawned multiprocessing child re-imports the
     caller's main script, which a user's script without a `__main__` guard does not survive."""
 
-    def __init__(self, timeout: float = 60.0, run=run_config, seed: int = 0):
+    def __init__(self, timeout: float = 60.0, run=run_config, seed: int = 0, flush: bool = True):
         self.timeout = timeout
-        self.run = run
+        # flush: time each run with cold caches (Note [cold caches]), run_config's default
+        self.run = run if flush else functools.partial(run, flush=False)
         self.seed = seed
         self._proc: subprocess.Popen | None = None
         self.restarts = 0
