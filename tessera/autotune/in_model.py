@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tessera.autotune.measure import random_array
 from tessera.autotune.records import Database, Record
 from tessera.logging import get_logger
 
@@ -114,13 +115,7 @@ def random_inputs(module, seed: int = 0) -> dict | None:
     for name, shape in shapes.items():
         if not all(isinstance(d, int) for d in shape):
             return None
-        dtype = str(dtypes[name])
-        if dtype.startswith("float"):
-            out[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == "bool":
-            out[name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            out[name] = rng.integers(0, 4, shape).astype(dtype)
+        out[name] = random_array(rng, tuple(shape), str(dtypes[name]))
     return out
 
 

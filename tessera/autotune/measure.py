@@ -83,7 +83,7 @@ def kernel_graph(task: Task, seed: int = 0, target=None, context: dict | None = 
     b = GraphBuilder(fold=False)
     values, params, inputs = [], {}, {}
     for i, (shape, dtype) in enumerate(wl.inputs):
-        array = _random(rng, shape, dtype)
+        array = random_array(rng, shape, dtype)
         name = f"in{i}"
         is_weight = i < len(wl.constant) and wl.constant[i]
         if is_weight and in_model is not None:
@@ -143,7 +143,9 @@ def plain_output(array: np.ndarray, layout) -> np.ndarray:
     return np.ascontiguousarray(plain[:, : shape[1]]).reshape(shape)
 
 
-def _random(rng, shape, dtype) -> np.ndarray:
+def random_array(rng, shape, dtype) -> np.ndarray:
+    """Random values of `dtype` (numpy Generator `rng`): floats scaled to stay near 1 in a
+    reduction, small integers, booleans."""
     if dtype.startswith("float"):
         # scaled so that reductions stay near 1 and a tolerance check means something
         return (rng.standard_normal(shape) * 0.5).astype(dtype)
