@@ -581,7 +581,7 @@ def tune(
     cluster=None,
     in_model: bool = True,
     in_model_share: float = 0.1,
-    flush: bool = True,
+    flush="l2",
 ) -> TuneResults:
     """Tune every task of a graph module for `target` within `budget` seconds; the records go
     to the database file `db` (created, or resumed). `workers`: build processes (default 2, or
@@ -590,7 +590,8 @@ def tune(
     cluster object; cluster.py) instead of a local worker process. `in_model`: end with the
     in-model confirmation (in_model.py), for which `in_model_share` of the budget is set
     aside; its verdicts decide what a build with the database takes (Note [in-model records]
-    in records.py). `flush`: time kernels with cold caches (Note [cold caches] in measure.py)."""
+    in records.py). `flush`: "l2" (default), "all" or False: which caches are emptied
+    before each timed run of a kernel (Note [cold caches] in measure.py)."""
     from tessera.autotune.tasks import extract_tasks
     from tessera.driver import resolve_target
     from tessera.target import Target
