@@ -632,11 +632,16 @@ def tune(
                 builder.close()
     results = TuneResults(results)
     if in_model:
-        from tessera.autotune.in_model import confirm_in_model
+        from tessera.autotune.in_model import InModelReport, confirm_in_model
 
-        results.in_model = confirm_in_model(
-            mod, params, target, results, database, progress=progress
-        )
+        try:
+            results.in_model = confirm_in_model(
+                mod, params, target, results, database, progress=progress
+            )
+        except Exception as e:  # the measurements are in the database: not lost with it
+            why = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            log.warning("in-model confirmation %s; no verdict written", why)
+            results.in_model = InModelReport(skipped=why)
     return results
 
 

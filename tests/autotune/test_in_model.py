@@ -187,3 +187,20 @@ def test_tune_ends_with_the_in_model_confirmation(tiny, tmp_path):
     np.testing.assert_allclose(
         m.get_output(0).numpy(), run_ort(model, feeds)[0], rtol=1e-4, atol=1e-5
     )
+
+
+def test_a_failing_confirmation_writes_no_verdict_and_loses_no_measurement(
+    tiny, tmp_path, monkeypatch
+):
+    from tessera.autotune import in_model
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a model with control flow")
+
+    monkeypatch.setattr(in_model, "confirm_in_model", broken)
+    _, mod, params, _ = tiny
+    path = tmp_path / "tune.db"
+    results = autotune.tune(mod, params, HOST, db=path, budget=30, max_trials=1, timeout=120)
+    assert results.in_model.skipped.startswith("failed: RuntimeError")
+    db = Database(path)
+    assert db.verdicts == [] and len(db.records) >= len(results)
