@@ -17,7 +17,8 @@ median latencies, tuned/untuned and tuned/ORT, agreement of the
 tuned build with ORT, the issue's bars (tuned never slower than untuned; geometric mean
 tuned/untuned <= 0.85, <= 0.75 for the AVX2 target), an A/A ratio (a second untuned build
 timed in the same turns against the first: how far this run's noise alone moves a ratio), and
-where the gains come from (the tasks whose config changed, with their times measured alone).
+where the gains come from (the tasks whose config changed, with the time of their calls in
+the model by the in-model confirmation, and what that stage kept and took).
 Not a test: nothing here asserts a time.
 """
 
