@@ -17,7 +17,8 @@ median latencies, tuned/untuned and tuned/ORT, agreement of the
 tuned build with ORT, the issue's bars (tuned never slower than untuned; geometric mean
 tuned/untuned <= 0.85, <= 0.75 for the AVX2 target), an A/A ratio (a second untuned build
 timed in the same turns against the first: how far this run's noise alone moves a ratio), and
-where the gains come from (the tasks whose config changed, with their times measured alone).
+where the gains come from (the tasks whose config changed, with the time of their calls in
+the model by the in-model confirmation, and what that stage kept and took).
 Not a test: nothing here asserts a time.
 """
 
@@ -64,6 +65,8 @@ class Row:
     rel_err: float | None = None
     notes: list = field(default_factory=list)
     gains: list = field(default_factory=list)  # (ms saved per run, line) of the tasks kept
+    in_model: str = ""  # what the in-model confirmation did (InModelReport.summary)
+    in_model_s: float = 0.0  # its wall time, part of tune_s
 
     def median(self, runner: str) -> float | None:
         t = self.times.get(runner)
@@ -111,6 +114,9 @@ def run_model(name: str, args) -> Row:
         if rec.timestamp >= began and not rec.baseline and not rec.again
     )
     row.gains = task_gains(results)
+    if results.in_model is not None:
+        row.in_model = results.in_model.summary()
+        row.in_model_s = results.in_model.seconds
     libs = {
         "untuned": build(mod, params, args.target),
         "tuned": build(mod, params, args.target, db),
@@ -139,7 +145,8 @@ def run_model(name: str, args) -> Row:
 
 def task_gains(results) -> list:
     """(ms saved per run of the model, a line saying what changed) of each task whose tuned
-    config beat its default (as measured again in turns), the largest first."""
+    config beat its default as measured again in turns and kept its winner in the model (its
+    calls' time in the model, the in-model confirmation's, when it ran), the largest first."""
     gains = []
     for r in results:
         if r.best is None or r.best == r.default or not r.default_seconds:
@@ -150,6 +157,9 @@ def task_gains(results) -> list:
             f"{r.task} x{r.count}: {r.default_seconds * 1e3:.3f} -> {r.best_seconds * 1e3:.3f} ms"
             f" ({r.default.impl} -> {changed})"
         )
+        if r.in_model:
+            saved = (r.in_model[0] - r.in_model[1]) * 1e3
+            line += f"; in the model {r.in_model[0] * 1e3:.3f} -> {r.in_model[1] * 1e3:.3f} ms"
         gains.append((saved, line))
     return sorted(gains, key=lambda g: -g[0])
 
@@ -192,12 +202,14 @@ def report(rows: list[Row], args) -> str:
         f"- geometric mean tuned/untuned: {_x(gm)} (bar <= {bar}); A/A (the untuned build "
         f"against itself, the noise of these turns): {_x(geometric_mean(aa))}",
         "",
-        "Where the gains come from (tasks whose config beat the default when measured again, "
-        "ms saved per run as measured alone, the largest three per model):",
+        "Where the gains come from (tasks whose config beat the default when measured again "
+        "and in the model, ms saved per run in the model, the largest three per model):",
     ]
     for r in rows:
         total = sum(g for g, _ in r.gains)
         lines.append(f"- {r.name}: {len(r.gains)} tasks changed, {total:.2f} ms per run")
+        if r.in_model:
+            lines.append(f"  - {r.in_model} ({r.in_model_s / (r.tune_s or 1):.0%} of tuning)")
         lines += [f"  - {saved:.2f} ms: {line}" for saved, line in r.gains[:3]]
     return "\n".join(lines)
 

@@ -85,6 +85,10 @@ class Record:
     again: bool = False  # a config measured again to confirm a winner (tuner._confirm)
     baseline: bool = False  # the task's default config, measured as the tuner's baseline
     unit: str = "seconds"  # "instructions": counts on an emulated board (micro/tune.py)
+    # a verdict of the in-model confirmation (in_model.py, Note [in-model records]): `config`
+    # is what the task keeps (its default, marked `baseline`, when the winner lost in the
+    # model), `seconds` the time of all its calls in one run of the model with it
+    in_model: bool = False
 
     @staticmethod
     def of(
@@ -97,12 +101,13 @@ class Record:
         again=False,
         baseline=False,
         unit="seconds",
+        in_model=False,
     ) -> Record:
         if features is not None:
             features = tuple(round(float(v), 4) for v in features)
         fp = target_fingerprint(target)
         return Record(
-            task, fp, config, seconds, error, time.time(), features, again, baseline, unit
+            task, fp, config, seconds, error, time.time(), features, again, baseline, unit, in_model
         )
 
     @property
@@ -126,6 +131,8 @@ class Record:
             d["again"] = True
         if self.baseline:
             d["baseline"] = True
+        if self.in_model:
+            d["in_model"] = True
         return json.dumps(d, sort_keys=True)
 
     @staticmethod
@@ -146,22 +153,27 @@ class Record:
             bool(d.get("again", False)),
             bool(d.get("baseline", False)),
             d.get("unit", "seconds"),
+            bool(d.get("in_model", False)),
         )
 
 
 class Database:
-    """A JSON-lines file of records, read once on opening and appended to as records come."""
+    """A JSON-lines file of records, read once on opening and appended to as records come.
+    `records` are the measurements; `verdicts` the in-model confirmation's records (Note
+    [in-model records]), kept apart: their times are of a task's calls in a model run, not
+    of a kernel alone, and no search or cost model reads them."""
 
     def __init__(self, path):
         self.path = Path(path)
         self.records: list[Record] = []
+        self.verdicts: list[Record] = []
         self.skipped_lines = 0
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 if not line.strip():
                     continue
                 try:
-                    self.records.append(Record.from_json(line))
+                    self._add(Record.from_json(line))
                 except (ValueError, KeyError, TypeError):
                     # a line cut short by a killed run, or written by a newer tessera
                     self.skipped_lines += 1
@@ -170,7 +182,7 @@ class Database:
 
     def append(self, record: Record) -> None:
         """Write `record` as one line, flushed and synced before returning."""
-        self.records.append(record)
+        self._add(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             # a killed writer may have left a partial line: start ours on a line of its own
@@ -179,6 +191,15 @@ class Database:
             f.write(record.to_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+    def _add(self, record: Record) -> None:
+        (self.verdicts if record.in_model else self.records).append(record)
+
+    def verdict(self, task: Task, target) -> Record | None:
+        """The latest in-model verdict of `task` on `target` (Note [in-model records])."""
+        fp = target_fingerprint(target)
+        found = [r for r in self.verdicts if r.target == fp and r.task == task]
+        return found[-1] if found else None
 
     def _ends_with_newline(self) -> bool:
         with open(self.path, "rb") as f:
@@ -202,14 +223,19 @@ class Database:
 
     def best_configs(self, target) -> dict[Task, Config]:
         """{task: its best config} for every task whose best passing record on `target` beat
-        its default. A task whose default was best gets no config: a build then takes the
-        default rule at each of its calls, with the layout context of that call, which a
-        config recorded from one context would override at the others."""
+        its default; once the database holds in-model verdicts for `target`, {task: the config
+        its latest verdict kept} for the tasks whose winner beat the default inside the model
+        (Note [in-model records]). A task whose default was best gets no config: a build then
+        takes the default rule at each of its calls, with the layout context of that call,
+        which a config recorded from one context would override at the others."""
         fp = target_fingerprint(target)
         groups: dict[Task, list[Record]] = {}
         for r in self.records:
             if r.target == fp:
                 groups.setdefault(r.task, []).append(r)
+        verdicts = {r.task: r for r in self.verdicts if r.target == fp}  # the latest of each
+        if verdicts:  # only what the model confirmed (Note [in-model records])
+            return {t: r.config for t, r in verdicts.items() if r.ok and not r.baseline}
         best = {t: best_of(recs) for t, recs in groups.items()}
         return {
             t: r.config for t, r in best.items() if r is not None and not _is_baseline(r, target)
@@ -235,6 +261,24 @@ class Database:
 # (different loads) are not compared with each other for the latest answer. Exact
 # measures (instruction counts, micro/tune.py) are never measured again: the rule is then
 # simply the fastest record.
+
+
+# Note [in-model records]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A winner confirmed alone (Note [confirmed records]) can still lose inside the model, where
+# its weights are cold, other kernels run between its calls and a config's layout changes its
+# neighbours' (docs/performance.md, issue 11: ShuffleNet's confirmed winners made the model
+# 8% slower). So tuning a model ends with the in-model confirmation (in_model.py), which
+# writes one verdict per winner it examined: a record marked `in_model`, whose config is the
+# one the task keeps (the winner, or its default marked `baseline` where the winner did not
+# beat it in the model or was dropped by the whole-model check) and whose seconds are the
+# time of the task's calls in one model run. The database keeps verdicts apart from the
+# measurements (`Database.verdicts`): the search, the cost model and `best` never see them.
+# `best_configs` (what apply_history_best and `tessera.build` with a database use) reads them:
+# once the database holds a verdict for a target, a task gets a config only where its latest
+# verdict kept a winner, and every other task of that target its default; a database without
+# verdicts (older runs, kernel tuning) is read by its measurements as before. A rerun resumes
+# the search from the measurements and writes new verdicts at its end, which supersede the old.
 
 
 def best_of(records: list[Record]) -> Record | None:

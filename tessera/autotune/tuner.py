@@ -75,6 +75,10 @@ class TaskResult:
     # the context the model asks the task with: the layout it is measured in (Note
     # [in-model layout] in measure.py)
     context: dict = field(default_factory=dict)
+    # set by the in-model confirmation (in_model.py): (untuned, tuned) seconds of the task's
+    # calls per model run, and the winner it took back when that lost in the model
+    in_model: tuple | None = None
+    rejected: Config | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -508,15 +512,12 @@ def _search(
         search.batches += 1
         n = len(configs)
         # lowered again only where the ranking has not lowered them (Note [lowered once])
-        lower = any(search.known.get(c) is None for c in configs)
         if builder is None:
             built = [(None,) * 2] * n
         elif local:
-            built = builder.build(r.task, configs, target, r.context, features=lower)
-        elif lower:  # a cluster's workers build: here only the features for the cost model
-            built = builder.features(r.task, configs, target, r.context)
-        if builder is not None and not lower:
-            built = [(search.known[c], None) for c in configs]
+            built = builder.build(r.task, configs, target, r.context, known=search.known)
+        else:  # a cluster's workers build: here only the features for the cost model
+            built = builder.features(r.task, configs, target, r.context, known=search.known)
         for i, res in _measure_each(measurer, r, configs, target, reference):
             # the measurement worker builds again: a hit in the compile cache the build pool
             # filled; a config the pool could not build fails there too, and is recorded
@@ -559,6 +560,13 @@ def _search_state(r, target, db, rng, builder) -> _SearchState:
     return _SearchState(search, measured)
 
 
+class TuneResults(list):
+    """tune()'s answer: the TaskResult of every task, and `in_model`, the InModelReport of the
+    in-model confirmation (None when it was turned off)."""
+
+    in_model = None
+
+
 def tune(
     mod,
     params=None,
@@ -571,12 +579,19 @@ def tune(
     progress=None,
     workers: int | None = None,
     cluster=None,
-) -> list[TaskResult]:
+    in_model: bool = True,
+    in_model_share: float = 0.1,
+    flush="l2",
+) -> TuneResults:
     """Tune every task of a graph module for `target` within `budget` seconds; the records go
     to the database file `db` (created, or resumed). `workers`: build processes (default 2, or
     fewer cores; 0: none, the measurement worker builds each candidate). `cluster`: measure on
     a Dask cluster (a scheduler address such as "tcp://host:8786", a distributed.Client or a
-    cluster object; cluster.py) instead of a local worker process."""
+    cluster object; cluster.py) instead of a local worker process. `in_model`: end with the
+    in-model confirmation (in_model.py), for which `in_model_share` of the budget is set
+    aside; its verdicts decide what a build with the database takes (Note [in-model records]
+    in records.py). `flush`: "l2" (default), "all" or False: which caches are emptied
+    before each timed run of a kernel (Note [cold caches] in measure.py)."""
     from tessera.autotune.tasks import extract_tasks
     from tessera.driver import resolve_target
     from tessera.target import Target
@@ -595,14 +610,15 @@ def tune(
 
         measurer = ClusterMeasurer(cluster, timeout=timeout, seed=seed)
     else:
-        measurer = Measurer(timeout=timeout, seed=seed)
+        measurer = Measurer(timeout=timeout, seed=seed, flush=flush)
+    search_budget = budget * (1 - in_model_share) if in_model else budget
     with measurer:
         try:
-            return tune_tasks(
+            results = tune_tasks(
                 tasks,
                 target,
                 database,
-                budget,
+                search_budget,
                 counts,
                 measurer,
                 max_trials,
@@ -614,6 +630,19 @@ def tune(
         finally:
             if builder is not None:
                 builder.close()
+    results = TuneResults(results)
+    if in_model:
+        from tessera.autotune.in_model import InModelReport, confirm_in_model
+
+        try:
+            results.in_model = confirm_in_model(
+                mod, params, target, results, database, progress=progress
+            )
+        except Exception as e:  # the measurements are in the database: not lost with it
+            why = f"failed: {type(e).__name__}: {str(e)[:300]}"
+            log.warning("in-model confirmation %s; no verdict written", why)
+            results.in_model = InModelReport(skipped=why)
+    return results
 
 
 def geomean(values) -> float:

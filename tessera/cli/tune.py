@@ -72,12 +72,16 @@ class _Display:
         gain = model_gain(self.results.values())
         name = str(result.task)
         name = name if len(name) <= 60 else name[:57] + "..."
+        if record is not None and record.in_model:  # the last stage: a verdict per winner
+            verdict = "kept" if not record.baseline else "default kept"
+            what = f"in-model check ({elapsed:.0f}s in): {name}  {verdict}"
+        else:
+            what = f"{name}  trials {result.trials}  best {_us(result.best_seconds)} us"
         self.progress.update(
             self.bar,
             completed=min(elapsed, self.budget),
             description=(
-                f"{name}  trials {result.trials}  best {_us(result.best_seconds)} us  "
-                f"model x{gain or 1:.2f}  left {max(0, self.budget - elapsed):.0f}s"
+                f"{what}  model x{gain or 1:.2f}  left {max(0, self.budget - elapsed):.0f}s"
             ),
         )
 
@@ -86,17 +90,23 @@ def print_table(results, console) -> None:
     from rich.table import Table
 
     table = Table(title="tuned kernels (times of the kernel alone, microseconds)")
-    for col in ("task", "calls", "default", "tuned", "speedup", "trials", "failed", "config"):
+    columns = ("task", "calls", "default", "tuned", "speedup", "in model", "trials", "failed")
+    for col in (*columns, "config"):
         table.add_column(col, justify="left" if col in ("task", "config") else "right")
     for r in results:
         speedup = f"x{r.speedup:.2f}" if r.speedup else "-"
         config = "default" if r.best == r.default else str(r.best)
+        if r.rejected is not None:
+            config = f"default (lost in the model: {r.rejected})"
+        # the task's calls per model run, default -> winner (the in-model confirmation's)
+        in_model = "-" if r.in_model is None else " -> ".join(_us(t) for t in r.in_model)
         table.add_row(
             str(r.task),
             str(r.count),
             _us(r.default_seconds),
             _us(r.best_seconds),
             speedup,
+            in_model,
             str(r.trials),
             str(r.failed),
             config,
@@ -105,6 +115,9 @@ def print_table(results, console) -> None:
     gain = model_gain(results)
     if gain is not None:
         console.print(f"estimated model speedup from tuned kernels: x{gain:.2f}")
+    report = getattr(results, "in_model", None)
+    if report is not None:
+        console.print(report.summary())
 
 
 @click.command()

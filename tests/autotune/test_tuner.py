@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import onnx
+import pytest
 
 import tessera
 from tessera import autotune
@@ -119,6 +120,41 @@ def test_a_config_is_lowered_for_its_features_once(tiny):
         measured.update({c: 1.0 + (i % 3) / 10 for c in batch})
     assert len(asked) == len(set(asked)) == search.lowered > 0
     assert all(c in search.known for c in asked)
+
+
+def test_the_builder_gives_back_the_features_it_was_given_and_lowers_the_rest(tiny):
+    """Note [lowered once]: a batch whose features the search knows is compiled without being
+    lowered again, and comes back with those features (the cost model's inputs unchanged)."""
+    from tessera.autotune.measure import Builder
+
+    _, mod, params, _ = tiny
+    dense = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.dense"
+    )
+    default = dense.default(HOST)
+    other = next(c for c in dense.configs(HOST) if c != default)
+    known = {default: np.array([7.0, 7.0])}
+    with Builder(1) as builder:
+        (f0, e0), (f1, e1) = builder.build(dense, [default, other], HOST, known=known)
+        assert e0 is None and e1 is None
+        assert f0 is known[default]
+        lowered = builder.features(dense, [other], HOST)[0][0]
+        np.testing.assert_array_equal(f1, lowered)  # lowered, as it would be alone
+        assert builder.features(dense, [default], HOST, known=known)[0][0] is known[default]
+
+
+def test_a_kernel_is_timed_with_cold_caches_by_default_and_hot_on_request(tiny):
+    """Note [cold caches]: every way times the kernel (no time asserted: a shared machine)."""
+    _, mod, params, _ = tiny
+    dense = next(
+        t for t in autotune.extract_tasks(mod, params, HOST) if t.workload.op == "nn.dense"
+    )
+    for flush in ("l2", "all", False):
+        with Measurer(timeout=120, flush=flush) as m:
+            res = m.measure(dense, dense.default(HOST), HOST)
+        assert res.ok and res.seconds > 0 and res.outputs is not None
+    with pytest.raises(ValueError, match="flush"):
+        Measurer(flush="l1")
 
 
 class _FakeClock:

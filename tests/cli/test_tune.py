@@ -31,8 +31,14 @@ def test_tune_then_compile_with_the_database(cli, tmp_path, cnn_path):
     result = cli("tune", cnn_path, "--budget", "60s", "--trials", "2", "--db", db, "--report", html)
     assert result.returncode == 0, result.stderr
     assert "default" in result.stdout and "tuned" in result.stdout and "speedup" in result.stdout
+    # the last stage, said in the report: winners judged in the model, the untuned model when
+    # a winner was kept, or no stage when none was found
+    assert "in-model confirmation" in result.stdout
     lines = db.read_text().splitlines()
-    per_task = Counter(json.loads(line)["digest"] for line in lines)
+    # a verdict of the in-model confirmation per winner (records marked "in_model")
+    verdicts = [r for r in map(json.loads, lines) if r.get("in_model")]
+    assert ("no winner to confirm" in result.stdout) == (not verdicts)
+    per_task = Counter(json.loads(line)["digest"] for line in lines if "in_model" not in line)
     # the report: two charts (by trials, by wall time) and a table row per task of the database
     page = html.read_text()
     assert page.count('<svg class="curve"') == 2 * len(per_task)
@@ -49,7 +55,9 @@ def test_tune_then_compile_with_the_database(cli, tmp_path, cnn_path):
     # the rerun measured nothing twice, but for a winner and its default measured again to
     # confirm the win (records marked "again")
     keys = [
-        (r["digest"], json.dumps(r["config"])) for r in map(json.loads, now) if not r.get("again")
+        (r["digest"], json.dumps(r["config"]))
+        for r in map(json.loads, now)
+        if not r.get("again") and not r.get("in_model")
     ]
     assert len(set(keys)) == len(keys)
 
