@@ -17,7 +17,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
                      Note [few output channels] below; grouped convs: Note [grouped blocks]),
                      ow_block x oc_vectors (the register tile, Note [conv micro-kernel]),
                      prefetch (Note [weight prefetch]), pad_per_tile (padded convs: Note
-                     [padding per tile])
+                     [padding per tile]), reduce_order and unroll_window (kernels of several
+                     taps: Note [conv reduction order])
     depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
@@ -49,6 +50,7 @@ from tessera.topi.x86 import (
     ops,  # noqa: F401  (registers the x86 ops and schedules)
 )
 from tessera.topi.x86.conv2d import (
+    CONV_REDUCE_ORDERS,
     CONV_SPLITS,
     GroupWindow,
     _accumulator_budget,
@@ -300,6 +302,9 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
     ]
     if any(wl.attr("padding")):
         knobs.append(Knob("pad_per_tile", (False, True), default=_default_pad_per_tile))
+    if c.kh * c.kw > 1:  # Note [conv reduction order] in conv2d.py: today's order the default
+        knobs.append(Knob("reduce_order", CONV_REDUCE_ORDERS, default="channels"))
+        knobs.append(Knob("unroll_window", (False, True), default=False))
     constraints = [
         lambda v: (c.padded_out(v["out_block"]) // v["out_block"]) % v["oc_vectors"] == 0,
         lambda v: v["ow_block"] * v["oc_vectors"] <= c.budget,
