@@ -4,6 +4,7 @@ layout]) with the candidates in turns.
 
     .venv/bin/python bench/headroom.py [--model shufflenet] [--threads 2] [--top 8]
         [--knob reduce_order] [--random 6] [--rounds 3] [--ops nn.conv2d,nn.dense]
+        [--only "strides=[2, 2]"]
 
 Per task (the `--top` tasks with the most default time times calls): the default config's
 median, and the candidates': with `--knob K`, the default with K set to each of its candidates
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     p.add_argument("--random", type=int, default=0, help="random configs per task")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--ops", help="only tasks of these ops (comma-separated)")
+    p.add_argument("--only", help="only tasks whose description contains this text")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     # the measurement worker reads the thread count from the environment it inherits
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
         ranked = []
         for task in tasks:
             if ops is not None and task.workload.op not in ops:
+                continue
+            if args.only and args.only not in str(task):
                 continue
             default = task.default(target, contexts.get(task))
             res = measure(task, default)

@@ -480,8 +480,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     taps_inner = bool(config.get("taps_inner", False)) if config is not None else False
     split = config.get("parallel", "rows") if config is not None else "rows"
     order = config.get("reduce_order", "channels") if config is not None else "channels"
-    unroll_window = bool(config.get("unroll_window", False)) if config is not None else False
-    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split, order, unroll_window)
+    unrolled = tuple(k for k in UNROLL_KNOBS if config is not None and config.get(k, False))
+    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split, order, unrolled)
     pad_knob = config.get("pad_per_tile") if config is not None else None
     per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target, split != "none")
     if config is not None:
@@ -507,7 +507,8 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
             knobs["pad_per_tile"] = per_tile
         if has_taps(conv):
-            knobs.update(reduce_order=order, unroll_window=unroll_window)
+            knobs.update(reduce_order=order, unroll_window="unroll_window" in unrolled)
+        knobs["unroll_block"] = "unroll_block" in unrolled
     knobs["parallel"] = split
     record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
@@ -540,11 +541,14 @@ CONV_SPLITS = ("rows", "chunks", "none")
 # of a 1-long loop under three others, and for strided convs a tap reads one row of each block
 # in turn. Both orders compute the same sums in a different order (float rounding differs in
 # the last bits). With either order, knob `unroll_window` unrolls the loop over a kernel row's
-# taps (rw; off by default, as before): the loops around the register tile of a conv of few
-# input channels are a few iterations each, which LLVM may leave rolled. Knobs of
-# the direct conv where the kernel has more than one tap (a 1x1 kernel has one order and no
-# row to unroll); the tuner measures which is faster.
+# taps (rw) and knob `unroll_block` the loop over an input block's channels (rci), both off by
+# default (as before): the loops around the register tile are a few iterations each (3 taps,
+# 8 channels), which LLVM may leave rolled, paying a loop's compare and branch and the
+# address arithmetic of each step. `reduce_order` and `unroll_window` are knobs of the direct
+# conv where the kernel has more than one tap (a 1x1 kernel has one order and no row to
+# unroll), `unroll_block` of every direct conv; the tuner measures which is faster.
 CONV_REDUCE_ORDERS = ("channels", "taps")
+UNROLL_KNOBS = ("unroll_window", "unroll_block")  # rw, rci: the last two reduce axes
 
 
 def has_taps(conv: te.Tensor) -> bool:
@@ -562,13 +566,13 @@ def _schedule_tile(
     taps_inner: bool = False,
     split: str = "rows",
     order: str = "channels",
-    unroll_window: bool = False,
+    unrolled: tuple = (),
 ):
     """The register tile's loops; returns the loop over a row's tiles. `taps_inner` (depthwise):
     a kernel row's taps inside the loop over the tile's columns (Note [depthwise tap order] in
     topi/arm/strategy.py); else the whole window outside it. `split`: the loops run in parallel
-    (Note [conv threading split]); `order`, `unroll_window`: a direct conv's reduction order
-    and whether a kernel row's taps are unrolled (Note [conv reduction order])."""
+    (Note [conv threading split]); `order`, `unrolled`: a direct conv's reduction order and
+    the reduction loops unrolled, of UNROLL_KNOBS (Note [conv reduction order])."""
     if split not in CONV_SPLITS:
         raise ValueError(f"conv threading split {split!r}: expected one of {CONV_SPLITS}")
     if order not in CONV_REDUCE_ORDERS:
@@ -597,8 +601,10 @@ def _schedule_tile(
         a.reorder(an, aoh, rh, rw, rco, rci, aoc, aow, aoi)
     else:
         a.reorder(an, aoh, *a.op.reduce_axis, aoc, aow, aoi)
-    if unroll_window and len(a.op.reduce_axis) == 4:
-        a.unroll(a.op.reduce_axis[2])  # rw: a kernel row's taps
+    if len(a.op.reduce_axis) == 4:
+        for knob, axis in zip(UNROLL_KNOBS, a.op.reduce_axis[2:], strict=True):
+            if knob in unrolled:
+                a.unroll(axis)  # rw: a kernel row's taps; rci: an input block's channels
     a.unroll(aoc)
     a.unroll(aow)
     a.vectorize(aoi)
