@@ -1,7 +1,8 @@
 """Note [conv reduction order] (topi/x86/conv2d.py): the direct conv's knobs `reduce_order`
-and `unroll_window` are in the space where the kernel has several taps, default to today's
-schedule, reach the generated code, and every value computes what ONNX Runtime does, with the
-other knobs random (padded, strided, dilated, grouped, a 3-channel stem, a 1xN kernel)."""
+and `unroll_window` (in the space where the kernel has several taps) and `unroll_block` (every
+direct conv) default to today's schedule, reach the generated code, and every value computes
+what ONNX Runtime does, with the other knobs random (padded, strided, dilated, grouped, a
+3-channel stem, a 1xN kernel, a 1x1)."""
 
 import random
 
@@ -84,8 +85,10 @@ def test_the_knobs_are_in_the_space_of_kernels_with_taps_and_default_to_todays_s
     for task in with_taps:
         config = direct_config(task, contexts)
         assert config["reduce_order"] == "channels" and config["unroll_window"] is False
-    space = one_tap[0].implementations(HOST)["direct_nchwc"]
-    assert not {"reduce_order", "unroll_window"} & {k.name for k in space.knobs}
+        assert config["unroll_block"] is False
+    knobs = {k.name for k in one_tap[0].implementations(HOST)["direct_nchwc"].knobs}
+    assert not {"reduce_order", "unroll_window"} & knobs
+    assert "unroll_block" in knobs and direct_config(one_tap[0], contexts)["unroll_block"] is False
 
 
 @pytest.mark.parametrize("order", ["channels", "taps"])
@@ -95,11 +98,12 @@ def test_every_order_and_unrolling_computes_right_with_random_other_knobs(convs,
     rng = random.Random(f"{order}{unroll}")
     configs = {}
     for task in tasks:
-        if task.workload.shape(1)[2:] == (1, 1):
-            continue
+        taps = task.workload.shape(1)[2:] != (1, 1)
         space = task.implementations(HOST)["direct_nchwc"]
-        for _ in range(100):  # the other knobs random, these two set
-            values = dict(space.sample(rng), reduce_order=order, unroll_window=unroll)
+        for _ in range(100):  # the other knobs random, these set
+            values = dict(space.sample(rng), unroll_block=unroll)
+            if taps:
+                values.update(reduce_order=order, unroll_window=not unroll)
             if space.valid(values):
                 break
         configs[task] = Config("direct_nchwc", values)
@@ -109,16 +113,17 @@ def test_every_order_and_unrolling_computes_right_with_random_other_knobs(convs,
 
 
 def test_the_knobs_reach_the_code(convs):
-    """Each value gives a different kernel of the stem conv (not a knob the schedule ignores)."""
+    """Each knob changes the kernel of a 16 -> 16 3x3 conv (not a knob the schedule ignores)."""
     _, mod, params, tasks, contexts, _, _ = convs
-    stem = next(t for t in tasks if t.workload.shape(0)[1] == 3)
-    default = direct_config(stem, contexts)
+    conv = next(t for t in tasks if t.workload.shape(1) == (16, 16, 3, 3))
+    default = direct_config(conv, contexts)
     sources = set()
-    for order in ("channels", "taps"):
-        for unroll in (False, True):
-            config = Config("direct_nchwc", {**default.knobs(), "reduce_order": order,
-                                             "unroll_window": unroll})  # fmt: skip
-            with PassContext(opt_level=3):
-                lib = tessera.build(mod, target=HOST, params=params, configs={stem: config})
-            sources.add(lib.get_source())
-    assert len(sources) == 4
+    variants = [
+        {"reduce_order": "taps"}, {"unroll_window": True}, {"unroll_block": True}, {},
+    ]  # fmt: skip
+    for knobs in variants:
+        config = Config("direct_nchwc", {**default.knobs(), **knobs})
+        with PassContext(opt_level=3):
+            lib = tessera.build(mod, target=HOST, params=params, configs={conv: config})
+        sources.add(lib.get_source())
+    assert len(sources) == len(variants)
