@@ -4,15 +4,17 @@ layout]) with the candidates in turns.
 
     .venv/bin/python bench/headroom.py [--model shufflenet] [--threads 2] [--top 8]
         [--knob reduce_order] [--random 6] [--rounds 3] [--ops nn.conv2d,nn.dense]
-        [--only "strides=[2, 2]"]
+        [--only "strides=[2, 2]"] [--in-model 60]
 
 Per task (the `--top` tasks with the most default time times calls): the default config's
 median, and the candidates': with `--knob K`, the default with K set to each of its candidates
 (several, comma-separated: every combination; tasks without them are skipped); with
 `--random N`, N random valid configs of the task's implementations (seeded). Prints each
 task's best candidate and, at the end, the model's calls weighted: the tasks' default time,
-the time with each task's best, and their ratio. Not a test: nothing here asserts a time;
-on a shared machine single kernels vary by several percent.
+the time with each task's best, and their ratio; with `--in-model S`, the model built with
+each task's best against its defaults (and the defaults again, A/A), in turns for S seconds.
+Not a test: nothing here asserts a time; on a shared machine single kernels vary by several
+percent.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def main(argv=None) -> int:
     p.add_argument("--ops", help="only tasks of these ops (comma-separated)")
     p.add_argument("--only", help="only tasks whose description contains this text")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--in-model",
+        type=float,
+        default=0.0,
+        help="then time the model built with each task's best against its defaults, in turns, "
+        "for this many seconds (0: not)",
+    )
     args = p.parse_args(argv)
     # the measurement worker reads the thread count from the environment it inherits
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)
@@ -78,7 +87,8 @@ def main(argv=None) -> int:
     from tessera.transform import PassContext
 
     target = tessera.Target("llvm")
-    mod, params = from_onnx(SUITE[args.model].build())
+    model = SUITE[args.model].build()
+    mod, params = from_onnx(model)
     contexts: dict = {}
     with PassContext(opt_level=3):
         tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
@@ -107,6 +117,7 @@ def main(argv=None) -> int:
         ranked.sort(key=lambda r: -r[0])
         total_default = sum(r[0] for r in ranked)
         weighted = {"default": 0.0, "best": 0.0}
+        bests = {}
         for _, task, default, reference in ranked[: args.top]:
             configs = [default, *candidates(task, default, target, args.knob, args.random,
                                             args.seed)]  # fmt: skip
@@ -119,6 +130,8 @@ def main(argv=None) -> int:
                     times[config].append(res.seconds if res.ok else float("inf"))
             med = {c: _median(v) for c, v in times.items()}
             best = min(med, key=med.get)
+            if best != default:
+                bests[task] = best
             calls = counts[task] or 1
             weighted["default"] += med[default] * calls
             weighted["best"] += med[best] * calls
@@ -138,7 +151,37 @@ def main(argv=None) -> int:
         f"({saved / total_default if total_default else 0:.3f} of the model's tasks); "
         f"load average {os.getloadavg()[0]:.1f}"
     )
+    if args.in_model > 0 and bests:
+        in_model(SUITE[args.model], model, mod, params, target, bests, args.in_model)
     return 0
+
+
+def in_model(case, model, mod, params, target, bests: dict, seconds: float) -> None:
+    """The model built with `bests` against its defaults (and the defaults again: the A/A ratio,
+    this run's noise), timed in turns (`measure_in_blocks`)."""
+    import numpy as np
+
+    import tessera
+    from tessera.cli.bench import measure_in_blocks
+    from tessera.runtime import GraphModule, cpu
+    from tessera.transform import PassContext
+
+    def module(configs):
+        with PassContext(opt_level=3, config={"tuning.pretuned": False}):
+            lib = tessera.build(mod, target=target, params=params, configs=configs)
+        m = GraphModule(lib["default"](cpu(0)))
+        m.set_input(**case.feeds(model, 0))
+        return m
+
+    modules = {"default": module(None), "best": module(bests), "default again": module(None)}
+    times, _ = measure_in_blocks({k: m.run for k, m in modules.items()}, None, 3, seconds)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(
+        f"in the model ({len(bests)} tasks with their best): "
+        + ", ".join(f"{k} {v * 1e3:.3f} ms ({len(times[k])} runs)" for k, v in med.items())
+        + f"; best / default {med['best'] / med['default']:.3f}, A/A "
+        f"{med['default again'] / med['default']:.3f}; load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":
