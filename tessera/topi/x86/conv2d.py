@@ -479,7 +479,9 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         prefetch = _prefetch_pays(out, acc, tile, target)
     taps_inner = bool(config.get("taps_inner", False)) if config is not None else False
     split = config.get("parallel", "rows") if config is not None else "rows"
-    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split)
+    order = config.get("reduce_order", "channels") if config is not None else "channels"
+    unrolled = tuple(k for k in UNROLL_KNOBS if config is not None and config.get(k, False))
+    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split, order, unrolled)
     pad_knob = config.get("pad_per_tile") if config is not None else None
     per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target, split != "none")
     if config is not None:
@@ -504,6 +506,9 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         knobs["prefetch"] = prefetch
         if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
             knobs["pad_per_tile"] = per_tile
+        if has_taps(conv):
+            knobs.update(reduce_order=order, unroll_window="unroll_window" in unrolled)
+        knobs["unroll_block"] = "unroll_block" in unrolled
     knobs["parallel"] = split
     record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
@@ -524,15 +529,54 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
 CONV_SPLITS = ("rows", "chunks", "none")
 
 
+# Note [conv reduction order]
+# A direct (not depthwise) conv's register tile sums over input-channel blocks (rco), kernel
+# rows and columns (rh, rw) and the channels of a block (rci). "channels", the default (today's
+# order), runs rco outermost: a tile reads one input block's window at a time (a padding stage
+# per tile is computed there, Note [padding per tile]) and the weights in their packed order
+# (OIHW{i}i{o}o: a block's taps are contiguous). "taps" runs the kernel's taps outermost, then
+# the blocks: each tap walks all the input channels of one input row segment, so a tile's loads
+# per tap are the same rows of every block -- for a kernel with few input channels (a stem
+# conv, 3 channels in blocks of 1) the innermost reduction is then a run over channels instead
+# of a 1-long loop under three others, and for strided convs a tap reads one row of each block
+# in turn. Both orders compute the same sums in a different order (float rounding differs in
+# the last bits). With either order, knob `unroll_window` unrolls the loop over a kernel row's
+# taps (rw) and knob `unroll_block` the loop over an input block's channels (rci), both off by
+# default (as before): the loops around the register tile are a few iterations each (3 taps,
+# 8 channels), which LLVM may leave rolled, paying a loop's compare and branch and the
+# address arithmetic of each step. `reduce_order` and `unroll_window` are knobs of the direct
+# conv where the kernel has more than one tap (a 1x1 kernel has one order and no row to
+# unroll), `unroll_block` of every direct conv; the tuner measures which is faster.
+CONV_REDUCE_ORDERS = ("channels", "taps")
+UNROLL_KNOBS = ("unroll_window", "unroll_block")  # rw, rci: the last two reduce axes
+
+
+def has_taps(conv: te.Tensor) -> bool:
+    """Does a direct conv's kernel have more than one tap (so its reduction order matters)?"""
+    reduce = conv.op.reduce_axis
+    return len(reduce) == 4 and any(int(r.dom.extent.value) > 1 for r in reduce[1:3])
+
+
 def _schedule_tile(
-    s, out, acc, tile: ConvTile, prefetch: bool, taps_inner: bool = False, split: str = "rows"
+    s,
+    out,
+    acc,
+    tile: ConvTile,
+    prefetch: bool,
+    taps_inner: bool = False,
+    split: str = "rows",
+    order: str = "channels",
+    unrolled: tuple = (),
 ):
     """The register tile's loops; returns the loop over a row's tiles. `taps_inner` (depthwise):
     a kernel row's taps inside the loop over the tile's columns (Note [depthwise tap order] in
     topi/arm/strategy.py); else the whole window outside it. `split`: the loops run in parallel
-    (Note [conv threading split])."""
+    (Note [conv threading split]); `order`, `unrolled`: a direct conv's reduction order and
+    the reduction loops unrolled, of UNROLL_KNOBS (Note [conv reduction order])."""
     if split not in CONV_SPLITS:
         raise ValueError(f"conv threading split {split!r}: expected one of {CONV_SPLITS}")
+    if order not in CONV_REDUCE_ORDERS:
+        raise ValueError(f"conv reduction order {order!r}: expected one of {CONV_REDUCE_ORDERS}")
     st = s[out]
     n, oc, oh, ow, oi = st.op.axis
     oco, oci = st.split(oc, factor=tile.oc_vectors)
@@ -552,8 +596,15 @@ def _schedule_tile(
         rh, rw = a.op.reduce_axis
         a.reorder(an, aoh, rh, aoc, aow, rw, aoi)
         a.unroll(rw)
+    elif order == "taps" and len(a.op.reduce_axis) == 4:
+        rco, rh, rw, rci = a.op.reduce_axis
+        a.reorder(an, aoh, rh, rw, rco, rci, aoc, aow, aoi)
     else:
         a.reorder(an, aoh, *a.op.reduce_axis, aoc, aow, aoi)
+    if len(a.op.reduce_axis) == 4:
+        for knob, axis in zip(UNROLL_KNOBS, a.op.reduce_axis[2:], strict=True):
+            if knob in unrolled:
+                a.unroll(axis)  # rw: a kernel row's taps; rci: an input block's channels
     a.unroll(aoc)
     a.unroll(aow)
     a.vectorize(aoi)

@@ -17,11 +17,13 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
                      Note [few output channels] below; grouped convs: Note [grouped blocks]),
                      ow_block x oc_vectors (the register tile, Note [conv micro-kernel]),
                      prefetch (Note [weight prefetch]), pad_per_tile (padded convs: Note
-                     [padding per tile])
+                     [padding per tile]), reduce_order and unroll_window (kernels of several
+                     taps), unroll_block (Note [conv reduction order])
     depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
-                     parallel (the parallel loop when tiles have tails: Note [tails] in dense.py)
+                     parallel (the parallel loop when tiles have tails: Note [tails] in dense.py),
+                     unroll_k (Note [k unrolling] in dense.py)
     nchwc (pools)    column_group (output columns in flight), pad_rows (Note [pool rows])
     rows             stack_bytes (row buffers up to this size on the stack), split (the lanes
                      of a row reduction's partial: Note [lane split] in nn/softmax.py)
@@ -49,6 +51,7 @@ from tessera.topi.x86 import (
     ops,  # noqa: F401  (registers the x86 ops and schedules)
 )
 from tessera.topi.x86.conv2d import (
+    CONV_REDUCE_ORDERS,
     CONV_SPLITS,
     GroupWindow,
     _accumulator_budget,
@@ -300,6 +303,10 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
     ]
     if any(wl.attr("padding")):
         knobs.append(Knob("pad_per_tile", (False, True), default=_default_pad_per_tile))
+    if c.kh * c.kw > 1:  # Note [conv reduction order] in conv2d.py: today's order the default
+        knobs.append(Knob("reduce_order", CONV_REDUCE_ORDERS, default="channels"))
+        knobs.append(Knob("unroll_window", (False, True), default=False))
+    knobs.append(Knob("unroll_block", (False, True), default=False))
     constraints = [
         lambda v: (c.padded_out(v["out_block"]) // v["out_block"]) % v["oc_vectors"] == 0,
         lambda v: v["ow_block"] * v["oc_vectors"] <= c.budget,
@@ -522,9 +529,15 @@ def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
             default=lambda *a: _parallel(g, a[1], default_blocking),
         ),
     ]
+    # Note [k unrolling] in dense.py: today's loop (1) the default
+    knobs.append(Knob("unroll_k", (1, 2, 4, 8), default=1))
     if g.symbolic:  # Note [size buckets] in topi/symbolic.py: the tile above is the top one's
         knobs.append(Knob("size_buckets", (False, True), default=True))
-    return ConfigSpace(knobs, [lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs])
+    constraints = [
+        lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs,
+        lambda v: v["kc"] % v["unroll_k"] == 0,
+    ]
+    return ConfigSpace(knobs, constraints)
 
 
 def _generic_gemm_space(wl, target) -> ConfigSpace:
