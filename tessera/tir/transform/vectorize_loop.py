@@ -86,16 +86,29 @@ class _VectorizeLoops(Mutator):
 # buffer's shape, for every iteration of the loops around it (their ranges) and every lane, is
 # safe in any lane. The padding of `pad` is such a guard: it clamps its source index into the
 # data, so the whole pad (and the int8 conv's zero-point padding, quantize fused in: 72 of the
-# 80 us of ddddocr_old's pad on AVX2, one lane at a time) vectorizes.
+# 80 us of ddddocr_old's pad on AVX2, one lane at a time) vectorizes. A select computes the
+# side a lane does not take for nothing: where the sides hold more than MAX_SELECT_LOADS loads
+# that vary across lanes the loop stays serial (a concatenate along the vectorized axis is a
+# tree of guards over one load per input: ddddocr_old's LSTM output joins 64, and its kernel
+# took 0.66 ms vectorized against 0.19 serial, each lane branching to its one load).
+MAX_SELECT_LOADS = 2
+
+
+def _uses(e, var: Var) -> bool:
+    return bool(collect(e, lambda n: n is var))
 
 
 def _in_bounds(exprs, loops: list[For], var: Var, lanes_range) -> bool:
     """Whether every load in `exprs` is provably inside its buffer's shape, with the loops'
-    vars in their ranges and `var` in `lanes_range` (Note [loads in bounds])."""
+    vars in their ranges and `var` in `lanes_range`, and at most MAX_SELECT_LOADS of them vary
+    across lanes (Note [loads in bounds])."""
     from tessera.arith import Analyzer
     from tessera.tir.expr import Range
 
     loads = [n for e in exprs for n in collect(e, lambda n: isinstance(n, BufferLoad))]
+    varying = [ld for ld in loads if any(_uses(i, var) for i in ld.indices)]
+    if len(varying) > MAX_SELECT_LOADS:
+        return False
     an = Analyzer()
     for loop in loops:
         an.bind(loop.loop_var, Range.from_min_extent(loop.min, loop.extent))

@@ -161,3 +161,21 @@ def test_a_guard_over_loads_inside_the_buffer_vectorizes():
     f = tir.PrimFunc("f", (A, C), tir.For(i, 0, 4, S, tir.For(j, 0, 16, V,
                      tir.BufferStore(C, far, (i * 16 + j,)))))  # fmt: skip
     assert not _is_vector(vectorize_loop(f).body.body)
+
+
+def test_a_guard_over_many_varying_loads_stays_serial():
+    """A concatenate along the vectorized axis (a tree of guards, one load per input) would
+    load every input in every lane: more than MAX_SELECT_LOADS varying loads stay serial."""
+    from tessera.tir.transform.vectorize_loop import MAX_SELECT_LOADS
+
+    n = MAX_SELECT_LOADS + 1
+    ins = _bufs(*[f"A{k}" for k in range(n)], n=16)
+    (C,) = _bufs("C", n=16 * n)
+    j = tir.Var("j")
+    value = ins[-1][tir.max(tir.min(j - 16 * (n - 1), 15), 0)]
+    for k in reversed(range(n - 1)):
+        value = tir.if_then_else(j < 16 * (k + 1), ins[k][tir.max(tir.min(j - 16 * k, 15), 0)],
+                                 value)  # fmt: skip
+    f = tir.PrimFunc("f", (*ins, C), tir.For(j, 0, 16, V, tir.BufferStore(C, value, (j,))))
+    assert not _is_vector(vectorize_loop(f).body)
+    assert_same_results(f, vectorize_loop(f), {})
