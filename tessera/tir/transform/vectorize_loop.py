@@ -13,7 +13,8 @@ vector `if_then_else` never loads (code generators may emit it as a select).
 Where the loop cannot be vectorized it stays a SERIAL loop (correct first): an extent that is not
 a constant; a store whose address does not depend on the loop var (a reduction into C[i]); a loop
 or an Allocate inside the body; a condition (IfThenElse, or if_then_else with loads) that varies
-across lanes; vector code already in the body; or lanes that depend on each other: a buffer
+across lanes, unless its loads are provably inside their buffers and few (Note [loads in
+bounds]: then it is a select); vector code already in the body; or lanes that depend on each other: a buffer
 stored in the loop must be stored and loaded at one single index, and that index must not repeat
 across lanes (a Ramp with a non-zero constant stride) when the buffer is also loaded. Loops
 around the vectorized loop are untouched.
