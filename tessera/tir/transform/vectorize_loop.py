@@ -14,10 +14,10 @@ Where the loop cannot be vectorized it stays a SERIAL loop (correct first): an e
 a constant; a store whose address does not depend on the loop var (a reduction into C[i]); a loop
 or an Allocate inside the body; a condition (IfThenElse, or if_then_else with loads) that varies
 across lanes, unless its loads are provably inside their buffers and few (Note [loads in
-bounds]: then it is a select); vector code already in the body; or lanes that depend on each other: a buffer
-stored in the loop must be stored and loaded at one single index, and that index must not repeat
-across lanes (a Ramp with a non-zero constant stride) when the buffer is also loaded. Loops
-around the vectorized loop are untouched.
+bounds]: then it is a select); vector code already in the body; or lanes that depend on each
+other: a buffer stored in the loop must be stored and loaded at one single index, and that index
+must not repeat across lanes (a Ramp with a non-zero constant stride) when the buffer is also
+loaded. Loops around the vectorized loop are untouched.
 """
 
 from __future__ import annotations
