@@ -232,7 +232,8 @@ def build_graph(
             if is_dynamic(func):  # symbolic dims: the arena is laid out per call
                 plan, weights = make_dynamic_plan(func, kernel_of_call, kernels)
             else:
-                plan, weights = make_executor_plan(func, kernel_of_call, plan_memory(func), kernels)
+                memory = plan_memory(func, views=True)  # Note [view calls]
+                plan, weights = make_executor_plan(func, kernel_of_call, memory, kernels)
     check_arena(plan["arena_nbytes"])
     lib, entry = aot.link(kernels, plan, target)  # the kernels and the entry that runs the plan
     if getattr(target, "device", None) == "micro":  # + C sources for a board (docs/micro.md)

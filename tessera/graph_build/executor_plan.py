@@ -1,6 +1,7 @@
 """The executor plan of a fused function: its kernel calls and where every argument lives.
 
-    plan, blob = make_executor_plan(fused_func, kernel_of_call, plan_memory(fused_func), kernels)
+    plan, blob = make_executor_plan(fused_func, kernel_of_call, plan_memory(fused_func, views=True),
+                                    kernels)
 
 Each argument is a model input, a weight (a constant of the function, stored once in `blob`,
 64-byte aligned), an arena slot (its offset in the `MemoryPlan`) or a model output. Each call
@@ -146,12 +147,21 @@ def make_executor_plan(
             outputs[k]["rows"] = where[id(counts[id(v)])]
             if axes[id(v)]:
                 outputs[k]["rows_axis"] = axes[id(v)]
+    for src, k in memory.in_outputs:  # Note [view calls]: the source writes the output
+        where[id(src)] = ["output", k]
     for a in memory.allocations:
         where.setdefault(id(a.value), ["arena", a.offset])
+    views = {id(view) for view, _ in memory.views}
+    for view, src in memory.views:
+        where[id(view)] = where[id(src)]
+    for k, v in enumerate(func.outputs):
+        outputs[k]["storage"] = where[id(v)]
     scratch = _workspaces(kernels)
     arena_bytes = max(memory.arena_bytes, base)
     calls = []
     for call, kernel in zip(func.body, kernel_of_call, strict=True):
+        if len(call.outputs) == 1 and id(call.outputs[0]) in views:
+            continue  # a view: no call (Note [view calls] in transform/plan_memory.py)
         for v in (*call.inputs, *call.outputs):
             if id(v) not in where:
                 raise ValueError(f"executor plan: %{v.name} has no storage (a planning bug)")

@@ -345,7 +345,14 @@ class GraphExecutor:
         if kind in tables:
             if not 0 <= index < len(tables[kind]):
                 raise ValueError(f"executor plan: there is no {kind} {index}")
-            return tables[kind][index]
+            array, shape = tables[kind][index], tuple(shape)
+            # a view call's bytes under another shape (Note [view calls] in
+            # transform/plan_memory.py): a reshaped view where dtype and size agree (else the
+            # caller's check reports the argument)
+            same = tuple(array.shape) == shape or array.dtype != dtype
+            if same or nbytes_of(dtype, shape) != array.nbytes:
+                return array
+            return NDArray(array._array.reshape(shape), dtype, self.device)
         if kind == "arena":
             if index % ALIGNMENT or index + nbytes_of(dtype, shape) > self.arena.nbytes:
                 raise ValueError(f"executor plan: arena slot at {index} is out of the arena")

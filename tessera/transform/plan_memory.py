@@ -18,13 +18,16 @@ placed whose lifetime overlaps its own (first fit over the free intervals). This
 `peak_live_bytes` (a lower bound for any plan) shows how far off it is. In-place reuse of a
 dying input by an element-wise group is not done. The plan is returned, not attached to the
 IR: it describes one function as it is, so any later rewrite of it calls for a new plan.
+
+With `views=True` (the executor plan's), a call that only reshapes (Note [view calls]) gets no
+bytes and no call of its own: its output is a view of its source's bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tessera.graph.ir import Function, Value
+from tessera.graph.ir import Constant, Function, Value
 from tessera.ir.module import IRModule
 
 ALIGNMENT = 64
@@ -46,6 +49,10 @@ class MemoryPlan:
     naive_bytes: int  # sum of the aligned sizes: the arena if nothing were reused
     peak_live_bytes: int  # max bytes live at one step: a lower bound for any plan
     alignment: int = ALIGNMENT
+    # Note [view calls]: (view, source) pairs, in body order: the view's bytes are its source's
+    views: tuple[tuple[Value, Value], ...] = ()
+    # sources that live in a function output's buffer: (source, index of that output)
+    in_outputs: tuple[tuple[Value, int], ...] = ()
 
     def allocation(self, value: Value) -> Allocation:
         for a in self.allocations:
@@ -72,16 +79,65 @@ def _align(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
 
 
-def _lifetimes(func: Function, alignment: int) -> list[Allocation]:
+# Note [view calls]
+# A group that only reshapes (`reshape` ops alone, one input and one output of the same dtype:
+# a row-major reshape keeps every byte where it is) copies its input for nothing. Planned with
+# views, its output is a view of its source's bytes (the source of a view of a view is the
+# first one's): the source lives until the last use of any of its views, and the call is not
+# made. A view that is a function output hands its buffer to its source (the source's call
+# writes the output directly: ddddocr_old's [32, 8210] projection reshaped to [32, 1, 8210],
+# a 1 MiB copy), unless the source is a function output itself (it has a buffer already) or an
+# input or weight (the output then reads it, as a repeated output does). Kernels take pointers:
+# the executor checks each argument against its kernel's shape through a reshaped view of the
+# storage (runtime/graph_executor.py). Nothing writes in place, so sharing bytes is safe.
+
+
+def view_source(call) -> Value | None:
+    """The input whose bytes a call's output can share (Note [view calls]), or None."""
+    group = call.attrs.get("func") if call.op.name == "fused" else None
+    if not isinstance(group, Function) or len(call.inputs) != 1 or len(call.outputs) != 1:
+        return None
+    if not group.body or any(c.op.name != "reshape" for c in group.body):
+        return None
+    (src,), (out,) = call.inputs, call.outputs
+    if src.type.dtype != out.type.dtype or not (src.type.is_static and out.type.is_static):
+        return None
+    return src
+
+
+def find_views(func: Function) -> tuple[dict[int, Value], dict[int, int]]:
+    """({id(view): source}, {id(source): index of the output whose buffer it takes})."""
+    outputs = {id(v): k for k, v in reversed(list(enumerate(func.outputs)))}
+    params = {id(p) for p in func.params}
+    source: dict[int, Value] = {}
+    in_outputs: dict[int, int] = {}
+    for call in func.body:
+        src = view_source(call)
+        if src is None:
+            continue
+        src = source.get(id(src), src)
+        (out,) = call.outputs
+        k = outputs.get(id(out))
+        if k is not None and not isinstance(src, Constant) and id(src) not in params:
+            if id(src) in outputs or id(src) in in_outputs:  # it has an output's buffer
+                continue
+            in_outputs[id(src)] = k
+        source[id(out)] = src
+    return source, in_outputs
+
+
+def _lifetimes(func: Function, alignment: int, views: bool = False) -> list[Allocation]:
     outputs = {id(v) for v in func.outputs}
+    source, in_outputs = find_views(func) if views else ({}, {})
     last_use: dict[int, int] = {}
     for i, call in enumerate(func.body):
         for v in call.inputs:
+            v = source.get(id(v), v)
             last_use[id(v)] = i
     out = []
     for i, call in enumerate(func.body):
         for v in call.outputs:
-            if id(v) in outputs:
+            if id(v) in outputs or id(v) in source or id(v) in in_outputs:
                 continue
             if not v.type.is_static:
                 raise ValueError(f"plan_memory: %{v.name} has a symbolic shape {v.type}")
@@ -99,14 +155,15 @@ def _first_fit(size: int, busy: list[tuple[int, int]], alignment: int) -> int:
     return offset
 
 
-def plan_memory(ir, alignment: int = ALIGNMENT) -> MemoryPlan:
-    """Plan the intermediates of a graph Function (or of an IRModule's "main")."""
+def plan_memory(ir, alignment: int = ALIGNMENT, views: bool = False) -> MemoryPlan:
+    """Plan the intermediates of a graph Function (or of an IRModule's "main"); `views`: calls
+    that only reshape share their source's bytes (Note [view calls])."""
     func = ir["main"] if isinstance(ir, IRModule) else ir
     if not isinstance(func, Function):
         raise TypeError(f"plan_memory takes a graph Function or an IRModule, got {ir!r}")
     if alignment < 1 or alignment & (alignment - 1):
         raise ValueError(f"plan_memory: alignment must be a power of two, got {alignment}")
-    values = _lifetimes(func, alignment)
+    values = _lifetimes(func, alignment, views)
     order = sorted(range(len(values)), key=lambda k: (-values[k].nbytes, values[k].start, k))
     placed: list[Allocation] = []
     final: dict[int, Allocation] = {}
@@ -129,4 +186,15 @@ def plan_memory(ir, alignment: int = ALIGNMENT) -> MemoryPlan:
         naive_bytes=sum(a.nbytes for a in allocations),
         peak_live_bytes=max(live, default=0),
         alignment=alignment,
+        **_view_fields(func) if views else {},
     )
+
+
+def _view_fields(func: Function) -> dict:
+    source, in_outputs = find_views(func)
+    body = [c.outputs[0] for c in func.body if id(c.outputs[0]) in source] if source else []
+    by_id = {id(v): v for c in func.body for v in (*c.inputs, *c.outputs)}
+    return {
+        "views": tuple((v, source[id(v)]) for v in body),
+        "in_outputs": tuple((by_id[i], k) for i, k in in_outputs.items()),
+    }

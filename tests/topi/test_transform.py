@@ -157,6 +157,21 @@ def test_pad_modes(mode):
     check_ops(cases)
 
 
+def test_pad_rows_wider_than_a_vector():
+    """Rows of several vectors: the lanes at each edge load one by one and the others as one
+    vector (Note [clamped loads]; Note [loads in bounds] vectorizes the guard), uint8 and
+    float32, pads on either side, crops, and a tail shorter than a vector."""
+    u8 = (RNG.integers(0, 256, (2, 3, 5, 70))).astype("uint8")
+    cases = [
+        ("pad", [u8], {"pad_width": (0, 0, 1, 3, 0, 0, 2, 1)}),
+        ("pad", [u8], {"pad_width": (0, 0, 0, 0, 0, 0, 1, 40)}),
+        ("pad", [data((3, 5, 37))], {"pad_width": (0, 1, 2, 0, 1, 5)}),
+        ("pad", [data((3, 5, 37))], {"pad_width": (0, 0, -3, 0, 0, 9), "value": 1.5}),
+        ("pad", [data((4, 64))], {"pad_width": (1, 1, 1, 1)}),
+    ]
+    check_ops(cases)
+
+
 def test_pad_on_c_target():
     x = data((3, 5))
     cases = [("pad", [x], {"pad_width": (1, 2, 2, 1), "mode": m}) for m in ("constant", "reflect")]

@@ -136,3 +136,55 @@ def test_errors():
     with pytest.raises(KeyError, match="not an intermediate"):
         plan_memory(func).offset(func.outputs[0])
     assert plan_memory(parse("def main(%x: f32[4]) { return %x }")).arena_bytes == 0
+
+
+def _views_model():
+    """Reshapes of an intermediate (read twice, late), of an output's source, of the input."""
+    return parse(
+        """def main(%x: f32[4, 6], %w: f32[8, 6]) {
+          %a = nn.dense(%x, %w); %b = reshape(%a, newshape=[2, 16]); %c = max(%b, axis=[1]);
+          %e = sum(%x, axis=[0, 1], keepdims=true); %g = reshape(%e, newshape=[1]);
+          %h = nn.softmax(%b, axis=1); %i = reshape(%x, newshape=[6, 4]);
+          return %h, %g, %c, %i }"""
+    )
+
+
+def _fused_views_model():
+    with PassContext(opt_level=3):
+        return fuse_ops(_views_model())
+
+
+def test_view_calls_share_their_sources_bytes():
+    fused = _fused_views_model()
+    plan = plan_memory(fused, views=True)
+    assert {v.name: s.name for v, s in plan.views} == {"b": "a", "g": "e", "i": "x"}
+    assert [(s.name, k) for s, k in plan.in_outputs] == [("e", 1)]  # %e writes output 1
+    a = {x.value.name: x for x in plan.allocations}
+    assert set(a) == {"a"}  # no bytes for the views, none for %e
+    softmax = next(i for i, c in enumerate(fused.body) if c.outputs[0].name == "h")
+    assert a["a"].end == softmax  # %b is read by the softmax: %a lives to it
+    _check_plan(fused, plan)
+    assert plan_memory(fused).views == ()  # not asked for: every call planned as before
+
+
+def test_view_calls_are_not_made_and_outputs_match():
+    import tessera
+    from tessera.ir.module import IRModule
+    from tessera.runtime import GraphModule
+
+    lib = tessera.build(IRModule({"main": _views_model()}), target="llvm")
+    kernels = [c["kernel"] for c in lib.plan["calls"]]
+    assert not any("reshape" in k for k in kernels), kernels
+    storage = [o["storage"] for o in lib.plan["outputs"]]
+    assert storage[1] == ["output", 1] and storage[3] == ["input", 0]
+    m = GraphModule(lib["default"]())
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((4, 6), (8, 6)))
+    m.run(x=x, w=w)
+    b = (x @ w.T).reshape(2, 16)
+    soft = np.exp(b - b.max(1, keepdims=True))
+    np.testing.assert_allclose(m.get_output(0).numpy(), soft / soft.sum(1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(m.get_output(1).numpy(), [x.sum()], rtol=1e-5)
+    np.testing.assert_allclose(m.get_output(2).numpy(), b.max(1), rtol=1e-5)
+    np.testing.assert_array_equal(m.get_output(3).numpy(), x.reshape(6, 4))

@@ -429,7 +429,28 @@ class FunctionEmitter:
         stride = _small_stride(index)
         if stride and not el.is_bool:
             return self._strided(buf, index, lanes, stride)
+        clamped = _clamped_ramp(index)
+        if clamped is not None and not el.is_bool:
+            return self._clamped(buf, index, lanes, *clamped)
         return self._gather(buf, index, lanes)
+
+    def _clamped(self, buf, index, lanes: int, start, inside):
+        """Note [clamped loads]: one vector load at `start` where the lanes are `inside` their
+        clamp, else the lanes one by one."""
+        vec_ty = T.llvm_type(buf.dtype.with_lanes(lanes))
+        with self.b.if_else(self.expr(inside)) as (then, otherwise):
+            with then:
+                p = self._element_ptr(buf, self._index_value(buf, start), start.dtype)
+                p = self.b.bitcast(p, T.storage_type(buf.dtype.with_lanes(lanes)).as_pointer())
+                fast = self.b.load(p, align=self._align_of(buf, start))
+                fast_end = self.b.block
+            with otherwise:
+                slow = self._gather(buf, index, lanes)
+                slow_end = self.b.block
+        phi = self.b.phi(vec_ty)
+        phi.add_incoming(fast, fast_end)
+        phi.add_incoming(slow, slow_end)
+        return phi
 
     def _strided(self, buf, index, lanes: int, stride: int):
         """Lanes `stride` apart (Note [strided loads]): one load of the span from the first to
@@ -622,6 +643,42 @@ def _sum(terms: list):
     for t in terms[1:]:
         out = E.Add(out, t)
     return out
+
+
+# Note [clamped loads]
+# `pad` reads its source at indices clamped into the data (Note [loads in bounds] in
+# tir/transform/vectorize_loop.py), so a vectorized pad loads x[row + max(ramp - left, 0)]
+# (and min(..., width - 1)): lanes that are not consecutive where the ramp crosses an edge, one
+# scalar load per lane. Away from the edges (every vector but one or two of a row) the clamp
+# changes no lane: there the index is `row + ramp`, one vector load. The choice is made per
+# vector at run time (the ramp's first and last lanes against the bounds), the gather kept for
+# the vectors at the edges.
+
+
+def _clamped_ramp(index):
+    """(start, inside) when `index` is broadcast terms plus one unit-stride Ramp clamped by
+    max / min with broadcast bounds: the scalar index of its first lane when no lane is
+    clamped, and the condition that none is (Note [clamped loads]); else None."""
+    terms = _add_terms(index)
+    vector = [t for t in terms if not isinstance(t, E.Broadcast)]
+    if len(vector) != 1:
+        return None
+    e, conds = vector[0], []
+    while isinstance(e, E.Max | E.Min) and isinstance(e.b, E.Broadcast):
+        conds.append((type(e), e.b.value))
+        e = e.a
+    if not conds or not (isinstance(e, E.Ramp) and E.is_const_int(e.stride, 1)):
+        return None
+    last = e.base + (e.lanes - 1)
+    inside = None
+    for kind, bound in conds:
+        c = E.GE(e.base, bound) if kind is E.Max else E.LE(last, bound)
+        inside = c if inside is None else E.And(inside, c)
+    start = e.base
+    for t in terms:
+        if isinstance(t, E.Broadcast):
+            start = start + t.value
+    return start, inside
 
 
 def _small_stride(index) -> int:

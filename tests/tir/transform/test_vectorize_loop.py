@@ -100,8 +100,8 @@ def test_falls_back_to_serial(case):
     elif case == "symbolic":
         extent, params, var_values = n, (A, C, n), {"n": 7}
         body = tir.BufferStore(C, A[j], (j,))
-    elif case == "guarded_load":
-        body = tir.BufferStore(C, tir.if_then_else(j < 9, A[j + 40], 0.0), (j,))
+    elif case == "guarded_load":  # lanes 14, 15 would read past A (Note [loads in bounds])
+        body = tir.BufferStore(C, tir.if_then_else(j < 9, A[j + 50], 0.0), (j,))
     elif case == "shifted_read":  # lane j reads what lane j - 1 wrote
         body = tir.BufferStore(C, C[j] + 1.0, (j + 1,))
     else:  # two lanes update one element
@@ -142,3 +142,40 @@ def test_read_then_write_same_index_vectorizes():
     g = vectorize_loop(f)
     assert isinstance(g.body, tir.BufferStore) and g.body.value.dtype.lanes == 16
     assert_same_results(f, g)
+
+
+def test_a_guard_over_loads_inside_the_buffer_vectorizes():
+    """Note [loads in bounds]: pad's guard over a source index clamped into the data (and an
+    outer loop's var in its range) is a select; one that may read past the end is not."""
+    A, C = _bufs("A", "C", n=4 * 16)
+    i, j = tir.Var("i"), tir.Var("j")
+    src = i * 14 + tir.max(tir.min(j - 1, 13), 0)  # rows of 14, padded by 1 on both sides
+    value = tir.if_then_else(tir.all(j >= 1, j < 15), A[src], 0.0)
+    f = tir.PrimFunc("f", (A, C), tir.For(i, 0, 4, S, tir.For(j, 0, 16, V,
+                     tir.BufferStore(C, value, (i * 16 + j,)))))  # fmt: skip
+    g = vectorize_loop(f)
+    assert _is_vector(g.body.body)
+    assert_same_results(f, g, {})
+    # the guard over an unclamped index: the last row's last lanes would read past A
+    far = tir.if_then_else(tir.all(j >= 1, j < 15), A[i * 15 + j - 1 + 5], 0.0)
+    f = tir.PrimFunc("f", (A, C), tir.For(i, 0, 4, S, tir.For(j, 0, 16, V,
+                     tir.BufferStore(C, far, (i * 16 + j,)))))  # fmt: skip
+    assert not _is_vector(vectorize_loop(f).body.body)
+
+
+def test_a_guard_over_many_varying_loads_stays_serial():
+    """A concatenate along the vectorized axis (a tree of guards, one load per input) would
+    load every input in every lane: more than MAX_SELECT_LOADS varying loads stay serial."""
+    from tessera.tir.transform.vectorize_loop import MAX_SELECT_LOADS
+
+    n = MAX_SELECT_LOADS + 1
+    ins = _bufs(*[f"A{k}" for k in range(n)], n=16)
+    (C,) = _bufs("C", n=16 * n)
+    j = tir.Var("j")
+    value = ins[-1][tir.max(tir.min(j - 16 * (n - 1), 15), 0)]
+    for k in reversed(range(n - 1)):
+        value = tir.if_then_else(j < 16 * (k + 1), ins[k][tir.max(tir.min(j - 16 * k, 15), 0)],
+                                 value)  # fmt: skip
+    f = tir.PrimFunc("f", (*ins, C), tir.For(j, 0, 16, V, tir.BufferStore(C, value, (j,))))
+    assert not _is_vector(vectorize_loop(f).body)
+    assert_same_results(f, vectorize_loop(f), {})
