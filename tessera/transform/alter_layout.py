@@ -827,6 +827,7 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     int8 = bool(config.get("alter_layout.int8", True))  # False: int8 convs keep NCHW
     # False: depthwise int8 convs keep their integer kernel (Note [float depthwise])
     float_depthwise = bool(config.get("alter_layout.int8_float_depthwise", True))
+    float_depthwise = float_depthwise and config.get("precision") != "bf16"  # bf16 is inexact
     token = _BLOCKED.set(target.blocked_float_dtypes)
     try:
         new = _Rewriter(func, target, use_winograd, int8, float_depthwise).run()
