@@ -501,8 +501,9 @@ def saturation(dtype: str, out_min=None, out_max=None) -> tuple[int, int]:
 
 def quantize(x, *, scale: float, zero_point: int, dtype: str, out_min=None, out_max=None):
     """saturate(round_half_even(x * float32(1 / scale)) + zero_point), saturated to the dtype's
-    range or [out_min, out_max] within it: a multiply, where ONNX's QuantizeLinear divides (a division in every epilogue costs several multiplies; ONNX models
-    keep their exact division, frontend/onnx_quant.py)."""
+    range or to [out_min, out_max] within it: a multiply, where ONNX's QuantizeLinear divides
+    (a division in every epilogue costs several multiplies; ONNX models keep their exact
+    division, frontend/onnx_quant.py)."""
     inv = tir.const(float(reciprocal(scale)), "float32")
     lo, hi = (tir.const(float(b), "float32") for b in saturation(dtype, out_min, out_max))
 
