@@ -136,6 +136,8 @@ class _Rewriter:
         self.count = 0
         self.shuffles = _shuffle_chains(func)  # id(first reshape) -> (its chain, groups)
         self.skip: set[int] = set()  # calls a rewrite of an earlier call took over
+        self.users = uses(func)
+        self.outputs = {id(v) for v in func.outputs}
 
     # -- values in either layout --------------------------------------------------------------
 
@@ -375,12 +377,51 @@ class _Rewriter:
             self.use_winograd = winograd
         if not done:
             return self._restore(saved)
+        # the integers pad_value * sum(w) that the float conv's zero padding left out
+        sums = plan["weight"].sum(axis=(1, 2, 3)).astype(np.int64).reshape(-1, 1, 1) * pad
+        tail = self._dequantize_tail(out, sums, plan["weight"][0].size)
+        if tail is not None:  # out - c, dequantized: in float (Note [float depthwise])
+            (sub, deq), shift = tail
+            term = self.constant(f"{call.inputs[1].name}_shift", shift.astype(np.float32))
+            y = self.through("subtract", [y, term], {}, self._name(out, "shifted"))
+            self.through("multiply", [y, deq.inputs[1]], {}, out=deq.outputs[0])
+            self.skip.update((id(sub), id(deq)))
+            return True
         if pad:
-            sums = plan["weight"].sum(axis=(1, 2, 3)).reshape(-1, 1, 1) * pad
             term = self.constant(f"{call.inputs[1].name}_pad", sums.astype(np.float32))
             y = self.through("add", [y, term], {}, self._name(out, "padded"))
         self.through("cast", [y], {"dtype": "int32"}, out=out)
         return True
+
+    def _dequantize_tail(self, out: Value, sums: np.ndarray, taps: int):
+        """((subtract, dequantize), shift) where out's integers only go on to
+        dequantize(out - c, scale, zero_point), c constant, and the float conv's sum minus
+        shift = c + zero_point - sums is exact in float32 (every operand and result below
+        2**24 in magnitude): that float is out - c - zero_point. None otherwise."""
+        users = self.users.get(id(out), [])
+        if len(users) != 1 or id(out) in self.outputs or users[0].op.name != "subtract":
+            return None
+        sub = users[0]
+        if sub.inputs[0] is not out or not isinstance(sub.inputs[1], Constant):
+            return None
+        (mid,) = sub.outputs
+        after = self.users.get(id(mid), [])
+        if len(after) != 1 or id(mid) in self.outputs or after[0].op.name != "qnn.dequantize":
+            return None
+        deq = after[0]
+        c = sub.inputs[1].array
+        if c.ndim > 3 and c.shape[:-3] != (1,) * (c.ndim - 3):
+            return None
+        c = c.reshape(c.shape[-3:]) if c.ndim > 3 else c
+        try:
+            if np.broadcast_shapes(c.shape, sums.shape) != sums.shape:
+                return None  # not per channel (nor one integer)
+        except ValueError:
+            return None
+        shift = c.astype(np.int64) + int(deq.attrs.get("zero_point", 0)) - sums
+        if np.abs(shift).max(initial=0) + taps * 255 * 128 >= 2**24:
+            return None
+        return (sub, deq), np.broadcast_to(shift, sums.shape)
 
     def through(self, op_name: str, inputs, attrs, name="v", out: Value | None = None) -> Value:
         """A call of `op_name` on NCHW-typed values, rewritten blocked as any call of the

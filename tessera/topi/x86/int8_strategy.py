@@ -61,7 +61,13 @@ from tessera.topi.x86.int8_conv2d import (
 # pad_value * sum(w) per channel, cast back to int32; the epilogue (compensation, requantize)
 # is unchanged. Exact: every product and partial sum is an integer below 2**24 in magnitude
 # (|x_u - pad| <= 255, |w| <= 128, two sums of at most FLOAT_EXACT_TAPS taps), whatever the
-# order of the additions, so the int32 result is the integer kernel's, bit for bit. The
+# order of the additions, so the int32 result is the integer kernel's, bit for bit. Where
+# those integers only go on to dequantize(out - c, scale, zero_point) with c constant per
+# channel (the compensation tessera.quantize writes), alter_layout computes out - c -
+# zero_point in float instead (one subtract of c + zero_point - pad_value * sum(w), exact
+# while that constant and the sum stay below 2**24) and the dequantize as a multiply: the
+# same float32 as float32(int32) * scale, without the two conversions and the integer
+# subtract (28x28x192 3x3 with its ReLU6 requantize, AVX2: 0.071 -> 0.066 ms a call). The
 # tap-word kernel stays the NCHW default (no blocked float conv: the C target,
 # "alter_layout.int8" off) and an implementation the tuner can pick ("rows").
 FLOAT_EXACT_TAPS = 2**24 // (2 * 255 * 128)  # 257: taps whose float sums stay exact
