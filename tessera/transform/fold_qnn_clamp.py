@@ -30,7 +30,12 @@ def _bounds(call: Call) -> tuple[float | None, float | None] | None:
     if call.op.name == "nn.relu":
         return 0.0, None
     if call.op.name == "clip":
-        return call.attrs.get("a_min"), call.attrs.get("a_max")
+        lo, hi = call.attrs.get("a_min"), call.attrs.get("a_max")
+        if any(b is not None and np.isnan(b) for b in (lo, hi)):
+            return None  # every output NaN
+        if lo is not None and hi is not None and lo > hi:
+            return None  # every output a_max: no range of the quantize's
+        return lo, hi
     return None
 
 
@@ -67,7 +72,7 @@ def fold_qnn_clamp(func: Function) -> Function:
             attrs = dict(call.attrs)
             dtype = attrs.get("dtype", "uint8")
             for key, bound, pick in (("out_min", a, max), ("out_max", b, min)):
-                if bound is not None and not np.isnan(bound):
+                if bound is not None:
                     q = _quantized(bound, attrs, dtype)
                     attrs[key] = q if attrs.get(key) is None else pick(q, attrs[key])
             call = Call(call.op, (x,), attrs, call.outputs, call.span)

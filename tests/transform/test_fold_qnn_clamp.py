@@ -49,7 +49,11 @@ def test_fold_matches_the_clamp_then_quantize(clamp, scale, zp, dtype):
     np.testing.assert_array_equal(m.get_output(0).numpy(), want)
 
 
-def test_a_clamp_with_other_users_stays():
-    """A clip that is also an output (or feeds a float op) is not folded."""
+def test_a_clamp_with_other_users_or_no_range_stays():
+    """A clip that is also an output (or feeds a float op) is not folded, nor one whose bounds
+    cross (every output a_max) or are NaN."""
     before = _func("clip(%x, a_min=0.0, a_max=6.0)", extra=", %1")
     assert fold_qnn_clamp(before) is before
+    for clamp in ("clip(%x, a_min=2.0, a_max=1.0)", "clip(%x, a_min=nan, a_max=1.0)"):
+        before = _func(clamp)
+        assert fold_qnn_clamp(before) is before
