@@ -518,3 +518,52 @@ def test_float_depthwise_built_matches_the_integers(k, stride, dilation):
         m.set_input("x", x)
         m.run()
         np.testing.assert_array_equal(m.get_output(0).numpy(), want, err_msg=str(switch))
+
+
+@pytest.mark.parametrize(
+    "target,register",
+    [("llvm -mcpu=cascadelake", "zmm"), ("llvm -mcpu=skylake-avx512", "zmm"),
+     ("llvm -mcpu=haswell", "ymm"), ("c", None)],
+)  # fmt: skip
+def test_float_depthwise_per_isa_level(target, register):
+    """Built for each ISA level (not run where this CPU lacks it): the depthwise int8 conv is
+    the float conv's blocked kernel, FMAs on the level's vectors, its requantize clamp without
+    the unordered compares of NaN-propagating min/max (Note [quantize clamp]); the C target
+    (no blocked layouts) keeps the integer kernel, run against the integer graph."""
+    from tessera.graph import parse, run_function
+    from tessera.ir.module import IRModule
+
+    c = 32
+    consts = {
+        "w1": qnn.pack_conv_weight(_data((c, 16, 1, 1), "int8")),
+        "wd": qnn.pack_conv_weight(_data((c, 1, 3, 3), "int8")),
+        "s": np.full((c, 1, 1), 1e-3, "f4"),
+    }
+    one = "strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1]"
+    three = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
+    q = 'scale=0.05, zero_point=0, dtype="uint8"'
+    func = parse(
+        f"""def main(%x: u8[1, 16, 8, 8]) {{
+          %w1 = constant(...) : i32[{c}, 4, 1, 1]; %wd = constant(...) : i32[{c}, 1, 3, 3];
+          %s = constant(...) : f32[{c}, 1, 1];
+          %1 = qnn.conv2d(%x, %w1, {one}, groups=1, pad_value=0);
+          %2 = qnn.dequantize(%1, %s); %3 = qnn.quantize(%2, {q});
+          %4 = qnn.conv2d(%3, %wd, {three}, groups={c}, pad_value=0);
+          %5 = qnn.dequantize(%4, %s); %6 = clip(%5, a_min=0.0, a_max=6.0);
+          %7 = qnn.quantize(%6, {q}); return %7 }}""",
+        constants=consts,
+    )
+    with tessera.transform.PassContext(opt_level=3):
+        lib = tessera.build(IRModule({"main": func}), target=target, params={})
+    if register is None:
+        assert "fused_nn_conv2d_nchwc" not in lib.get_source()
+        x = _data((1, 16, 8, 8), "uint8")
+        m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+        m.set_input("x", x)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), run_function(func, {"x": x})[0])
+        return
+    asm = lib.get_source("asm")
+    start = asm.index("fused_nn_conv2d_nchwc")
+    body = asm[start : asm.index(".Lfunc_end", start)]
+    assert "vfmadd" in body and f"%{register}" in body and "vcmpunordps" not in body
