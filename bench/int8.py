@@ -15,6 +15,11 @@ QDQ file are within one output quantization step of ORT's run of it.
 PassContext config "alter_layout.int8": False), against the default blocked layout (Note
 [blocked int8 activations]), and checks that both give the same output bit for bit.
 
+`--integer-depthwise` adds tessera int8 as the previous round built it: its depthwise convs on
+the int8 tap-word kernel (the PassContext config "alter_layout.int8_float_depthwise": False)
+and a ReLU/clip before a quantize left unfolded (pass fold_qnn_clamp disabled), against the
+default (Note [float depthwise]); both give the same output bit for bit.
+
 `--config` sets QConfig fields of tessera int8 (keyword arguments: calibrate='minmax');
 `--also` adds a second tessera int8 with other fields, timed in the same turns, and prints its
 SQNR and time against the first (new against old: `--also "calibrate='minmax',
@@ -96,8 +101,8 @@ def make_feeds(model: onnx.ModelProto, count: int, rng) -> list[dict]:
     return feeds
 
 
-def tessera_runner(mod, params, feed, config=None):
-    with PassContext(opt_level=3, config=config):
+def tessera_runner(mod, params, feed, config=None, disabled=()):
+    with PassContext(opt_level=3, config=config, disabled_pass=list(disabled)):
         lib = tessera.build(mod, target="llvm", params=params)
     m = GraphModule(lib["default"](cpu(0)))
     for name, x in feed.items():
@@ -277,6 +282,12 @@ def main(argv=None) -> int:
         help="also tessera int8 with NCHW activations (alter_layout.int8 off)",
     )
     ap.add_argument(
+        "--integer-depthwise",
+        action="store_true",
+        help="also tessera int8 with its depthwise convs on the int8 tap-word kernel and "
+        "ReLU/clip before quantize unfolded (the graph before Note [float depthwise])",
+    )
+    ap.add_argument(
         "--config",
         default="",
         help="QConfig fields of tessera int8, e.g. calibrate='auto',weight_rounding='gptq'",
@@ -323,10 +334,16 @@ def main(argv=None) -> int:
         if args.nchw_int8:  # Note [blocked int8 activations] in tessera/topi/qnn.py
             nchw = tessera_runner(result.mod, {}, x, {"alter_layout.int8": False})
             runners["tessera int8 NCHW"] = nchw
+        if args.integer_depthwise:  # Note [float depthwise], Note [clamps folded into quantize]
+            config = {"alter_layout.int8_float_depthwise": False}
+            runners["tessera int8 integer dw"] = tessera_runner(
+                result.mod, {}, x, config, disabled=["fold_qnn_clamp"]
+            )
         outs = {k: fn() for k, fn in runners.items()}
         ms = timed(runners, args.runs)
         if args.layers:
             names = ["tessera fp32", "tessera int8"] + ["tessera int8 NCHW"] * args.nchw_int8
+            names += ["tessera int8 integer dw"] * args.integer_depthwise
             modules = {k: runners[k].module for k in names}
             print_layers(modules, qdq_path, args.threads, x, args.runs, args.layers)
     print(f"\n{args.model}, batch 1, {args.threads} threads, median of {args.runs} runs in turns")
@@ -349,11 +366,14 @@ def main(argv=None) -> int:
             f"{ms['tessera int8 also'] / ms['tessera int8']:.2f}x the time of tessera int8"
         )
     exact = 100 * np.mean(diff == 0)
-    if args.nchw_int8:
-        same = np.array_equal(outs["tessera int8"], outs["tessera int8 NCHW"])
-        ratio = ms["tessera int8 NCHW"] / ms["tessera int8"]
-        print(f"  blocked vs NCHW int8 activations: {ratio:.2f}x, outputs "
-              f"{'bit-exact' if same else 'DIFFER'}")  # fmt: skip
+    for name, label in (
+        ("tessera int8 NCHW", "blocked vs NCHW int8 activations"),
+        ("tessera int8 integer dw", "float vs integer depthwise (this graph vs the previous)"),
+    ):
+        if name in outs:
+            same = np.array_equal(outs["tessera int8"], outs[name])
+            ratio = ms[name] / ms["tessera int8"]
+            print(f"  {label}: {ratio:.2f}x, outputs {'bit-exact' if same else 'DIFFER'}")
     print(f"  tessera vs ORT on the {kind} file: {100 * within:.2f}% of elements within one "
           f"output step ({step:.4g}; 0: a float output), max diff {diff.max():.4g}, bit-exact "
           f"{exact:.2f}%")  # fmt: skip

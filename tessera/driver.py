@@ -45,6 +45,7 @@ from tessera.transform import (
 )
 from tessera.transform.check_limits import check_arena, check_limits
 from tessera.transform.fixed_point_requantize import fixed_point_requantize
+from tessera.transform.fold_qnn_clamp import fold_qnn_clamp
 from tessera.transform.fuse_group import build_groups
 from tessera.transform.pack_qnn_weights import pack_qnn_weights
 from tessera.transform.pack_weights import pack_weights
@@ -60,6 +61,7 @@ GRAPH_PASSES = [
     (pack_weights, 1),  # llvm targets: constant dense/matmul weights in the kernels' panels
     (fold_constant, 1),
     (fixed_point_requantize, 1),  # micro targets: the requantize in integers
+    (fold_qnn_clamp, 1),  # a ReLU/clip feeding only qnn.quantize: its saturation range
     (alter_layout, 2),  # llvm targets: convs (int8 too) in NCHW[x]c, weights re-packed
     (pack_qnn_weights, 1),  # int8 convs left in NCHW: weights as their kernel reads them
     (to_bf16_convs, 2),  # config "precision": "bf16": blocked convs as bf16.conv2d_nchwc

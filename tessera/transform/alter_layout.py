@@ -121,11 +121,12 @@ def _as_4d_shape(shape) -> tuple[int, ...]:
 
 class _Rewriter:
     def __init__(self, func: Function, target: Target, use_winograd: bool = True,
-                 int8: bool = True):  # fmt: skip
+                 int8: bool = True, float_depthwise: bool = True):  # fmt: skip
         self.func = func
         self.target = target
         self.use_winograd = use_winograd
         self.int8 = int8
+        self.float_depthwise = float_depthwise
         self.body: list[Call] = []
         self.constants: list[Constant] = list(func.constants)
         self.blocked: dict[int, tuple[Value, int]] = {}  # id(NCHW value) -> (blocked, block)
@@ -135,6 +136,8 @@ class _Rewriter:
         self.count = 0
         self.shuffles = _shuffle_chains(func)  # id(first reshape) -> (its chain, groups)
         self.skip: set[int] = set()  # calls a rewrite of an earlier call took over
+        self.users = uses(func)
+        self.outputs = {id(v) for v in func.outputs}
 
     # -- values in either layout --------------------------------------------------------------
 
@@ -332,7 +335,10 @@ class _Rewriter:
         if self.is_padded(x):
             return False
         context = {"blocked": True, "in_block": self.block_of(x)}
+        context["float_depthwise"] = self.float_depthwise
         plan = strategy.plan_layout(call, self.target, context)
+        if plan is not None and plan["op"] == "nn.conv2d" and self.qnn_conv_as_float(call, plan):
+            return True
         if plan is None or plan["op"] != "qnn.conv2d_nchwc":
             if id(x) in self.blocked and id(x) not in self.defined:  # a conv left in NCHW
                 # (depthwise, grouped, "rows") reads the blocked data as it is: no transform
@@ -346,6 +352,87 @@ class _Rewriter:
         yb = self.emit(plan["op"], [xb, wb], plan["attrs"], name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, plan["out_block"])
         return True
+
+    def qnn_conv_as_float(self, call: Call, plan: dict) -> bool:
+        """A depthwise qnn.conv2d as the blocked float conv on its exact integers (Note [float
+        depthwise] in topi/x86/int8_strategy.py): float(x_u) - pad_value, the float conv,
+        + pad_value * sum(w) per channel, cast to int32. False (nothing emitted): the float
+        conv was not rewritten blocked."""
+        (x, _), (out,) = call.inputs, call.outputs
+        saved, winograd = self._save(), self.use_winograd
+        pad = plan["pad_value"] if any(call.attrs["padding"]) else 0
+        offset = (128 if str(x.type.dtype) == "int8" else 0) - pad  # x_u - pad
+        v = self.through("cast", [x], {"dtype": "float32"}, self._name(x, "float"))
+        if offset:
+            shift = self.constant(f"{x.name}_offset", np.array(offset, np.float32))
+            v = self.through("add", [v, shift], {}, self._name(x, "shifted"))
+        w = self.constant(f"{call.inputs[1].name}_float", plan["weight"])
+        conv = get_op("nn.conv2d")
+        (t,) = conv.infer_type([v.type, w.type], plan["attrs"])
+        y = Value(self._name(out, "float"), t)
+        self.use_winograd = False  # exact integer sums only (Note [float depthwise])
+        try:
+            done = self.conv(Call(conv, (v, w), plan["attrs"], (y,), call.span))
+        finally:
+            self.use_winograd = winograd
+        if not done:
+            return self._restore(saved)
+        # the integers pad_value * sum(w) that the float conv's zero padding left out
+        sums = plan["weight"].sum(axis=(1, 2, 3)).astype(np.int64).reshape(-1, 1, 1) * pad
+        tail = self._dequantize_tail(out, sums, plan["weight"][0].size)
+        if tail is not None:  # out - c, dequantized: in float (Note [float depthwise])
+            (sub, deq), shift = tail
+            term = self.constant(f"{call.inputs[1].name}_shift", shift.astype(np.float32))
+            y = self.through("subtract", [y, term], {}, self._name(out, "shifted"))
+            self.through("multiply", [y, deq.inputs[1]], {}, out=deq.outputs[0])
+            self.skip.update((id(sub), id(deq)))
+            return True
+        if pad:
+            term = self.constant(f"{call.inputs[1].name}_pad", sums.astype(np.float32))
+            y = self.through("add", [y, term], {}, self._name(out, "padded"))
+        self.through("cast", [y], {"dtype": "int32"}, out=out)
+        return True
+
+    def _dequantize_tail(self, out: Value, sums: np.ndarray, taps: int):
+        """((subtract, dequantize), shift) where out's integers only go on to
+        dequantize(out - c, scale, zero_point), c constant, and the float conv's sum minus
+        shift = c + zero_point - sums is exact in float32 (every operand and result below
+        2**24 in magnitude): that float is out - c - zero_point. None otherwise."""
+        users = self.users.get(id(out), [])
+        if len(users) != 1 or id(out) in self.outputs or users[0].op.name != "subtract":
+            return None
+        sub = users[0]
+        if sub.inputs[0] is not out or not isinstance(sub.inputs[1], Constant):
+            return None
+        (mid,) = sub.outputs
+        after = self.users.get(id(mid), [])
+        if len(after) != 1 or id(mid) in self.outputs or after[0].op.name != "qnn.dequantize":
+            return None
+        deq = after[0]
+        c = sub.inputs[1].array
+        if c.ndim > 3 and c.shape[:-3] != (1,) * (c.ndim - 3):
+            return None
+        c = c.reshape(c.shape[-3:]) if c.ndim > 3 else c
+        try:
+            if np.broadcast_shapes(c.shape, sums.shape) != sums.shape:
+                return None  # not per channel (nor one integer)
+        except ValueError:
+            return None
+        shift = c.astype(np.int64) + int(deq.attrs.get("zero_point", 0)) - sums
+        if np.abs(shift).max(initial=0) + taps * 255 * 128 >= 2**24:
+            return None
+        return (sub, deq), np.broadcast_to(shift, sums.shape)
+
+    def through(self, op_name: str, inputs, attrs, name="v", out: Value | None = None) -> Value:
+        """A call of `op_name` on NCHW-typed values, rewritten blocked as any call of the
+        function would be (else emitted on the plain values); its NCHW-typed output."""
+        op = get_op(op_name)
+        (t,) = op.infer_type([v.type for v in inputs], attrs)
+        out = Value(name, t) if out is None else out
+        if not self.rewrite(Call(op, tuple(inputs), attrs, (out,), self.span)):
+            plain = [self.plain(v) if id(v) in self.blocked else v for v in inputs]
+            self.emit(op_name, plain, attrs, out=out)
+        return out
 
     def _emits(self, op_name: str, inputs, attrs, name: str) -> bool:
         """Emit a blocked op; False when its rules do not take its symbolic dims (Note
@@ -779,9 +866,12 @@ def alter_layout(func: Function, target: Target | str | None = None) -> Function
     config = PassContext.current().config
     use_winograd = bool(config.get("alter_layout.winograd", True))
     int8 = bool(config.get("alter_layout.int8", True))  # False: int8 convs keep NCHW
+    # False: depthwise int8 convs keep their integer kernel (Note [float depthwise])
+    float_depthwise = bool(config.get("alter_layout.int8_float_depthwise", True))
+    float_depthwise = float_depthwise and config.get("precision") != "bf16"  # bf16 is inexact
     token = _BLOCKED.set(target.blocked_float_dtypes)
     try:
-        new = _Rewriter(func, target, use_winograd, int8).run()
+        new = _Rewriter(func, target, use_winograd, int8, float_depthwise).run()
     finally:
         _BLOCKED.reset(token)
     changed = len(new.body) != len(func.body) or any(

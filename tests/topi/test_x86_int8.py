@@ -434,3 +434,136 @@ def test_conv2d_packed_tile_fits_the_registers_of_vpmaddwd_pairs(case):
     loops = fma_loops(f.get_source("asm"), "vpmaddwd")
     assert loops
     assert all(loop_summary(body)["stack"] == 0 for body in loops), [loop_summary(b) for b in loops]
+
+
+# -- depthwise convs as the float conv (Note [float depthwise]) ------------------------------------
+
+
+def _depthwise_workload(c, k, xdt="uint8", h=9):
+    from tessera.topi.strategy import Workload
+
+    attrs = dict(strides=(1, 1), padding=(k // 2,) * 4, dilation=(1, 1), groups=c, pad_value=3)
+    out = (1, c, h, h)
+    w4 = (c, 1, k, k)
+    return Workload("qnn.conv2d", (((1, c, h, h), xdt), (w4, "int32")),
+                    tuple(sorted(attrs.items())), (False, True), out)  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=cascadelake", "llvm -mcpu=haswell"])
+def test_depthwise_default_is_float_between_blocked_activations(target):
+    """The depthwise default is "float" where alter_layout asks ("blocked"), on VNNI and AVX2
+    alike; the tap words elsewhere (NCHW, or the switch off); kernels past FLOAT_EXACT_TAPS
+    taps (float sums no longer exact) keep the tap words; its plan is the float conv with the
+    int8 weights as floats."""
+    from tessera.topi.strategy import Task
+    from tessera.topi.x86 import int8_strategy
+
+    t = Target(target)
+    task = Task(_depthwise_workload(16, 3), "cpu")
+    assert "float" in task.implementations(t)
+    assert task.default(t, {"blocked": True}).impl == "float"
+    assert task.default(t, {}).impl == "rows"
+    assert task.default(t, {"blocked": True, "float_depthwise": False}).impl == "rows"
+    big = 17  # 289 taps > FLOAT_EXACT_TAPS
+    assert big * big > int8_strategy.FLOAT_EXACT_TAPS >= 15 * 15
+    wide = Task(_depthwise_workload(8, big, h=20), "cpu")
+    assert "float" not in wide.implementations(t)
+    assert wide.default(t, {"blocked": True}).impl == "rows"
+    w8 = _data((16, 1, 3, 3), "int8")
+    impl = task.strategy.get("float")
+    plan = impl.layout(task.workload, task.default(t, {"blocked": True}), {"blocked": True}, t,
+                       qnn.pack_conv_weight(w8))  # fmt: skip
+    assert plan["op"] == "nn.conv2d" and plan["pad_value"] == 3
+    np.testing.assert_array_equal(plan["weight"], w8.astype(np.float32))
+    assert impl.layout(task.workload, task.default(t, {}), {}, t, qnn.pack_conv_weight(w8)) is None
+
+
+@pytest.mark.parametrize("k,stride,dilation", [(5, 2, 1), (3, 1, 2)])
+def test_float_depthwise_built_matches_the_integers(k, stride, dilation):
+    """A depthwise int8 conv between blocked int8 convs, built with the float path and with the
+    tap words: the same integers as the reference of the integer graph (5x5 strided, dilated;
+    int8 data padded with its zero point)."""
+    from tessera.graph import parse, run_function
+    from tessera.ir.module import IRModule
+
+    c = 16
+    conv = f"strides=[{stride}, {stride}], padding={[k // 2 * dilation] * 4}"
+    consts = {
+        "w1": qnn.pack_conv_weight(_data((c, 8, 1, 1), "int8")),
+        "wd": qnn.pack_conv_weight(_data((c, 1, k, k), "int8")),
+        "s": np.full((c, 1, 1), 2e-3, "f4"),
+    }
+    one = "strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1]"
+    func = parse(
+        f"""def main(%x: u8[1, 8, 11, 11]) {{
+          %w1 = constant(...) : i32[{c}, 2, 1, 1]; %wd = constant(...) : i32[{c}, 1, {k}, {k}];
+          %s = constant(...) : f32[{c}, 1, 1];
+          %1 = qnn.conv2d(%x, %w1, {one}, groups=1, pad_value=0);
+          %2 = qnn.dequantize(%1, %s); %3 = clip(%2, a_min=-3.0, a_max=3.0);
+          %4 = qnn.quantize(%3, scale=0.03, zero_point=5, dtype="int8");
+          %5 = qnn.conv2d(%4, %wd, {conv}, dilation=[{dilation}, {dilation}], groups={c},
+                          pad_value=133);
+          %6 = qnn.dequantize(%5, %s); %7 = nn.relu(%6);
+          %8 = qnn.quantize(%7, scale=0.05, zero_point=0, dtype="uint8"); return %8 }}""",
+        constants=consts,
+    )
+    x = _data((1, 8, 11, 11), "uint8")
+    (want,) = run_function(func, {"x": x})
+    for switch in (True, False):
+        config = {"alter_layout.int8_float_depthwise": switch}
+        with tessera.transform.PassContext(opt_level=3, config=config):
+            lib = tessera.build(IRModule({"main": func}), target="llvm", params={})
+        assert ("fused_nn_conv2d_nchwc" in lib.get_source()) == switch
+        m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+        m.set_input("x", x)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), want, err_msg=str(switch))
+
+
+@pytest.mark.parametrize(
+    "target,register",
+    [("llvm -mcpu=cascadelake", "zmm"), ("llvm -mcpu=skylake-avx512", "zmm"),
+     ("llvm -mcpu=haswell", "ymm"), ("c", None)],
+)  # fmt: skip
+def test_float_depthwise_per_isa_level(target, register):
+    """Built for each ISA level (not run where this CPU lacks it): the depthwise int8 conv is
+    the float conv's blocked kernel, FMAs on the level's vectors, its requantize clamp without
+    the unordered compares of NaN-propagating min/max (Note [quantize clamp]); the C target
+    (no blocked layouts) keeps the integer kernel, run against the integer graph."""
+    from tessera.graph import parse, run_function
+    from tessera.ir.module import IRModule
+
+    c = 32
+    consts = {
+        "w1": qnn.pack_conv_weight(_data((c, 16, 1, 1), "int8")),
+        "wd": qnn.pack_conv_weight(_data((c, 1, 3, 3), "int8")),
+        "s": np.full((c, 1, 1), 1e-3, "f4"),
+    }
+    one = "strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1]"
+    three = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
+    q = 'scale=0.05, zero_point=0, dtype="uint8"'
+    func = parse(
+        f"""def main(%x: u8[1, 16, 8, 8]) {{
+          %w1 = constant(...) : i32[{c}, 4, 1, 1]; %wd = constant(...) : i32[{c}, 1, 3, 3];
+          %s = constant(...) : f32[{c}, 1, 1];
+          %1 = qnn.conv2d(%x, %w1, {one}, groups=1, pad_value=0);
+          %2 = qnn.dequantize(%1, %s); %3 = qnn.quantize(%2, {q});
+          %4 = qnn.conv2d(%3, %wd, {three}, groups={c}, pad_value=0);
+          %5 = qnn.dequantize(%4, %s); %6 = clip(%5, a_min=0.0, a_max=6.0);
+          %7 = qnn.quantize(%6, {q}); return %7 }}""",
+        constants=consts,
+    )
+    with tessera.transform.PassContext(opt_level=3):
+        lib = tessera.build(IRModule({"main": func}), target=target, params={})
+    if register is None:
+        assert "fused_nn_conv2d_nchwc" not in lib.get_source()
+        x = _data((1, 16, 8, 8), "uint8")
+        m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+        m.set_input("x", x)
+        m.run()
+        np.testing.assert_array_equal(m.get_output(0).numpy(), run_function(func, {"x": x})[0])
+        return
+    asm = lib.get_source("asm")
+    start = asm.index("fused_nn_conv2d_nchwc")
+    body = asm[start : asm.index(".Lfunc_end", start)]
+    assert "vfmadd" in body and f"%{register}" in body and "vcmpunordps" not in body

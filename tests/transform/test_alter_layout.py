@@ -713,31 +713,55 @@ def test_int8_region_builds_bit_exact():
         np.testing.assert_array_equal(m.get_output(0).numpy(), want)
 
 
-def test_depthwise_int8_conv_reads_blocked_data_mobilenet_style():
-    """1x1 conv -> depthwise 3x3 -> 1x1 conv, int8: the depthwise conv (an NCHW kernel) reads
-    the blocked uint8 data as it is and writes NCHW, which the next conv packs: no layout
-    transform inside the block; bit-exact with the NCHW graph, interpreted and built."""
+def _mobilenet_int8_block(dtype="uint8", pad_value=0, compensation=None):
+    """1x1 conv -> depthwise 3x3 (its data `dtype`, padded with `pad_value` as x_u) -> 1x1
+    conv, int8, as tessera.quantize writes it; `compensation`: (its shape, the dequantize's
+    zero point) of a constant subtracted from the depthwise conv's integers."""
     from tessera.topi import qnn
 
     words = {"w1": (32, 16, 1, 1), "wd": (32, 1, 3, 3), "w2": (32, 32, 1, 1)}
-    consts = {k: qnn.pack_conv_weight(RNG.integers(-127, 128, v).astype("i1"))
+    consts = {k: qnn.pack_conv_weight(RNG.integers(-128, 128, v).astype("i1"))
               for k, v in words.items()}  # fmt: skip
     consts |= {"s": np.full((32, 1, 1), 1e-3, "f4"), "s2": np.full((32, 1, 1), 3e-5, "f4")}
     quant = 'scale=0.05, zero_point=0, dtype="uint8"'
-    before = parse(
+    shape, zp = compensation or ((), 0)
+    consts["c"] = RNG.integers(-9999, 9999, shape).astype("i4")
+    dims = ", ".join(map(str, shape))
+    tail = f"%5b = subtract(%5, %c); %6 = qnn.dequantize(%5b, %s, zero_point={zp})"
+    tail = tail if compensation else "%6 = qnn.dequantize(%5, %s)"
+    return parse(
         f"""def main(%x: u8[1, 16, 8, 8]) {{
           %w1 = constant(...) : i32[32, 4, 1, 1]; %wd = constant(...) : i32[32, 1, 3, 3];
-          %w2 = constant(...) : i32[32, 8, 1, 1];
+          %w2 = constant(...) : i32[32, 8, 1, 1]; %c = constant(...) : i32[{dims}];
           %s = constant(...) : f32[32, 1, 1]; %s2 = constant(...) : f32[32, 1, 1];
           %1 = qnn.conv2d(%x, %w1, {CONV1}, groups=1, pad_value=0);
-          %2 = qnn.dequantize(%1, %s); %3 = nn.relu(%2); %4 = qnn.quantize(%3, {quant});
-          %5 = qnn.conv2d(%4, %wd, {CONV}, groups=32, pad_value=0);
-          %6 = qnn.dequantize(%5, %s); %7 = qnn.quantize(%6, {quant});
+          %2 = qnn.dequantize(%1, %s); %3 = nn.relu(%2);
+          %4 = qnn.quantize(%3, scale=0.05, zero_point=0, dtype="{dtype}");
+          %5 = qnn.conv2d(%4, %wd, {CONV}, groups=32, pad_value={pad_value});
+          {tail}; %7 = qnn.quantize(%6, {quant});
           %8 = qnn.conv2d(%7, %w2, {CONV1}, groups=1, pad_value=0);
           %9 = qnn.dequantize(%8, %s2); return %9 }}""",
         constants=consts,
     )
-    after = alter_layout(before, target=AVX512)
+
+
+def _built_output(func, x, config=None):
+    with tessera.transform.PassContext(opt_level=3, config=config):
+        lib = tessera.build(IRModule({"main": func}), target="llvm", params={})
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    m.set_input("x", x)
+    m.run()
+    return m.get_output(0).numpy()
+
+
+def test_depthwise_int8_conv_reads_blocked_data_mobilenet_style():
+    """With its integer kernel ("alter_layout.int8_float_depthwise" off), the depthwise conv
+    (an NCHW kernel) reads the blocked uint8 data as it is and writes NCHW, which the next conv
+    packs: no layout transform inside the block; bit-exact with the NCHW graph, interpreted
+    and built."""
+    before = _mobilenet_int8_block()
+    with tessera.transform.PassContext(config={"alter_layout.int8_float_depthwise": False}):
+        after = alter_layout(before, target=AVX512)
     ops = [c.op.name for c in after.body]
     assert ops.count("qnn.conv2d_nchwc") == 2 and ops.count("layout_transform") == 1
     (dw,) = [c for c in after.body if c.op.name == "qnn.conv2d"]
@@ -745,9 +769,50 @@ def test_depthwise_int8_conv_reads_blocked_data_mobilenet_style():
     x = RNG.integers(0, 256, (1, 16, 8, 8)).astype("u1")
     (want,) = run_function(before, {"x": x})
     np.testing.assert_array_equal(run_function(after, {"x": x})[0], want)
-    with tessera.transform.PassContext(opt_level=3):
-        lib = tessera.build(IRModule({"main": before}), target="llvm", params={})
-    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
-    m.set_input("x", x)
-    m.run()
-    np.testing.assert_array_equal(m.get_output(0).numpy(), want)
+    config = {"alter_layout.int8_float_depthwise": False}
+    np.testing.assert_array_equal(_built_output(before, x, config), want)
+
+
+@pytest.mark.parametrize("target,block", [(AVX512, 16), (AVX2, 8)])
+@pytest.mark.parametrize(
+    "dtype,pad_value,compensation",
+    [
+        ("uint8", 0, None),
+        ("uint8", 7, None),
+        ("int8", 128, None),
+        ("uint8", 7, ((32, 1, 1), 0)),  # per channel: out - c dequantized in float
+        ("int8", 130, ((1, 32, 1, 1), 5)),  # 4-d per channel, a zero point
+        ("uint8", 0, ((), -3)),  # one integer
+        ("uint8", 7, ((1, 1, 8), 0)),  # per column: not per channel, the int32 path
+    ],
+)
+def test_depthwise_int8_conv_runs_as_the_float_conv(target, block, dtype, pad_value,
+                                                    compensation):  # fmt: skip
+    """Note [float depthwise]: between blocked activations a depthwise int8 conv runs as the
+    blocked float conv on its integers (x_u - pad_value, + pad_value * sum(w), cast to int32;
+    or, where the integers only go on to dequantize(out - c), out - c in float), its output
+    blocked for the next int8 conv (one layout transform, at the end); the integers are the
+    integer kernel's bit for bit (uint8 and int8 data, zero and nonzero pad values,
+    compensations per channel, scalar or not per channel), interpreted and built."""
+    before = _mobilenet_int8_block(dtype, pad_value, compensation)
+    after = alter_layout(before, target=target)
+    ops = [c.op.name for c in after.body]
+    assert "qnn.conv2d" not in ops and ops.count("qnn.conv2d_nchwc") == 2
+    per_column = compensation is not None and compensation[0] == (1, 1, 8)
+    in_float = compensation is not None and not per_column
+    # a compensation per column is subtracted in NCHW: transforms around it
+    assert ops.count("nn.conv2d_nchwc") == 1 and (ops.count("layout_transform") == 1) != per_column
+    offset = (128 if dtype == "int8" else 0) - pad_value  # the shift to x_u - pad_value
+    assert ops.count("add") == int(offset != 0) + int(pad_value != 0 and not in_float)
+    assert ("cast" in ops[ops.index("nn.conv2d_nchwc") :]) == (not in_float)  # to int32
+    assert ops.count("multiply") == int(in_float)  # the dequantize, in float
+    (dw,) = [c for c in after.body if c.op.name == "nn.conv2d_nchwc"]
+    assert dw.inputs[0].type.shape[4] == block and str(dw.inputs[0].type.dtype) == "float32"
+    (second,) = [c for c in after.body if c.op.name == "qnn.conv2d_nchwc"][1:]
+    assert second.inputs[0].type.ndim == 5 or per_column  # reads the depthwise conv's blocks
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).integers(0, 256, (1, 16, 8, 8)).astype("u1")
+        (want,) = run_function(before, {"x": x})
+        np.testing.assert_array_equal(run_function(after, {"x": x})[0], want)
+    if target == AVX2:
+        np.testing.assert_array_equal(_built_output(before, x), want)

@@ -262,23 +262,29 @@ def _(acc, scale, *, zero_point=0, dtype="uint8"):
 quantize = register_op("qnn.quantize", kind=OpKind.ELEMWISE)
 
 
+# out_min, out_max: a narrower saturation range than the dtype's (a ReLU or clip folded in:
+# Note [clamps folded into quantize] in transform/fold_qnn_clamp.py)
 @quantize.type_rule
-def _(x: TensorType, scale=1.0, zero_point=0, dtype="uint8") -> TensorType:
+def _(x: TensorType, scale=1.0, zero_point=0, dtype="uint8", out_min=None, out_max=None):
     if str(x.dtype) != "float32" or dtype not in _DATA:
         raise type_error("qnn.quantize", f"quantizes float32 to uint8/int8, got {x} -> {dtype}")
+    lo, hi = topi_qnn.saturation(dtype, out_min, out_max)
+    if lo > hi:
+        raise type_error("qnn.quantize", f"empty range [{out_min}, {out_max}] for {dtype}")
     return TensorType(x.shape, dtype)
 
 
 @quantize.reference
-def _(x, scale=1.0, zero_point=0, dtype="uint8"):
-    info = np.iinfo(dtype)
+def _(x, scale=1.0, zero_point=0, dtype="uint8", out_min=None, out_max=None):
+    lo, hi = topi_qnn.saturation(dtype, out_min, out_max)
     q = np.round(x.astype(np.float32) * topi_qnn.reciprocal(scale)) + zero_point
-    return np.clip(q, info.min, info.max).astype(dtype)
+    return np.clip(q, lo, hi).astype(dtype)
 
 
 @quantize.compute
-def _(x, *, scale=1.0, zero_point=0, dtype="uint8"):
-    return topi_qnn.quantize(x, scale=scale, zero_point=zero_point, dtype=dtype)
+def _(x, *, scale=1.0, zero_point=0, dtype="uint8", out_min=None, out_max=None):
+    return topi_qnn.quantize(x, scale=scale, zero_point=zero_point, dtype=dtype,
+                             out_min=out_min, out_max=out_max)  # fmt: skip
 
 
 dequantize = register_op("qnn.dequantize", kind=OpKind.BROADCAST)

@@ -5,6 +5,8 @@
                  channels  vectors of output channels, data words broadcast: the weight
                            re-packed (OB, I/4, KH, KW, B) for qnn.conv2d_packed
                            (schedule_qnn_conv2d_packed); knobs ow_block, oc_vectors
+                 float     depthwise convs between blocked activations: the float conv's
+                           blocked kernel on the exact integers (Note [float depthwise])
 
 Which one runs by default is Note [int8 conv rule]. The layout hook answers the graph
 passes transform/alter_layout.py (blocked int8 activations: qnn.conv2d_nchwc) and
@@ -43,6 +45,32 @@ from tessera.topi.x86.int8_conv2d import (
 # the blocked output: its "+ L" term goes, and ties go to channels (the rows kernel writes
 # NCHW, which the next blocked conv packs again); its answer is then qnn.conv2d_nchwc (data in
 # the input's blocks, or NCHW, the product in blocks of L), else the NCHW kernels.
+
+
+# Note [float depthwise]
+# A depthwise conv has no channel reduction, so int8 gains nothing from 4 bytes per word: the
+# tap-word kernel (Note [depthwise tap words] in topi/qnn.py) builds words of 4 taps per output
+# per call and fills rows of 7 or 14 outputs into vectors of 8 or 16, while the float conv's
+# blocked kernel (NCHW[x]c, topi/x86/conv2d.py) has a vector of channels per pixel and one FMA
+# per tap, loading each input vector once per tap. Measured: MobileNetV2's int8 depthwise convs
+# ~1.7 ms against fp32's ~0.7 ms on a VNNI host (docs/performance.md), and slower still on
+# AVX2 without VNNI (vpmaddwd pairs). So between blocked activations (what alter_layout asks,
+# context "blocked") a depthwise qnn.conv2d runs by default as the float conv on the same
+# integers (implementation "float"): alter_layout emits cast(x_u - pad_value) to float32, the
+# float depthwise conv (its own strategy and knobs) with the int8 weights as floats, plus
+# pad_value * sum(w) per channel, cast back to int32; the epilogue (compensation, requantize)
+# is unchanged. Exact: every product and partial sum is an integer below 2**24 in magnitude
+# (|x_u - pad| <= 255, |w| <= 128, two sums of at most FLOAT_EXACT_TAPS taps), whatever the
+# order of the additions, so the int32 result is the integer kernel's, bit for bit. Where
+# those integers only go on to dequantize(out - c, scale, zero_point) with c constant per
+# channel (the compensation tessera.quantize writes), alter_layout computes out - c -
+# zero_point in float instead (one subtract of c + zero_point - pad_value * sum(w), exact
+# while that constant and the sum stay below 2**24) and the dequantize as a multiply: the
+# same float32 as float32(int32) * scale, without the two conversions and the integer
+# subtract (28x28x192 3x3 with its ReLU6 requantize, AVX2: 0.071 -> 0.066 ms a call). The
+# tap-word kernel stays the NCHW default (no blocked float conv: the C target,
+# "alter_layout.int8" off) and an implementation the tuner can pick ("rows").
+FLOAT_EXACT_TAPS = 2**24 // (2 * 255 * 128)  # 257: taps whose float sums stay exact
 
 
 def _lanes(target) -> int:
@@ -153,10 +181,41 @@ def _data_block(context) -> int | None:
 conv2d.implementation("channels", priority=2, layout=_channels_layout)(_channels_space)
 
 
+def _float_space(wl: Workload, target) -> ConfigSpace | None:
+    """Depthwise convs within FLOAT_EXACT_TAPS taps (Note [float depthwise]); no knobs of its
+    own: the float conv it becomes has its strategy's."""
+    q = _QConv.of(wl, target)
+    if q is None or not q.depthwise or q.kh * q.kw > FLOAT_EXACT_TAPS:
+        return None
+    if not (wl.constant and wl.constant[1]):
+        return None
+    return ConfigSpace()
+
+
+def _float_layout(wl: Workload, config: Config, context, target, w4: np.ndarray):
+    """The float depthwise conv alter_layout emits (context "blocked" only): its weight
+    (C, 1, KH, KW) float32 (the int8 values) and attrs; "pad_value": the data's zero point
+    (Note [float depthwise])."""
+    if w4 is None or not context.get("blocked"):
+        return None
+    from tessera.topi.qnn import unpack_conv_weight
+
+    attrs = {k: v for k, v in wl.attrs if k in ("strides", "padding", "dilation", "groups")}
+    weight = unpack_conv_weight(np.asarray(w4, np.int32), 1).astype(np.float32)
+    return {"op": "nn.conv2d", "weight": weight, "attrs": attrs,
+            "pad_value": int(wl.attr("pad_value", 0))}  # fmt: skip
+
+
+conv2d.implementation("float", priority=0, layout=_float_layout)(_float_space)
+
+
 @conv2d.choose_default
 def _default(wl: Workload, target, context) -> str:
     """Note [int8 conv rule]."""
     q = _QConv.of(wl, target)
+    float_dw = context.get("blocked") and context.get("float_depthwise", True)
+    if q is not None and float_dw and _float_space(wl, target) is not None:
+        return "float"  # Note [float depthwise]
     if q is None or not context.get("rewrite", True) or _channels_space(wl, target) is None:
         return "rows"
     if context.get("blocked") and q.oc % q.lanes == 0:
