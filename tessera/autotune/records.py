@@ -223,9 +223,9 @@ class Database:
 
     def best_configs(self, target) -> dict[Task, Config]:
         """{task: its best config} for every task whose best passing record on `target` beat
-        its default; once the database holds in-model verdicts for `target`, {task: the config
-        its latest verdict kept} for the tasks whose winner beat the default inside the model
-        (Note [in-model records]). A task whose default was best gets no config: a build then
+        its default, except that a task with an in-model verdict for `target` gets the config
+        its latest verdict kept, if its winner beat the default inside the model (Note
+        [in-model records]). A task whose default was best gets no config: a build then
         takes the default rule at each of its calls, with the layout context of that call,
         which a config recorded from one context would override at the others."""
         fp = target_fingerprint(target)
@@ -234,12 +234,12 @@ class Database:
             if r.target == fp:
                 groups.setdefault(r.task, []).append(r)
         verdicts = {r.task: r for r in self.verdicts if r.target == fp}  # the latest of each
-        if verdicts:  # only what the model confirmed (Note [in-model records])
-            return {t: r.config for t, r in verdicts.items() if r.ok and not r.baseline}
-        best = {t: best_of(recs) for t, recs in groups.items()}
-        return {
-            t: r.config for t, r in best.items() if r is not None and not _is_baseline(r, target)
-        }
+        best = {t: best_of(recs) for t, recs in groups.items() if t not in verdicts}
+        configs = {t: r.config for t, r in verdicts.items() if r.ok and not r.baseline}
+        for t, r in best.items():  # tasks no in-model check judged (Note [in-model records])
+            if r is not None and not _is_baseline(r, target):
+                configs[t] = r.config
+        return configs
 
 
 # Note [confirmed records]
@@ -275,9 +275,10 @@ class Database:
 # time of the task's calls in one model run. The database keeps verdicts apart from the
 # measurements (`Database.verdicts`): the search, the cost model and `best` never see them.
 # `best_configs` (what apply_history_best and `tessera.build` with a database use) reads them:
-# once the database holds a verdict for a target, a task gets a config only where its latest
-# verdict kept a winner, and every other task of that target its default; a database without
-# verdicts (older runs, kernel tuning) is read by its measurements as before. A rerun resumes
+# a task with a verdict gets a config only where its latest verdict kept a winner; a task
+# without one (a task whose default stayed best, so no verdict was needed; another model's
+# task in a shared database tuned before this stage or stopped before it; kernel tuning) is
+# read by its measurements as before. A rerun resumes
 # the search from the measurements and writes new verdicts at its end, which supersede the old.
 
 

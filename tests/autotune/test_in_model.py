@@ -117,6 +117,13 @@ def test_a_winner_alone_that_loses_in_the_model_is_not_kept(tiny, tmp_path):
     # alone, the conv's winner is still the fastest record: the verdict overrides it
     assert back.best(conv, HOST).config == winners[conv]
     assert back.best_configs(HOST) == {dense: winners[dense]}
+    # a task no verdict judged (another model's in a shared database) is read by its
+    # measurements: verdicts decide only the tasks they name
+    back.verdicts = [v for v in back.verdicts if v.task != dense]
+    assert back.best_configs(HOST) == {dense: winners[dense]}
+    back.verdicts = [v for v in back.verdicts if v.task != conv]
+    assert back.best_configs(HOST) == {conv: winners[conv], dense: winners[dense]}
+    back = Database(db.path)
     with apply_history_best(db.path, HOST) as scope:
         lib = tessera.build(mod, target=HOST, params=params)
     assert dense in scope.used and conv in scope.used  # the conv: its default, as tuned
