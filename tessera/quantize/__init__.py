@@ -58,6 +58,7 @@ class QConfig:
     equalize_floor: float = 1 / 64  # the smallest channel scale equalization applies
     equalize_power: float = 0.5  # s = (channel range / widest) ** power
     equalize_rectified: bool = False  # also classes with a ReLU / clip: Note [sparse channels]
+    equalize_rectified_floor: float = 1 / 4  # their smallest scale (Note [sparse channels])
     weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
     weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
@@ -231,7 +232,8 @@ def _equalized(func, feeds, config: QConfig, target):
     probe = calibrate.compile_probe(func, values, target)
     ranges = dict(zip(map(id, values), calibrate.channel_absmax(probe, feeds), strict=True))
     return equalize.equalize(func, classes, ranges, config.equalize_floor, config.equalize_power,
-                             config.equalize_rectified)  # fmt: skip
+                             config.equalize_rectified,
+                             config.equalize_rectified_floor)  # fmt: skip
 
 
 # Note [range per tensor]
