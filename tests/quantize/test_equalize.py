@@ -161,7 +161,9 @@ def test_equalization_raises_int8_accuracy(net):
     calib, check = feeds(8), feeds(4, seed=2)
     db = {}
     for on in (False, True):
-        cfg = QConfig(equalize=on, keep_float_inputs=False, keep_float_below_db=0)
+        cfg = QConfig(
+            equalize=on, keep_float_inputs=False, keep_float_below_db=0, target_sqnr_db=None
+        )
         result = quantize(mod, params, calib, cfg)
         assert all(r.quantized for r in result.report)
         noise = [sqnr_db(run(mod, f, params), run(result.mod, f)) for f in check]
