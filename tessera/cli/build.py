@@ -247,7 +247,8 @@ def print_summary(rows, title="compiled") -> None:
     "--target-sqnr",
     type=float,
     help="--quantize: keep float the layers that cost the output most until its SQNR vs fp32 "
-    "reaches this many dB (docs/quantization.md, layer sensitivity).",
+    "reaches this many dB (0: none, QConfig's default; docs/quantization.md, layer "
+    "sensitivity).",
 )
 @click.option(
     "--precision",

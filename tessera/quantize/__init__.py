@@ -58,6 +58,7 @@ class QConfig:
     equalize_floor: float = 1 / 64  # the smallest channel scale equalization applies
     equalize_power: float = 0.5  # s = (channel range / widest) ** power
     equalize_rectified: bool = False  # also classes with a ReLU / clip: Note [sparse channels]
+    equalize_rectified_floor: float = 1 / 4  # their smallest scale (Note [sparse channels])
     weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
     weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
@@ -65,6 +66,7 @@ class QConfig:
     # Note [layer sensitivity] (sensitivity.py): each layer's cost to the model's output SQNR
     # when it alone is int8, measured (and reported) when `sensitivity` or a target is set;
     # target_sqnr_db keeps float the costliest layers until the predicted output SQNR meets it
+    # (None: no budget); Note [default budget]
     sensitivity: bool = False
     target_sqnr_db: float | None = None
     sensitivity_samples: int | None = None  # feeds that measure it (None: correction_feeds)
@@ -231,7 +233,8 @@ def _equalized(func, feeds, config: QConfig, target):
     probe = calibrate.compile_probe(func, values, target)
     ranges = dict(zip(map(id, values), calibrate.channel_absmax(probe, feeds), strict=True))
     return equalize.equalize(func, classes, ranges, config.equalize_floor, config.equalize_power,
-                             config.equalize_rectified)  # fmt: skip
+                             config.equalize_rectified,
+                             config.equalize_rectified_floor)  # fmt: skip
 
 
 # Note [range per tensor]
@@ -256,6 +259,24 @@ def _equalized(func, feeds, config: QConfig, target):
 # few as meet an output SQNR (Note [layer sensitivity] in sensitivity.py). Their inputs are
 # not quantized and they run the float kernels; the report marks them "kept float".
 # docs/quantization.md has what each costs and gains on EfficientNet-Lite0.
+
+
+# Note [default budget]
+# Eight-bit activations hold ~40 dB of SQNR per tensor, and a network of ~50 layers adds their
+# noise up at its output: 24.7 dB on EfficientNet-Lite0's logits, 21.1 dB on the suite's
+# MobileNetV2, int8 throughout. An error near the input costs most, carried through every
+# layer after it: EfficientNet-Lite0's first depthwise conv is 39.7 dB on its own and costs the
+# logits 31.1 dB alone, its input the stem's ReLU6 output on [0, 6], where per-channel scales
+# gain nothing (25 of its 32 channels reach 6). Equalizing the ReLU / ReLU6 outputs too
+# (equalize_rectified) lost 10-11 dB on views outside the calibration set, with a floor of 1/4
+# for quiet channels too (Note [sparse channels]); bias correction, GPTQ rounding and the
+# range per tensor are on already. A budget (target_sqnr_db) keeps float the few layers that
+# cost the output most until the output SQNR predicted on held-out calibration feeds, then
+# measured on the built int8 model, reaches the target. It stays opt-in (None by default): a
+# default of 30 dB kept 13 of 50 layers float on EfficientNet-Lite0 and 24 of 53 on the suite's
+# MobileNetV2, but 56 of the 72 matmuls of the suite's BERT-base (26.3 dB int8 throughout,
+# 30.8 dB with it), which would cost BERT its int8 speed. docs/quantization.md has the
+# measurements.
 
 
 def _holdout(config: QConfig, count: int) -> int:

@@ -11,7 +11,8 @@ log = logging.getLogger("tessera")
 
 def quantize_for_cli(mod, params, scheme: str, calibrate, target, target_sqnr=None):
     """(quantized mod, params) with the per-layer report logged; errors as click errors.
-    target_sqnr: QConfig.target_sqnr_db (Note [layer sensitivity])."""
+    target_sqnr: QConfig.target_sqnr_db (Note [layer sensitivity]); None: QConfig's default,
+    0: none (every layer int8 that the other rules allow)."""
     from tessera.quantize import QConfig, quantize
     from tessera.quantize.feeds import feeds_from_npz
 
@@ -21,7 +22,10 @@ def quantize_for_cli(mod, params, scheme: str, calibrate, target, target_sqnr=No
         raise click.UsageError("--quantize int8 needs --calibrate data.npz (calibration feeds)")
     try:
         feeds = feeds_from_npz(calibrate, mod, params)
-        result = quantize(mod, params, feeds, QConfig(target_sqnr_db=target_sqnr), target=target)
+        config = QConfig()
+        if target_sqnr is not None:
+            config = QConfig(target_sqnr_db=target_sqnr or None)
+        result = quantize(mod, params, feeds, config, target=target)
     except ValueError as e:
         raise click.UsageError(str(e)) from e
     log.info("%s", result)
@@ -30,6 +34,6 @@ def quantize_for_cli(mod, params, scheme: str, calibrate, target, target_sqnr=No
             f"({kept} kept float), calibrated on {len(feeds)} samples")  # fmt: skip
     if result.measured_db is not None:
         line += (f"; output SQNR {result.measured_db:.1f} dB on held-out samples (target "
-                 f"{target_sqnr:g})")  # fmt: skip
+                 f"{config.target_sqnr_db:g})")  # fmt: skip
     click.echo(line, err=True)
     return result.mod, result.params

@@ -198,11 +198,12 @@ def _scaled_conv_weight(w: np.ndarray, groups: int, rows, cols) -> np.ndarray:
 
 
 def equalize(func: Function, classes: list[ChannelClass], ranges: dict, floor: float = 1 / 64,
-             power: float = 0.5, rectified: bool = False) -> Function:  # fmt: skip
+             power: float = 0.5, rectified: bool = False,
+             rectified_floor: float | None = None) -> Function:  # fmt: skip
     """(func with each class's values divided by channel_scales(max of its quantized values'
     per-channel ranges), the number of classes rescaled); ranges: {id(value): per-channel
-    max |value|}; classes with a ReLU or clip only when `rectified` (Note [sparse channels]).
-    The same function."""
+    max |value|}; classes with a ReLU or clip only when `rectified`, their scales at least
+    `rectified_floor` (None: `floor`; Note [sparse channels]). The same function."""
     scale_of: dict[int, np.ndarray] = {}
     count = 0
     rows: dict[int, np.ndarray] = {}
@@ -211,7 +212,8 @@ def equalize(func: Function, classes: list[ChannelClass], ranges: dict, floor: f
         r = [ranges[id(v)] for v in cls.quantized(func) if id(v) in ranges]
         if not r or (cls.rectified and not rectified):
             continue
-        s = channel_scales(np.max(r, axis=0), floor, power).reshape(-1, 1, 1)
+        lowest = rectified_floor if cls.rectified and rectified_floor is not None else floor
+        s = channel_scales(np.max(r, axis=0), lowest, power).reshape(-1, 1, 1)
         if np.all(s == 1):
             continue
         for i in cls.values:

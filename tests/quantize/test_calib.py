@@ -95,8 +95,8 @@ def test_bias_correction_removes_the_mean_error():
     mean_err, db = {}, {}
     for fix in (False, True):
         # rounding to nearest (GPTQ would spread the rounding and remove part of the offset)
-        cfg = QConfig(bias_correction=fix, keep_float_below_db=0, keep_float_inputs=False,
-                      weight_rounding="nearest")  # fmt: skip
+        cfg = QConfig(bias_correction=fix, keep_float_below_db=0, target_sqnr_db=None,
+                      keep_float_inputs=False, weight_rounding="nearest")  # fmt: skip
         result = quantize(mod, params, feeds, cfg)
         got = run(result.mod, x)
         mean_err[fix] = np.abs((want - got).mean(axis=(0, 2, 3))).max()
@@ -120,6 +120,7 @@ def test_bias_correction_report_and_samples():
         QConfig(
             correction_samples=2,
             keep_float_below_db=0,
+            target_sqnr_db=None,
             keep_float_inputs=False,
             weight_rounding="nearest",
         ),  # fmt: skip
@@ -131,6 +132,7 @@ def test_bias_correction_report_and_samples():
         QConfig(
             bias_correction=False,
             keep_float_below_db=0,
+            target_sqnr_db=None,
             keep_float_inputs=False,
             weight_rounding="nearest",
         ),  # fmt: skip
@@ -145,7 +147,12 @@ def test_mse_calibration_end_to_end():
     feeds = [{"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)} for _ in range(4)]
     x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
     result = quantize(
-        mod, params, feeds, QConfig(calibrate="mse", keep_float_below_db=0, keep_float_inputs=False)
+        mod,
+        params,
+        feeds,
+        QConfig(
+            calibrate="mse", keep_float_below_db=0, target_sqnr_db=None, keep_float_inputs=False
+        ),
     )
     assert sqnr_db(run(mod, x, params), run(result.mod, x)) > 30
 
@@ -153,7 +160,7 @@ def test_mse_calibration_end_to_end():
 def test_layers_reading_a_model_input_stay_float_by_default():
     mod, params = conv(np.random.default_rng(9).standard_normal((4, 8, 3, 3)).astype("float32"))
     feeds = [{"x": np.random.default_rng(10).random((1, 8, 10, 10), dtype=np.float32)}]
-    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0, target_sqnr_db=None))
     assert [r.quantized for r in result.report] == [False] and "qnn" not in str(result.mod)
 
 
@@ -174,5 +181,5 @@ def test_a_layer_behind_an_explicit_pad_of_the_input_stays_float():
     model.ir_version = 8
     mod, params = from_onnx(model)
     feeds = [{"x": np.random.default_rng(12).random((1, 8, 10, 10), dtype=np.float32)}]
-    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0))
+    result = quantize(mod, params, feeds, QConfig(keep_float_below_db=0, target_sqnr_db=None))
     assert [(r.name, r.quantized) for r in result.report] == [("stem", False), ("next", True)]

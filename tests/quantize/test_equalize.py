@@ -161,7 +161,9 @@ def test_equalization_raises_int8_accuracy(net):
     calib, check = feeds(8), feeds(4, seed=2)
     db = {}
     for on in (False, True):
-        cfg = QConfig(equalize=on, keep_float_inputs=False, keep_float_below_db=0)
+        cfg = QConfig(
+            equalize=on, keep_float_inputs=False, keep_float_below_db=0, target_sqnr_db=None
+        )
         result = quantize(mod, params, calib, cfg)
         assert all(r.quantized for r in result.report)
         noise = [sqnr_db(run(mod, f, params), run(result.mod, f)) for f in check]
@@ -193,4 +195,26 @@ def test_qconfig_round_trips():
     assert dataclasses.replace(cfg, equalize=True).equalize and cfg.equalize is False
     d = QConfig()
     assert d.equalize and not d.equalize_rectified and d.weight_search
-    assert (d.equalize_floor, d.equalize_power) == (1 / 64, 0.5)
+    assert (d.equalize_floor, d.equalize_power, d.equalize_rectified_floor) == (1 / 64, 0.5, 0.25)
+
+
+def test_rectified_classes_keep_their_floor(net):
+    # a ReLU6 output equalized (equalize_rectified) gets scales of at least its own floor, so
+    # a channel quiet on the calibration feeds keeps headroom (Note [sparse channels]); the
+    # linear classes keep theirs
+    func = net["main"]
+    calib = feeds(4)
+    cfg = QConfig(equalize_rectified=True, equalize_power=1.0, equalize_rectified_floor=0.5)
+    eq, count = _equalized(func, calib, cfg, "llvm")
+    assert count == 3
+    (cls,) = [c for c in equalize.channel_classes(func) if c.rectified]
+    values = cls.quantized(func)
+    before = calibrate.channel_absmax(calibrate.compile_probe(func, values, "llvm"), calib)[0]
+    after = calibrate.channel_absmax(calibrate.compile_probe(eq, values, "llvm"), calib)[0]
+    s = np.maximum(before / before.max(), 0.5)
+    assert s.min() == 0.5 and s.max() == 1.0  # the floor binds on some channel, not on all
+    np.testing.assert_allclose(after, before / s, rtol=1e-4, atol=1e-6)
+    for feed in feeds(2, seed=1):
+        want = run(net, feed)
+        got = run(tessera.ir.module.IRModule({"main": eq}), feed)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

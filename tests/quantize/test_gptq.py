@@ -100,8 +100,9 @@ def test_gptq_end_to_end_raises_the_sqnr():
     want = run(mod, test, params)
     db = {}
     for rounding in ("nearest", "gptq"):
-        cfg = QConfig(weight_rounding=rounding, keep_float_below_db=0, keep_float_inputs=False,
-                      weight_search=False, bias_correction=False)  # fmt: skip
+        cfg = QConfig(weight_rounding=rounding, keep_float_below_db=0, target_sqnr_db=None,
+                      keep_float_inputs=False, weight_search=False,
+                      bias_correction=False)  # fmt: skip
         result = quantize(mod, params, feeds, cfg)
         assert [c.op.name for c in result.mod["main"].body].count("qnn.conv2d") == 1
         db[rounding] = sqnr_db(want, run(result.mod, test))
@@ -121,7 +122,11 @@ def test_auto_range_chooses_by_held_out_error():
     db, chosen = {}, {}
     for method in ("minmax", "auto"):
         cfg = QConfig(
-            calibrate=method, keep_float_below_db=0, keep_float_inputs=False, bias_correction=False
+            calibrate=method,
+            keep_float_below_db=0,
+            target_sqnr_db=None,
+            keep_float_inputs=False,
+            bias_correction=False,
         )  # the outlier feed would skew the mean
         result = quantize(mod, params, feeds, cfg)
         chosen[method] = result.report[0].method
@@ -142,7 +147,9 @@ def test_auto_activation_dtype(offset):
              for _ in range(6)]  # fmt: skip
     test = (rng.standard_normal((1, 8, 10, 10)) + offset).astype(np.float32)
     mod, params = conv(w)
-    cfg = QConfig(activation_dtype="auto", keep_float_below_db=0, keep_float_inputs=False)
+    cfg = QConfig(
+        activation_dtype="auto", keep_float_below_db=0, target_sqnr_db=None, keep_float_inputs=False
+    )
     result = quantize(mod, params, feeds, cfg)
     (r,) = result.report
     assert r.method in ("minmax/u8", "minmax/s8")
@@ -187,7 +194,7 @@ def test_keep_float_roles(roles, kept):
     mod, params = depthwise_then_pointwise()
     rng = np.random.default_rng(9)
     feeds = [{"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)} for _ in range(3)]
-    cfg = QConfig(keep_float_roles=roles, keep_float_below_db=0)
+    cfg = QConfig(keep_float_roles=roles, keep_float_below_db=0, target_sqnr_db=None)
     result = quantize(mod, params, feeds, cfg)
     assert {r.name for r in result.report if not r.quantized} == kept
     ops = [c.op.name for c in result.mod["main"].body]

@@ -71,7 +71,7 @@ def test_target_keeps_the_costliest_layers_float(setup):
     # a target between the prediction with all layers and with the costliest one float
     rest = sum(10 ** (-r.output_db / 10) for r in costs[1:])
     target = (base.predicted_db - 10 * math.log10(rest)) / 2
-    result = quantize(mod, params, feeds, QConfig(target_sqnr_db=target, **BASE))
+    result = quantize(mod, params, feeds, QConfig(**{**BASE, "target_sqnr_db": target}))
     assert [r.name for r in result.report if not r.quantized] == [costs[0].name], str(result)
     assert result.predicted_db >= target
     # the build is checked on the probe's feeds: the same number as measured here
@@ -82,9 +82,9 @@ def test_target_keeps_the_costliest_layers_float(setup):
     ops = [c.op.name for c in result.mod["main"].body]
     assert ops.count("nn.conv2d") + ops.count("nn.dense") + ops.count("matmul") == 1
     # unreachable: everything float; met already: nothing more
-    high = quantize(mod, params, feeds, QConfig(target_sqnr_db=500, **BASE))
+    high = quantize(mod, params, feeds, QConfig(**{**BASE, "target_sqnr_db": 500}))
     assert not any(r.quantized for r in high.report) and "qnn" not in str(high.mod)
-    low = quantize(mod, params, feeds, QConfig(target_sqnr_db=0, **BASE))
+    low = quantize(mod, params, feeds, QConfig(**{**BASE, "target_sqnr_db": 0}))
     assert all(r.quantized for r in low.report)
 
 
@@ -107,3 +107,9 @@ def test_cli_target_sqnr(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "quantized 0 of 4 layers" in proc.stderr, proc.stderr  # unreachable: all float
     assert "(target 500)" in proc.stderr
+    # 0 and no option: no budget (QConfig's default), no sensitivity measured
+    off = subprocess.run(cmd + ["--target-sqnr", "0"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert off.returncode == 0 and "target" not in off.stderr, off.stderr
+    plain = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and "target" not in plain.stderr, plain.stderr
