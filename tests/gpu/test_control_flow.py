@@ -37,7 +37,8 @@ def test_if_on_an_input_value_matches_onnxruntime(cl_dev):
     _, m = _module(model, cl_dev)
     rng = np.random.default_rng(0)
     for flag in (1.5, -2.0, 0.0, 3.0):
-        feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32), "flag": np.array(flag, np.float32)}
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        feeds = {"x": x, "flag": np.array(flag, np.float32)}
         np.testing.assert_allclose(_run(m, feeds)[0], run_ort(model, feeds)[0], rtol=1e-6)
 
 
