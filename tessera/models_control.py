@@ -3,6 +3,8 @@
 greedy_decoder(vocab=16, hidden=8, max_len=12)   # a seq2seq's greedy decoding: Loop to EOS
 branch_on_input()                                 # If on the sign of an input value
 counting_loop(with_cond=True)                     # a Loop with a run-time trip count and condition
+counting_loop_feeds()                             # its inputs: no step, all steps, an early stop...
+check_greedy_decoding(run, model, sources)        # a compiled decoder against ORT (tests)
 branch_ruled_out_by_shapes()                      # an If whose else branch cannot run at its shapes
 """
 
@@ -185,3 +187,36 @@ def branch_ruled_out_by_shapes():
         [helper.make_tensor_value_info("y", TP.FLOAT, None)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def counting_loop_feeds(seed: int = 2) -> list[dict]:
+    """Inputs of `counting_loop`: no step, every step, a stop on the limit, a false condition."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for trips, cond, limit in [(0, True, 5.0), (4, True, 1e9), (9, True, 6.0), (3, False, 9.0)]:
+        feeds.append(
+            {
+                "M": np.array(trips, np.int64),
+                "c": np.array(cond),
+                "s0": rng.standard_normal(3).astype(np.float32),
+                "x": rng.random(3).astype(np.float32),
+                "limit": np.array(limit, np.float32),
+            }
+        )
+    return feeds
+
+
+def check_greedy_decoding(run, model, sources, max_len: int = 12) -> set[int]:
+    """Check `run(src) -> (tokens, h)` of a compiled `greedy_decoder` against ONNX Runtime on
+    each source; the lengths of the decoded sequences."""
+    from tessera.frontend.testing import run_ort
+
+    lengths = set()
+    for src in sources:
+        tokens, h = run(src)
+        want_tokens, want_h = run_ort(model, {"src": src})
+        np.testing.assert_array_equal(tokens, want_tokens)
+        np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-6)
+        assert tokens[-1, 0] == EOS or len(tokens) == max_len
+        lengths.add(len(tokens))
+    return lengths

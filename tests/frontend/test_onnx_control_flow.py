@@ -10,10 +10,11 @@ from onnx import helper
 import tessera
 from tessera.frontend import from_onnx
 from tessera.models_control import (
-    EOS,
     branch_on_input,
     branch_ruled_out_by_shapes,
+    check_greedy_decoding,
     counting_loop,
+    counting_loop_feeds,
     greedy_decoder,
 )
 from tessera.runtime import GraphModule, load_module
@@ -48,18 +49,11 @@ def test_greedy_decoding_loop_matches_onnxruntime(tmp_path):
     names = [p["name"] for p in lib.plan["params"]]
     assert "E" in names and "E_1" not in names  # the embedding main and body read: stored once
     path = lib.export_library(tmp_path / "decoder.so")
-    sess = ort.InferenceSession(model.SerializeToString())
     rng = np.random.default_rng(1)
     lengths = set()
     for m in (GraphModule(lib["default"]()), GraphModule(load_module(path)["default"]())):
-        for _ in range(6):
-            src = rng.integers(0, 16, 5).astype(np.int64)
-            tokens, h = m(src=src)
-            want_tokens, want_h = sess.run(None, {"src": src})
-            np.testing.assert_array_equal(tokens, want_tokens)
-            np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-6)
-            assert tokens[-1, 0] == EOS or len(tokens) == 12
-            lengths.add(len(tokens))
+        sources = [rng.integers(0, 16, 5).astype(np.int64) for _ in range(6)]
+        lengths |= check_greedy_decoding(lambda src, m=m: m(src=src), model, sources)
     assert len(lengths) > 1  # the trip count depends on the data
 
 
@@ -68,15 +62,7 @@ def test_loop_with_run_time_trip_count_and_condition(with_cond):
     model = counting_loop(with_cond)
     m = GraphModule(_compile(model)["default"]())
     sess = ort.InferenceSession(model.SerializeToString())
-    rng = np.random.default_rng(2)
-    for trips, cond, limit in [(0, True, 5.0), (4, True, 1e9), (9, True, 6.0), (3, False, 9.0)]:
-        feeds = {
-            "M": np.array(trips, np.int64),
-            "c": np.array(cond),
-            "s0": rng.standard_normal(3).astype(np.float32),
-            "x": rng.random(3).astype(np.float32),
-            "limit": np.array(limit, np.float32),
-        }
+    for feeds in counting_loop_feeds():
         np.testing.assert_allclose(m(**feeds)[0], sess.run(None, feeds)[0], rtol=1e-5)
 
 

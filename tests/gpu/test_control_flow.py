@@ -11,10 +11,11 @@ import tessera
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import run_ort
 from tessera.models_control import (
-    EOS,
     branch_on_input,
     branch_ruled_out_by_shapes,
+    check_greedy_decoding,
     counting_loop,
+    counting_loop_feeds,
     greedy_decoder,
 )
 from tessera.runtime import load_module
@@ -50,14 +51,9 @@ def test_greedy_decoding_loop_matches_onnxruntime_and_exports(cl_dev, tmp_path):
     rng = np.random.default_rng(1)
     lengths = set()
     for module in (m, loaded):
-        for _ in range(5):
-            feeds = {"src": rng.integers(0, 16, 5).astype(np.int64)}
-            tokens, h = _run(module, feeds)
-            want_tokens, want_h = run_ort(model, feeds)
-            np.testing.assert_array_equal(tokens, want_tokens)
-            np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-6)
-            assert tokens[-1, 0] == EOS or len(tokens) == 12
-            lengths.add(len(tokens))
+        sources = [rng.integers(0, 16, 5).astype(np.int64) for _ in range(5)]
+        run = lambda src, module=module: _run(module, {"src": src})  # noqa: E731
+        lengths |= check_greedy_decoding(run, model, sources)
     assert len(lengths) > 1  # the trip count depends on the data
 
 
@@ -65,15 +61,7 @@ def test_greedy_decoding_loop_matches_onnxruntime_and_exports(cl_dev, tmp_path):
 def test_loop_with_run_time_trip_count_and_condition(cl_dev, with_cond):
     model = counting_loop(with_cond)
     _, m = _module(model, cl_dev)
-    rng = np.random.default_rng(2)
-    for trips, cond, limit in [(0, True, 5.0), (4, True, 1e9), (9, True, 6.0), (3, False, 9.0)]:
-        feeds = {
-            "M": np.array(trips, np.int64),
-            "c": np.array(cond),
-            "s0": rng.standard_normal(3).astype(np.float32),
-            "x": rng.random(3).astype(np.float32),
-            "limit": np.array(limit, np.float32),
-        }
+    for feeds in counting_loop_feeds():
         np.testing.assert_allclose(_run(m, feeds)[0], run_ort(model, feeds)[0], rtol=1e-5)
 
 
