@@ -206,12 +206,13 @@ def ort_node_medians(
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(os.path.dirname(path), "ort_profile")
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    for _ in range(runs + 1):
-        sess.run(None, feed)
-    with open(sess.end_profiling()) as f:
-        events = json.load(f)
+    with tempfile.TemporaryDirectory(prefix="tessera-ort-profile-") as tmp:
+        opts.profile_file_prefix = os.path.join(tmp, "ort_profile")  # gone with the directory
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            sess.run(None, feed)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
     per_node: dict[str, list[float]] = {}
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
