@@ -165,6 +165,13 @@ def print_table(results, console) -> None:
     type=click.Path(dir_okay=False),
     help="Write an HTML report (best-so-far curves per task, the final table) to this file.",
 )
+@click.option(
+    "--in-model/--no-in-model",
+    default=True,
+    show_default=True,
+    help="End by confirming the winners inside the whole model (a tenth of the budget); "
+    "without it every measured winner is kept.",
+)
 @opt_level_option(DEFAULT_OPT_LEVEL)
 @verbosity_options
 def tune(
@@ -179,6 +186,7 @@ def tune(
     workers,
     cluster,
     report_path,
+    in_model,
     opt_level,
 ):
     """Tune MODEL's kernels within BUDGET; every measurement goes to the database DB.
@@ -192,7 +200,7 @@ def tune(
     from tessera.autotune import tune as tune_model
     from tessera.transform import PassContext
 
-    run_tune = functools.partial(tune_model, workers=workers, cluster=cluster)
+    run_tune = functools.partial(tune_model, workers=workers, cluster=cluster, in_model=in_model)
 
     seconds = parse_budget(budget)
     onnx_model, _ = read_model(model)

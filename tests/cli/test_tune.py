@@ -91,11 +91,15 @@ def test_tune_on_a_dask_cluster(cli, tmp_path, cnn_path):
             db,
             "--cluster",
             address,
+            "--no-in-model",
             "-q",
         )
     assert result.returncode == 0, result.stderr
     assert "speedup" in result.stdout
     records = [json.loads(line) for line in db.read_text().splitlines()]
+    # --no-in-model: the winners are kept as measured, with no confirmation in the model
+    assert "in-model confirmation" not in result.stdout
+    assert not any(r.get("in_model") for r in records)
     # every task's default, measured on the cluster, and candidates besides
     digests = {r["digest"] for r in records}
     assert len(digests) >= 2
