@@ -460,6 +460,8 @@ class ExprPrinter:
     def _call_dot_u8i8(self, e, lane):
         return self.helper("dot_u8i8", *(self.text(a, lane) for a in e.args))
 
+    _call_dot_u8i8_bounded = _call_dot_u8i8  # exact either way in C
+
     def _call_dot16_s8(self, e, lane):
         acc, first, _last, weight, n = e.args  # `_last` is for bound inference only
         a, b = (wrap(self.load(v, None, convert=False), UNARY) for v in (first, weight))

@@ -207,7 +207,7 @@ class _FoldDotAccumulator(Mutator):
         for acc, dot in ((node.a, node.b), (node.b, node.a)):
             if (
                 isinstance(dot, Call)
-                and dot.op in ("dot_u8i8", "dot16_s8")
+                and dot.op in ("dot_u8i8", "dot_u8i8_bounded", "dot16_s8")
                 and isinstance(dot.args[0], IntImm)
                 and dot.args[0].value == 0
                 and acc.dtype == dot.dtype

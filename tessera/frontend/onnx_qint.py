@@ -169,7 +169,7 @@ def int_matmul(b, a, bmat, a_zp, b_zp):
         c = 128 if str(ba.dtype) == "uint8" else 0
         w8 = (ba.astype(np.int64) - c).astype(np.int8)
         shift = c - zb
-    acc = b.call("qnn.dense", a, b.const(topi_qnn.pack_dense_weight(w8.T)), units=ba.shape[1])
+    acc = _bounded_dense(b, a, w8.T)
     colsum = w8.astype(np.int64).sum(axis=0)
     if not colsum.any() and not shift.any():
         return acc
@@ -185,6 +185,26 @@ def int_matmul(b, a, bmat, a_zp, b_zp):
         rows = b.call("subtract", rows, _times_zx(b, zx, np.asarray(ba.shape[0])))
         acc = b.call("add", acc, b.call("multiply", rows, b.const(shift.astype(np.int32))))
     return acc
+
+
+def _bounded_dense(b, a, w):
+    """a_u @ w.T on qnn.dense (w: (N, K) int8), its weights' pairs bounded where they can be
+    (Note [bounded pairs] in codegen/llvm/int8_dot.py): all of w, or a main part of it plus a
+    residual product over the few K indices whose pairs break the bound (topi_qnn.split_bounded),
+    else none."""
+    units = w.shape[0]
+
+    def dense(x, weight):
+        bounded = topi_qnn.pairs_bounded(weight)
+        wp = b.const(topi_qnn.pack_dense_weight(weight))
+        return b.call("qnn.dense", x, wp, units=units, bounded=bounded)
+
+    split = topi_qnn.split_bounded(w)
+    if split is None or not len(split[1]):  # past the bound in too many rows, or in none
+        return dense(a, w)
+    main, rows, residual = split
+    picked = b.call("gather", a, b.const(rows.astype(np.int64)), axis=a.type.ndim - 1)
+    return b.call("add", dense(a, main), dense(picked, residual))
 
 
 def requant_scale(b, in_scale, w_scale, y_scale, rank: int, axis: int):

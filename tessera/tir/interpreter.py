@@ -442,6 +442,7 @@ _MATH = {
     "popcount": np.bitwise_count,
     "likely": lambda x: x,
     "dot_u8i8": lambda acc, a, b: _dot_u8i8(acc, a, b),
+    "dot_u8i8_bounded": lambda acc, a, b: _dot_u8i8(acc, a, b),  # the promise aside, the same
     "dot_bf16": lambda acc, a, b: _dot_bf16(acc, a, b),
     "mmla_u8i8": lambda acc, a, b: _mmla_u8i8(acc, a, b),
 }

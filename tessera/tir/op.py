@@ -79,6 +79,8 @@ INTRINSICS: dict[str, tuple[int, str]] = {
     "prefetch": (3, "any"),  # (element, rw, locality): a hint, evaluated for its effect only
     # int32 lanes: acc + the 4 uint8 bytes of a times the 4 int8 bytes of b (vpdpbusd)
     "dot_u8i8": (3, "int"),
+    # dot_u8i8 whose b pairs (bytes 0 and 1, 2 and 3) are bounded: |b0| + |b1| <= 128
+    "dot_u8i8_bounded": (3, "int"),
     # int32 vectors of 4 lanes: acc + a 2x8 uint8 matrix times an 8x2 int8 one (AArch64 usmmla)
     "mmla_u8i8": (3, "int"),
     # acc + 16 int8 products from two addresses (Arm MVE's VMLADAVA; codegen/micro.py)
@@ -240,14 +242,16 @@ def fma(a, b, c):
     return Call(a.dtype, "fma", (a, b, c))
 
 
-def dot_u8i8(acc, a, b):
+def dot_u8i8(acc, a, b, bounded: bool = False):
     """Per int32 lane: acc + sum over the 4 bytes j of uint8(a_j) * int8(b_j), as x86's vpdpbusd
-    computes it (codegen/llvm/int8_dot.py); all three operands are int32 (4 bytes each)."""
+    computes it (codegen/llvm/int8_dot.py); all three operands are int32 (4 bytes each).
+    bounded: the caller promises |b0| + |b1| <= 128 for both byte pairs of every word of b
+    (`dot_u8i8_bounded`, the same value; Note [bounded pairs] in codegen/llvm/int8_dot.py)."""
     acc, a, b = (convert(v, "int32") for v in (acc, a, b))
     for v in (acc, a, b):
         if v.dtype.element.code != "int" or v.dtype.element.bits != 32:
             raise TypeError(f"dot_u8i8 needs int32 operands, got {v.dtype}")
-    return Call(acc.dtype, "dot_u8i8", (acc, a, b))
+    return Call(acc.dtype, "dot_u8i8_bounded" if bounded else "dot_u8i8", (acc, a, b))
 
 
 def mmla_u8i8(acc, a, b):

@@ -50,6 +50,39 @@ def pack_dense_weight(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(panels, PANEL, -1).transpose(0, 2, 1))
 
 
+PAIR_BOUND = 128  # |w0| + |w1| of a byte pair that vpmaddubsw sums without saturating
+
+
+def pairs_bounded(w: np.ndarray, axis: int = -1) -> bool:
+    """Whether the byte pairs of the words of w along `axis` (values 2p and 2p + 1; words start
+    at 0) keep |w0| + |w1| <= 128 (Note [bounded pairs] in codegen/llvm/int8_dot.py)."""
+    w = np.moveaxis(np.asarray(w, np.int64), axis, -1)
+    if w.shape[-1] % 2:  # the padding's zero completes the last pair
+        w = np.concatenate([w, np.zeros((*w.shape[:-1], 1), np.int64)], axis=-1)
+    return bool((np.abs(w[..., 0::2]) + np.abs(w[..., 1::2]) <= PAIR_BOUND).all())
+
+
+def split_bounded(w: np.ndarray, most_rows: float = 1 / 8):
+    """A dense weight (N, K) int8 as main + residual, main's pairs bounded (pairs_bounded along
+    K): where |w0| + |w1| > 128, main keeps w0 and the part of w1 the bound leaves (its sign,
+    128 - |w0| of its size), the residual the rest of w1. Returns (main, rows, residual):
+    residual (N, len(rows)) holds w - main at the K indices `rows` (odd, ascending), zero
+    elsewhere; the product x @ w.T = x @ main.T + x[..., rows] @ residual.T, exactly. None
+    when the residual takes more than `most_rows` of K (the second product would cost more
+    than vpmaddubsw saves)."""
+    w = np.asarray(w, np.int64)
+    n, k = w.shape
+    even, odd = w[:, 0 : k - 1 : 2], w[:, 1:k:2]  # the pairs that have two values
+    room = PAIR_BOUND - np.abs(even)
+    over = np.abs(odd) > room
+    rows = 2 * np.flatnonzero(over.any(axis=0)) + 1
+    if len(rows) > most_rows * k:
+        return None
+    main = w.copy()
+    main[:, 1:k:2] = np.where(over, np.sign(odd) * room, odd)
+    return main.astype(np.int8), rows, (w - main)[:, rows].astype(np.int8)
+
+
 def unpack_dense_weight(wp: np.ndarray, units: int, k: int) -> np.ndarray:
     """The inverse of pack_dense_weight: (N, K) int8."""
     words = wp.transpose(0, 2, 1).reshape(-1, wp.shape[1])[:units]
@@ -87,8 +120,9 @@ def _static(shape) -> list[int]:
     return [int(d.value) for d in shape]
 
 
-def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
-    """(..., K) uint8/int8 times panels wp -> (..., units) int32: sum_k x_u[k] w'[n, k]."""
+def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int, bounded: bool = False) -> te.Tensor:
+    """(..., K) uint8/int8 times panels wp -> (..., units) int32: sum_k x_u[k] w'[n, k].
+    bounded: the caller promises pairs_bounded of the weight (Note [bounded pairs])."""
     lead, K = _static(x.shape[:-1]), int(x.shape[-1].value)
     panels, k4, nr = _static(wp.shape)
     if k4 != -(-K // 4) or panels * nr < units:
@@ -111,7 +145,7 @@ def qnn_dense(x: te.Tensor, wp: te.Tensor, units: int) -> te.Tensor:
     k = te.reduce_axis((0, k4), name="k")
     rows = te.compute(
         (M, units),
-        lambda r, j: te.sum(tir_op.dot_u8i8(0, xp[r, k], wp[j // nr, k, j % nr]), axis=k),
+        lambda r, j: te.sum(tir_op.dot_u8i8(0, xp[r, k], wp[j // nr, k, j % nr], bounded), axis=k),
         name="qdense",
         tag=DENSE_TAG,
         attrs={"nr": nr},

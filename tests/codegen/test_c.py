@@ -294,7 +294,7 @@ def test_every_intrinsic_is_covered_by_these_tests():
     tested |= {"fma", "isnan", "isinf", "bitwise_not", "popcount", "reinterpret", "likely"}
     tested |= {"if_then_else"}  # test_if_then_else_guards_an_out_of_bounds_load
     tested |= {"prefetch"}  # tests/codegen/test_prefetch.py
-    tested |= {"dot_u8i8"}  # tests/codegen/test_int8_dot.py
+    tested |= {"dot_u8i8", "dot_u8i8_bounded"}  # tests/codegen/test_int8_dot.py
     tested |= {"dot16_s8"}  # tests/micro/test_mve.py (MVE's VMLADAVA on the M55)
     tested |= {"dot_bf16"}  # tests/quantize/test_bf16.py
     tested |= {"mmla_u8i8"}  # tests/topi/test_arm_mmla.py, tests/cross (LLVM, AArch64 i8mm only)

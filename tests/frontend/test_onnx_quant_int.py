@@ -187,6 +187,36 @@ def test_matmul_integer_wide_constant_weight_on_qnn_dense(adt, runtime_zp):
     np.testing.assert_array_equal(got, run_int8_reference(model, feeds)[0])
 
 
+@pytest.mark.parametrize("past", [0, 2])
+def test_matmul_integer_bounded_weight_pairs(past):
+    """A constant weight whose pairs keep |w0| + |w1| <= 128 runs on qnn.dense(bounded=True)
+    (vpmaddubsw without VNNI, Note [bounded pairs]); with `past` pairs beyond the bound, as a
+    bounded main product plus a residual product over the K indices that hold the rest (a
+    gather of those columns of a). Bit-exact with the ONNX definition either way, the data at
+    its extremes included."""
+    k, n = 40, 24
+    first = R.integers(-64, 65, (k // 2, n))
+    w = np.zeros((k, n), np.int64)
+    w[0::2], w[1::2] = first, 128 - np.abs(first)  # every pair exactly at the bound
+    w[1::2] *= np.where(R.random((k // 2, n)) < 0.5, -1, 1)
+    w[10, 3], w[11, 3] = 100, 100  # past the bound at k = 11
+    w[30, 5], w[31, 5] = -128, -1  # 129 at k = 31
+    if not past:
+        w[11, 3], w[31, 5] = 28, 0
+    x = R.standard_normal((3, 2, k)).astype(np.float32)
+    x[0, 0, 0] = -5.0  # the quantized data meets 0, and 255 where the pairs are largest
+    x[0, 0, [10, 11, 30, 31]] = 5.0  # (a pair past the bound would saturate vpmaddubsw here)
+    nodes = [N("DynamicQuantizeLinear", ["x"], ["a", "as", "az"]),
+             N("MatMulInteger", ["a", "w", "az"], ["y"])]  # fmt: skip
+    model = make_model(nodes, {"x": x}, ["y"], {"w": w.astype(np.int8)}, opset=13)
+    mod = from_onnx(model)[0]
+    dense = [c for c in mod["main"].body if c.op.name == "qnn.dense"]
+    assert dense[0].attrs["bounded"] and len(dense) == (2 if past else 1)
+    assert ("gather" in ops_of(mod)) == bool(past)
+    (got,), _ = run_tessera(model, {"x": x})
+    np.testing.assert_array_equal(got, run_int8_reference(model, {"x": x})[0])
+
+
 def test_dynamic_quantize_matmul_integer():
     """DynamicQuantizeLinear -> MatMulInteger with a runtime zero point (ORT's dynamic path)."""
     x = R.standard_normal((4, 33)).astype(np.float32)

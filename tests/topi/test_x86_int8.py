@@ -567,3 +567,111 @@ def test_float_depthwise_per_isa_level(target, register):
     start = asm.index("fused_nn_conv2d_nchwc")
     body = asm[start : asm.index(".Lfunc_end", start)]
     assert "vfmadd" in body and f"%{register}" in body and "vcmpunordps" not in body
+
+
+# -- bounded pairs (Note [bounded pairs]): vpmaddubsw where |w0| + |w1| <= 128 ----------------
+
+EDGE_PAIRS = [(-128, 0), (0, -128), (64, 64), (-64, -64), (127, 1), (-1, -127), (100, 28)]
+
+
+def _bounded_weight(n, k):
+    """(n, k) int8 whose byte pairs sum to at most 128 in size, many exactly 128 (the edge)."""
+    w = np.zeros((n, k + k % 2), np.int64)
+    first = R.integers(-128, 129, (n, w.shape[1] // 2))
+    first = np.clip(first, -128, 127)
+    room = 128 - np.abs(first)
+    w[:, 0::2] = first
+    w[:, 1::2] = np.clip(R.integers(-room, room + 1), -128, 127)
+    edges = np.array(EDGE_PAIRS)[R.integers(0, len(EDGE_PAIRS), w.shape[1] // 2)]
+    w[0, 0::2], w[0, 1::2] = edges[:, 0], edges[:, 1]  # a whole row of edge pairs
+    return w[:, :k].astype(np.int8)
+
+
+def _bounded_dense(t, x8, w8, bounded=True):
+    m, n = x8.shape[0], w8.shape[0]
+    wp = qnn.pack_dense_weight(w8)
+    X = te.placeholder(x8.shape, str(x8.dtype), name="x")
+    W = te.placeholder(wp.shape, "int32", name="w")
+    Y = qnn.qnn_dense(X, W, n, bounded=bounded)
+    f = tessera.build(int8_dense.schedule_qnn_dense([Y], t), [X, W, Y], target=t)
+    y = np.zeros((m, n), np.int32)
+    f(x8, wp, y)
+    return y, f
+
+
+def _reference(x8, w8):
+    xu = x8.astype(np.int64) + (128 if x8.dtype == np.int8 else 0)
+    return (xu @ w8.astype(np.int64).T).astype(np.int32)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mcpu=x86-64", "c"])
+@pytest.mark.parametrize(
+    "m,k,n,xdt", [(1, 64, 48, "uint8"), (5, 37, 20, "int8"), (6, 70, 40, "uint8")]
+)
+def test_bounded_dense_matches_integer_reference_at_the_edge(target, m, k, n, xdt):
+    """Weights whose pairs sum to exactly 128 in size, data at 255 (x_u; int8 127) in the first
+    row: the largest pair sums vpmaddubsw must hold, 255 * 128 = 32640, exact."""
+    t = _target(target)
+    w8 = _bounded_weight(n, k)
+    assert qnn.pairs_bounded(w8)
+    x8 = _data((m, k), xdt)
+    x8[0] = 255 if xdt == "uint8" else 127
+    y, f = _bounded_dense(t, x8, w8)
+    np.testing.assert_array_equal(y, _reference(x8, w8))
+    if target == "llvm -mcpu=haswell":
+        assert "vpmaddubsw" in f.get_source("asm")
+
+
+def test_bounded_dense_saturates_past_the_bound():
+    """Pairs of 129 (65 + 64) with data 255 sum to 32895 > 32767: vpmaddubsw saturates, so
+    pairs_bounded refuses them, and a (wrong) promise of the bound shows in the result. That
+    is why only weights that keep the bound are promised."""
+    t = _target("llvm -mcpu=haswell")
+    w8 = np.tile(np.array([65, 64], np.int8), (16, 8))  # (16, 16)
+    assert not qnn.pairs_bounded(w8)
+    assert qnn.pairs_bounded(w8 - np.tile(np.array([0, 1], np.int8), 8))  # 65 + 63 = 128
+    x8 = np.full((2, 16), 255, np.uint8)
+    exact, _ = _bounded_dense(t, x8, w8, bounded=False)
+    np.testing.assert_array_equal(exact, _reference(x8, w8))
+    promised, _ = _bounded_dense(t, x8, w8, bounded=True)
+    assert (promised < exact).all()  # 8 pairs of 32767 where 32895 belonged
+
+
+@pytest.mark.parametrize(
+    "target,instruction,absent",
+    [("llvm -mcpu=skylake-avx512", "vpmaddubsw", None), ("llvm -mcpu=cascadelake", "vpdpbusd",
+     "vpmaddubsw"), ("llvm -mcpu=haswell", "vpmaddubsw", None)],
+)  # fmt: skip
+def test_bounded_dense_asm_per_isa_level(target, instruction, absent):
+    """Built (not run: this CPU may lack AVX-512): vpmaddubsw zmm/ymm without VNNI; VNNI's
+    vpdpbusd is exact on any weight and stays."""
+    t = Target(target)
+    X = te.placeholder((4, 64), "uint8", name="x")
+    W = te.placeholder((3, 16, 16), "int32", name="w")
+    Y = qnn.qnn_dense(X, W, 48, bounded=True)
+    asm = tessera.build(int8_dense.schedule_qnn_dense([Y], t), [X, W, Y], target=t).get_source(
+        "asm"
+    )
+    assert instruction in asm and (absent is None or absent not in asm)
+    unbounded = qnn.qnn_dense(X, W, 48)
+    asm = tessera.build(int8_dense.schedule_qnn_dense([unbounded], t), [X, W, unbounded],
+                        target=t).get_source("asm")  # fmt: skip
+    assert "vpmaddubsw" not in asm
+
+
+def test_split_bounded_keeps_the_product_and_the_bound():
+    """main + residual = w; main's pairs bounded; the residual lives in the odd K indices of
+    the pairs past the bound; too many such indices: None."""
+    w = _bounded_weight(24, 37)
+    w[3, 4], w[3, 5] = 100, -100  # 200: past the bound at k = 5
+    w[7, 20], w[7, 21] = -128, 1  # 129
+    w[9, 36] = 127  # the last value, alone in its pair (K odd): bounded
+    main, rows, residual = qnn.split_bounded(w)
+    assert qnn.pairs_bounded(main) and list(rows) == [5, 21]
+    full = main.astype(np.int64)
+    full[:, rows] += residual
+    np.testing.assert_array_equal(full, w)
+    x = _data((3, 37), "uint8").astype(np.int64)
+    parts = x @ main.T.astype(np.int64) + x[:, rows] @ residual.T
+    np.testing.assert_array_equal(x @ w.T.astype(np.int64), parts)
+    assert qnn.split_bounded(_data((8, 64), "int8"), most_rows=1 / 8) is None

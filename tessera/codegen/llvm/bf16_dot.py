@@ -46,7 +46,7 @@ class _BFloat(ir.types.Type):
 def fused_accumulate(em, e):
     """`x + dot_bf16(0, a, b)` (how a te.sum of dots lowers) as dot_bf16(x, a, b): vdpbf16ps
     accumulates in place. None if e is not that."""
-    return int8_dot.fused_accumulate(em, e, "dot_bf16", emit_dot)
+    return int8_dot.fused_accumulate(em, e, ("dot_bf16",), emit_dot)
 
 
 def emit_dot_call(em, e) -> ir.Value:

@@ -182,7 +182,7 @@ class FunctionEmitter:
 
             fused = fused_accumulate(self, e)
             if fused is None:  # acc + mmla_u8i8(0, a, b) -> one usmmla
-                fused = fused_accumulate(self, e, "mmla_u8i8", emit_mmla)
+                fused = fused_accumulate(self, e, ("mmla_u8i8",), emit_mmla)
             if fused is not None:
                 return fused
         if e.dtype.element.code == "float":  # acc + dot_bf16(0, a, b) -> one vdpbf16ps

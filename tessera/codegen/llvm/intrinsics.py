@@ -193,7 +193,7 @@ def emit_call(em, e) -> ir.Value:
         return em.expr(e.args[0])
     if op == "reinterpret":
         return _reinterpret(em, e)
-    if op == "dot_u8i8":
+    if op in ("dot_u8i8", "dot_u8i8_bounded"):
         from tessera.codegen.llvm.int8_dot import emit_dot_call
 
         return emit_dot_call(em, e)

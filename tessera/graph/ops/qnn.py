@@ -1,6 +1,7 @@
 """Quantized (int8) ops: integer products on packed int8 weights, and the float32 requantize.
 
     %acc = qnn.dense(%x, %wp, units=N) : i32[1, N]        # %x: u8/i8[1, K]; %wp: i32 panels
+    (bounded=True: the weight keeps topi.qnn.pairs_bounded, Note [bounded pairs])
     %acc = qnn.conv2d(%x, %w4, strides=.., padding=.., dilation=.., groups=.., pad_value=zp)
     %y = qnn.requantize(%acc, %scale, zero_point=zp, dtype="uint8") : u8[...]
 
@@ -38,7 +39,7 @@ dense = register_op("qnn.dense", kind=OpKind.OUT_ELEMWISE_FUSABLE)
 
 
 @dense.type_rule
-def _(x: TensorType, wp: TensorType, units) -> TensorType:
+def _(x: TensorType, wp: TensorType, units, bounded=False) -> TensorType:
     _require_data("qnn.dense", x)
     if str(wp.dtype) != "int32" or wp.ndim != 3 or x.ndim < 1:
         raise type_error("qnn.dense", f"expects int32 weight panels (P, K/4, 16), got {wp}")
@@ -48,14 +49,14 @@ def _(x: TensorType, wp: TensorType, units) -> TensorType:
 
 
 @dense.reference
-def _(x, wp, units):
+def _(x, wp, units, bounded=False):
     w = topi_qnn.unpack_dense_weight(wp, units, x.shape[-1]).astype(np.int64)
     return (_unsigned(x) @ w.T).astype(np.int32)
 
 
 @dense.compute
-def _(x, wp, *, units):
-    return topi_qnn.qnn_dense(x, wp, units)
+def _(x, wp, *, units, bounded=False):
+    return topi_qnn.qnn_dense(x, wp, units, bounded)
 
 
 # -- batch_matmul (both operands at run time) ---------------------------------------------------
