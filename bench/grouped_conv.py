@@ -3,13 +3,17 @@ default config against configs with knobs changed, the dense conv of the same FL
 group's channels in, all channels out) and ONNX Runtime's grouped conv, in turns.
 
     .venv/bin/python bench/grouped_conv.py [--shapes 272:272:4:14,136:136:4:28]
-        [--set out_block=4 --set window_vectors=1,2] [--threads 1] [--rounds 7]
+        [--set in_block=4 --set shared_window=False,True] [--threads 1] [--rounds 7]
+    .venv/bin/python bench/grouped_conv.py --model shufflenet [--seconds 60] [--threads 2]
 
 A shape is in:out:groups:size[:kernel[:stride]]. `--set knob=v1,v2` adds the default config
 with that knob set to each value (several --set: every combination; invalid ones skipped).
 Per shape, a row per variant: the kernel's median microseconds (the conv's call alone, from the
 executor's per-call timing; ORT: the whole session run), GFLOP/s of the grouped FLOPs, and its
-ratio to the default. Not a test: nothing asserts a time; read ratios, and the load it prints.
+ratio to the default. With `--model`, a zoo model built with the defaults against the same
+model with its grouped convs' tiles as the rule chose them before windows could be shared
+(unshared, Note [shared windows]), and the defaults again (A/A), in turns. Not a test:
+nothing asserts a time; read ratios, and the load it prints.
 """
 
 from __future__ import annotations
@@ -117,6 +121,64 @@ def _value(text: str):
         return text
 
 
+def unshared_configs(mod, params, target) -> dict:
+    """{task: config} of a model's grouped convs whose default shares windows: the tile the
+    rule chooses without sharing (the rule before Note [shared windows])."""
+    from tessera.topi.x86.conv2d import choose_conv_tile
+    from tessera.topi.x86.cpu import fma_chains, vector_registers
+
+    contexts: dict = {}
+    with tessera.transform.PassContext(opt_level=3):
+        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
+    out = {}
+    for task in tasks:
+        default = task.default(target, contexts.get(task))
+        if not default.get("shared_window"):
+            continue
+        ow, ocb = task.workload.output[3], task.workload.output[1] // default["out_block"]
+        regs, chains = vector_registers(target), fma_chains(target)
+        tile = choose_conv_tile(ow, ocb, regs, False, chains, grouped=True)
+        knobs = {"ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors, "shared_window": False}
+        out[task] = Config(default.impl, {**default.knobs(), **knobs})
+    return out
+
+
+def model_in_turns(name: str, target, seconds: float) -> None:
+    from zoo import SUITE
+
+    from tessera.cli.bench import measure_in_blocks
+    from tessera.frontend import from_onnx
+
+    case = SUITE[name]
+    model = case.build()
+    mod, params = from_onnx(model)
+
+    def module(configs):
+        config = {"tuning.pretuned": False}
+        with tessera.transform.PassContext(opt_level=3, config=config):
+            lib = tessera.build(mod, target=target, params=params, configs=configs)
+        m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+        m.set_input(**case.feeds(model, 0))
+        return m
+
+    old = unshared_configs(mod, params, target)
+    modules = {"default": module(None), "unshared": module(old), "default again": module(None)}
+    outs = {}
+    for k, m in modules.items():
+        m.run()
+        outs[k] = m.get_output(0).numpy()
+    diff = float(np.abs(outs["default"] - outs["unshared"]).max())
+    times, _ = measure_in_blocks({k: m.run for k, m in modules.items()}, None, 3, seconds)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    print(
+        f"{name}: {len(old)} grouped tasks share windows by default; "
+        + ", ".join(f"{k} {v * 1e3:.3f} ms ({len(times[k])} runs)" for k, v in med.items())
+        + f"; default / unshared {med['default'] / med['unshared']:.3f}, A/A "
+        f"{med['default again'] / med['default']:.3f}; max |difference| {diff:.1e}; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default="272:272:4:14,136:136:4:28,544:544:4:7")
@@ -125,10 +187,15 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--no-ort", action="store_true")
     p.add_argument("--target", default="llvm")
+    p.add_argument("--model", help="a zoo model: defaults vs unshared windows, in turns")
+    p.add_argument("--seconds", type=float, default=60.0)
     args = p.parse_args(argv)
     tessera.runtime.set_num_threads(args.threads)
     target = tessera.Target(args.target)
     print(f"{args.threads} thread(s), target {target}, load {os.getloadavg()[0]:.1f}")
+    if args.model:
+        model_in_turns(args.model, target, args.seconds)
+        return 0
     for text in args.shapes.split(","):
         x_shape, w_shape, attrs = parse_shape(text)
         mod, consts = conv_model(x_shape, w_shape, attrs)

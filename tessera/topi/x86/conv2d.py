@@ -84,6 +84,31 @@ def as_nchw1c(x: te.Tensor) -> te.Tensor:
 # outputs of a shared block.
 
 
+# Note [shared windows]
+# A grouped conv's register tile of `oc_vectors` output blocks read, each, its own window of
+# input blocks (Note [grouped blocks]): the window's start is a function of the block, so the
+# blocks of a tile share no broadcast, and a tile of w columns x v blocks loaded w * v
+# broadcasts and v weight vectors for w * v FMAs -- more loads than FMAs, where a dense conv
+# loads w + v. ShuffleNet's 272->272 1x1 (4 groups of 68) on 14x14 ran at 0.62x the speed of
+# the dense conv of the same FLOPs (68->272), its 7x1 tile load-bound. With knob
+# `shared_window`, the `oc_vectors` blocks of a tile read one window, the union of their
+# groups' spans (GroupWindow's `share`: the weight is packed per window of share blocks, the
+# compute takes the window's start from the tile's chunk of blocks, and the schedule's split
+# of the blocks by oc_vectors makes it one expression, so LLVM loads each broadcast once).
+# Wider windows straddle more groups: more multiply-adds by zero weights (groups of 68 on
+# blocks of 8: 1.114x the grouped FLOPs for windows of 8 outputs, 1.232x for 16). The tile
+# rule (`choose_conv_tile`'s window_work) scores a shared tile by its FMAs per load over the
+# work its windows do, an unshared one likewise, and takes the better: ShuffleNet's 272->272
+# 5x2 shared (0.78-0.89x the kernel time of the 7x1 unshared tile, 1 thread, AVX2 Zen 3, load
+# 1-2, bench/grouped_conv.py), 112->112 on 28x28 4x2 (0.84x), 544->544 on 7x7 (aligned, no
+# work added) 4x2 (0.92-1.06x: noise); ResNeXt's 32 groups of 4 stay unshared (a window of
+# 16 outputs would read 4 groups: twice the work). The input block (knob `in_block`, default
+# the rule of group_blocks in strategy.py) is searched too: a smaller block can divide the
+# channels of a group (ShuffleNet's first grouped conv, 6 inputs a group: blocks of 1 ran
+# 0.67x the kernel time of blocks of 8), at the price of a layout transform before the conv,
+# which the tuner measures in the model's layout (Note [in-model layout]).
+
+
 @dataclass(frozen=True)
 class GroupWindow:
     """The input blocks each output block of a grouped conv reads (Note [grouped blocks]):

@@ -16,6 +16,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     direct_nchwc     out_block (channel block, Note [block rule] in transform/alter_layout.py,
                      Note [few output channels] below; grouped convs: Note [grouped blocks]),
                      ow_block x oc_vectors (the register tile, Note [conv micro-kernel]),
+                     in_block and shared_window (grouped convs: the input block, and one
+                     window of input blocks for a tile's oc_vectors, Note [shared windows]),
                      prefetch (Note [weight prefetch]), pad_per_tile (padded convs: Note
                      [padding per tile]), reduce_order and unroll_window (kernels of several
                      taps), unroll_block (Note [conv reduction order])
