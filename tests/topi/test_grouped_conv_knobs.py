@@ -131,3 +131,29 @@ def test_tile_rule_shares_windows_where_the_loads_pay_for_the_work():
     assert choose_conv_tile(14, 34, 16, False, 8, True) == choose_conv_tile(
         14, 34, 16, False, 8, grouped=True, window_work=None
     )  # no window work: the tile of old, no sharing
+
+
+def test_a_grouped_record_written_before_shared_windows_keeps_its_kernel():
+    """Note [added knobs] in autotune/records.py: a record of a grouped conv that lacks
+    `in_block` and `shared_window` takes the input block of the default (the rule it was
+    measured with) and shared_window False (Knob.before, the kernel it measured), not the
+    default's True."""
+    from tessera.autotune.records import current_config
+
+    target = tessera.Target("llvm")
+    mod, _, _ = _model(272, 272, 4, (14, 14), 1, 1, 0)
+    contexts: dict = {}
+    with tessera.transform.PassContext(opt_level=3):
+        (task,) = [
+            t for t in autotune.extract_tasks(mod, None, target, contexts=contexts)
+            if t.workload.op == "nn.conv2d"
+        ]  # fmt: skip
+    default = task.default(target)
+    assert default["shared_window"] and default["oc_vectors"] == 2
+    old = Config(
+        default.impl,
+        {k: v for k, v in default.knobs().items() if k not in ("in_block", "shared_window")},
+    )
+    assert not task.valid(old, target)
+    upgraded = current_config(task, old, target)
+    assert upgraded == Config(default.impl, {**default.knobs(), "shared_window": False})

@@ -327,7 +327,8 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
         knobs.append(Knob("pad_per_tile", (False, True), default=_default_pad_per_tile))
     if c.groups > 1:  # Note [shared windows] in conv2d.py
         knobs.append(Knob("in_block", tuple(c.in_blocks()), default=_default_in_block))
-        knobs.append(Knob("shared_window", (False, True), default=_default_tile(2)))
+        shared = Knob("shared_window", (False, True), default=_default_tile(2), before=False)
+        knobs.append(shared)
     if c.kh * c.kw > 1:  # Note [conv reduction order] in conv2d.py: today's order the default
         knobs.append(Knob("reduce_order", CONV_REDUCE_ORDERS, default="channels"))
         knobs.append(Knob("unroll_window", (False, True), default=False))
