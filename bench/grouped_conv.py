@@ -121,15 +121,12 @@ def _value(text: str):
         return text
 
 
-def unshared_configs(mod, params, target) -> dict:
+def unshared_configs(target, tasks, contexts) -> dict:
     """{task: config} of a model's grouped convs whose default shares windows: the tile the
     rule chooses without sharing (the rule before Note [shared windows])."""
     from tessera.topi.x86.conv2d import choose_conv_tile
     from tessera.topi.x86.cpu import fma_chains, vector_registers
 
-    contexts: dict = {}
-    with tessera.transform.PassContext(opt_level=3):
-        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
     out = {}
     for task in tasks:
         default = task.default(target, contexts.get(task))
@@ -144,39 +141,13 @@ def unshared_configs(mod, params, target) -> dict:
 
 
 def model_in_turns(name: str, target, seconds: float) -> None:
+    from headroom import in_model, model_tasks
     from zoo import SUITE
 
-    from tessera.cli.bench import measure_in_blocks
-    from tessera.frontend import from_onnx
-
-    case = SUITE[name]
-    model = case.build()
-    mod, params = from_onnx(model)
-
-    def module(configs):
-        config = {"tuning.pretuned": False}
-        with tessera.transform.PassContext(opt_level=3, config=config):
-            lib = tessera.build(mod, target=target, params=params, configs=configs)
-        m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
-        m.set_input(**case.feeds(model, 0))
-        return m
-
-    old = unshared_configs(mod, params, target)
-    modules = {"default": module(None), "unshared": module(old), "default again": module(None)}
-    outs = {}
-    for k, m in modules.items():
-        m.run()
-        outs[k] = m.get_output(0).numpy()
-    diff = float(np.abs(outs["default"] - outs["unshared"]).max())
-    times, _ = measure_in_blocks({k: m.run for k, m in modules.items()}, None, 3, seconds)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    print(
-        f"{name}: {len(old)} grouped tasks share windows by default; "
-        + ", ".join(f"{k} {v * 1e3:.3f} ms ({len(times[k])} runs)" for k, v in med.items())
-        + f"; default / unshared {med['default'] / med['unshared']:.3f}, A/A "
-        f"{med['default again'] / med['default']:.3f}; max |difference| {diff:.1e}; "
-        f"load {os.getloadavg()[0]:.1f}"
-    )
+    model, mod, params, tasks, contexts, _ = model_tasks(name, target)
+    old = unshared_configs(target, tasks, contexts)
+    print(f"{name}: {len(old)} grouped tasks share windows by default")
+    in_model(SUITE[name], model, mod, params, target, old, seconds, label="unshared")
 
 
 def main(argv=None) -> int:

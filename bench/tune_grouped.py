@@ -31,23 +31,17 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)  # the measurement worker's
 
-    from headroom import _median, in_model
+    from headroom import _median, in_model, model_tasks
     from zoo import SUITE
 
     import tessera
     from tessera import autotune
     from tessera.autotune.measure import Measurer
-    from tessera.autotune.tuner import Builder, task_counts
-    from tessera.frontend import from_onnx
+    from tessera.autotune.tuner import Builder
     from tessera.transform import PassContext
 
     target = tessera.Target("llvm")
-    model = SUITE[args.model].build()
-    mod, params = from_onnx(model)
-    contexts: dict = {}
-    with PassContext(opt_level=3):
-        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
-        counts = task_counts(mod, params, target)
+    model, mod, params, tasks, contexts, counts = model_tasks(args.model, target)
     grouped = [
         t for t in tasks
         if t.workload.op == "nn.conv2d" and 1 < t.workload.attr("groups", 1)
@@ -95,12 +89,11 @@ def main(argv=None) -> int:
                 f"{trials} trials",
                 flush=True,
             )
-    print(
-        f"the {len(top)} tasks, calls weighted: default {total['default'] * 1e3:.3f} ms, tuned "
-        f"{total['tuned'] * 1e3:.3f} ms ({total['tuned'] / total['default']:.3f}); load "
-        f"{os.getloadavg()[0]:.1f}"
-    )
-    if args.in_model > 0 and bests:
+    default_ms, tuned_ms = total["default"] * 1e3, total["tuned"] * 1e3
+    load = os.getloadavg()[0]
+    print(f"the {len(top)} tasks, calls weighted: default {default_ms:.3f} ms, tuned", end=" ")
+    print(f"{tuned_ms:.3f} ms ({tuned_ms / default_ms:.3f}); load {load:.1f}")
+    if bests and args.in_model > 0:  # the model with the tuned tasks, in turns
         in_model(SUITE[args.model], model, mod, params, target, bests, args.in_model)
     return 0
 
