@@ -1,6 +1,7 @@
 """Benchmark: one grouped conv alone (conv + bias + relu, as the graph compiler builds it), its
-default config against configs with knobs changed, the dense conv of the same FLOPs (the
-group's channels in, all channels out) and ONNX Runtime's grouped conv, in turns.
+default config against configs with knobs changed (and, where the default shares windows,
+the tile of the rule before, unshared: Note [shared windows]), the dense conv of the same
+FLOPs (the group's channels in, all channels out) and ONNX Runtime's conv, in turns.
 
     .venv/bin/python bench/grouped_conv.py [--shapes 272:272:4:14,136:136:4:28]
         [--set in_block=4 --set shared_window=False,True] [--threads 1] [--rounds 7]
@@ -121,23 +122,25 @@ def _value(text: str):
         return text
 
 
-def unshared_configs(target, tasks, contexts) -> dict:
-    """{task: config} of a model's grouped convs whose default shares windows: the tile the
-    rule chooses without sharing (the rule before Note [shared windows])."""
+def unshared_config(task, default, target) -> Config | None:
+    """The config of a grouped conv whose default shares windows with the tile the rule
+    chooses without sharing (the rule before Note [shared windows]); None when it shares none."""
     from tessera.topi.x86.conv2d import choose_conv_tile
     from tessera.topi.x86.cpu import fma_chains, vector_registers
 
-    out = {}
-    for task in tasks:
-        default = task.default(target, contexts.get(task))
-        if not default.get("shared_window"):
-            continue
-        ow, ocb = task.workload.output[3], task.workload.output[1] // default["out_block"]
-        regs, chains = vector_registers(target), fma_chains(target)
-        tile = choose_conv_tile(ow, ocb, regs, False, chains, grouped=True)
-        knobs = {"ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors, "shared_window": False}
-        out[task] = Config(default.impl, {**default.knobs(), **knobs})
-    return out
+    if not default.get("shared_window"):
+        return None
+    ow, ocb = task.workload.output[3], task.workload.output[1] // default["out_block"]
+    regs, chains = vector_registers(target), fma_chains(target)
+    tile = choose_conv_tile(ow, ocb, regs, False, chains, grouped=True)
+    knobs = {"ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors, "shared_window": False}
+    return Config(default.impl, {**default.knobs(), **knobs})
+
+
+def unshared_configs(target, tasks, contexts) -> dict:
+    """{task: unshared_config} of a model's grouped convs that share windows by default."""
+    configs = {t: unshared_config(t, t.default(target, contexts.get(t)), target) for t in tasks}
+    return {t: c for t, c in configs.items() if c is not None}
 
 
 def model_in_turns(name: str, target, seconds: float) -> None:
@@ -173,7 +176,10 @@ def main(argv=None) -> int:
         x = np.random.default_rng(1).standard_normal(x_shape).astype("f4")
         task, default = conv_task(mod, target)
         runners = {f"default {dict(default.knobs())}": kernel_runner(mod, target, x)[0]}
-        for label, config in variants(task, default, target, args.set):
+        configs = variants(task, default, target, args.set)
+        if unshared_config(task, default, target) is not None:
+            configs.append(("unshared (the rule before)", unshared_config(task, default, target)))
+        for label, config in configs:
             runners[label] = kernel_runner(mod, target, x, task, config)[0]
         groups = dict(attrs)["groups"]
         if groups > 1:  # the dense conv of the same FLOPs: a group's channels in, all out
