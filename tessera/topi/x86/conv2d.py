@@ -106,10 +106,10 @@ def as_nchw1c(x: te.Tensor) -> te.Tensor:
 # overrates narrow tiles of many vectors: 8 groups of 60 on 14x14 take 2x4 shared, 1.01-1.05x
 # the unshared tile's time, where 3x3 and 5x2 shared ran 0.84x (the tuner searches them).
 # The input block (knob `in_block`, default the rule of group_blocks in strategy.py) is
-# searched too: a smaller block can divide the
-# channels of a group (ShuffleNet's first grouped conv, 6 inputs a group: blocks of 1 ran
-# 0.67x the kernel time of blocks of 8), at the price of a layout transform before the conv,
-# which the tuner measures in the model's layout (Note [in-model layout]).
+# searched too: a smaller block can divide the channels of a group (ShuffleNet's first
+# grouped conv, 6 inputs a group: blocks of 1 ran 0.67x the kernel time of blocks of 8), at
+# the price of a layout transform before the conv, which the tuner measures in the model's
+# layout (Note [in-model layout]).
 
 
 @dataclass(frozen=True)
