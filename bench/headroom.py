@@ -80,19 +80,11 @@ def main(argv=None) -> int:
     from zoo import SUITE
 
     import tessera
-    from tessera import autotune
     from tessera.autotune.measure import Measurer
-    from tessera.autotune.tuner import task_counts
-    from tessera.frontend import from_onnx
     from tessera.transform import PassContext
 
     target = tessera.Target("llvm")
-    model = SUITE[args.model].build()
-    mod, params = from_onnx(model)
-    contexts: dict = {}
-    with PassContext(opt_level=3):
-        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
-        counts = task_counts(mod, params, target)
+    model, mod, params, tasks, contexts, counts = model_tasks(args.model, target)
     ops = set(args.ops.split(",")) if args.ops else None
     print(f"{args.model}: {len(tasks)} tasks; load average {os.getloadavg()[0]:.1f}", flush=True)
     with Measurer(timeout=60) as measurer, PassContext(opt_level=3):
@@ -156,9 +148,30 @@ def main(argv=None) -> int:
     return 0
 
 
-def in_model(case, model, mod, params, target, bests: dict, seconds: float) -> None:
-    """The model built with `bests` against its defaults (and the defaults again: the A/A ratio,
-    this run's noise), timed in turns (`measure_in_blocks`)."""
+def model_tasks(name: str, target):
+    """(ONNX model, graph module, params, tasks, {task: context}, {task: calls}) of a zoo
+    model's build for `target` (opt level 3)."""
+    from zoo import SUITE
+
+    from tessera import autotune
+    from tessera.autotune.tuner import task_counts
+    from tessera.frontend import from_onnx
+    from tessera.transform import PassContext
+
+    model = SUITE[name].build()
+    mod, params = from_onnx(model)
+    contexts: dict = {}
+    with PassContext(opt_level=3):
+        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
+        counts = task_counts(mod, params, target)
+    return model, mod, params, tasks, contexts, counts
+
+
+def in_model(
+    case, model, mod, params, target, bests: dict, seconds: float, label: str = "best"
+) -> None:
+    """The model built with `bests` (named `label`) against its defaults (and the defaults
+    again: the A/A ratio, this run's noise), timed in turns (`measure_in_blocks`)."""
     import numpy as np
 
     import tessera
@@ -173,13 +186,13 @@ def in_model(case, model, mod, params, target, bests: dict, seconds: float) -> N
         m.set_input(**case.feeds(model, 0))
         return m
 
-    modules = {"default": module(None), "best": module(bests), "default again": module(None)}
+    modules = {"default": module(None), label: module(bests), "default again": module(None)}
     times, _ = measure_in_blocks({k: m.run for k, m in modules.items()}, None, 3, seconds)
     med = {k: float(np.median(v)) for k, v in times.items()}
     print(
-        f"in the model ({len(bests)} tasks with their best): "
+        f"in the model ({len(bests)} tasks with their {label} config): "
         + ", ".join(f"{k} {v * 1e3:.3f} ms ({len(times[k])} runs)" for k, v in med.items())
-        + f"; best / default {med['best'] / med['default']:.3f}, A/A "
+        + f"; {label} / default {med[label] / med['default']:.3f}, A/A "
         f"{med['default again'] / med['default']:.3f}; load average {os.getloadavg()[0]:.1f}"
     )
 

@@ -398,8 +398,11 @@ def _valid(task: Task, config: Config, target) -> bool:
 # every older record of that implementation invalid, and a user's tuning database silently
 # stop applying. A new knob's default rule is, by convention, the behaviour before the knob
 # existed, so a record that lacks knobs takes them from the task's default config when that
-# default is the same implementation; a record whose knobs changed in any other way (a value
-# no longer a candidate, a knob gone, another implementation's default) is still dropped.
+# default is the same implementation; a knob added with a default that changed the behaviour
+# (a grouped conv's `shared_window`, Note [shared windows] in topi/x86/conv2d.py) says what
+# the behaviour before it was (`Knob.before`), and a record that lacks it takes that value:
+# the kernel it measured. A record whose knobs changed in any other way (a value no longer a
+# candidate, a knob gone, another implementation's default) is still dropped.
 
 
 def current_config(task: Task, config: Config, target) -> Config | None:
@@ -413,6 +416,10 @@ def current_config(task: Task, config: Config, target) -> Config | None:
     missing = {k: v for k, v in default.items() if k != "impl" and k not in config}
     if default.impl != config.impl or not missing or set(config) - set(default):
         return None
+    space = task.implementations(target).get(config.impl)
+    for knob in space.knobs if space is not None else ():
+        if knob.name in missing and knob.before != ():
+            missing[knob.name] = knob.before
     knobs = dict(config.knobs(), **missing)
     upgraded = Config(config.impl, knobs)
     return upgraded if _valid(task, upgraded, target) else None

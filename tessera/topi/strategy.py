@@ -40,11 +40,15 @@ from tessera.te.steps import Step, _step
 @dataclass(frozen=True)
 class Knob:
     """A named decision with its candidate values; `default`: a value, or a function of
-    (workload, target, context) giving the hand rule's value (one of the candidates)."""
+    (workload, target, context) giving the hand rule's value (one of the candidates);
+    `before`: where the knob was added with a default that is not the behaviour before it, that
+    behaviour's value (a tuning record written before the knob takes it: Note [added knobs] in
+    autotune/records.py); () where the default is."""
 
     name: str
     candidates: tuple
     default: object = None
+    before: object = ()
 
     def __post_init__(self):
         if not self.candidates:

@@ -62,8 +62,9 @@ def schedule_of(task, config, target, give_config=False):
         s = x86_winograd.schedule_conv2d_winograd_nchwc([y], target, config)
     else:
         y = x86_conv2d.conv2d_nchwc(
-            x, u, attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
-        )
+            x, u, attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"],
+            attrs.get("share", 1),
+        )  # fmt: skip
         s = x86_conv2d.schedule_conv2d_nchwc([y], target, config if give_config else None)
     return s
 

@@ -13,6 +13,7 @@ NCHW1c, so the first conv of a network reads its input without a layout transfor
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -83,9 +84,39 @@ def as_nchw1c(x: te.Tensor) -> te.Tensor:
 # outputs of a shared block.
 
 
+# Note [shared windows]
+# A grouped conv's register tile of `oc_vectors` output blocks read, each, its own window of
+# input blocks (Note [grouped blocks]): the window's start is a function of the block, so the
+# blocks of a tile share no broadcast, and a tile of w columns x v blocks loaded w * v
+# broadcasts and v weight vectors for w * v FMAs -- more loads than FMAs, where a dense conv
+# loads w + v. ShuffleNet's 272->272 1x1 (4 groups of 68) on 14x14 ran at 0.62x the speed of
+# the dense conv of the same FLOPs (68->272), its 7x1 tile load-bound. With knob
+# `shared_window`, the `oc_vectors` blocks of a tile read one window, the union of their
+# groups' spans (GroupWindow's `share`: the weight is packed per window of share blocks, the
+# compute takes the window's start from the tile's chunk of blocks, and the schedule's split
+# of the blocks by oc_vectors makes it one expression, so LLVM loads each broadcast once).
+# Wider windows straddle more groups: more multiply-adds by zero weights (groups of 68 on
+# blocks of 8: 1.114x the grouped FLOPs for windows of 8 outputs, 1.232x for 16). The tile
+# rule (`choose_conv_tile`'s window_work) scores a shared tile by its FMAs per load over the
+# work its windows do, an unshared one likewise, and takes the better: ShuffleNet's 272->272
+# 5x2 shared (0.78-0.89x the kernel time of the 7x1 unshared tile, 1 thread, AVX2 Zen 3, load
+# 1-2, bench/grouped_conv.py), 112->112 on 28x28 4x2 (0.84x), 544->544 on 7x7 (aligned, no
+# work added) 4x2 (0.92-1.06x: noise), 2, 3 and 8 groups 0.65-0.83x; ResNeXt's 32 groups of
+# 4 stay unshared (a window of 16 outputs would read 4 groups: twice the work). The score
+# overrates narrow tiles of many vectors: 8 groups of 60 on 14x14 take 2x4 shared, 1.01-1.05x
+# the unshared tile's time, where 3x3 and 5x2 shared ran 0.84x (the tuner searches them).
+# The input block (knob `in_block`, default the rule of group_blocks in strategy.py) is
+# searched too: a smaller block can divide the channels of a group (ShuffleNet's first
+# grouped conv, 6 inputs a group: blocks of 1 ran 0.67x the kernel time of blocks of 8), at
+# the price of a layout transform before the conv, which the tuner measures in the model's
+# layout (Note [in-model layout]).
+
+
 @dataclass(frozen=True)
 class GroupWindow:
-    """The input blocks each output block of a grouped conv reads (Note [grouped blocks])."""
+    """The input blocks each output block of a grouped conv reads (Note [grouped blocks]):
+    `share` consecutive output blocks (a register tile's oc_vectors, Note [shared windows])
+    read one window, the union of their groups' input blocks."""
 
     ic: int
     oc: int
@@ -94,30 +125,33 @@ class GroupWindow:
     ob: int
     blocks: int  # the reduction's extent over input blocks: the widest span
     clamped: bool  # some window start is pulled back to stay inside the input
+    share: int = 1
 
     @staticmethod
-    def of(ic: int, oc: int, groups: int, ib: int, ob: int) -> GroupWindow:
-        spans = [_span(ic, oc, groups, ib, ob, k) for k in range(oc // ob)]
+    def of(ic: int, oc: int, groups: int, ib: int, ob: int, share: int = 1) -> GroupWindow:
+        if share < 1 or (oc // ob) % share:
+            raise ValueError(f"{share} output blocks per window do not divide {oc // ob} blocks")
+        spans = [_span(ic, oc, groups, ib, ob * share, k) for k in range(oc // ob // share)]
         blocks = max(e - s for s, e in spans)
         clamped = any(s + blocks > ic // ib for s, _ in spans)
-        return GroupWindow(ic, oc, groups, ib, ob, blocks, clamped)
+        return GroupWindow(ic, oc, groups, ib, ob, blocks, clamped, share)
 
     @property
     def aligned(self) -> bool:
         """Every span is one group's cg / ib blocks: no guard, no zeros."""
         cg, og = self.ic // self.groups, self.oc // self.groups
-        return og % self.ob == 0 and cg % self.ib == 0
+        return og % (self.ob * self.share) == 0 and cg % self.ib == 0
 
     def start(self, k: int) -> int:
         """The first input block of output block `k`'s window."""
-        s, _ = _span(self.ic, self.oc, self.groups, self.ib, self.ob, k)
+        s, _ = _span(self.ic, self.oc, self.groups, self.ib, self.ob * self.share, k // self.share)
         return min(s, self.ic // self.ib - self.blocks)
 
     def work(self) -> float:
         """Multiply-adds done per multiply-add of the grouped conv (1 when aligned)."""
-        args = (self.ic, self.oc, self.groups, self.ib, self.ob)
-        done = sum(e - s for s, e in (_span(*args, k) for k in range(self.oc // self.ob)))
-        done *= self.ib * self.ob
+        wb = self.ob * self.share
+        spans = (_span(self.ic, self.oc, self.groups, self.ib, wb, k) for k in range(self.oc // wb))
+        done = sum(e - s for s, e in spans) * self.ib * wb
         return done / (self.oc * self.ic // self.groups)
 
     def pack(self, w):
@@ -148,8 +182,18 @@ class GroupWindow:
         return out
 
 
+def window_share(config) -> int:
+    """Output blocks per window of a grouped conv's config (Note [shared windows]): its tile's
+    oc_vectors when knob `shared_window` is set, else 1 (also for None: the rules' kernel)."""
+    if config is None:
+        return 1
+    if not isinstance(config, Config):
+        config = Config.from_attr(config)
+    return config.get("oc_vectors", 1) if config.get("shared_window", False) else 1
+
+
 def _span(ic: int, oc: int, groups: int, ib: int, ob: int, k: int) -> tuple[int, int]:
-    """[first, end) input blocks of the groups output block `k` covers."""
+    """[first, end) input blocks of the groups output block `k` (of `ob` channels) covers."""
     cg, og = ic // groups, oc // groups
     g0, g1 = k * ob // og, min((k * ob + ob - 1) // og, groups - 1)
     return g0 * cg // ib, -(-(g1 + 1) * cg // ib)
@@ -158,10 +202,12 @@ def _span(ic: int, oc: int, groups: int, ib: int, ob: int, k: int) -> tuple[int,
 def _window_expr(win: GroupWindow, oc):
     """(first input block of output block `oc`'s window, its guard for a block index `b`)."""
     cg, og = win.ic // win.groups, win.oc // win.groups
-    g0 = (oc * win.ob) // og
+    wb = win.ob * win.share  # the channels of a window's output blocks
+    chunk = oc // win.share if win.share > 1 else oc
+    g0 = (chunk * wb) // og
     if win.aligned:
         return g0 * (cg // win.ib), None
-    g1 = (oc * win.ob + win.ob - 1) // og
+    g1 = (chunk * wb + wb - 1) // og
     first, end = (g0 * cg) // win.ib, ((g1 + 1) * cg + win.ib - 1) // win.ib
     start = first
     if win.clamped:
@@ -174,9 +220,10 @@ def _window_expr(win: GroupWindow, oc):
     return start, guard
 
 
-def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1):
-    """(output shape, is_depthwise) of a blocked conv (data NCHW[x]c, or NCHW for blocks of 1);
-    ValueError when the shapes disagree."""
+def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1, share=1):
+    """(output shape, is_depthwise) of a blocked conv (data NCHW[x]c, or NCHW for blocks of 1;
+    `share`: a grouped conv's output blocks per window, Note [shared windows]); ValueError when
+    the shapes disagree."""
     x_shape = tuple(x_shape) + (1,) if len(x_shape) == 4 else tuple(x_shape)
     n, icb, h, w, ib = x_shape
     ocb, icgb, kh, kw, wib, ob = w_shape
@@ -188,7 +235,9 @@ def conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups=1):
                 f"channels of data {tuple(x_shape)} and weight {tuple(w_shape)} disagree "
                 f"(groups={groups})"
             )
-        window = GroupWindow.of(ic, oc, groups, ib, ob).blocks
+        if groups > 1 and ((ocb % share) or share < 1):
+            raise ValueError(f"{share} output blocks per window do not divide {ocb} blocks")
+        window = GroupWindow.of(ic, oc, groups, ib, ob, share if groups > 1 else 1).blocks
         if icgb != window:
             raise ValueError(
                 f"channels of data {tuple(x_shape)} and weight {tuple(w_shape)} disagree "
@@ -217,8 +266,11 @@ def _inside(i, j, size, padding):
     return te.likely(te.all(*conds)) if conds else None
 
 
-def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1):
-    """A blocked 2-d convolution (cross-correlation, as ONNX); tag "conv2d_nchwc"."""
+def conv2d_nchwc(
+    x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups: int = 1, share: int = 1
+):
+    """A blocked 2-d convolution (cross-correlation, as ONNX); tag "conv2d_nchwc". `share`: a
+    grouped conv's output blocks per window of input blocks (Note [shared windows])."""
     strides = _ints(strides, 2, "strides", CONV_TAG)
     dilation = _ints(dilation, 2, "dilations", CONV_TAG)
     padding = _ints(padding, 4, "pads", CONV_TAG)
@@ -226,7 +278,9 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
     # batch, height and width may be symbolic (topi/symbolic.py); channels are static
     x_shape, w_shape = _dims(x.shape), _static(w.shape, CONV_TAG)
     _static(x.shape[1:2] + x.shape[4:], CONV_TAG)
-    out_shape, depthwise = conv2d_nchwc_shape(x_shape, w_shape, strides, padding, dilation, groups)
+    out_shape, depthwise = conv2d_nchwc_shape(
+        x_shape, w_shape, strides, padding, dilation, groups, share
+    )
     xp = pad_nchwc(x, padding[:2], padding[2:]) if any(padding) and not depthwise else x
     ocb, icgb, kh, kw, wib, ob = w_shape
     rh = te.reduce_axis((0, kh), name="rh")
@@ -249,7 +303,9 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
     else:
         rco = te.reduce_axis((0, icgb), name="rco")
         rci = te.reduce_axis((0, wib), name="rci")
-        win = GroupWindow.of(x_shape[1] * wib, ocb * ob, groups, wib, ob) if groups > 1 else None
+        win = None
+        if groups > 1:
+            win = GroupWindow.of(x_shape[1] * wib, ocb * ob, groups, wib, ob, share)
 
         def f(n, oc, oh, ow, oi):
             i, j = pos(oh, ow)
@@ -264,7 +320,9 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
                 where=guard,
             )
 
-        attrs = {"depthwise": 0, "grouped": int(win is not None)}
+        attrs = {"depthwise": 0, "grouped": int(win is not None), "share": share}
+        if win is not None:
+            attrs["groups"] = groups
     # the window a register tile reads (Note [padding per tile]): rows, then columns per output
     attrs.update(window_h=(kh - 1) * dh + 1, window_w=(kw - 1) * dw + 1, stride_w=sw)
     return te.compute(out_shape, f, name="conv2d_nchwc", tag=CONV_TAG, attrs=attrs)
@@ -288,6 +346,7 @@ def conv2d_nchwc(x: te.Tensor, w: te.Tensor, strides, padding, dilation, groups:
 class ConvTile:
     ow_block: int
     oc_vectors: int
+    shared: bool = False  # a grouped conv's oc_vectors read one window (Note [shared windows])
 
     @property
     def accumulators(self) -> int:
@@ -316,29 +375,49 @@ def choose_conv_tile(
     depthwise: bool,
     chains: int = 0,
     grouped: bool = False,
+    window_work=None,
 ) -> ConvTile:
     """The register tile by rules (see Note [conv micro-kernel]): the most FMAs per load within
     the accumulator budget, oc_vectors dividing the oc blocks, a row tail (a width that is not
     a multiple of ow_block, peeled into slower code) counted as lost work and penalized, and a
     tile of fewer accumulators than `chains` (cpu.fma_chains: Note [FMA chains]) by the share
     of the FMA pipes it can keep busy. `grouped`: each output block reads its own window of
-    input blocks (Note [grouped blocks]), so the oc_vectors of a tile share no broadcast."""
+    input blocks (Note [grouped blocks]), so the oc_vectors of a tile share no broadcast --
+    unless they share one window (Note [shared windows]): `window_work(share)`, the work of
+    windows of `share` output blocks, makes that a choice, scored by the work it adds."""
     budget, penalty = _accumulator_budget(registers), TAIL_PENALTY.value()
     best, best_score = ConvTile(1, 1), -1.0
     for ocv in (1,) if depthwise else (1, 2, 3, 4):
         if oc_blocks % ocv:
             continue
-        for owb in range(1, min(out_width, budget // ocv) + 1):
-            loads = owb * (ocv if grouped else 1) + (1 if depthwise else ocv)
+        sharing = (False, True) if grouped and window_work is not None and ocv > 1 else (False,)
+        for owb, shared in itertools.product(range(1, min(out_width, budget // ocv) + 1), sharing):
+            per_block = grouped and not shared
+            loads = owb * (ocv if per_block else 1) + (1 if depthwise else ocv)
             score = owb * ocv / loads
+            if window_work is not None:
+                score /= window_work(ocv if shared else 1)
             if owb * ocv < chains:
                 score *= owb * ocv / chains
             tiles = -(-out_width // owb)
             if tiles * owb != out_width:
                 score *= penalty * out_width / (tiles * owb)
             if score > best_score + 1e-9:
-                best, best_score = ConvTile(owb, ocv), score
+                best, best_score = ConvTile(owb, ocv, shared), score
     return best
+
+
+def _window_work(conv: te.Tensor):
+    """`choose_conv_tile`'s window_work of a grouped conv stage (Note [shared windows])."""
+    data = next(t for t in conv.op.input_tensors if len(t.shape) == 5)
+    icb, ib = int(data.shape[1].value), int(data.shape[4].value)
+    ocb, ob = int(conv.shape[1].value), int(conv.shape[4].value)
+    groups = conv.op.attrs["groups"]
+
+    def work(share: int) -> float:
+        return GroupWindow.of(icb * ib, ocb * ob, groups, ib, ob, share).work()
+
+    return work
 
 
 def _find_conv(outs) -> te.Tensor:
@@ -458,7 +537,12 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     else:
         grouped = bool(conv.op.attrs.get("grouped", 0))
         registers = vector_registers(target)
-        tile = choose_conv_tile(ow, ocb, registers, depthwise, fma_chains(target), grouped)
+        work = _window_work(conv) if grouped else None
+        tile = choose_conv_tile(ow, ocb, registers, depthwise, fma_chains(target), grouped, work)
+    share = conv.op.attrs.get("share", 1)
+    if share > 1 and tile.oc_vectors != share:  # the windows of the weight's packing
+        budget = _accumulator_budget(vector_registers(target))
+        tile = ConvTile(max(1, min(tile.ow_block, budget // share)), share, True)
     out_ops = {id(t.op) for t in outs}
     acc = s.cache_write(conv, "local")
     if not all_static(conv.shape):
@@ -503,6 +587,10 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     else:
         ob = int(conv.shape[4].value)
         knobs = {"out_block": ob, "ow_block": tile.ow_block, "oc_vectors": tile.oc_vectors}
+        if conv.op.attrs.get("grouped", 0):
+            data = next(t for t in conv.op.input_tensors if len(t.shape) == 5)
+            knobs["in_block"] = int(data.shape[4].value)
+            knobs["shared_window"] = conv.op.attrs.get("share", 1) > 1
         knobs["prefetch"] = prefetch
         if any(getattr(t.op, "tag", "") == PAD_TAG for t in conv.op.input_tensors):
             knobs["pad_per_tile"] = per_tile

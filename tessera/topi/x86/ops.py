@@ -83,7 +83,7 @@ def _check_spatial(op, strides, padding, dilation):
 
 @conv2d_nchwc.type_rule
 def _(
-    x: TensorType, w: TensorType, strides, padding, dilation, groups=1, config=None
+    x: TensorType, w: TensorType, strides, padding, dilation, groups=1, share=1, config=None
 ) -> TensorType:
     op = "nn.conv2d_nchwc"
     require_float(op, x)
@@ -97,7 +97,7 @@ def _(
     _check_spatial(op, strides, padding, dilation)
     try:
         shape, _ = x86_conv2d.conv2d_nchwc_shape(
-            x.shape, w.shape, strides, padding, dilation, groups
+            x.shape, w.shape, strides, padding, dilation, groups, share
         )
     except ValueError as err:
         raise type_error(op, str(err)) from None
@@ -106,12 +106,12 @@ def _(
 
 
 @conv2d_nchwc.reference
-def _(x, w, strides, padding, dilation, groups=1, config=None):
+def _(x, w, strides, padding, dilation, groups=1, share=1, config=None):
     xn = topi_layout.transform_array(x, data_layout(x.shape), "NCHW")
     ib, ob = w.shape[4], w.shape[5]
     ic, oc = xn.shape[1], w.shape[0] * ob
     if groups > 1 and not (groups == ic == oc and w.shape[1] == 1):
-        wn = x86_conv2d.GroupWindow.of(ic, oc, groups, ib, ob).unpack(w)
+        wn = x86_conv2d.GroupWindow.of(ic, oc, groups, ib, ob, share).unpack(w)
     else:
         wn = topi_layout.transform_array(w, weight_layout(w.shape), "OIHW")
     y = nn_ref.conv(xn, wn, strides, padding, dilation, groups)
@@ -119,8 +119,8 @@ def _(x, w, strides, padding, dilation, groups=1, config=None):
 
 
 @conv2d_nchwc.compute
-def _(x, w, *, strides, padding, dilation, groups=1, config=None):
-    return x86_conv2d.conv2d_nchwc(x, w, strides, padding, dilation, groups)
+def _(x, w, *, strides, padding, dilation, groups=1, share=1, config=None):
+    return x86_conv2d.conv2d_nchwc(x, w, strides, padding, dilation, groups, share)
 
 
 conv2d_nchwc.schedule("x86")(x86_conv2d.schedule_conv2d_nchwc)

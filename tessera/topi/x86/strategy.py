@@ -16,6 +16,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     direct_nchwc     out_block (channel block, Note [block rule] in transform/alter_layout.py,
                      Note [few output channels] below; grouped convs: Note [grouped blocks]),
                      ow_block x oc_vectors (the register tile, Note [conv micro-kernel]),
+                     in_block and shared_window (grouped convs: the input block, and one
+                     window of input blocks for a tile's oc_vectors, Note [shared windows]),
                      prefetch (Note [weight prefetch]), pad_per_tile (padded convs: Note
                      [padding per tile]), reduce_order and unroll_window (kernels of several
                      taps), unroll_block (Note [conv reduction order])
@@ -59,6 +61,7 @@ from tessera.topi.x86.conv2d import (
     pad_per_tile_rule,
     pad_tile_bytes,
     prefetch_max_reuse,
+    window_share,
 )
 from tessera.topi.x86.cpu import fma_chains, target_cache_sizes, vector_registers
 from tessera.topi.x86.dense import (
@@ -220,6 +223,18 @@ class _Conv:
                 best, best_cost = (ib, ob), work / ob
         return best
 
+    def in_blocks(self) -> list[int]:
+        """Candidate input blocks of a grouped conv (knob `in_block`): powers of two up to
+        the lanes dividing the input channels."""
+        return [b for b in _powers(1, self.lanes) if self.ic % b == 0]
+
+    def window(self, config, context=None) -> GroupWindow:
+        """The input-block window of a grouped conv's config (Note [shared windows])."""
+        ib = config.get("in_block") or self.group_blocks(context or {})[0]
+        return GroupWindow.of(
+            self.ic, self.oc, self.groups, ib, config["out_block"], window_share(config)
+        )
+
     def padded_out(self, block: int) -> int:
         return -(-self.oc // block) * block
 
@@ -257,8 +272,15 @@ def _default_tile(field: int):
         ob = c.default_out_block(context)
         ocb = c.padded_out(ob) // ob
         grouped = c.groups > 1 and not c.depthwise
-        tile = choose_conv_tile(c.ow, ocb, c.registers, c.depthwise, c.chains, grouped)
-        return (tile.ow_block, tile.oc_vectors)[field]
+        work = None
+        if grouped and ocb * ob == c.oc:  # Note [shared windows] in conv2d.py
+            ib = c.group_blocks(context)[0]
+
+            def work(share):
+                return GroupWindow.of(c.ic, c.oc, c.groups, ib, ob, share).work()
+
+        tile = choose_conv_tile(c.ow, ocb, c.registers, c.depthwise, c.chains, grouped, work)
+        return (tile.ow_block, tile.oc_vectors, tile.shared)[field]
 
     return rule
 
@@ -303,6 +325,10 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
     ]
     if any(wl.attr("padding")):
         knobs.append(Knob("pad_per_tile", (False, True), default=_default_pad_per_tile))
+    if c.groups > 1:  # Note [shared windows] in conv2d.py
+        knobs.append(Knob("in_block", tuple(c.in_blocks()), default=_default_in_block))
+        shared = Knob("shared_window", (False, True), default=_default_tile(2), before=False)
+        knobs.append(shared)
     if c.kh * c.kw > 1:  # Note [conv reduction order] in conv2d.py: today's order the default
         knobs.append(Knob("reduce_order", CONV_REDUCE_ORDERS, default="channels"))
         knobs.append(Knob("unroll_window", (False, True), default=False))
@@ -311,7 +337,14 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
         lambda v: (c.padded_out(v["out_block"]) // v["out_block"]) % v["oc_vectors"] == 0,
         lambda v: v["ow_block"] * v["oc_vectors"] <= c.budget,
     ]
+    if c.groups > 1:  # a shared window of one block is the unshared one: one of them only
+        constraints.append(lambda v: not (v["shared_window"] and v["oc_vectors"] == 1))
     return ConfigSpace(knobs, constraints)
+
+
+def _default_in_block(wl, target, context) -> int:
+    """A grouped conv's input block by the rule of `group_blocks` (Note [grouped blocks])."""
+    return _Conv.of(wl, target).group_blocks(context)[0]
 
 
 def _depthwise_space(wl: Workload, target) -> ConfigSpace | None:
@@ -387,17 +420,19 @@ def _padded_weight(c: _Conv, w: np.ndarray, ocp: int, icp: int) -> np.ndarray:
 
 def _direct_layout(wl: Workload, config: Config, context, target, w: np.ndarray):
     c = _Conv.of(wl, target)
-    ob = config["out_block"]
+    ob, extra = config["out_block"], {}
     if c.groups > 1:
         if context.get("in_padded"):
             return None  # channel offsets of groups need the true channels
-        ib = c.group_blocks(context)[0]
-        weight = GroupWindow.of(c.ic, c.oc, c.groups, ib, ob).pack(w)
+        win = c.window(config, context)
+        ib, weight = win.ib, win.pack(w)
+        if win.share > 1:  # Note [shared windows] in conv2d.py
+            extra["share"] = win.share
     else:
         ib = context.get("in_block") or channel_block(c.ic, c.lanes)
         icp, ocp = context.get("in_channels", c.ic), c.padded_out(ob)
         weight = transform_array(_padded_weight(c, w, ocp, icp), "OIHW", f"OIHW{ib}i{ob}o")
-    attrs = dict(wl.attrs, config=config.as_attr())
+    attrs = dict(wl.attrs, **extra, config=config.as_attr())
     return {
         "op": "nn.conv2d_nchwc",
         "in_block": ib,
