@@ -87,6 +87,11 @@ class Blocking:
     parallel: str | None = None  # with partial tiles: "batch", "cols" or "rows" (Note [tails])
     tasks: int | None = None  # iterations that balance the threads (cpu.parallel_tasks)
     unroll_k: int = 1  # steps of k unrolled around the register block (Note [k unrolling])
+    # Note [cache blocks]: "tile" (k blocks inside each tile: today's) or "block" (k blocks
+    # around the tiles of a block of mc row tiles x nc panels; 0: all of them)
+    kc_scope: str = "tile"
+    mc: int = 0
+    nc: int = 0
 
     @property
     def nr(self) -> int:
@@ -258,11 +263,9 @@ def _extent(iv) -> int | None:
     return getattr(iv.dom.extent, "value", None)
 
 
-def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
-    """Tile `out`'s loops: its leading axes fused into rows (after `row_axes` outer batch axes,
-    which stay outermost), mr x nr tiles, panel-major, all tiles in one parallel loop; the tile's
-    nr columns vectorized. Returns the parallel loop (where the micro-kernel is computed)."""
-    stage = s[out]
+def _output_axes(stage, row_axes: int):
+    """`stage`'s loops as (batch, rows, col): its leading axes after `row_axes` outer batch
+    axes are rows (extent-1 axes move out to the batch: see tile_output), the last is col."""
     axes = list(stage.op.axis)
     batch, rows, col = axes[:row_axes], axes[row_axes:-1], axes[-1]
     # axes of extent 1 stay outside the fused rows: a broadcasting epilogue indexes them with a
@@ -271,6 +274,15 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     rows = [iv for iv in rows if _extent(iv) != 1]
     if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
         stage.reorder(*batch, *rows, col)
+    return batch, rows, col
+
+
+def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
+    """Tile `out`'s loops: its leading axes fused into rows (after `row_axes` outer batch axes,
+    which stay outermost), mr x nr tiles, panel-major, all tiles in one parallel loop; the tile's
+    nr columns vectorized. Returns the parallel loop (where the micro-kernel is computed)."""
+    stage = s[out]
+    batch, rows, col = _output_axes(stage, row_axes)
     # symbolic extents (Note [symbolic tails] in topi/symbolic.py): always tails; the rules
     # count tiles at the representative size
     n_rows = math.prod(representative(iv.dom.extent) for iv in rows) if rows else 1
@@ -290,10 +302,40 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
         stage.parallel(tile)
     else:
         tile = _parallel_with_tails(stage, batch, tiles, n_rows, n_cols, blk)
-    if blk.lanes > 1:
-        _, lanes = stage.split(ni, factor=blk.lanes)
-        stage.vectorize(lanes)
+    _vectorize_columns(stage, ni, blk)
     return tile
+
+
+def _vectorize_columns(stage, cols, blk: Blocking) -> None:
+    if blk.lanes > 1:
+        _, lanes = stage.split(cols, factor=blk.lanes)
+        stage.vectorize(lanes)
+
+
+def tile_blocks(s, out: te.Tensor, blk: Blocking, row_axes: int):
+    """Note [cache blocks]: `out`'s loops in blocks of mc row tiles x nc panels (blk.mc,
+    blk.nc; 0: all), the blocks (with the batch) in one parallel loop, each block's columns
+    vectorized. Returns the innermost block loop (where the block's accumulators are computed),
+    or None when there is no loop outside a block (one block: computed at the root)."""
+    stage = s[out]
+    batch, rows, col = _output_axes(stage, row_axes)
+    outer, inner = [], []
+    if rows:
+        row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
+        if blk.mc:
+            rb, row = stage.split(row, factor=blk.mc * blk.mr)
+            outer.append(rb)
+        inner.append(row)
+    if blk.nc:
+        nb, col = stage.split(col, factor=blk.nc * blk.nr)
+        outer.insert(0, nb)  # panel blocks outside row blocks: a thread keeps its panels
+    stage.reorder(*batch, *outer, *inner, col)
+    loops = [*batch, *outer]
+    block = (stage.fuse(*loops) if len(loops) > 1 else loops[0]) if loops else None
+    if block is not None:
+        stage.parallel(block)
+    _vectorize_columns(stage, col, blk)
+    return block
 
 
 def parallel_rule(n_batch: int, n_rows: int, n_cols: int, mr: int, nr: int, tasks: int) -> str:
@@ -327,7 +369,9 @@ def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blo
 
 def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
     """The k loop of a (rows, cols) accumulator stage computed at a tile: k blocks of kc, then
-    the mr x nv register block (unrolled) of vectors of `lanes` (vectorized)."""
+    the mr x nv register block (unrolled) of vectors of `lanes` (vectorized). With kc_scope
+    "block" (Note [cache blocks]) the stage is a block of tiles: the k blocks run around its
+    tiles (panel-major), and each tile's register block runs over one k block."""
     stage = s[acc]
     *batch, ci, cj = stage.op.axis
     (ck,) = stage.op.reduce_axis
@@ -336,14 +380,20 @@ def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
     if blk.unroll_k > 1:  # Note [k unrolling]
         kio, kii = stage.split(ki, factor=blk.unroll_k)
         k_loops = [ko, kio, kii]
+    tiles = []
+    if blk.kc_scope == "block":
+        cio, ci = stage.split(ci, factor=blk.mr)
+        cjt, cj = stage.split(cj, factor=blk.nr)
+        tiles = [cjt, cio]
+        batch, k_loops = [*batch, k_loops[0]], k_loops[1:]
     if blk.lanes > 1:
         cjo, cjv = stage.split(cj, factor=blk.lanes)
-        stage.reorder(*batch, *k_loops, ci, cjo, cjv)
+        stage.reorder(*batch, *tiles, *k_loops, ci, cjo, cjv)
         stage.unroll(ci)
         stage.unroll(cjo)
         stage.vectorize(cjv)
     else:
-        stage.reorder(*batch, *k_loops, ci, cj)
+        stage.reorder(*batch, *tiles, *k_loops, ci, cj)
         stage.unroll(ci)
         stage.unroll(cj)
     if blk.unroll_k > 1:
@@ -376,15 +426,16 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
     if not all_static(anchor.shape):  # Note [clamped tails] in te/lower.py
         s[acc].clamp_tails()
     view = [t for t in outs if t.op is not anchor.op]
-    if len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes):
+    tiling = tile_blocks if blk.kc_scope == "block" else tile_output  # Note [cache blocks]
+    fused = len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes)
+    if fused:
         s[anchor].compute_inline()
-        tile = tile_output(s, outs[0], blk, row_axes)
-        s[acc].compute_at(s[outs[0]], tile)
-    else:
-        tile = tile_output(s, anchor, blk, len(anchor.shape) - 2)
-        s[acc].compute_at(s[anchor], tile)
-        for t in view:
-            generic.schedule_elementwise_stage(s, t, target)
+    out = outs[0] if fused else anchor
+    tile = tiling(s, out, blk, row_axes if fused else len(anchor.shape) - 2)
+    if tile is not None:
+        s[acc].compute_at(s[out], tile)
+    for t in [] if fused else view:
+        generic.schedule_elementwise_stage(s, t, target)
     schedule_micro_kernel(s, acc, blk)
     return s
 
@@ -448,7 +499,7 @@ def knob_values(blk: Blocking) -> dict:
     """The strategy's knobs (topi/x86/strategy.py) as this blocking sets them."""
     return {
         "mr": blk.mr, "nv": blk.nv, "kc": blk.kc, "parallel": blk.parallel,
-        "unroll_k": blk.unroll_k,
+        "unroll_k": blk.unroll_k, "kc_scope": blk.kc_scope, "mc": blk.mc, "nc": blk.nc,
     }  # fmt: skip
 
 
@@ -457,11 +508,12 @@ def with_config(blk: Blocking, config) -> Blocking:
     config has one), when a config is given."""
     if config is None:
         return blk
-    parallel = config["parallel"] if "parallel" in config else None
-    unroll_k = config["unroll_k"] if "unroll_k" in config else 1
+    get = config.get
     return dataclasses.replace(
-        blk, mr=config["mr"], kc=config["kc"], parallel=parallel, unroll_k=unroll_k
-    )
+        blk, mr=config["mr"], kc=config["kc"], parallel=get("parallel"),
+        unroll_k=get("unroll_k", 1), kc_scope=get("kc_scope", "tile"), mc=get("mc", 0),
+        nc=get("nc", 0),
+    )  # fmt: skip
 
 
 def blocking_for_panel(target, M: int, N: int, K: int, nr: int, fit: bool = False) -> Blocking:
