@@ -29,9 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fma_peak import measure_fma_peak  # noqa: E402
 from models import ort_session  # noqa: E402
-from wide_matmul import _batch_matmul, _matmul_const  # noqa: E402
-
 from sgemm import alternate  # noqa: E402
+from wide_matmul import _batch_matmul, _matmul_const  # noqa: E402
 
 # name -> (model builder, flops)
 CASES = {
@@ -136,7 +135,9 @@ def run_case(name: str, args, peak: float) -> None:
     for label, t in times.items():
         t = float(np.median(t))
         gf = flops / t / 1e9
-        parts.append(f"{label} {t * 1e3:7.3f} ms {gf:6.1f} GF/s {100 * gf / peak:4.0f}% x{t / base:5.2f}")
+        parts.append(
+            f"{label} {t * 1e3:7.3f} ms {gf:6.1f} GF/s {100 * gf / peak:4.0f}% x{t / base:5.2f}"
+        )
     print(f"{name:9s} " + " | ".join(parts), flush=True)
 
 
@@ -155,7 +156,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     print(f"load before: {os.getloadavg()}")
     peak = measure_fma_peak(args.threads)
-    print(f"FMA peak at {args.threads} thread(s): {peak:.0f} GFLOP/s; ratios x: to tessera's default")
+    print(
+        f"FMA peak at {args.threads} thread(s): {peak:.0f} GFLOP/s; ratios x: to tessera's default"
+    )
     for name in args.cases.split(","):
         run_case(name, args, peak)
     print(f"load after: {os.getloadavg()}")
