@@ -3,16 +3,17 @@ numpy (OpenBLAS) and ONNX Runtime, in turns, with the machine's FMA peak; option
 kernels with knobs set (issue 11: the GEMM cache-blocking knobs of topi/x86/dense.py).
 
     .venv/bin/python bench/gemm_blocks.py [--cases bert_qkv,bert_ffn1,...] [--threads 2]
-        [--repeat 15] [--knobs '{"kc_scope": "block", "kc": 256}'] [--no-ort]
+        [--repeat 15] [--knobs '{"kc_scope": "block", "kc": 256}' (or a list)] [--no-ort]
 
 Per case (each an ONNX model of one MatMul; a constant weight is an initializer, so tessera
 packs it: the "packed" implementation; attention's products have two inputs: "blocked"): the
 medians of the runners' times (`sgemm.alternate`: A, B, A, B, ... with `--gap` seconds
 before each turn, so that OpenBLAS's spinning workers are idle), their
 GFLOP/s and share of the measured FMA peak (`fma_peak.measure_fma_peak`, same threads), and
-the ratios to tessera's default. `--knobs`: a JSON dict of knob values applied over each GEMM
-task's default config (valid ones only; the config used is printed), run as "tessera+knobs"
-next to the default. The load (`os.getloadavg`) is printed before and after. A benchmark, not a
+the ratios to tessera's default ("again": a second build of the default, measured as one more
+runner: the A/A spread of the run). `--knobs`: a JSON dict (or a list of them) of knob values
+applied over each GEMM task's default config (valid ones only; the config used is printed),
+run as "knobs1", "knobs2", ... next to the default. The load (`os.getloadavg`) is printed before and after. A benchmark, not a
 test: nothing here asserts a time.
 """
 
@@ -97,7 +98,7 @@ def build(model, target, knobs: dict | None):
         with PassContext(opt_level=3):
             tasks = autotune.extract_tasks(mod, params, target)
         configs = with_knobs(tasks, target, knobs)
-        print("   ", "; ".join(f"{c}" for c in configs.values()) or "no valid config")
+        print("   ", "; ".join(f"{c}" for c in configs.values()) or "no valid config", knobs)
     with PassContext(opt_level=3):
         return tessera.build(mod, target=target, params=params, configs=configs)
 
@@ -111,9 +112,11 @@ def run_case(name: str, args, peak: float) -> None:
     model = make()
     feeds = _feeds(model)
     runners, modules = {}, {}
-    variants = {"tessera": None}
+    variants = {"tessera": None, "again": None}  # the default twice: the A/A spread
     if args.knobs:
-        variants["tessera+knobs"] = json.loads(args.knobs)
+        knobs = json.loads(args.knobs)
+        for i, k in enumerate(knobs if isinstance(knobs, list) else [knobs]):
+            variants[f"knobs{i + 1}"] = k
     for label, knobs in variants.items():
         m = GraphModule(build(model, target, knobs)["default"](cpu(0)))
         m.set_input(**feeds)
