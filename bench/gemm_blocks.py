@@ -13,8 +13,8 @@ GFLOP/s and share of the measured FMA peak (`fma_peak.measure_fma_peak`, same th
 the ratios to tessera's default ("again": a second build of the default, measured as one more
 runner: the A/A spread of the run). `--knobs`: a JSON dict (or a list of them) of knob values
 applied over each GEMM task's default config (valid ones only; the config used is printed),
-run as "knobs1", "knobs2", ... next to the default. The load (`os.getloadavg`) is printed before and after. A benchmark, not a
-test: nothing here asserts a time.
+run as "knobs1", "knobs2", ... next to the default. The load (`os.getloadavg`) is printed
+before and after. A benchmark, not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
