@@ -128,3 +128,22 @@ def test_the_blocks_k_loop_keeps_the_accumulators_in_registers():
     assert loops and any(loop["fma"] >= blk.mr * blk.nv for loop in loops)
     for loop in loops:
         assert loop["stores"] == 0 and loop["stack"] == 0, loop
+
+
+def test_a_large_blocks_partial_sums_go_to_the_heap():
+    """One block of all 600 x 520 outputs (1.2 MB of partial sums, over 1/16 of the 8 MiB
+    thread stack) is allocated on the heap; a block of 8 row tiles stays on the stack."""
+    a, b = te.placeholder((1, 600, 64), name="a"), te.placeholder((1, 64, 520), name="b")
+    y = topi_nn.matmul(a, b)
+    an, bn = randn(1, 600, 64), randn(1, 64, 520)
+    for mc, heap in [(0, True), (8, False)]:
+        config = Config(
+            "blocked", mr=6, nv=2, kc=16, parallel="cols", unroll_k=1, kc_scope="block",
+            mc=mc, nc=0,
+        )  # fmt: skip
+        with HOST:
+            f = tessera.build(x86_bmm.schedule_matmul([y], HOST, config), [a, b, y], target=HOST)
+        assert ("tessera_alloc" in f.get_source("ll")) == heap
+        out = tessera.nd.array(np.zeros((1, 600, 520), "float32"))
+        f(tessera.nd.array(an), tessera.nd.array(bn), out)
+        np.testing.assert_allclose(out.numpy(), an @ bn, rtol=1e-4, atol=1e-4, err_msg=str(config))

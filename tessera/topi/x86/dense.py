@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera import te
+from tessera.ir.dtype import DType
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.rules import RuleKnob
@@ -53,6 +54,7 @@ from tessera.topi.transform import ravel, unravel_rows
 from tessera.topi.x86.cpu import (
     DEFAULT_CACHES,
     parallel_tasks,
+    stack_share,
     target_cache_sizes,
     vector_registers,
 )
@@ -414,6 +416,28 @@ def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
 # measurement says otherwise.
 
 
+# Note [cache blocks]
+# Knob `kc` splits each tile's k loop (kc_scope "tile", the default: today's loop nest): the
+# tile's accumulators stay in registers over all of K, so the k block is no cache block: a
+# tile streams its whole B panel (K x nr) and mr rows of A, and the next row tile streams the
+# same panel again, from L1 only while K x nr fits there (BERT-base's 768 x 16 floats, 48 KiB,
+# do not fit a 32 KiB L1). Knob `kc_scope` "block" makes it one (BLIS's loop nest): the output
+# is cut into blocks of `mc` row tiles x `nc` panels (0: all the rows / panels; tile_blocks),
+# the blocks (with the batch) are the parallel loop, and each block's accumulator stage runs
+#     for k blocks of kc:  for panels of the block:  for row tiles of the block:
+#         for k in the block: the mr x nv register block
+# so a kc x nr slice of a panel stays in L1 across the block's row tiles and the block's A
+# rows (mc*mr x kc) in L2 across its panels. The partial sums stay in the block's buffer
+# across k blocks (mc*mr x nc*nr floats: on the stack, on the heap where they take over 1/16 of
+# the thread stack, `stack_share`); within one k block LLVM keeps the tile's accumulators in
+# registers (the tile's addresses do not change in the k loop: loaded before it, stored after
+# it; tests/topi/test_gemm_cache_blocks.py reads the assembly). Tails: a block past the rows
+# or columns is guarded as the tiles are. The sums' order is the same (k ascending) in both
+# scopes. Knobs of "blocked" and "packed"; mc and nc only with the block scope (else they
+# would name the same loop nest); the default stays "tile" (measurements:
+# docs/performance.md, "GEMM cache blocks").
+
+
 def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> te.Schedule:
     """Schedule a matrix-product anchor (a reduction whose last two axes are rows x cols) with
     the group's outputs: accumulators in registers at each tile of the output (fused epilogue),
@@ -434,10 +458,24 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
     tile = tiling(s, out, blk, row_axes if fused else len(anchor.shape) - 2)
     if tile is not None:
         s[acc].compute_at(s[out], tile)
+    if blk.kc_scope == "block" and _block_bytes(anchor, blk, tile) > stack_share(target, 16):
+        s[acc].set_scope("global")  # Note [cache blocks]: a large block's sums on the heap
     for t in [] if fused else view:
         generic.schedule_elementwise_stage(s, t, target)
     schedule_micro_kernel(s, acc, blk)
     return s
+
+
+def _block_bytes(anchor: te.Tensor, blk: Blocking, tile) -> int:
+    """Bytes of the partial sums of one block of `anchor` (Note [cache blocks]): mc row tiles
+    x nc panels (0: all), times the batch where the block is computed at the root (`tile`
+    None), at the representative sizes of symbolic extents."""
+    shape = [representative(d) for d in anchor.shape]
+    rows, cols = shape[-2], shape[-1]
+    rows = min(rows, blk.mc * blk.mr) if blk.mc else rows
+    cols = min(cols, blk.nc * blk.nr) if blk.nc else cols
+    batch = math.prod(shape[:-2]) if tile is None else 1
+    return batch * rows * cols * DType.parse(str(anchor.dtype)).itemsize
 
 
 def _view_of(out: te.Tensor, anchor: te.Tensor, row_axes: int) -> bool:
