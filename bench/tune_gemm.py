@@ -8,7 +8,8 @@ held to kc_scope "tile", today's loop nest), each task tuned alone in its in-mod
 Per space: `autotune.tune_tasks` over the `--top` GEMM tasks by default time x calls, with
 `--budget` seconds in all (split by the tuner's scheduler, Note [scheduling the budget]); each
 task's confirmed default and best medians (the tuner's `_confirm`: both measured again in
-turns), the best's changed knobs, and the calls-weighted time of the tasks with their bests
+turns), the best's changed knobs, how many block-scope configs were measured and the best of
+them over the default (single runs), and the calls-weighted time of the tasks with their bests
 over their defaults. The records go to a temporary database. The load is printed before and
 after. A benchmark, not a test: nothing here asserts a time.
 """
@@ -41,6 +42,17 @@ def without_block_knobs():
     return gemm_space
 
 
+def _block_trials(db, r, target) -> str:
+    """How many block-scope configs the search measured, and the best one's (single-run) time
+    over the default's baseline record."""
+    records = [x for x in db.of(r.task, target) if x.ok and not x.again]
+    base = [x.seconds for x in records if x.baseline]
+    block = [x.seconds for x in records if x.config.get("kc_scope") == "block"]
+    if not block or not base:
+        return f"{len(block)} block configs"
+    return f"{len(block)} block configs, the best {min(block) / min(base):.2f} of the default"
+
+
 def run_space(label, tasks, counts, contexts, target, args) -> None:
     from tessera.autotune.measure import Measurer
     from tessera.autotune.records import Database
@@ -51,6 +63,7 @@ def run_space(label, tasks, counts, contexts, target, args) -> None:
         results = tune_tasks(
             tasks, target, db, args.budget, counts, measurer, contexts=contexts, seed=args.seed
         )
+        blocks = {r.task: _block_trials(db, r, target) for r in results}
     default_sum = best_sum = 0.0
     for r in results:
         if not r.default_seconds:
@@ -64,7 +77,7 @@ def run_space(label, tasks, counts, contexts, target, args) -> None:
         print(
             f"  [{label}] {r.task} x{r.count}: default {r.default_seconds * 1e3:.3f} ms, "
             f"best {best * 1e3:.3f} ms ({best / r.default_seconds:.2f}), {r.trials} trials, "
-            f"{r.failed} failed; {changed or 'the default'}",
+            f"{r.failed} failed; {changed or 'the default'}; {blocks[r.task]}",
             flush=True,
         )
     if default_sum:

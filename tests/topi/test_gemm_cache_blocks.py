@@ -72,6 +72,8 @@ def test_defaults_are_todays_tiles_and_the_space_pairs_blocks_with_the_block_sco
     _, tiny = _packed_space(1, 37, 5)  # no block of rows or panels smaller than the matrix
     tiny_knobs = {k.name: k.candidates for k in tiny.knobs}
     assert tiny_knobs["mc"] == (0,) and tiny_knobs["nc"] == (0,)
+    # ... and no block scope where the matrix is one tile (it is the tile scope's loop nest)
+    assert all(v["kc_scope"] == "tile" for v in tiny.enumerate())
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -545,6 +545,8 @@ def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
         lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs,
         lambda v: v["kc"] % v["unroll_k"] == 0,
         lambda v: v["kc_scope"] == "block" or v["mc"] == v["nc"] == 0,
+        # a block of one tile is the tile scope's loop nest
+        lambda v: v["kc_scope"] == "tile" or -(-g.M // v["mr"]) * -(-g.N // (v["nv"] * lanes)) > 1,
     ]
     return ConfigSpace(knobs, constraints)
 
