@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fma_peak import measure_fma_peak  # noqa: E402
 from models import ort_session  # noqa: E402
 from sgemm import alternate  # noqa: E402
-from wide_matmul import _batch_matmul, _matmul_const  # noqa: E402
+from wide_matmul import _batch_matmul, _feeds, _matmul_const  # noqa: E402
 
 # name -> (model builder, flops)
 CASES = {
@@ -49,15 +49,6 @@ CASES = {
     "sq1024": (lambda: _matmul_const(1024, 1024, 1024), 2 * 1024**3),
     "wide4096": (lambda: _matmul_const(512, 4096, 1024), 2 * 512 * 4096 * 1024),
 }
-
-
-def _feeds(model) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(1)
-    feeds = {}
-    for inp in model.graph.input:
-        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-        feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
 
 
 def _numpy_runner(model, feeds):

@@ -32,6 +32,25 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def model_tasks(name: str, target):
+    """The suite model `name`'s (onnx model, graph module, params, tasks, calls per task,
+    contexts: the layout each task is asked with in the model), at opt level 3."""
+    from zoo import SUITE
+
+    from tessera import autotune
+    from tessera.autotune.tuner import task_counts
+    from tessera.frontend import from_onnx
+    from tessera.transform import PassContext
+
+    model = SUITE[name].build()
+    mod, params = from_onnx(model)
+    contexts: dict = {}
+    with PassContext(opt_level=3):
+        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
+        counts = task_counts(mod, params, target)
+    return model, mod, params, tasks, counts, contexts
+
+
 def candidates(task, default, target, knob: str | None, n_random: int, seed: int) -> list:
     """The configs measured against `default`: its knobs `knob` (comma-separated) varied
     together, and random ones."""
@@ -80,19 +99,11 @@ def main(argv=None) -> int:
     from zoo import SUITE
 
     import tessera
-    from tessera import autotune
     from tessera.autotune.measure import Measurer
-    from tessera.autotune.tuner import task_counts
-    from tessera.frontend import from_onnx
     from tessera.transform import PassContext
 
     target = tessera.Target("llvm")
-    model = SUITE[args.model].build()
-    mod, params = from_onnx(model)
-    contexts: dict = {}
-    with PassContext(opt_level=3):
-        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
-        counts = task_counts(mod, params, target)
+    model, mod, params, tasks, counts, contexts = model_tasks(args.model, target)
     ops = set(args.ops.split(",")) if args.ops else None
     print(f"{args.model}: {len(tasks)} tasks; load average {os.getloadavg()[0]:.1f}", flush=True)
     with Measurer(timeout=60) as measurer, PassContext(opt_level=3):

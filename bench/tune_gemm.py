@@ -100,21 +100,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ["TESSERA_NUM_THREADS"] = str(args.threads)  # the measurement worker's
 
-    from zoo import SUITE
+    from headroom import model_tasks
 
     import tessera
-    from tessera import autotune
     from tessera.autotune.measure import Measurer
-    from tessera.autotune.tuner import task_counts
-    from tessera.frontend import from_onnx
     from tessera.transform import PassContext
 
     target = tessera.Target("llvm")
-    mod, params = from_onnx(SUITE[args.model].build())
-    contexts: dict = {}
-    with PassContext(opt_level=3):
-        tasks = autotune.extract_tasks(mod, params, target, contexts=contexts)
-        counts = task_counts(mod, params, target)
+    *_, tasks, counts, contexts = model_tasks(args.model, target)
     ops = set(args.ops.split(","))
     gemms = [t for t in tasks if t.workload.op in ops and "kc" in t.default(target)]
     print(f"{args.model}: {len(gemms)} GEMM tasks; load {os.getloadavg()}", flush=True)

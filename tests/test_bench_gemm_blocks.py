@@ -2,7 +2,6 @@
 builds compute numpy's product; bench/tune_gemm.py's "without" space holds the GEMMs to the
 tile scope and gives the space back. No timings."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -14,20 +13,12 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 HOST = tessera.Target("llvm")
 
 
-def _load(name):
-    sys.path.insert(0, str(BENCH))  # they import their neighbours
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-blocks = _load("gemm_blocks")
-tune_gemm = _load("tune_gemm")
+sys.path.insert(0, str(BENCH))  # the scripts import their neighbours
+try:
+    import gemm_blocks as blocks
+    import tune_gemm
+finally:
+    sys.path.remove(str(BENCH))
 
 
 def _tasks(model):
