@@ -149,3 +149,33 @@ def test_a_large_blocks_partial_sums_go_to_the_heap():
         out = tessera.nd.array(np.zeros((1, 600, 520), "float32"))
         f(tessera.nd.array(an), tessera.nd.array(bn), out)
         np.testing.assert_allclose(out.numpy(), an @ bn, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+def test_symbolic_rows_in_blocks_of_a_constant_size():
+    """Where the rows are symbolic the blocks must have a constant size (mc, nc > 0): the
+    clamped tails stay inside the block's buffer; one block of all rows is refused clearly
+    (its tails overran a buffer of the symbolic extent)."""
+    n = te.var("n")
+    x, wpt = te.placeholder((n, 24), name="x"), te.placeholder((3, 24, 16), name="wp")
+    y = x86_dense.dense_packed(x, wpt, 40)
+    w = randn(40, 24)
+    wp = x86_dense.pack_weight_np(w, 16, transposed=True)
+    base = {"mr": 6, "nv": 2, "kc": 8, "parallel": "cols", "unroll_k": 1, "kc_scope": "block"}
+    for blocks in [{"mc": 2, "nc": 1}, {"mc": 1, "nc": 2, "unroll_k": 2}]:
+        with HOST:
+            s = x86_dense.schedule_dense_packed([y], HOST, Config("packed", {**base, **blocks}))
+            f = tessera.build(s, [x, wpt, y], target=HOST)
+        for rows in (1, 7, 50):
+            xn = randn(rows, 24)
+            out = tessera.nd.array(np.zeros((rows, 40), "float32"))
+            f(tessera.nd.array(xn), tessera.nd.array(wp), out)
+            np.testing.assert_allclose(out.numpy(), xn @ w.T, rtol=1e-4, atol=1e-4)
+    with HOST, pytest.raises(ValueError, match="constant size"):
+        x86_dense.schedule_dense_packed([y], HOST, Config("packed", {**base, "mc": 0, "nc": 1}))
+    wl = Workload(
+        "nn.dense", ((("n", 24), "float32"), ((40, 24), "float32")), (), (False, True), ("n", 40)
+    )
+    space = Task(wl, "cpu").implementations(HOST)["packed"]
+    default = Task(wl, "cpu").default(HOST).knobs()
+    assert space.valid({**default, "kc_scope": "block", "mc": 1, "nc": 1})
+    assert not space.valid({**default, "kc_scope": "block", "mc": 0, "nc": 1})

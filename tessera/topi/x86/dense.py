@@ -432,10 +432,13 @@ def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
 # the thread stack, `stack_share`); within one k block LLVM keeps the tile's accumulators in
 # registers (the tile's addresses do not change in the k loop: loaded before it, stored after
 # it; tests/topi/test_gemm_cache_blocks.py reads the assembly). Tails: a block past the rows
-# or columns is guarded as the tiles are. The sums' order is the same (k ascending) in both
-# scopes. Knobs of "blocked" and "packed"; mc and nc only with the block scope (else they
-# would name the same loop nest); the default stays "tile" (measurements:
-# docs/performance.md, "GEMM cache blocks").
+# or columns is guarded as the tiles are; where an extent is symbolic the blocks must have a
+# constant size (mc, nc > 0: the clamped tails of Note [clamped tails] in te/lower.py stay
+# inside a buffer of the block's size, not one of the symbolic extent, which they overran).
+# One block of all outputs (mc = nc = 0, no batch) has no parallel loop. The sums' order is
+# the same (k ascending) in both scopes. Knobs of "blocked" and "packed"; mc and nc only with
+# the block scope (else they would name the same loop nest); the default stays "tile"
+# (measurements: docs/performance.md, "GEMM cache blocks").
 
 
 def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> te.Schedule:
@@ -451,6 +454,11 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
         s[acc].clamp_tails()
     view = [t for t in outs if t.op is not anchor.op]
     tiling = tile_blocks if blk.kc_scope == "block" else tile_output  # Note [cache blocks]
+    if tiling is tile_blocks and not all_static(anchor.shape) and not (blk.mc and blk.nc):
+        raise ValueError(
+            f"kc_scope 'block' of a product with symbolic extents {list(anchor.shape)} needs "
+            f"blocks of a constant size, mc > 0 and nc > 0 (got mc={blk.mc}, nc={blk.nc})"
+        )
     fused = len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes)
     if fused:
         s[anchor].compute_inline()

@@ -548,6 +548,8 @@ def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
         # a block of one tile is the tile scope's loop nest
         lambda v: v["kc_scope"] == "tile" or -(-g.M // v["mr"]) * -(-g.N // (v["nv"] * lanes)) > 1,
     ]
+    if g.symbolic:  # Note [cache blocks]: blocks of a constant size where extents are symbolic
+        constraints.append(lambda v: v["kc_scope"] == "tile" or (v["mc"] > 0 and v["nc"] > 0))
     return ConfigSpace(knobs, constraints)
 
 
