@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera import te
+from tessera.ir.dtype import DType
 from tessera.target import Target
 from tessera.topi.generic import inline_injective, traverse
 from tessera.topi.rules import RuleKnob
@@ -53,6 +54,7 @@ from tessera.topi.transform import ravel, unravel_rows
 from tessera.topi.x86.cpu import (
     DEFAULT_CACHES,
     parallel_tasks,
+    stack_share,
     target_cache_sizes,
     vector_registers,
 )
@@ -87,6 +89,11 @@ class Blocking:
     parallel: str | None = None  # with partial tiles: "batch", "cols" or "rows" (Note [tails])
     tasks: int | None = None  # iterations that balance the threads (cpu.parallel_tasks)
     unroll_k: int = 1  # steps of k unrolled around the register block (Note [k unrolling])
+    # Note [cache blocks]: "tile" (k blocks inside each tile: today's) or "block" (k blocks
+    # around the tiles of a block of mc row tiles x nc panels; 0: all of them)
+    kc_scope: str = "tile"
+    mc: int = 0
+    nc: int = 0
 
     @property
     def nr(self) -> int:
@@ -258,11 +265,9 @@ def _extent(iv) -> int | None:
     return getattr(iv.dom.extent, "value", None)
 
 
-def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
-    """Tile `out`'s loops: its leading axes fused into rows (after `row_axes` outer batch axes,
-    which stay outermost), mr x nr tiles, panel-major, all tiles in one parallel loop; the tile's
-    nr columns vectorized. Returns the parallel loop (where the micro-kernel is computed)."""
-    stage = s[out]
+def _output_axes(stage, row_axes: int):
+    """`stage`'s loops as (batch, rows, col): its leading axes after `row_axes` outer batch
+    axes are rows (extent-1 axes move out to the batch: see tile_output), the last is col."""
     axes = list(stage.op.axis)
     batch, rows, col = axes[:row_axes], axes[row_axes:-1], axes[-1]
     # axes of extent 1 stay outside the fused rows: a broadcasting epilogue indexes them with a
@@ -271,6 +276,15 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
     rows = [iv for iv in rows if _extent(iv) != 1]
     if len(rows) > 1:  # an extent-1 axis between two row axes ([9, 1, 33, 16]) moves out first
         stage.reorder(*batch, *rows, col)
+    return batch, rows, col
+
+
+def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
+    """Tile `out`'s loops: its leading axes fused into rows (after `row_axes` outer batch axes,
+    which stay outermost), mr x nr tiles, panel-major, all tiles in one parallel loop; the tile's
+    nr columns vectorized. Returns the parallel loop (where the micro-kernel is computed)."""
+    stage = s[out]
+    batch, rows, col = _output_axes(stage, row_axes)
     # symbolic extents (Note [symbolic tails] in topi/symbolic.py): always tails; the rules
     # count tiles at the representative size
     n_rows = math.prod(representative(iv.dom.extent) for iv in rows) if rows else 1
@@ -290,10 +304,40 @@ def tile_output(s, out: te.Tensor, blk: Blocking, row_axes: int):
         stage.parallel(tile)
     else:
         tile = _parallel_with_tails(stage, batch, tiles, n_rows, n_cols, blk)
-    if blk.lanes > 1:
-        _, lanes = stage.split(ni, factor=blk.lanes)
-        stage.vectorize(lanes)
+    _vectorize_columns(stage, ni, blk)
     return tile
+
+
+def _vectorize_columns(stage, cols, blk: Blocking) -> None:
+    if blk.lanes > 1:
+        _, lanes = stage.split(cols, factor=blk.lanes)
+        stage.vectorize(lanes)
+
+
+def tile_blocks(s, out: te.Tensor, blk: Blocking, row_axes: int):
+    """Note [cache blocks]: `out`'s loops in blocks of mc row tiles x nc panels (blk.mc,
+    blk.nc; 0: all), the blocks (with the batch) in one parallel loop, each block's columns
+    vectorized. Returns the innermost block loop (where the block's accumulators are computed),
+    or None when there is no loop outside a block (one block: computed at the root)."""
+    stage = s[out]
+    batch, rows, col = _output_axes(stage, row_axes)
+    outer, inner = [], []
+    if rows:
+        row = stage.fuse(*rows) if len(rows) > 1 else rows[0]
+        if blk.mc:
+            rb, row = stage.split(row, factor=blk.mc * blk.mr)
+            outer.append(rb)
+        inner.append(row)
+    if blk.nc:
+        nb, col = stage.split(col, factor=blk.nc * blk.nr)
+        outer.insert(0, nb)  # panel blocks outside row blocks: a thread keeps its panels
+    stage.reorder(*batch, *outer, *inner, col)
+    loops = [*batch, *outer]
+    block = (stage.fuse(*loops) if len(loops) > 1 else loops[0]) if loops else None
+    if block is not None:
+        stage.parallel(block)
+    _vectorize_columns(stage, col, blk)
+    return block
 
 
 def parallel_rule(n_batch: int, n_rows: int, n_cols: int, mr: int, nr: int, tasks: int) -> str:
@@ -327,7 +371,9 @@ def _parallel_with_tails(stage, batch, tiles, n_rows: int, n_cols: int, blk: Blo
 
 def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
     """The k loop of a (rows, cols) accumulator stage computed at a tile: k blocks of kc, then
-    the mr x nv register block (unrolled) of vectors of `lanes` (vectorized)."""
+    the mr x nv register block (unrolled) of vectors of `lanes` (vectorized). With kc_scope
+    "block" (Note [cache blocks]) the stage is a block of tiles: the k blocks run around its
+    tiles (panel-major), and each tile's register block runs over one k block."""
     stage = s[acc]
     *batch, ci, cj = stage.op.axis
     (ck,) = stage.op.reduce_axis
@@ -336,14 +382,20 @@ def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
     if blk.unroll_k > 1:  # Note [k unrolling]
         kio, kii = stage.split(ki, factor=blk.unroll_k)
         k_loops = [ko, kio, kii]
+    tiles = []
+    if blk.kc_scope == "block":
+        cio, ci = stage.split(ci, factor=blk.mr)
+        cjt, cj = stage.split(cj, factor=blk.nr)
+        tiles = [cjt, cio]
+        batch, k_loops = [*batch, k_loops[0]], k_loops[1:]
     if blk.lanes > 1:
         cjo, cjv = stage.split(cj, factor=blk.lanes)
-        stage.reorder(*batch, *k_loops, ci, cjo, cjv)
+        stage.reorder(*batch, *tiles, *k_loops, ci, cjo, cjv)
         stage.unroll(ci)
         stage.unroll(cjo)
         stage.vectorize(cjv)
     else:
-        stage.reorder(*batch, *k_loops, ci, cj)
+        stage.reorder(*batch, *tiles, *k_loops, ci, cj)
         stage.unroll(ci)
         stage.unroll(cj)
     if blk.unroll_k > 1:
@@ -364,6 +416,31 @@ def schedule_micro_kernel(s, acc: te.Tensor, blk: Blocking) -> None:
 # measurement says otherwise.
 
 
+# Note [cache blocks]
+# Knob `kc` splits each tile's k loop (kc_scope "tile", the default: today's loop nest): the
+# tile's accumulators stay in registers over all of K, so the k block is no cache block: a
+# tile streams its whole B panel (K x nr) and mr rows of A, and the next row tile streams the
+# same panel again, from L1 only while K x nr fits there (BERT-base's 768 x 16 floats, 48 KiB,
+# do not fit a 32 KiB L1). Knob `kc_scope` "block" makes it one (BLIS's loop nest): the output
+# is cut into blocks of `mc` row tiles x `nc` panels (0: all the rows / panels; tile_blocks),
+# the blocks (with the batch) are the parallel loop, and each block's accumulator stage runs
+#     for k blocks of kc:  for panels of the block:  for row tiles of the block:
+#         for k in the block: the mr x nv register block
+# so a kc x nr slice of a panel stays in L1 across the block's row tiles and the block's A
+# rows (mc*mr x kc) in L2 across its panels. The partial sums stay in the block's buffer
+# across k blocks (mc*mr x nc*nr floats: on the stack, on the heap where they take over 1/16 of
+# the thread stack, `stack_share`); within one k block LLVM keeps the tile's accumulators in
+# registers (the tile's addresses do not change in the k loop: loaded before it, stored after
+# it; tests/topi/test_gemm_cache_blocks.py reads the assembly). Tails: a block past the rows
+# or columns is guarded as the tiles are; where an extent is symbolic the blocks must have a
+# constant size (mc, nc > 0: the clamped tails of Note [clamped tails] in te/lower.py stay
+# inside a buffer of the block's size, not one of the symbolic extent, which they overran).
+# One block of all outputs (mc = nc = 0, no batch) has no parallel loop. The sums' order is
+# the same (k ascending) in both scopes. Knobs of "blocked" and "packed"; mc and nc only with
+# the block scope (else they would name the same loop nest); the default stays "tile"
+# (measurements: docs/performance.md, "GEMM cache blocks").
+
+
 def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> te.Schedule:
     """Schedule a matrix-product anchor (a reduction whose last two axes are rows x cols) with
     the group's outputs: accumulators in registers at each tile of the output (fused epilogue),
@@ -376,17 +453,37 @@ def schedule_gemm(s, outs, anchor, blk: Blocking, target, row_axes: int = 0) -> 
     if not all_static(anchor.shape):  # Note [clamped tails] in te/lower.py
         s[acc].clamp_tails()
     view = [t for t in outs if t.op is not anchor.op]
-    if len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes):
+    tiling = tile_blocks if blk.kc_scope == "block" else tile_output  # Note [cache blocks]
+    if tiling is tile_blocks and not all_static(anchor.shape) and not (blk.mc and blk.nc):
+        raise ValueError(
+            f"kc_scope 'block' of a product with symbolic extents {list(anchor.shape)} needs "
+            f"blocks of a constant size, mc > 0 and nc > 0 (got mc={blk.mc}, nc={blk.nc})"
+        )
+    fused = len(outs) == 1 and view and _view_of(outs[0], anchor, row_axes)
+    if fused:
         s[anchor].compute_inline()
-        tile = tile_output(s, outs[0], blk, row_axes)
-        s[acc].compute_at(s[outs[0]], tile)
-    else:
-        tile = tile_output(s, anchor, blk, len(anchor.shape) - 2)
-        s[acc].compute_at(s[anchor], tile)
-        for t in view:
-            generic.schedule_elementwise_stage(s, t, target)
+    out = outs[0] if fused else anchor
+    tile = tiling(s, out, blk, row_axes if fused else len(anchor.shape) - 2)
+    if tile is not None:
+        s[acc].compute_at(s[out], tile)
+    if blk.kc_scope == "block" and _block_bytes(anchor, blk, tile) > stack_share(target, 16):
+        s[acc].set_scope("global")  # Note [cache blocks]: a large block's sums on the heap
+    for t in [] if fused else view:
+        generic.schedule_elementwise_stage(s, t, target)
     schedule_micro_kernel(s, acc, blk)
     return s
+
+
+def _block_bytes(anchor: te.Tensor, blk: Blocking, tile) -> int:
+    """Bytes of the partial sums of one block of `anchor` (Note [cache blocks]): mc row tiles
+    x nc panels (0: all), times the batch where the block is computed at the root (`tile`
+    None), at the representative sizes of symbolic extents."""
+    shape = [representative(d) for d in anchor.shape]
+    rows, cols = shape[-2], shape[-1]
+    rows = min(rows, blk.mc * blk.mr) if blk.mc else rows
+    cols = min(cols, blk.nc * blk.nr) if blk.nc else cols
+    batch = math.prod(shape[:-2]) if tile is None else 1
+    return batch * rows * cols * DType.parse(str(anchor.dtype)).itemsize
 
 
 def _view_of(out: te.Tensor, anchor: te.Tensor, row_axes: int) -> bool:
@@ -448,7 +545,7 @@ def knob_values(blk: Blocking) -> dict:
     """The strategy's knobs (topi/x86/strategy.py) as this blocking sets them."""
     return {
         "mr": blk.mr, "nv": blk.nv, "kc": blk.kc, "parallel": blk.parallel,
-        "unroll_k": blk.unroll_k,
+        "unroll_k": blk.unroll_k, "kc_scope": blk.kc_scope, "mc": blk.mc, "nc": blk.nc,
     }  # fmt: skip
 
 
@@ -457,11 +554,12 @@ def with_config(blk: Blocking, config) -> Blocking:
     config has one), when a config is given."""
     if config is None:
         return blk
-    parallel = config["parallel"] if "parallel" in config else None
-    unroll_k = config["unroll_k"] if "unroll_k" in config else 1
+    get = config.get
     return dataclasses.replace(
-        blk, mr=config["mr"], kc=config["kc"], parallel=parallel, unroll_k=unroll_k
-    )
+        blk, mr=config["mr"], kc=config["kc"], parallel=get("parallel"),
+        unroll_k=get("unroll_k", 1), kc_scope=get("kc_scope", "tile"), mc=get("mc", 0),
+        nc=get("nc", 0),
+    )  # fmt: skip
 
 
 def blocking_for_panel(target, M: int, N: int, K: int, nr: int, fit: bool = False) -> Blocking:

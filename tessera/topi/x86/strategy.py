@@ -25,7 +25,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
                      parallel (the parallel loop when tiles have tails: Note [tails] in dense.py),
-                     unroll_k (Note [k unrolling] in dense.py)
+                     unroll_k (Note [k unrolling] in dense.py), kc_scope, mc, nc (the k
+                     blocks around blocks of mc row tiles x nc panels: Note [cache blocks])
     nchwc (pools)    column_group (output columns in flight), pad_rows (Note [pool rows])
     rows             stack_bytes (row buffers up to this size on the stack), split (the lanes
                      of a row reduction's partial: Note [lane split] in nn/softmax.py)
@@ -566,12 +567,24 @@ def _gemm_space(g: _Gemm, target, default_blocking) -> ConfigSpace:
     ]
     # Note [k unrolling] in dense.py: today's loop (1) the default
     knobs.append(Knob("unroll_k", (1, 2, 4, 8), default=1))
+    # Note [cache blocks] in dense.py: k blocks inside each tile (today's) the default; blocks
+    # of mc row tiles x nc panels (0: all) only where the k blocks run around them
+    knobs += [
+        Knob("kc_scope", ("tile", "block"), default="tile"),
+        Knob("mc", tuple(v for v in (0, 1, 2, 4, 8, 16, 32, 64) if v < g.M), default=0),
+        Knob("nc", tuple(v for v in (0, 1, 2, 4, 8, 16, 32) if v * lanes < g.N), default=0),
+    ]
     if g.symbolic:  # Note [size buckets] in topi/symbolic.py: the tile above is the top one's
         knobs.append(Knob("size_buckets", (False, True), default=True))
     constraints = [
         lambda v: v["mr"] * v["nv"] + v["nv"] + 1 <= regs,
         lambda v: v["kc"] % v["unroll_k"] == 0,
+        lambda v: v["kc_scope"] == "block" or v["mc"] == v["nc"] == 0,
+        # a block of one tile is the tile scope's loop nest
+        lambda v: v["kc_scope"] == "tile" or -(-g.M // v["mr"]) * -(-g.N // (v["nv"] * lanes)) > 1,
     ]
+    if g.symbolic:  # Note [cache blocks]: blocks of a constant size where extents are symbolic
+        constraints.append(lambda v: v["kc_scope"] == "tile" or (v["mc"] > 0 and v["nc"] > 0))
     return ConfigSpace(knobs, constraints)
 
 
