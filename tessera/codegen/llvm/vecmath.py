@@ -51,8 +51,9 @@ def _fma(b, x, y, z):
 #   coefficients scaled by 2**-24 (exact), so that subnormal results still round once.
 # - NaN: the clamps are selects on ordered compares, false for NaN, so a NaN passes them, makes
 #   r and then the polynomial NaN, and NaN times any scale is NaN: no select for it at the end.
-# Max error over every 37th float32 of [-104, 88.72] (tests/codegen/test_vecmath.py sweeps every
-# 997th): exp 0.87 ulp, sigmoid 2.3 (e's error, 1 + e's rounding and the division's), tanh 1.4.
+# Max error over every 37th float32 of [-104, 88.72] (exp, 0.87 ulp) and of [-104, 20] (sigmoid,
+# 2.3 ulp: e's error, 1 + e's rounding and the division's), every 97th of [-10, 10] (tanh, 1.4);
+# tests/codegen/test_vecmath.py sweeps every 997th.
 _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
           5.0000001201e-1, 1.0, 1.0)  # fmt: skip
 _MAGIC = 12582912.0  # 1.5 * 2**23
