@@ -17,7 +17,6 @@ separate processes of `bench/before_after.py` can drift apart. A benchmark, not 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -28,13 +27,11 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fetch_zoo  # noqa: E402
+from kernel_sums import artifacts_parser  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", help="a pretrained zoo model (bench/fetch_zoo.py)")
-    ap.add_argument("artifacts", nargs="+", help="tessera artifacts (.so) of the model")
-    ap.add_argument("--threads", type=int, default=1)
+    ap = artifacts_parser(__doc__, "a pretrained zoo model (bench/fetch_zoo.py)")
     ap.add_argument("--seconds", type=float, default=40.0)
     args = ap.parse_args(argv)
 
