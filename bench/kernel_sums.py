@@ -26,11 +26,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from int8 import ort_node_medians  # noqa: E402
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", help="the .onnx model (static input shapes)")
+def artifacts_parser(doc: str, model_help: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark of compiled artifacts: a model, its artifacts, --threads."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("model", help=model_help)
     ap.add_argument("artifacts", nargs="+", help="tessera artifacts (.so) of the model")
     ap.add_argument("--threads", type=int, default=1)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = artifacts_parser(__doc__, "the .onnx model (static input shapes)")
     ap.add_argument("--runs", type=int, default=100)
     args = ap.parse_args(argv)
 

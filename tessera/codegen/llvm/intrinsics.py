@@ -97,7 +97,7 @@ def _float_math(em, op: str, args: list, dt: DType) -> ir.Value:
     one = T.constant(1.0, dt)
     if op == "rsqrt":
         return b.fdiv(one, llvm_intrinsic(em, "llvm.sqrt", args, dt))
-    if op == "sigmoid":
+    if op == "sigmoid":  # scalars and float64 (float32 vectors: vecmath.vsigmoid)
         e = _float_math(em, "exp", [b.fneg(args[0])], dt)
         return b.fdiv(one, b.fadd(one, e))
     if op == "fmod":
