@@ -82,6 +82,12 @@ def _exp_poly(b, r, dt, scale=1.0):
     return _poly(b, r, [c * scale for c in _EXP_P], dt)
 
 
+def _pow2(b, n, dt):
+    """2**n for integer vectors n in [-126, 127], as float bits."""
+    i32 = DType("int", 32, dt.lanes)
+    return b.bitcast(b.shl(b.add(n, _c(127, i32)), _c(23, i32)), T.llvm_type(dt))
+
+
 def _exponent(b, t, dt):
     """The float 2**(n + bias - 127) of t = x log2(e) + magic + bias: t's bits shifted left."""
     i32 = DType("int", 32, dt.lanes)
@@ -96,9 +102,7 @@ def vexp(em, x, dt):
     n = b.sub(b.bitcast(t, ity), b.bitcast(_c(_MAGIC, dt), ity))  # n in [-150, 128]
     n1 = b.ashr(n, _c(1, i32))  # 2**n in two steps, each exponent in range (Note [vector exp])
     n2 = b.sub(n, n1)
-    s1 = b.bitcast(b.shl(b.add(n1, _c(127, i32)), _c(23, i32)), T.llvm_type(dt))
-    s2 = b.bitcast(b.shl(b.add(n2, _c(127, i32)), _c(23, i32)), T.llvm_type(dt))
-    return b.fmul(b.fmul(_exp_poly(b, r, dt), s1), s2)
+    return b.fmul(b.fmul(_exp_poly(b, r, dt), _pow2(b, n1, dt)), _pow2(b, n2, dt))
 
 
 def _exp_neg(b, ax, dt, scale=1.0):
