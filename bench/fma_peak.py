@@ -1,7 +1,10 @@
 """The machine's measured peak of float32 fused multiply-adds, for context next to kernel timings.
 
-A JIT-compiled loop of 16 independent vector FMA chains (enough to cover FMA latency times
-throughput on every current x86 core) at the widest vector width the host supports. Each run
+A JIT-compiled loop of independent vector FMA chains at the widest vector width the host
+supports: as many chains as the vector registers hold with two to spare (12 with 16 registers,
+16 with AVX-512's 32; at least the 8 that FMA latency times throughput asks of every current x86
+core). With one chain more than the registers hold, the loop spills and shuffles registers every
+iteration and reads ~30% under the peak (16 chains on a 16-register AVX2 core did). Each run
 starts all threads together behind a barrier, each pinned to its own CPU where the OS allows,
 and lasts about `seconds`; the result is the best of `runs` (a shared machine only ever makes a
 run slower, so the best one is the closest to the hardware). Run alone:
@@ -19,10 +22,15 @@ import time
 
 import llvmlite.binding as llvm
 
-CHAINS = 16
+MAX_CHAINS = 16
 
 
-def _ir(lanes: int) -> str:
+def _chains(registers: int) -> int:
+    """Independent chains for a register file: one register holds the operand, one is spare."""
+    return min(MAX_CHAINS, registers - 2)
+
+
+def _ir(lanes: int, chains: int) -> str:
     vec = f"<{lanes} x float>"
     lines = [
         f"declare {vec} @llvm.fma.v{lanes}f32({vec}, {vec}, {vec})",
@@ -34,9 +42,9 @@ def _ir(lanes: int) -> str:
         "loop:",
         "  %i = phi i64 [0, %entry], [%i1, %loop]",
     ]
-    for c in range(CHAINS):
+    for c in range(chains):
         lines.append(f"  %a{c} = phi {vec} [%s, %entry], [%b{c}, %loop]")
-    for c in range(CHAINS):
+    for c in range(chains):
         lines.append(f"  %b{c} = call {vec} @llvm.fma.v{lanes}f32({vec} %a{c}, {vec} %s, {vec} %s)")
     lines += [
         "  %i1 = add i64 %i, 1",
@@ -45,7 +53,7 @@ def _ir(lanes: int) -> str:
         "exit:",
     ]
     acc = "%b0"
-    for c in range(1, CHAINS):
+    for c in range(1, chains):
         lines.append(f"  %r{c} = fadd {vec} {acc}, %b{c}")
         acc = f"%r{c}"
     lines += [f"  %out = extractelement {vec} {acc}, i32 0", "  ret float %out", "}"]
@@ -54,23 +62,25 @@ def _ir(lanes: int) -> str:
 
 @functools.cache
 def _compile():
-    """(engine, fn, lanes): the engine must stay alive while fn is called, so it is cached too."""
+    """(engine, fn, flops per iteration): the engine must stay alive while fn is called, so it is
+    cached too."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     features = llvm.get_host_cpu_features()
     lanes = 16 if features.get("avx512f") else 8 if features.get("avx") else 4
+    chains = _chains(32 if features.get("avx512f") else 16)
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3
     )
-    mod = llvm.parse_assembly(_ir(lanes))
+    mod = llvm.parse_assembly(_ir(lanes, chains))
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
     fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(
         engine.get_function_address("fma_loop")
     )
-    return engine, fn, lanes
+    return engine, fn, chains * lanes * 2
 
 
 def _pin_this_thread(cpu: int | None) -> None:
@@ -108,8 +118,7 @@ def measure_fma_peak(threads: int = 1, runs: int = 5, seconds: float = 0.1) -> f
     about `seconds` each."""
     if threads < 1 or runs < 1:
         raise ValueError(f"measure_fma_peak: threads and runs must be >= 1, got {threads}, {runs}")
-    _, fn, lanes = _compile()
-    flops_per_iter = CHAINS * lanes * 2
+    _, fn, flops_per_iter = _compile()
     probe = 100_000
     iters = max(probe, int(probe * seconds / _run_together(fn, probe, 1)))
     best = 0.0
