@@ -420,10 +420,9 @@ class ExprPrinter:
         return self.finish(e.dtype, (f"{one} / {self.math('sqrt', e.dtype, e.args, lane)[0]}", MUL))
 
     def _call_sigmoid(self, e, lane):
-        one = "1.0" if e.dtype.element.bits == 64 else "1.0f"
-        x = wrap(self.p(e.args[0], lane), UNARY)
-        exp = "exp" if e.dtype.element.bits == 64 else "expf"
-        return self.finish(e.dtype, (f"{one} / ({one} + {exp}(-{x}))", MUL))
+        x = self.text(e.args[0], lane)
+        width = "f64" if e.dtype.element.bits == 64 else "f32"  # 16-bit floats compute in f32
+        return self.finish(e.dtype, self.helper(f"sigmoid_{width}", x))
 
     def _call_round(self, e, lane):
         # nearbyint rounds half to even in the default rounding mode, like numpy.round

@@ -134,6 +134,14 @@ _FLOAT_MAX = (
     "static inline {T} tessera_max_{s}({T} a, {T} b) {{ return (a > b || a != a) ? a : b; }}"
 )
 _ABS = "static inline {T} tessera_abs_{s}({T} a) {{ return a < 0 ? ({T})(-a) : a; }}"
+# On exp(-|x|) <= 1, which never overflows: 1 / (1 + exp(-x)) gives 0 below x = -87.3 (float)
+# where the value is a subnormal; NaN stays NaN (`x >= 0` is false, e * s is NaN).
+_SIGMOID = """\
+static inline {T} tessera_sigmoid_{s}({T} x) {{
+  {T} e = exp{m}(-fabs{m}(x));
+  {T} s = ({T})1 / (({T})1 + e);
+  return x >= 0 ? s : e * s;
+}}"""
 
 _FIXED = {
     # x86's vpdpbusd on one int32 lane; the products are exact in int32, the sum wraps
@@ -313,6 +321,8 @@ def helper_text(name: str) -> str:
     if suffix not in CTYPES:
         raise KeyError(f"no C helper named {name!r}")
     ctype = CTYPES[suffix]
+    if kind == "sigmoid" and suffix.startswith("f"):
+        return _SIGMOID.format(T=ctype, s=suffix, m="f" if suffix == "f32" else "")
     if kind in ("min", "max") and suffix.startswith("f"):
         return (_FLOAT_MIN if kind == "min" else _FLOAT_MAX).format(T=ctype, s=suffix)
     if kind in _PER_TYPE:

@@ -30,6 +30,7 @@ from tessera.tir import (
 
 SERIAL, PARALLEL = ForKind.SERIAL, ForKind.PARALLEL
 INTS = ["int8", "int16", "int32", "int64"]
+FLOATS = ["float32", "float64"]
 RNG = np.random.default_rng(0)
 
 
@@ -235,6 +236,21 @@ def test_every_float_intrinsic_matches_numpy():
         x = np.array([1.0, np.nan, np.inf, -np.inf, 0.0], dt)
         np.testing.assert_array_equal(run(mod, f"isnan_{dt}", x, out_dtype="bool"), np.isnan(x))
         np.testing.assert_array_equal(run(mod, f"isinf_{dt}", x, out_dtype="bool"), np.isinf(x))
+
+
+def test_sigmoid_at_the_edges_of_float_range():
+    # 1 / (1 + exp(-x)) overflows exp below x = -87.3 (float32) and gave 0 there, not the
+    # subnormal value; the helper computes on exp(-|x|) <= 1.
+    mod = build_c([elementwise(f"sigmoid_{dt}", tir.sigmoid, dt, nargs=1) for dt in FLOATS])
+    for dt in FLOATS:
+        x = np.array([-800, -200, -100, -95, -88, -87, -20, -0.0, 0, 1e-3, 20, 100, 800], dt)
+        x = np.concatenate([x, np.array([np.inf, -np.inf, np.nan], dt)])
+        with np.errstate(over="ignore"):
+            want = (1 / (1 + np.exp(-x.astype("float64")))).astype(dt)
+        got = run(mod, f"sigmoid_{dt}", x, out_dtype=dt)
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dt).eps, atol=0, err_msg=dt)
+        if dt == "float32":
+            assert (got[2:5] > 0).all()  # -100, -95, -88: subnormal, not 0
 
 
 def test_integer_intrinsics_match_numpy():
