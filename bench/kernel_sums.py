@@ -44,16 +44,9 @@ def main(argv=None) -> int:
     from tessera.cli.build import load_artifact
 
     tessera.runtime.set_num_threads(args.threads)
-    graph = onnx.load(args.model).graph
-    inits = {t.name for t in graph.initializer}
-    rng = np.random.default_rng(0)
-    feed = {
-        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
-            "float32"
-        )
-        for i in graph.input
-        if i.name not in inits
-    }
+    # each input in its own dtype (BERT's token ids are int64): standard normal floats, small
+    # non-negative integers
+    feed = tessera.models.random_inputs(onnx.load(args.model), 0)
     modules = []
     for path in args.artifacts:
         _, module = load_artifact(path, None)
