@@ -11,8 +11,11 @@ medians of the runners' times (`sgemm.alternate`: A, B, A, B, ... with `--gap` s
 before each turn, so that OpenBLAS's spinning workers are idle), their
 GFLOP/s and share of the measured FMA peak (`fma_peak.measure_fma_peak`, same threads), and
 the ratios to tessera's default ("again": a second build of the default, measured as one more
-runner: the A/A spread of the run). `--knobs`: a JSON dict (or a list of them) of knob values
-applied over each GEMM task's default config (valid ones only; the config used is printed),
+runner: the A/A spread of the run), and each runner's fastest sample and its ratio to the
+default's fastest ("min ... x"): on a loaded machine the minima are the steadier comparison (a
+preempted sample is slow, never fast), as in `kernel_sums.py`. `--knobs`: a JSON dict (or a
+list of them) of knob values applied over each GEMM task's default config (valid ones only; the
+config used is printed),
 run as "knobs1", "knobs2", ... next to the default. The load (`os.getloadavg`) is printed
 before and after. A benchmark, not a test: nothing here asserts a time.
 """
@@ -124,13 +127,14 @@ def run_case(name: str, args, peak: float) -> None:
         err = float(np.abs(got - expected).max() / np.abs(expected).max())
         if err > 1e-4:
             print(f"    {label}: WRONG, relative error {err:.1e}")
-    base = float(np.median(times["tessera"]))
+    base, base_min = float(np.median(times["tessera"])), min(times["tessera"])
     parts = []
     for label, t in times.items():
-        t = float(np.median(t))
+        t, lo = float(np.median(t)), min(t)
         gf = flops / t / 1e9
         parts.append(
             f"{label} {t * 1e3:7.3f} ms {gf:6.1f} GF/s {100 * gf / peak:4.0f}% x{t / base:5.2f}"
+            f" (min {lo * 1e3:.3f} x{lo / base_min:4.2f})"
         )
     print(f"{name:9s} " + " | ".join(parts), flush=True)
 
