@@ -64,3 +64,13 @@ def test_the_space_without_block_knobs_is_the_tile_scope_and_is_given_back():
     finally:
         strategy._gemm_space = original
     assert task.implementations(HOST)["packed"].valid(block)
+
+
+def test_single_call_turns_take_one_call_per_runner_per_round_in_flipping_order():
+    calls = []
+    runners = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    samples = blocks.single_call_turns(runners, 3)
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3}
+    assert all(t >= 0 for v in samples.values() for t in v)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then flipping turns
+    assert "ocr" in blocks.CASES and "ocr_whole" in blocks.CASES
