@@ -1,0 +1,243 @@
+"""Strided vector loads that together read a whole tile, as contiguous loads and a register
+transpose (Note [transposed loads]).
+
+    transpose_stages(8, 8)    # the 2-input shuffles that turn 8 loaded rows into 8 columns
+    TileReads.scan(stmts)     # the tiles a straight-line sequence of statements reads whole
+
+The emitter (`emitter.py`) asks `TileReads` for each strided load; this module holds the
+network of shuffles and the rule that picks the loads, nothing of LLVM's builder but the calls
+the emitter hands it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from tessera.codegen.llvm import types as T
+from tessera.ir.node import Visitor
+from tessera.tir import expr as E
+
+# Note [transposed loads]: an epilogue that reads a blocked tensor back in a plain layout
+# (NCHW8c -> NCHW: an AVX2 int8 conv's int32 product read by its float epilogue, or a float
+# model's layout_transform at the edge of its blocked convs) loads vectors whose lanes are
+# `stride` (the block) elements apart: Note [strided loads] makes each one a span load and a
+# shuffle, which x86 lowers to one scalar load and insert per lane (~15 uops a vector of 8).
+# Where the schedule unrolls the block's channels inside the vector loop
+# (topi/generic.py: Note [blocked reads]), one straight-line sequence reads all `stride`
+# columns of a tile of `lanes` rows x `stride` columns: x[X + r + k*stride] for every r and k.
+# That tile is `stride` contiguous vectors of `lanes` elements; loaded so and transposed in
+# registers (log2 stages of two-input shuffles, each swapping one bit of the vector index with
+# one bit of the lane index: unpck/shufps/vperm2f128 on x86), the eight columns of an 8 x 8
+# tile cost 8 loads and 24 shuffles instead of 8 x 15 uops. The rule, general over dtypes,
+# blocks and vector widths: stride and lanes powers of two, at most MAX_TILE_VECTORS vectors
+# (the registers the transpose keeps live), every column of the tile read in one sequence
+# (fewer would cost more than the strided loads they replace), the tile's start provably a
+# multiple of the stride and the buffer a whole number of tiles' rows (so the tile lies in the
+# buffer whenever any of its columns does). The transposed columns are reused only in the basic
+# block that loaded them, and dropped at a store to their buffer or any call.
+MAX_TILE_VECTORS = 16
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def transpose_stages(stride: int, lanes: int) -> tuple[list, list]:
+    """The shuffles that turn `stride` vectors of `lanes` elements (a row-major [lanes x
+    stride] tile) into its `stride` columns. Returns (stages, final): each stage a list, per
+    output vector, of (first input, second input, mask) over the vectors before it; `final`
+    per column a one-input lane mask (None when the lanes are in order)."""
+    if not (_pow2(stride) and _pow2(lanes)):
+        raise ValueError(f"a register transpose needs powers of two, got {stride} x {lanes}")
+    s, lbits = stride.bit_length() - 1, lanes.bit_length() - 1
+    # vectors[v][q]: which element of the tile (k * stride + r) vector v holds in lane q
+    vectors = [[v * lanes + q for q in range(lanes)] for v in range(stride)]
+    # where[b]: the bit of the physical position (v * lanes + q) that holds bit b of the
+    # element number; bits below lbits are lane bits, the rest vector bits
+    where = list(range(s + lbits))
+    stages = []
+    for vb in range(s):
+        phys = where[vb]  # the column number's bit vb must become the vector index's bit vb
+        want = lbits + vb
+        if phys == want:
+            continue
+        holder = where.index(want)
+        if phys >= lbits:  # both are vector bits: renumber the vectors, no instruction
+            order = [_swap_bits(v, phys - lbits, vb) for v in range(stride)]
+            vectors = [vectors[order[v]] for v in range(stride)]
+        else:
+            stage, vectors = _swap_stage(vectors, vb, phys, lanes)
+            stages.append(stage)
+        where[vb], where[holder] = want, phys
+    final = []
+    for r, vec in enumerate(vectors):
+        want = [k * stride + r for k in range(lanes)]
+        mask = [vec.index(e) for e in want]
+        final.append(None if mask == list(range(lanes)) else mask)
+    return stages, final
+
+
+def _swap_bits(n: int, a: int, b: int) -> int:
+    if (n >> a & 1) == (n >> b & 1):
+        return n
+    return n ^ (1 << a) ^ (1 << b)
+
+
+def _swap_stage(vectors, vb: int, lane_bit: int, lanes: int):
+    """Exchange bit vb of the vector index with bit lane_bit of the lane index: each pair of
+    vectors differing in vb gives two two-input shuffles."""
+    stage, out = [None] * len(vectors), [None] * len(vectors)
+    for v in range(len(vectors)):
+        if v >> vb & 1:
+            continue
+        pair = (v, v | 1 << vb)
+        for y in (0, 1):
+            mask = []
+            for q in range(lanes):
+                src = q >> lane_bit & 1
+                mask.append(src * lanes + (q & ~(1 << lane_bit) | y << lane_bit))
+            stage[pair[y]] = (pair[0], pair[1], mask)
+            out[pair[y]] = [vectors[pair[m // lanes]][m % lanes] for m in mask]
+    return stage, out
+
+
+def _tile_of(index):
+    """(key terms, constant start, column, stride, lanes) of a strided Ramp load that may be a
+    column of a tile, else None. The start is the index of the tile's first element minus the
+    key terms (the loop-variant part of the index)."""
+    if not isinstance(index, E.Ramp) or not isinstance(index.stride, E.IntImm):
+        return None
+    stride, lanes = index.stride.value, index.lanes
+    if stride < 2 or not (_pow2(stride) and _pow2(lanes)) or stride > MAX_TILE_VECTORS:
+        return None
+    terms = _add_terms(index.base)
+    const = sum(t.value for t in terms if isinstance(t, E.IntImm))
+    rest = tuple(t for t in terms if not isinstance(t, E.IntImm))
+    divisor = 0
+    for t in rest:
+        divisor = math.gcd(divisor, _known_divisor(t))
+    if rest and divisor % stride:
+        return None
+    column = const % stride
+    return rest, const - column, column, stride, lanes
+
+
+def _known_divisor(e) -> int:
+    from tessera.codegen.llvm.emitter import known_divisor
+
+    return known_divisor(e)
+
+
+def _add_terms(e) -> list:
+    return _add_terms(e.a) + _add_terms(e.b) if isinstance(e, E.Add) else [e]
+
+
+class TileReads:
+    """The tiles one straight-line sequence reads whole, and their transposed columns once
+    loaded (Note [transposed loads])."""
+
+    def __init__(self):
+        self.whole: set = set()  # keys of tiles whose every column some load reads
+        self.loaded: dict = {}  # key -> (basic block, columns)
+
+    def enter(self, stmts) -> set:
+        """Before the straight-line statements `stmts` (a sequence: the tiles they read whole
+        join those of the sequence around them; None: a loop's or branch's body, which starts
+        afresh). Returns what `leave` restores."""
+        saved = self.whole
+        if stmts is None:
+            self.whole = set()
+            return saved
+        columns: dict = {}
+        for key, column in _strided_loads(stmts):
+            columns.setdefault(key, set()).add(column)
+        self.whole = saved | {key for key, cols in columns.items() if len(cols) == key[-2]}
+        return saved
+
+    def leave(self, saved: set) -> None:
+        self.whole = saved
+
+    def load(self, em, buf, index):
+        """The column `index` reads, from the transposed tile (loading it on first use), or None
+        when the load is not a column of a tile read whole."""
+        tile = _tile_of(index)
+        if tile is None or buf.dtype.is_bool or buf.dtype.lanes != 1:
+            return None
+        rest, start, column, stride, lanes = tile
+        key = (id(buf), rest, start, stride, lanes)
+        if key not in self.whole:
+            return None
+        size = buf.num_elements()
+        if _known_divisor(size) % stride:
+            return None
+        got = self.loaded.get(key)
+        if got is None or got[0] is not em.b.block:
+            columns = self._transpose(em, buf, index.base.dtype, rest, start, stride, lanes)
+            got = self.loaded[key] = (em.b.block, columns)
+        return got[1][column]
+
+    def forget(self, buf=None) -> None:
+        """Drop the loaded tiles of `buf` (every tile when None): a store or a call between."""
+        if buf is None:
+            self.loaded.clear()
+        else:
+            self.loaded = {k: v for k, v in self.loaded.items() if k[0] != id(buf)}
+
+    @staticmethod
+    def _transpose(em, buf, dtype, rest, start, stride, lanes):
+        first = E.IntImm(start, dtype)
+        for t in rest:
+            first = E.Add(t, first)
+        vec_ty = T.storage_type(buf.dtype.with_lanes(lanes))
+        align = em._align_of(buf, first)
+        p = em._element_ptr(buf, em._index_value(buf, first), dtype)
+        p = em.b.bitcast(p, vec_ty.as_pointer())
+        vectors = []
+        for v in range(stride):
+            q = em.b.gep(p, [ir.Constant(T.I32, v)], inbounds=True)
+            a = math.gcd(align, buf.dtype.itemsize * lanes) if v else align
+            vectors.append(em.b.load(q, align=a))
+        stages, final = transpose_stages(stride, lanes)
+        for stage in stages:
+            vectors = [
+                em.b.shuffle_vector(vectors[a], vectors[b], ir.Constant(_mask_type(m), m))
+                for a, b, m in stage
+            ]
+        undef = ir.Constant(vec_ty, ir.Undefined)
+        return [
+            v if m is None else em.b.shuffle_vector(v, undef, ir.Constant(_mask_type(m), m))
+            for v, m in zip(vectors, final, strict=True)
+        ]
+
+
+def _mask_type(mask):
+    return ir.VectorType(T.I32, len(mask))
+
+
+class _StridedLoads(Visitor):
+    """(tile key, column) of every strided load of straight-line statements: not inside loops
+    or branches, whose blocks are not the sequence's."""
+
+    def __init__(self):
+        self.found = []
+
+    def visit_BufferLoad(self, e):
+        tile = _tile_of(e.indices[0]) if len(e.indices) == 1 else None
+        if tile is not None:
+            rest, start, column, stride, lanes = tile
+            self.found.append(((id(e.buffer), rest, start, stride, lanes), column))
+        self.generic_visit(e)
+
+    def visit_For(self, s):
+        return None
+
+    visit_IfThenElse = visit_Allocate = visit_For
+
+
+def _strided_loads(stmts):
+    v = _StridedLoads()
+    for s in stmts:
+        v.visit(s)
+    return v.found

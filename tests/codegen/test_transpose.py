@@ -1,0 +1,145 @@
+"""Blocked tensors read in a plain layout (Note [blocked reads], Note [transposed loads]): the
+transpose network, the schedule rule, numerics of NCHW[b]c -> NCHW element-wise chains for
+every block, dtype and tail against numpy on haswell, x86-64 and C, and the code per ISA."""
+
+import re
+
+import numpy as np
+import pytest
+
+import tessera
+from tessera import te
+from tessera.codegen.llvm.transpose import transpose_stages
+from tessera.ir.module import IRModule
+from tessera.topi import generic
+from tessera.topi.layout import layout_transform, transform_array
+
+RNG = np.random.default_rng(0)
+HASWELL = "llvm -mcpu=haswell"
+
+
+@pytest.mark.parametrize("stride", [2, 4, 8, 16])
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16, 32])
+def test_transpose_stages_turn_rows_into_columns(stride, lanes):
+    stages, final = transpose_stages(stride, lanes)
+    vectors = [list(range(v * lanes, (v + 1) * lanes)) for v in range(stride)]
+    for stage in stages:
+        vectors = [[(vectors[a] + vectors[b])[m] for m in mask] for a, b, mask in stage]
+    vectors = [v if m is None else [v[i] for i in m] for v, m in zip(vectors, final, strict=True)]
+    assert vectors == [[k * stride + r for k in range(lanes)] for r in range(stride)]
+    assert len(stages) == min(stride.bit_length() - 1, (stride * lanes).bit_length() - 1)
+
+
+def _epilogue(shape, block, dtype, channels=None, silu=True):
+    """te: x (NCHW{block}c, `shape`) -> NCHW (sliced to `channels`), then x * sigmoid(x)."""
+    x = te.placeholder(shape, dtype, name="x")
+    y = layout_transform(x, f"NCHW{block}c", "NCHW")
+    if channels is not None:
+        n, _, h, w = y.shape
+        y = te.compute((n, channels, h, w), lambda *i: y(*i), name="slice", tag="injective")
+    if not silu:
+        return x, y
+    out_dtype = "float32"
+
+    def f(*i):
+        v = y(*i).astype(out_dtype)
+        return v * te.sigmoid(v)
+
+    return x, te.compute(y.shape, f, name="silu", tag="injective")
+
+
+def _build(target, cases):
+    funcs = {}
+    for k, (x, z) in enumerate(cases):
+        s = generic.schedule_injective([z], tessera.Target(target))
+        funcs[f"case{k}"] = te.lower(s, [x, z], name=f"case{k}")
+    return tessera.build(IRModule(funcs), target=target), funcs
+
+
+def _reference(xa, block, channels, silu):
+    y = transform_array(xa, f"NCHW{block}c", "NCHW")[:, :channels]
+    if not silu:
+        return y
+    y = y.astype("float64")
+    return y / (1 + np.exp(-y))
+
+
+CASES = [  # (N, C / block, H, W, block), dtype, channels after a slice, silu
+    ((1, 3, 5, 37, 8), "float32", None, True),  # W: 4 vectors and a tail of 5
+    ((2, 2, 3, 16, 8), "int32", None, True),  # the int8 conv's product, batch 2
+    ((1, 2, 3, 19, 16), "float32", None, False),  # the float convs' block on AVX-512
+    ((1, 3, 2, 9, 4), "float32", None, True),
+    ((1, 2, 3, 40, 2), "float32", None, False),
+    ((1, 2, 2, 70, 8), "int8", None, False),  # 32 lanes of int8 on AVX2
+    ((1, 3, 3, 24, 8), "float32", 21, True),  # channels not a multiple of the block
+    ((1, 1, 1, 5, 8), "float32", None, True),  # shorter than a vector
+]
+
+
+@pytest.mark.parametrize("target", [HASWELL, "llvm -mcpu=x86-64", "c"])
+def test_blocked_to_plain_chains_match_numpy(target):
+    cases, inputs = [], []
+    for shape, dtype, channels, silu in CASES:
+        block = shape[-1]
+        cases.append(_epilogue(shape, block, dtype, channels, silu))
+        if dtype.startswith("int"):
+            xa = RNG.integers(-100, 100, shape).astype(dtype)
+        else:
+            xa = RNG.standard_normal(shape).astype(dtype)
+        inputs.append(xa)
+    mod, _ = _build(target, cases)
+    for k, ((_, z), xa, (shape, _, channels, silu)) in enumerate(
+        zip(cases, inputs, CASES, strict=True)
+    ):
+        out = np.empty(tuple(int(d.value) for d in z.shape), z.dtype)
+        mod[f"case{k}"](xa, out)
+        want = _reference(xa, shape[-1], channels, silu)
+        if silu:
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(out, want)
+
+
+def test_schedule_unrolls_the_block_inside_the_vector_loop():
+    x, z = _epilogue((1, 3, 5, 37, 8), 8, "float32")
+    s = generic.schedule_injective([z], tessera.Target(HASWELL))
+    text = str(te.lower(s, [x, z], name="k"))
+    assert re.search(r"unrolled \(i1.inner: int32, 0, 8\)", text)
+    # channels not a multiple of the block: guarded channels would split the sequence
+    x, z = _epilogue((1, 3, 3, 24, 8), 8, "float32", channels=21)
+    s = generic.schedule_injective([z], tessera.Target(HASWELL))
+    assert "unrolled" not in str(te.lower(s, [x, z], name="k"))
+
+
+def _main_loop_counts(target, shape, dtype="float32", silu=False):
+    mod, _ = _build(target, [_epilogue(shape, shape[-1], dtype, silu=silu)])
+    asm = mod.get_source("asm")
+    return {m: len(re.findall(rf"\b{m}", asm)) for m in ("vinsertps", "vpinsrd", "vperm2")}, asm
+
+
+def test_haswell_reads_8x8_tiles_as_loads_and_shuffles():
+    """The tile loads and the unpck/shufps/vperm2f128 network, no per-lane inserts (before:
+    one vinsertps per lane of every vector)."""
+    counts, asm = _main_loop_counts(HASWELL, (1, 4, 4, 64, 8))
+    assert counts["vinsertps"] == 0 and counts["vperm2"] > 0, counts
+    counts, _ = _main_loop_counts(HASWELL, (1, 4, 4, 64, 8), "int32", silu=True)
+    assert counts["vpinsrd"] == 0 and counts["vinsertps"] == 0, counts
+
+
+def test_avx512_reads_16x16_tiles_compile_only():
+    counts, asm = _main_loop_counts("llvm -mcpu=skylake-avx512", (1, 2, 4, 64, 16))
+    assert counts["vinsertps"] == 0, counts
+    assert re.search(r"\bvpermt2ps|\bvshuff|\bvunpck", asm)
+
+
+def test_a_tile_read_in_part_keeps_the_strided_load():
+    """One column of eight read (a stride-8 sampling, not a transform): no tile, no transpose."""
+    x = te.placeholder((4, 64, 8), "float32", name="x")
+    z = te.compute((4, 64), lambda i, j: x[i, j, 3] * 2.0, name="col", tag="injective")
+    s = generic.schedule_injective([z], tessera.Target(HASWELL))
+    mod = tessera.build(IRModule({"k": te.lower(s, [x, z], name="k")}), target=HASWELL)
+    xa = RNG.standard_normal((4, 64, 8)).astype("float32")
+    out = np.empty((4, 64), "float32")
+    mod["k"](xa, out)
+    np.testing.assert_array_equal(out, xa[:, :, 3] * 2)
+    assert "vperm2" not in mod.get_source("asm")
