@@ -20,14 +20,18 @@ HASWELL = "llvm -mcpu=haswell"
 
 @pytest.mark.parametrize("stride", [2, 4, 8, 16])
 @pytest.mark.parametrize("lanes", [2, 4, 8, 16, 32])
-def test_transpose_stages_turn_rows_into_columns(stride, lanes):
-    stages, final = transpose_stages(stride, lanes)
+@pytest.mark.parametrize("group", [1, 4, 16])
+def test_transpose_stages_turn_rows_into_columns(stride, lanes, group):
+    stages, final = transpose_stages(stride, lanes, group)
     vectors = [list(range(v * lanes, (v + 1) * lanes)) for v in range(stride)]
     for stage in stages:
         vectors = [[(vectors[a] + vectors[b])[m] for m in mask] for a, b, mask in stage]
-    vectors = [v if m is None else [v[i] for i in m] for v, m in zip(vectors, final, strict=True)]
-    assert vectors == [[k * stride + r for k in range(lanes)] for r in range(stride)]
-    assert len(stages) == min(stride.bit_length() - 1, (stride * lanes).bit_length() - 1)
+    columns = [vectors[v] if m is None else [vectors[v][i] for i in m] for v, m in final]
+    assert columns == [[k * stride + r for k in range(lanes)] for r in range(stride)]
+    # one stage per bit of the smaller side; square tiles need no lane fix-up at the end
+    assert len(stages) == min(stride, lanes).bit_length() - 1
+    if stride == lanes:
+        assert all(m is None for _, m in final)
 
 
 def _epilogue(shape, block, dtype, channels=None, silu=True):

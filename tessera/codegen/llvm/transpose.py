@@ -44,22 +44,72 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def transpose_stages(stride: int, lanes: int) -> tuple[list, list]:
+def transpose_stages(stride: int, lanes: int, group: int = 1) -> tuple[list, list]:
     """The shuffles that turn `stride` vectors of `lanes` elements (a row-major [lanes x
     stride] tile) into its `stride` columns. Returns (stages, final): each stage a list, per
     output vector, of (first input, second input, mask) over the vectors before it; `final`
-    per column a one-input lane mask (None when the lanes are in order)."""
-    if not (_pow2(stride) and _pow2(lanes)):
+    per column r, (the vector of the last stage holding it, a one-input lane mask or None when
+    its lanes are in order). `group`: the lanes an interleave instruction works within (Note
+    [interleaved first stage])."""
+    if not (_pow2(stride) and _pow2(lanes) and _pow2(group)):
         raise ValueError(f"a register transpose needs powers of two, got {stride} x {lanes}")
-    s, lbits = stride.bit_length() - 1, lanes.bit_length() - 1
-    # vectors[v][q]: which element of the tile (k * stride + r) vector v holds in lane q
     vectors = [[v * lanes + q for q in range(lanes)] for v in range(stride)]
+    if stride >= lanes:
+        stages, vectors = _rows_first(vectors, stride, lanes, min(group, lanes))
+    else:
+        stages, vectors = _columns_first(vectors, stride, lanes)
+    final = []
+    for r in range(stride):
+        want = [k * stride + r for k in range(lanes)]
+        v = next(i for i, vec in enumerate(vectors) if sorted(vec) == want)
+        mask = [vectors[v].index(e) for e in want]
+        final.append((v, None if mask == list(range(lanes)) else mask))
+    return stages, final
+
+
+# Note [interleaved first stage]: x86's unpck{l,h}ps/pd/punpck* and NEON's zip1/zip2 interleave
+# two vectors within each 128-bit group of lanes ([a0 b0 a1 b1 | a4 b4 a5 b5]): one instruction,
+# where the plain exchange of lane bit 0 with a vector bit ([a0 b0 a2 b2 ...]) takes two on x86
+# (a shuffle and a blend). A tile with at least as many columns as lanes starts with that
+# interleave (it brings row bit 0 into lane bit 0 and moves the group's other lane bits up),
+# then exchanges each remaining row bit into its lane bit (unpcklpd, vperm2f128, shuf_f32x4):
+# the textbook 8 x 8 AVX transpose, 24 one-uop shuffles, derived for any size.
+INTERLEAVE_BITS = 128
+
+
+def _rows_first(vectors, stride: int, lanes: int, group: int):
+    """Stages for stride >= lanes: every lane bit holds a column bit at first; bring row bit
+    j into lane bit j, the first by an interleave within `group` lanes."""
+    s, lbits = stride.bit_length() - 1, lanes.bit_length() - 1
+    phys = list(range(s + lbits))  # phys[p]: the bit of the element number at physical bit p
+    stages = []
+    g = group.bit_length() - 1
+    if g >= 2:
+        vb = s - lbits  # row bit 0 (element bit s) is this vector bit
+        stage, vectors = _zip_stage(vectors, vb, g - 1, lanes)
+        stages.append(stage)
+        old = list(phys)
+        phys[0], phys[lbits + vb] = old[lbits + vb], old[g - 1]
+        for a in range(1, g):
+            phys[a] = old[a - 1]
+    for j in range(lbits):
+        p = phys.index(s + j)
+        if p != j:  # p is a vector bit: lane bits below j hold their row bits already
+            stage, vectors = _swap_stage(vectors, p - lbits, j, lanes)
+            stages.append(stage)
+            phys[j], phys[p] = phys[p], phys[j]
+    return stages, vectors
+
+
+def _columns_first(vectors, stride: int, lanes: int):
+    """Stages for stride < lanes: bring column bit b into vector bit b."""
+    s, lbits = stride.bit_length() - 1, lanes.bit_length() - 1
     # where[b]: the bit of the physical position (v * lanes + q) that holds bit b of the
     # element number; bits below lbits are lane bits, the rest vector bits
     where = list(range(s + lbits))
     stages = []
     for vb in range(s):
-        phys = where[vb]  # the column number's bit vb must become the vector index's bit vb
+        phys = where[vb]
         want = lbits + vb
         if phys == want:
             continue
@@ -71,12 +121,26 @@ def transpose_stages(stride: int, lanes: int) -> tuple[list, list]:
             stage, vectors = _swap_stage(vectors, vb, phys, lanes)
             stages.append(stage)
         where[vb], where[holder] = want, phys
-    final = []
-    for r, vec in enumerate(vectors):
-        want = [k * stride + r for k in range(lanes)]
-        mask = [vec.index(e) for e in want]
-        final.append(None if mask == list(range(lanes)) else mask)
-    return stages, final
+    return stages, vectors
+
+
+def _zip_stage(vectors, vb: int, a: int, lanes: int):
+    """Interleave each pair of vectors differing in vector bit vb within groups of 2**(a+1)
+    lanes: the low halves of the groups into one vector, the high halves into the other."""
+    stage, out = [None] * len(vectors), [None] * len(vectors)
+    width = 1 << (a + 1)
+    for v in range(len(vectors)):
+        if v >> vb & 1:
+            continue
+        pair = (v, v | 1 << vb)
+        for y in (0, 1):
+            mask = []
+            for q in range(lanes):
+                t = q & (width - 1)
+                mask.append((t & 1) * lanes + (q - t) + (y << a) + (t >> 1))
+            stage[pair[y]] = (pair[0], pair[1], mask)
+            out[pair[y]] = [vectors[pair[m // lanes]][m % lanes] for m in mask]
+    return stage, out
 
 
 def _swap_bits(n: int, a: int, b: int) -> int:
@@ -199,7 +263,8 @@ class TileReads:
             q = em.b.gep(p, [ir.Constant(T.I32, v)], inbounds=True)
             a = math.gcd(align, buf.dtype.itemsize * lanes) if v else align
             vectors.append(em.b.load(q, align=a))
-        stages, final = transpose_stages(stride, lanes)
+        group = max(1, INTERLEAVE_BITS // (8 * buf.dtype.itemsize))
+        stages, final = transpose_stages(stride, lanes, group)
         for stage in stages:
             vectors = [
                 em.b.shuffle_vector(vectors[a], vectors[b], ir.Constant(_mask_type(m), m))
@@ -207,8 +272,10 @@ class TileReads:
             ]
         undef = ir.Constant(vec_ty, ir.Undefined)
         return [
-            v if m is None else em.b.shuffle_vector(v, undef, ir.Constant(_mask_type(m), m))
-            for v, m in zip(vectors, final, strict=True)
+            vectors[v]
+            if m is None
+            else em.b.shuffle_vector(vectors[v], undef, ir.Constant(_mask_type(m), m))
+            for v, m in final
         ]
 
 
