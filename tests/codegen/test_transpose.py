@@ -8,9 +8,22 @@ import numpy as np
 import pytest
 
 import tessera
-from tessera import te
-from tessera.codegen.llvm.transpose import transpose_stages
+from tessera import te, tir
+from tessera.codegen.llvm import build_llvm
+from tessera.codegen.llvm.transpose import TileReads, transpose_stages
 from tessera.ir.module import IRModule
+from tessera.tir import (
+    BufferStore,
+    For,
+    ForKind,
+    IfThenElse,
+    IntImm,
+    PrimFunc,
+    Ramp,
+    SeqStmt,
+    Var,
+    decl_buffer,
+)
 from tessera.topi import generic
 from tessera.topi.layout import layout_transform, transform_array
 
@@ -147,3 +160,39 @@ def test_a_tile_read_in_part_keeps_the_strided_load():
     mod["k"](xa, out)
     np.testing.assert_array_equal(out, xa[:, :, 3] * 2)
     assert "vperm2" not in mod.get_source("asm")
+
+
+def _tile_sequence(guard_column=None):
+    """Statements storing the 8 columns of a tile x[i*64 + r + 8k] (k < 8) each to its row of
+    c; column `guard_column`'s store inside a branch."""
+    x = decl_buffer((64 * 4,), "float32", "x")
+    c = decl_buffer((64 * 4,), "float32", "c")
+    i = Var("i", "int32")
+    stores = []
+    for r in range(8):
+        load = tir.BufferLoad(x, (Ramp(i * 64 + r, IntImm(8), 8),))
+        store = BufferStore(c, load, (Ramp(i * 64 + r * 8, IntImm(1), 8),))
+        stores.append(IfThenElse(i < 2, store) if r == guard_column else store)
+    return x, c, i, SeqStmt(stores)
+
+
+def test_tiles_are_read_whole_only_outside_branches():
+    tiles = TileReads()
+    *_, seq = _tile_sequence()
+    tiles.enter(seq.seq)
+    assert len(tiles.whole) == 1
+    tiles = TileReads()
+    *_, seq = _tile_sequence(guard_column=3)
+    tiles.enter(seq.seq)
+    assert not tiles.whole
+
+
+def test_tile_sequence_in_a_loop_matches_numpy():
+    x, c, i, seq = _tile_sequence()
+    mod = build_llvm([PrimFunc("tile", [x, c], For(i, 0, 4, ForKind.SERIAL, seq))])
+    xa = RNG.standard_normal(256).astype("float32")
+    out = np.empty(256, "float32")
+    mod["tile"](xa, out)
+    want = xa.reshape(4, 8, 8).transpose(0, 2, 1).reshape(256)
+    np.testing.assert_array_equal(out, want)
+    assert "<57 x float>" not in mod.get_source("ll")  # no span load of Note [strided loads]

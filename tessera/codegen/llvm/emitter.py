@@ -637,7 +637,9 @@ _STRAIGHT = (S.SeqStmt, S.LetStmt, S.AttrStmt, S.BufferStore, S.Evaluate)
 # epilogue) reads lanes 8 apart, which as scalar loads cost each vector eight index extractions
 # and inserts (ddddocr_old's eleven such epilogues 2.20 -> 1.69 ms on AVX2, 1 thread); the
 # neighbours the span loads are the other channels of the block, which the next vectors read
-# from L1. Wider strides would load mostly unused data.
+# from L1. Wider strides would load mostly unused data. Where one straight-line sequence reads
+# every column of such a tile, the columns come from contiguous loads and a register transpose
+# instead (Note [transposed loads] in transpose.py); this path is for the loads left over.
 MAX_LOAD_STRIDE = 8
 
 

@@ -297,6 +297,12 @@ class _StridedLoads(Visitor):
             self.found.append(((id(e.buffer), rest, start, stride, lanes), column))
         self.generic_visit(e)
 
+    def visit_Call(self, e):
+        if e.op == "if_then_else" and e.dtype.lanes == 1:  # branches: only its condition runs
+            self.visit(e.args[0])
+            return None
+        return self.generic_visit(e)
+
     def visit_For(self, s):
         return None
 
