@@ -3,8 +3,9 @@
     .venv/bin/python bench/blocked_reads.py [--threads 1] [--seconds 20]
 
 Kernels of NCHW[b]c -> NCHW reads (a bare layout_transform, an int8 conv's int32 product
-dequantized into SiLU, and a float SiLU) built three ways on this CPU: `strided` (the schedule
-rule off, `generic.MAX_TILE_BLOCK = 0`: one strided load per vector, Note [strided loads]),
+dequantized into SiLU, and a float SiLU) and of NCHW -> NCHW8c, built three ways on this
+CPU: `strided` (the schedule rules off, `generic.MAX_TILE_BLOCK = 0`: one strided load or
+gather per vector, Note [strided loads]),
 `swap` (tiles transposed by bit exchanges only, `transpose.INTERLEAVE_BITS = 0`) and `tiles`
 (the defaults: Note [blocked reads], Note [transposed loads], Note [interleaved first stage]).
 Each case's three kernels run in turns for its share of `--seconds`, order rotated; prints
@@ -31,6 +32,8 @@ WAYS = {"strided": dict(block=0, bits=128), "swap": dict(block=16, bits=0), "til
 
 def _kernel(shape, dtype, body):
     x = te.placeholder(shape, dtype, name="x")
+    if body is None:  # the other direction: NCHW -> NCHW8c
+        return x, layout_transform(x, "NCHW", "NCHW8c")
     y = layout_transform(x, f"NCHW{shape[-1]}c", "NCHW")
     z = te.compute(y.shape, lambda *i: body(y(*i)), name="out", tag="injective")
     return x, z
@@ -46,6 +49,7 @@ CASES = [  # name, blocked shape, dtype, body
     ("layout_transform f32 16c", (1, 6, 32, 128, 16), "float32", lambda v: v),
     ("int32 product -> SiLU 8c", (1, 12, 16, 64, 8), "int32", _silu),
     ("float SiLU 8c", (1, 12, 32, 128, 8), "float32", _silu),
+    ("NCHW -> NCHW8c f32", (1, 96, 32, 128), "float32", None),
 ]
 
 

@@ -77,6 +77,7 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
     inner_extent = const_extent(inner)
     blocked = _blocked_read(s, stage, lanes)
     known = None
+    plain = _plain_read(s, stage, lanes) if blocked is None else None
     # a symbolic innermost extent (an image's width) is split too: partition_loop peels its
     # tail off an unguarded main loop (Note [symbolic tails] in topi/symbolic.py)
     if blocked is not None:  # Note [blocked reads]
@@ -89,6 +90,13 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
         stage.reorder(*outer_axes, channel_inner, vec)
         stage.unroll(channel_inner)
         stage.vectorize(vec)
+    elif plain is not None:  # Note [blocked reads]: the other direction
+        position_outer, position_inner = stage.split(plain, factor=lanes)
+        outer_axes = [iv for iv in stage.leaf_iter_vars if iv is not position_inner][:-1]
+        known = {id(position_outer): -(-const_extent(plain) // lanes)}
+        stage.reorder(*outer_axes, position_inner, inner)
+        stage.unroll(position_inner)
+        stage.vectorize(inner)
     elif lanes > 1 and (inner_extent is None or inner_extent >= lanes):
         _, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
@@ -148,6 +156,32 @@ def _blocked_read(s: te.Schedule, stage, lanes: int):
         if idx[-2] is not inner.var or any(_uses(ix, inner.var) for ix in idx[:-2]):
             continue
         return channel, block
+    return None
+
+
+def _plain_read(s: te.Schedule, stage, lanes: int):
+    """The position axis of a plain tensor the stage writes in a blocked layout (Note
+    [blocked reads]: NCHW -> NCHW{lanes}c), else None: a load whose last index is an output
+    axis other than the innermost, whose innermost axis (the block's channel, `lanes` long)
+    is in another index, and the block one vector."""
+    axes = list(stage.op.axis)
+    if lanes < 2 or lanes & (lanes - 1) or lanes > MAX_TILE_BLOCK or len(axes) < 2:
+        return None
+    inner = axes[-1]
+    if const_extent(inner) != lanes or stage.op.is_reduction:
+        return None
+    by_var = {id(iv.var): iv for iv in axes[:-1]}
+    from tessera.te.bound import inline_bodies
+
+    for load in _producer_loads(inline_bodies(s)[stage]):
+        idx = load.indices
+        position = by_var.get(id(idx[-1])) if len(idx) >= 2 else None
+        if position is None or (const_extent(position) or 0) < lanes:
+            continue
+        if any(_uses(ix, position.var) for ix in idx[:-1]):
+            continue
+        if any(_uses(ix, inner.var) for ix in idx[:-1]):
+            return position
     return None
 
 

@@ -196,3 +196,39 @@ def test_tile_sequence_in_a_loop_matches_numpy():
     want = xa.reshape(4, 8, 8).transpose(0, 2, 1).reshape(256)
     np.testing.assert_array_equal(out, want)
     assert "<57 x float>" not in mod.get_source("ll")  # no span load of Note [strided loads]
+
+
+PLAIN_CASES = [  # NCHW shape, block, dtype
+    ((1, 24, 5, 37), 8, "float32"),  # positions: 4 tiles and a tail of 5 per row
+    ((2, 16, 3, 16), 8, "int32"),
+    ((1, 32, 3, 19), 16, "float32"),  # a block of two vectors on AVX2 (no tile), one on AVX-512
+    ((1, 8, 2, 9), 4, "float32"),
+    ((1, 16, 2, 70), 8, "uint8"),  # 32 lanes of uint8: the block is not a vector, no tile
+    ((1, 8, 1, 3), 8, "float32"),  # fewer positions than a tile
+]
+
+
+@pytest.mark.parametrize("target", [HASWELL, "llvm -mcpu=x86-64", "c"])
+def test_plain_to_blocked_transforms_match_numpy(target):
+    cases, inputs = [], []
+    for shape, block, dtype in PLAIN_CASES:
+        x = te.placeholder(shape, dtype, name="x")
+        cases.append((x, layout_transform(x, "NCHW", f"NCHW{block}c")))
+        inputs.append((RNG.standard_normal(shape) * 50).astype(dtype))
+    mod, _ = _build(target, cases)
+    for k, ((_, z), xa, (_, block, _)) in enumerate(zip(cases, inputs, PLAIN_CASES, strict=True)):
+        out = np.empty(tuple(int(d.value) for d in z.shape), z.dtype)
+        mod[f"case{k}"](xa, out)
+        np.testing.assert_array_equal(out, transform_array(xa, "NCHW", f"NCHW{block}c"))
+
+
+def test_haswell_writes_blocks_from_square_tiles():
+    """NCHW -> NCHW8c: the positions unrolled inside the channel vector, rows of 8 positions
+    loaded and transposed (vunpck, vperm2f128), no per-lane inserts (before: 8 a vector)."""
+    x = te.placeholder((1, 16, 4, 64), "float32", name="x")
+    z = layout_transform(x, "NCHW", "NCHW8c")
+    s = generic.schedule_injective([z], tessera.Target(HASWELL))
+    assert re.search(r"unrolled \(i3.inner: int32, 0, 8\)", str(te.lower(s, [x, z], name="k")))
+    mod, _ = _build(HASWELL, [(x, z)])
+    asm = mod.get_source("asm")
+    assert not re.search(r"\bvinsertps", asm) and re.search(r"\bvperm2f128", asm)

@@ -11,8 +11,6 @@ the emitter hands it.
 
 from __future__ import annotations
 
-import math
-
 from llvmlite import ir
 
 from tessera.codegen.llvm import types as T
@@ -33,10 +31,10 @@ from tessera.tir import expr as E
 # tile cost 8 loads and 24 shuffles instead of 8 x 15 uops. The rule, general over dtypes,
 # blocks and vector widths: stride and lanes powers of two, at most MAX_TILE_VECTORS vectors
 # (the registers the transpose keeps live), every column of the tile read in one sequence
-# (fewer would cost more than the strided loads they replace), the tile's start provably a
-# multiple of the stride and the buffer a whole number of tiles' rows (so the tile lies in the
-# buffer whenever any of its columns does). The transposed columns are reused only in the basic
-# block that loaded them, and dropped at a store to their buffer or any call.
+# (fewer would cost more than the strided loads they replace; and as the sequence has no
+# branches, its loads read every element of the tile, which so lies in the buffer). The
+# transposed columns are reused only in the basic block that loaded them, and dropped at a
+# store to their buffer or any call.
 MAX_TILE_VECTORS = 16
 
 
@@ -168,30 +166,38 @@ def _swap_stage(vectors, vb: int, lane_bit: int, lanes: int):
 
 
 def _tile_of(index):
-    """(key terms, constant start, column, stride, lanes) of a strided Ramp load that may be a
-    column of a tile, else None. The start is the index of the tile's first element minus the
-    key terms (the loop-variant part of the index)."""
+    """((key terms, constant start, row step, columns, lanes), column) of a strided Ramp load
+    that may be a column of a tile, else None. The tile's first element is at the key terms
+    plus the start; its `lanes` rows lie `row step` elements apart. A stride that is a small
+    power of two is the block of a contiguous tile (rows of `stride` columns, row step
+    `stride`: Note [transposed loads]); any other constant stride is the row step of a square
+    tile of `lanes` columns (Note [square tiles])."""
     if not isinstance(index, E.Ramp) or not isinstance(index.stride, E.IntImm):
         return None
     stride, lanes = index.stride.value, index.lanes
-    if stride < 2 or not (_pow2(stride) and _pow2(lanes)) or stride > MAX_TILE_VECTORS:
+    if stride < 2 or not _pow2(lanes) or lanes < 2:
         return None
     terms = _add_terms(index.base)
     const = sum(t.value for t in terms if isinstance(t, E.IntImm))
     rest = tuple(t for t in terms if not isinstance(t, E.IntImm))
-    divisor = 0
-    for t in rest:
-        divisor = math.gcd(divisor, _known_divisor(t))
-    if rest and divisor % stride:
+    if _pow2(stride) and stride <= MAX_TILE_VECTORS:
+        columns = stride
+    elif lanes <= MAX_TILE_VECTORS:
+        columns = lanes
+    else:
         return None
-    column = const % stride
-    return rest, const - column, column, stride, lanes
+    column = const % columns
+    return (rest, const - column, stride, columns, lanes), column
 
 
-def _known_divisor(e) -> int:
-    from tessera.codegen.llvm.emitter import known_divisor
-
-    return known_divisor(e)
+# Note [square tiles]: the other direction, a plain tensor written in a blocked layout (NCHW ->
+# NCHW8c: the input of a blocked conv after a split, a concat or a resize in NCHW), reads per
+# output vector (the 8 channels of a block at one position) lanes one channel plane apart: a
+# gather. The schedule unrolls the positions of a vector's width inside it (topi/generic.py:
+# Note [blocked reads]), so one sequence reads columns r = 0..lanes-1 of x[X + r + k*plane]:
+# a square tile of `lanes` rows (channels) `plane` apart, each row `lanes` contiguous
+# positions. The same transpose makes it `lanes` loads of rows and the shuffles. Every element
+# of a tile read whole is read by some load of the sequence, so the rows lie in the buffer.
 
 
 def _add_terms(e) -> list:
@@ -216,7 +222,7 @@ class TileReads:
             return saved
         columns: dict = {}
         for key, column in _strided_loads(stmts):
-            columns.setdefault(key, set()).add(column)
+            columns.setdefault(key, set()).add(column)  # key[-2]: the tile's columns
         self.whole = saved | {key for key, cols in columns.items() if len(cols) == key[-2]}
         return saved
 
@@ -229,18 +235,14 @@ class TileReads:
         tile = _tile_of(index)
         if tile is None or buf.dtype.is_bool or buf.dtype.lanes != 1:
             return None
-        rest, start, column, stride, lanes = tile
-        key = (id(buf), rest, start, stride, lanes)
+        key = (id(buf), *tile[0])
         if key not in self.whole:
-            return None
-        size = buf.num_elements()
-        if _known_divisor(size) % stride:
             return None
         got = self.loaded.get(key)
         if got is None or got[0] is not em.b.block:
-            columns = self._transpose(em, buf, index.base.dtype, rest, start, stride, lanes)
+            columns = self._transpose(em, buf, index.base.dtype, *tile[0])
             got = self.loaded[key] = (em.b.block, columns)
-        return got[1][column]
+        return got[1][tile[1]]
 
     def forget(self, buf=None) -> None:
         """Drop the loaded tiles of `buf` (every tile when None): a store or a call between."""
@@ -250,21 +252,20 @@ class TileReads:
             self.loaded = {k: v for k, v in self.loaded.items() if k[0] != id(buf)}
 
     @staticmethod
-    def _transpose(em, buf, dtype, rest, start, stride, lanes):
+    def _transpose(em, buf, dtype, rest, start, row_step, columns, lanes):
         first = E.IntImm(start, dtype)
         for t in rest:
             first = E.Add(t, first)
         vec_ty = T.storage_type(buf.dtype.with_lanes(lanes))
-        align = em._align_of(buf, first)
-        p = em._element_ptr(buf, em._index_value(buf, first), dtype)
-        p = em.b.bitcast(p, vec_ty.as_pointer())
+        step = row_step if columns == lanes else lanes  # square: a row a vector
         vectors = []
-        for v in range(stride):
-            q = em.b.gep(p, [ir.Constant(T.I32, v)], inbounds=True)
-            a = math.gcd(align, buf.dtype.itemsize * lanes) if v else align
-            vectors.append(em.b.load(q, align=a))
+        for v in range(columns):
+            at = E.Add(first, E.IntImm(v * step, dtype)) if v else first
+            p = em._element_ptr(buf, em._index_value(buf, at), dtype)
+            p = em.b.bitcast(p, vec_ty.as_pointer())
+            vectors.append(em.b.load(p, align=em._align_of(buf, at)))
         group = max(1, INTERLEAVE_BITS // (8 * buf.dtype.itemsize))
-        stages, final = transpose_stages(stride, lanes, group)
+        stages, final = transpose_stages(columns, lanes, group)
         for stage in stages:
             vectors = [
                 em.b.shuffle_vector(vectors[a], vectors[b], ir.Constant(_mask_type(m), m))
@@ -293,8 +294,7 @@ class _StridedLoads(Visitor):
     def visit_BufferLoad(self, e):
         tile = _tile_of(e.indices[0]) if len(e.indices) == 1 else None
         if tile is not None:
-            rest, start, column, stride, lanes = tile
-            self.found.append(((id(e.buffer), rest, start, stride, lanes), column))
+            self.found.append(((id(e.buffer), *tile[0]), tile[1]))
         self.generic_visit(e)
 
     def visit_Call(self, e):
