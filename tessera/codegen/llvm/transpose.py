@@ -125,20 +125,13 @@ def _columns_first(vectors, stride: int, lanes: int):
 def _zip_stage(vectors, vb: int, a: int, lanes: int):
     """Interleave each pair of vectors differing in vector bit vb within groups of 2**(a+1)
     lanes: the low halves of the groups into one vector, the high halves into the other."""
-    stage, out = [None] * len(vectors), [None] * len(vectors)
     width = 1 << (a + 1)
-    for v in range(len(vectors)):
-        if v >> vb & 1:
-            continue
-        pair = (v, v | 1 << vb)
-        for y in (0, 1):
-            mask = []
-            for q in range(lanes):
-                t = q & (width - 1)
-                mask.append((t & 1) * lanes + (q - t) + (y << a) + (t >> 1))
-            stage[pair[y]] = (pair[0], pair[1], mask)
-            out[pair[y]] = [vectors[pair[m // lanes]][m % lanes] for m in mask]
-    return stage, out
+
+    def source(q, y):
+        t = q & (width - 1)
+        return (t & 1) * lanes + (q - t) + (y << a) + (t >> 1)
+
+    return _pair_stage(vectors, vb, lanes, source)
 
 
 def _swap_bits(n: int, a: int, b: int) -> int:
@@ -150,16 +143,23 @@ def _swap_bits(n: int, a: int, b: int) -> int:
 def _swap_stage(vectors, vb: int, lane_bit: int, lanes: int):
     """Exchange bit vb of the vector index with bit lane_bit of the lane index: each pair of
     vectors differing in vb gives two two-input shuffles."""
+
+    def source(q, y):
+        return (q >> lane_bit & 1) * lanes + (q & ~(1 << lane_bit) | y << lane_bit)
+
+    return _pair_stage(vectors, vb, lanes, source)
+
+
+def _pair_stage(vectors, vb: int, lanes: int, source):
+    """Two-input shuffles of each pair of vectors differing in vector bit vb: output y of the
+    pair takes in lane q element `source(q, y)` of the pair's concatenation."""
     stage, out = [None] * len(vectors), [None] * len(vectors)
     for v in range(len(vectors)):
         if v >> vb & 1:
             continue
         pair = (v, v | 1 << vb)
         for y in (0, 1):
-            mask = []
-            for q in range(lanes):
-                src = q >> lane_bit & 1
-                mask.append(src * lanes + (q & ~(1 << lane_bit) | y << lane_bit))
+            mask = [source(q, y) for q in range(lanes)]
             stage[pair[y]] = (pair[0], pair[1], mask)
             out[pair[y]] = [vectors[pair[m // lanes]][m % lanes] for m in mask]
     return stage, out
