@@ -14,7 +14,7 @@ from __future__ import annotations
 from tessera import te
 from tessera.ir.dtype import DType
 from tessera.ir.node import Visitor
-from tessera.tir.expr import FloorMod, IntImm
+from tessera.tir.expr import Add, FloorMod, IntImm, Sub, Var
 from tessera.topi.symbolic import representative
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective")
@@ -121,7 +121,8 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
 # unrolled inside the vector loop, so one straight-line sequence reads whole tiles of
 # lanes x block elements, which the LLVM code generator loads as contiguous vectors and
 # transposes in registers (Note [transposed loads] in codegen/llvm/transpose.py). The rule:
-# a load whose last index is `channel % block` (block its last extent, a power of two up to
+# a load whose last index is `(channel + offset) % block` (the offset a constant: a split's or
+# a concatenate's channels; block its last extent, a power of two up to
 # MAX_TILE_BLOCK), whose next-to-last index is the stage's innermost axis and no other index
 # holds that axis; the channel extent a multiple of the block (no guarded channels, which
 # would split the sequence into branches) and the innermost at least a vector long.
@@ -145,7 +146,7 @@ def _blocked_read(s: te.Schedule, stage, lanes: int):
         last = idx[-1] if len(idx) >= 2 else None
         if not (isinstance(last, FloorMod) and isinstance(last.b, IntImm)):
             continue
-        channel, block = by_var.get(id(last.a)), last.b.value
+        channel, block = by_var.get(id(_offset_var(last.a))), last.b.value
         if channel is None or block < 2 or block & (block - 1) or block > MAX_TILE_BLOCK:
             continue
         shape = load.producer.shape
@@ -157,6 +158,14 @@ def _blocked_read(s: te.Schedule, stage, lanes: int):
             continue
         return channel, block
     return None
+
+
+def _offset_var(e):
+    """The variable of `v`, `v + c` or `v - c` (c a constant: a channel offset of a split or
+    a concatenate), else None."""
+    if isinstance(e, (Add, Sub)) and isinstance(e.b, IntImm):
+        e = e.a
+    return e if isinstance(e, Var) else None
 
 
 def _plain_read(s: te.Schedule, stage, lanes: int):

@@ -232,3 +232,24 @@ def test_haswell_writes_blocks_from_square_tiles():
     mod, _ = _build(HASWELL, [(x, z)])
     asm = mod.get_source("asm")
     assert not re.search(r"\bvinsertps", asm) and re.search(r"\bvperm2f128", asm)
+
+
+@pytest.mark.parametrize("offset", [16, 4])
+def test_split_of_a_blocked_tensor_reads_tiles(offset):
+    """A channel split after NCHW8c -> NCHW reads x[.., (c + offset) % 8]: tiled too; an offset
+    that is not a multiple of the block straddles two blocks (values still exact)."""
+    x = te.placeholder((1, 4, 3, 40, 8), "float32", name="x")
+    y = layout_transform(x, "NCHW8c", "NCHW")
+    z = te.compute(
+        (1, 16, 3, 40), lambda n, c, h, w: y[n, c + offset, h, w], name="split", tag="injective"
+    )
+    z = te.compute(z.shape, lambda *i: z(*i), name="out", tag="injective")
+    mod, funcs = _build(HASWELL, [(x, z)])
+    assert "unrolled" in str(funcs["case0"])
+    xa = RNG.standard_normal((1, 4, 3, 40, 8)).astype("float32")
+    out = np.empty((1, 16, 3, 40), "float32")
+    mod["case0"](xa, out)
+    want = transform_array(xa, "NCHW8c", "NCHW")[:, offset : offset + 16]
+    np.testing.assert_array_equal(out, want)
+    if offset % 8 == 0:
+        assert not re.search(r"\bvinsertps", mod.get_source("asm"))
