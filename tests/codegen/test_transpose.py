@@ -253,3 +253,16 @@ def test_split_of_a_blocked_tensor_reads_tiles(offset):
     np.testing.assert_array_equal(out, want)
     if offset % 8 == 0:
         assert not re.search(r"\bvinsertps", mod.get_source("asm"))
+
+
+@pytest.mark.parametrize("src, dst", [("NCHW4c", "NCHW"), ("NCHW", "NCHW4c")])
+def test_aarch64_tiles_are_neon_zips_compile_only(src, dst):
+    """NEON (4 float lanes): 4 x 4 tiles by zip1/zip2, no per-lane `ld1 {v.s}[k]` (before: 3
+    of them a vector)."""
+    shape = (1, 2, 4, 64, 4) if src != "NCHW" else (1, 8, 4, 64)
+    x = te.placeholder(shape, "float32", name="x")
+    mod, _ = _build(
+        "llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a76", [(x, layout_transform(x, src, dst))]
+    )
+    asm = mod.get_source("asm")
+    assert re.search(r"\bzip1\b", asm) and not re.search(r"ld1\s*\{ v\d+\.s \}\[", asm)
