@@ -116,7 +116,8 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
 
 # Note [blocked reads]: a stage that reads a blocked tensor in a plain layout (the
 # layout_transform NCHW8c -> NCHW inlined into an element-wise chain: an int8 conv's epilogue,
-# a float model's SiLU after its blocked convs) loads, per vector of the innermost axis (W),
+# a float model's split or concatenate at the edge of its blocked convs) loads, per vector of
+# the innermost axis (W),
 # lanes one block apart. Its channel axis is split by the block and the block's channels
 # unrolled inside the vector loop, so one straight-line sequence reads whole tiles of
 # lanes x block elements, which the LLVM code generator loads as contiguous vectors and
@@ -125,7 +126,9 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
 # a concatenate's channels; block its last extent, a power of two up to
 # MAX_TILE_BLOCK), whose next-to-last index is the stage's innermost axis and no other index
 # holds that axis; the channel extent a multiple of the block (no guarded channels, which
-# would split the sequence into branches) and the innermost at least a vector long.
+# would split the sequence into branches) and the innermost at least a vector long. The
+# other direction, a plain tensor written as NCHW[lanes]c (`_plain_read`), unrolls a vector's
+# width of positions inside the channel vector instead (Note [square tiles]).
 MAX_TILE_BLOCK = 16
 
 
