@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.tir.expr import IntImm
+from tessera.ir.node import Visitor
+from tessera.tir.expr import Add, FloorMod, IntImm, Sub, Var
 from tessera.topi.symbolic import representative
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective")
@@ -74,9 +75,29 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
     lanes = vector_lanes(target, tensor.dtype)
     inner = axes[-1]
     inner_extent = const_extent(inner)
+    blocked = _blocked_read(s, stage, lanes)
+    known = None
+    plain = _plain_read(s, stage, lanes) if blocked is None else None
     # a symbolic innermost extent (an image's width) is split too: partition_loop peels its
     # tail off an unguarded main loop (Note [symbolic tails] in topi/symbolic.py)
-    if lanes > 1 and (inner_extent is None or inner_extent >= lanes):
+    if blocked is not None:  # Note [blocked reads]
+        channel, block = blocked
+        channel_outer, channel_inner = stage.split(channel, factor=block)
+        _, vec = stage.split(inner, factor=lanes)
+        outer_axes = [channel_outer if iv is channel else iv for iv in axes[:-1]]
+        known = {id(channel_outer): const_extent(channel) // block}
+        outer_axes.append(stage.leaf_iter_vars[len(axes)])  # the vector loop's outer part
+        stage.reorder(*outer_axes, channel_inner, vec)
+        stage.unroll(channel_inner)
+        stage.vectorize(vec)
+    elif plain is not None:  # Note [blocked reads]: the other direction
+        position_outer, position_inner = stage.split(plain, factor=lanes)
+        outer_axes = [iv for iv in stage.leaf_iter_vars if iv is not position_inner][:-1]
+        known = {id(position_outer): -(-const_extent(plain) // lanes)}
+        stage.reorder(*outer_axes, position_inner, inner)
+        stage.unroll(position_inner)
+        stage.vectorize(inner)
+    elif lanes > 1 and (inner_extent is None or inner_extent >= lanes):
         _, vec = stage.split(inner, factor=lanes)
         stage.vectorize(vec)
         outer_axes = axes[:-1] + [stage.leaf_iter_vars[len(axes) - 1]]
@@ -86,11 +107,119 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
     for iv in axes:
         total *= const_extent(iv) or 1 << 20
     if total >= _MIN_PARALLEL_WORK and len(outer_axes) > 1:
-        par = _parallel_axes(outer_axes[:-1])
+        par = _parallel_axes(outer_axes[:-1], known)
         fused = stage.fuse(*par) if len(par) > 1 else par[0]
         stage.parallel(fused)
     elif total >= _MIN_PARALLEL_WORK and outer_axes:
         stage.parallel(outer_axes[0])
+
+
+# Note [blocked reads]: a stage that reads a blocked tensor in a plain layout (the
+# layout_transform NCHW8c -> NCHW inlined into an element-wise chain: an int8 conv's epilogue,
+# a float model's split or concatenate at the edge of its blocked convs) loads, per vector of
+# the innermost axis (W),
+# lanes one block apart. Its channel axis is split by the block and the block's channels
+# unrolled inside the vector loop, so one straight-line sequence reads whole tiles of
+# lanes x block elements, which the LLVM code generator loads as contiguous vectors and
+# transposes in registers (Note [transposed loads] in codegen/llvm/transpose.py). The rule:
+# a load whose last index is `(channel + offset) % block` (the offset a constant: a split's or
+# a concatenate's channels; block its last extent, a power of two up to
+# MAX_TILE_BLOCK), whose next-to-last index is the stage's innermost axis and no other index
+# holds that axis; the channel extent a multiple of the block (no guarded channels, which
+# would split the sequence into branches) and the innermost at least a vector long. The
+# other direction, a plain tensor written as NCHW[lanes]c (`_plain_read`), unrolls a vector's
+# width of positions inside the channel vector instead (Note [square tiles]).
+MAX_TILE_BLOCK = 16
+
+
+def _blocked_read(s: te.Schedule, stage, lanes: int):
+    """(channel axis, block) of a blocked tensor the stage reads in a plain layout (Note
+    [blocked reads]), else None."""
+    axes = list(stage.op.axis)
+    if lanes < 2 or lanes & (lanes - 1) or len(axes) < 2 or stage.op.is_reduction:
+        return None
+    inner = axes[-1]
+    if (const_extent(inner) or 0) < lanes:
+        return None
+    by_var = {id(iv.var): iv for iv in axes[:-1]}
+    from tessera.te.bound import inline_bodies
+
+    for load in _producer_loads(inline_bodies(s)[stage]):
+        idx = load.indices
+        last = idx[-1] if len(idx) >= 2 else None
+        if not (isinstance(last, FloorMod) and isinstance(last.b, IntImm)):
+            continue
+        channel, block = by_var.get(id(_offset_var(last.a))), last.b.value
+        if channel is None or block < 2 or block & (block - 1) or block > MAX_TILE_BLOCK:
+            continue
+        shape = load.producer.shape
+        if const_extent(channel) is None or const_extent(channel) % block:
+            continue
+        if not (isinstance(shape[-1], IntImm) and shape[-1].value == block):
+            continue
+        if idx[-2] is not inner.var or any(_uses(ix, inner.var) for ix in idx[:-2]):
+            continue
+        return channel, block
+    return None
+
+
+def _offset_var(e):
+    """The variable of `v`, `v + c` or `v - c` (c a constant: a channel offset of a split or
+    a concatenate), else None."""
+    if isinstance(e, (Add, Sub)) and isinstance(e.b, IntImm):
+        e = e.a
+    return e if isinstance(e, Var) else None
+
+
+def _plain_read(s: te.Schedule, stage, lanes: int):
+    """The position axis of a plain tensor the stage writes in a blocked layout (Note
+    [blocked reads]: NCHW -> NCHW{lanes}c), else None: a load whose last index is an output
+    axis other than the innermost, whose innermost axis (the block's channel, `lanes` long)
+    is in another index, and the block one vector."""
+    axes = list(stage.op.axis)
+    if lanes < 2 or lanes & (lanes - 1) or lanes > MAX_TILE_BLOCK or len(axes) < 2:
+        return None
+    inner = axes[-1]
+    if const_extent(inner) != lanes or stage.op.is_reduction:
+        return None
+    by_var = {id(iv.var): iv for iv in axes[:-1]}
+    from tessera.te.bound import inline_bodies
+
+    for load in _producer_loads(inline_bodies(s)[stage]):
+        idx = load.indices
+        position = by_var.get(id(idx[-1])) if len(idx) >= 2 else None
+        if position is None or (const_extent(position) or 0) < lanes:
+            continue
+        if any(_uses(ix, position.var) for ix in idx[:-1]):
+            continue
+        if any(_uses(ix, inner.var) for ix in idx[:-1]):
+            return position
+    return None
+
+
+def _producer_loads(exprs) -> list:
+    found = []
+
+    class _Loads(Visitor):
+        def visit_ProducerLoad(self, node):
+            found.append(node)
+            self.generic_visit(node)
+
+    for e in exprs:
+        _Loads().visit(e)
+    return found
+
+
+def _uses(e, var) -> bool:
+    hit = []
+
+    class _Find(Visitor):
+        def visit_Var(self, node):
+            if node is var:
+                hit.append(node)
+
+    _Find().visit(e)
+    return bool(hit)
 
 
 # Note [symbolic fuse]
@@ -104,11 +233,12 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
 PARALLEL_ITERATIONS = 256
 
 
-def _parallel_axes(axes: list) -> list:
-    """The leading axes of `axes` fused into the parallel loop (Note [symbolic fuse])."""
+def _parallel_axes(axes: list, known: dict | None = None) -> list:
+    """The leading axes of `axes` fused into the parallel loop (Note [symbolic fuse]);
+    `known` gives the extents of split axes by id (they have no domain of their own)."""
     out, work = [], 1
     for iv in axes:
-        extent = const_extent(iv)
+        extent = (known or {}).get(id(iv), const_extent(iv))
         if out and extent is None and work >= PARALLEL_ITERATIONS:
             break
         out.append(iv)

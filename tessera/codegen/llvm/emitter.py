@@ -19,6 +19,7 @@ import math
 from llvmlite import ir
 
 from tessera.codegen.llvm import types as T
+from tessera.codegen.llvm.transpose import TileReads
 from tessera.ir.dtype import DType, float32, int64
 from tessera.tir import expr as E
 from tessera.tir import stmt as S
@@ -85,6 +86,7 @@ class FunctionEmitter:
         self.buffers: dict[int, ir.Value] = {}
         self.buffer_align: dict[int, int] = {}  # bytes the start of each buffer is aligned to
         self._nsw = False  # emitting the index of a buffer access: Note [index arithmetic nsw]
+        self.tiles = TileReads()  # Note [transposed loads]
 
     def finish(self, ret=None):
         """Close the function: jump from the allocas to the body, return 0 at the end."""
@@ -426,6 +428,9 @@ class FunctionEmitter:
             p = self.b.bitcast(p, vec_ty.as_pointer())
             v = self.b.load(p, align=self._align_of(buf, index.base))
             return self._from_storage(v, el.with_lanes(lanes))
+        column = self.tiles.load(self, buf, index)
+        if column is not None:
+            return column
         stride = _small_stride(index)
         if stride and not el.is_bool:
             return self._strided(buf, index, lanes, stride)
@@ -496,6 +501,7 @@ class FunctionEmitter:
         lanes = index.dtype.lanes
         value = self.broadcast(self.expr(s.value), lanes * el.lanes)
         value = self._to_storage(value, el.with_lanes(lanes * el.lanes))
+        self.tiles.forget(buf)
         if lanes == 1:
             p = self._element_ptr(buf, self._index_value(buf, index), index.dtype)
             self.b.store(value, p, align=self._align_of(buf, index))
@@ -516,15 +522,23 @@ class FunctionEmitter:
         method = getattr(self, f"s_{type(s).__name__}", None)
         if method is None:
             raise TypeError(f"{self.name}: the LLVM code generator cannot emit {type(s).__name__}")
+        if isinstance(s, _STRAIGHT):
+            method(s)
+            return
+        saved = self.tiles.enter(None)  # a loop or a branch: its blocks read tiles afresh
         method(s)
+        self.tiles.leave(saved)
 
     def s_SeqStmt(self, s):
+        saved = self.tiles.enter(s.seq)
         for item in s.seq:
             self.stmt(item)
+        self.tiles.leave(saved)
 
     def s_Evaluate(self, s):
         if not isinstance(s.value, (E.IntImm, E.FloatImm)):
             self.expr(s.value)
+            self.tiles.forget()  # a call may write any buffer
 
     def s_AttrStmt(self, s):
         self.stmt(s.body)
@@ -611,6 +625,10 @@ class FunctionEmitter:
         self.b.call(free, [raw])
 
 
+# statements that run in the sequence around them (no blocks of their own): Note [transposed loads]
+_STRAIGHT = (S.SeqStmt, S.LetStmt, S.AttrStmt, S.BufferStore, S.Evaluate)
+
+
 # Note [strided loads]: a vector load whose lanes are 2 to MAX_LOAD_STRIDE elements apart (a
 # stride-2 conv or pool reading every other column) was one scalar load per lane (LLVM made a
 # gather of it). It is one load of the elements from the first lane to the last, all inside
@@ -619,7 +637,9 @@ class FunctionEmitter:
 # epilogue) reads lanes 8 apart, which as scalar loads cost each vector eight index extractions
 # and inserts (ddddocr_old's eleven such epilogues 2.20 -> 1.69 ms on AVX2, 1 thread); the
 # neighbours the span loads are the other channels of the block, which the next vectors read
-# from L1. Wider strides would load mostly unused data.
+# from L1. Wider strides would load mostly unused data. Where one straight-line sequence reads
+# every column of such a tile, the columns come from contiguous loads and a register transpose
+# instead (Note [transposed loads] in transpose.py); this path is for the loads left over.
 MAX_LOAD_STRIDE = 8
 
 
