@@ -129,7 +129,9 @@ def main(argv=None) -> int:
     for k in range(len(modules)):
         minima = np.concatenate(samples[k]).min(axis=0)
         for call, t in zip(calls[k], minima, strict=True):
-            row = table.setdefault(call_class(call.nodes, classes, op_types), [0.0] * (1 + len(modules)))
+            row = table.setdefault(
+                call_class(call.nodes, classes, op_types), [0.0] * (1 + len(modules))
+            )
             row[1 + k] += float(t)
     ort_times = ort_node_medians(args.model, args.threads, feed, args.runs, np.min)
     sources = ort_sources(list(ort_times), model)
