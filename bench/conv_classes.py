@@ -25,7 +25,7 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from int8 import call_seconds, ort_node_medians  # noqa: E402
-from kernel_sums import artifacts_parser  # noqa: E402
+from kernel_sums import artifacts_parser, loaded_modules, random_feed  # noqa: E402
 
 ANCHORS = ("Conv", "Gemm", "MatMul", "ConvTranspose")
 
@@ -97,28 +97,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import tessera
-    from tessera.cli.build import load_artifact
 
     tessera.runtime.set_num_threads(args.threads)
     model = onnx.load(args.model)
     channels = input_channels(model)
     classes = {n.name: node_class(n, channels) for n in model.graph.node}
     op_types = {n.name: n.op_type for n in model.graph.node}
-    inits = {t.name for t in model.graph.initializer}
-    rng = np.random.default_rng(0)
-    feed = {
-        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
-            "float32"
-        )
-        for i in model.graph.input
-        if i.name not in inits
-    }
-    modules = []
-    for path in args.artifacts:
-        _, module = load_artifact(path, None)
-        module.set_input(**feed)
-        module.run()
-        modules.append(module)
+    feed = random_feed(model.graph)
+    modules = loaded_modules(args.artifacts, feed)
     samples: list[list[np.ndarray]] = [[] for _ in modules]
     calls = [None] * len(modules)
     for _ in range(2):  # in turns, twice

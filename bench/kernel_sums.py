@@ -35,31 +35,42 @@ def artifacts_parser(doc: str, model_help: str) -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    ap = artifacts_parser(__doc__, "the .onnx model (static input shapes)")
-    ap.add_argument("--runs", type=int, default=100)
-    args = ap.parse_args(argv)
-
-    import tessera
-    from tessera.cli.build import load_artifact
-
-    tessera.runtime.set_num_threads(args.threads)
-    graph = onnx.load(args.model).graph
+def random_feed(graph) -> dict[str, np.ndarray]:
+    """Seeded standard-normal float32 inputs for a graph's inputs (static shapes)."""
     inits = {t.name for t in graph.initializer}
     rng = np.random.default_rng(0)
-    feed = {
+    return {
         i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
             "float32"
         )
         for i in graph.input
         if i.name not in inits
     }
+
+
+def loaded_modules(paths: list[str], feed: dict) -> list:
+    """The artifacts loaded, their inputs set and run once (warm)."""
+    from tessera.cli.build import load_artifact
+
     modules = []
-    for path in args.artifacts:
+    for path in paths:
         _, module = load_artifact(path, None)
         module.set_input(**feed)
         module.run()
         modules.append(module)
+    return modules
+
+
+def main(argv=None) -> int:
+    ap = artifacts_parser(__doc__, "the .onnx model (static input shapes)")
+    ap.add_argument("--runs", type=int, default=100)
+    args = ap.parse_args(argv)
+
+    import tessera
+
+    tessera.runtime.set_num_threads(args.threads)
+    feed = random_feed(onnx.load(args.model).graph)
+    modules = loaded_modules(args.artifacts, feed)
     samples = [[] for _ in modules]
     for _ in range(args.runs):
         for k, module in enumerate(modules):
