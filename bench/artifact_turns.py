@@ -7,12 +7,14 @@
 (before.so compiled the same way by the tree before a change, e.g. `git archive` of it on
 PYTHONPATH, with a cache directory of its own.)
 
-One process loads every artifact and an ORT session on the model's zoo inputs
-(`fetch_zoo.feeds`), prints each artifact's max difference from ORT over ORT's output range,
-then runs them in turns of 3 runs each for `--seconds`, the order rotated every turn (ORT's
-spinning threads slow whatever runs right after it), and prints medians, minima and each
-median over ORT's. The artifacts see the same load, so their ratios compare where the
-separate processes of `bench/before_after.py` can drift apart. A benchmark, not a test.
+One process loads every artifact and an ORT session on the model's zoo inputs (`zoo.SUITE`:
+a light model's or a built one's seeded random inputs, a pretrained one's `fetch_zoo.feeds`;
+the .onnx to compile: `tessera.models.light_model(name)` saved, or the fetched file), prints
+each artifact's max difference from ORT over ORT's output range, then runs them in turns of 3
+runs each for `--seconds`, the order rotated every turn (ORT's spinning threads slow whatever
+runs right after it), and prints medians, minima and each median over ORT's. The artifacts
+see the same load, so their ratios compare where the separate processes of
+`bench/before_after.py` can drift apart. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -22,31 +24,32 @@ import sys
 import time
 
 import numpy as np
-import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import fetch_zoo  # noqa: E402
 from kernel_sums import artifacts_parser  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = artifacts_parser(__doc__, "a pretrained zoo model (bench/fetch_zoo.py)")
+    ap = artifacts_parser(__doc__, "a zoo model (bench/zoo.py: light, built or pretrained)")
     ap.add_argument("--seconds", type=float, default=40.0)
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
+    from zoo import SUITE
 
     import tessera
     from tessera.cli.build import load_artifact
 
-    source = {s.name: s for s in fetch_zoo.SOURCES}[args.model]
-    path = str(fetch_zoo.fetch(source, fetch_zoo.cache_dir()))
-    feed = fetch_zoo.feeds(source, onnx.load(path), 0)
+    case = SUITE[args.model]
+    model = case.build()
+    feed = case.feeds(model, 0)
     tessera.runtime.set_num_threads(args.threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     want = session.run(None, feed)[0]
     span = float(np.max(want) - np.min(want)) or 1.0
     runners = []

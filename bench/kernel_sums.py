@@ -35,24 +35,37 @@ def artifacts_parser(doc: str, model_help: str) -> argparse.ArgumentParser:
     return ap
 
 
+def random_feed(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Seeded inputs for a model's graph inputs (static shapes), each in its own dtype (BERT's
+    token ids are int64): standard normal floats, small non-negative integers."""
+    from tessera.models import random_inputs
+
+    return random_inputs(model, 0)
+
+
+def loaded_modules(paths: list[str], feed: dict) -> list:
+    """The artifacts loaded, their inputs set and run once (warm)."""
+    from tessera.cli.build import load_artifact
+
+    modules = []
+    for path in paths:
+        _, module = load_artifact(path, None)
+        module.set_input(**feed)
+        module.run()
+        modules.append(module)
+    return modules
+
+
 def main(argv=None) -> int:
     ap = artifacts_parser(__doc__, "the .onnx model (static input shapes)")
     ap.add_argument("--runs", type=int, default=100)
     args = ap.parse_args(argv)
 
     import tessera
-    from tessera.cli.build import load_artifact
 
     tessera.runtime.set_num_threads(args.threads)
-    # each input in its own dtype (BERT's token ids are int64): standard normal floats, small
-    # non-negative integers
-    feed = tessera.models.random_inputs(onnx.load(args.model), 0)
-    modules = []
-    for path in args.artifacts:
-        _, module = load_artifact(path, None)
-        module.set_input(**feed)
-        module.run()
-        modules.append(module)
+    feed = random_feed(onnx.load(args.model))
+    modules = loaded_modules(args.artifacts, feed)
     samples = [[] for _ in modules]
     for _ in range(args.runs):
         for k, module in enumerate(modules):

@@ -385,3 +385,36 @@ def test_channel_shuffle_matches_reference_in_both_layouts():
     want = x.reshape(n, 4, c // 4, h, w).transpose(0, 2, 1, 3, 4).reshape(x.shape)
     (got,) = get_op("channel_shuffle").evaluate([x], {"groups": 4})
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("registers", [16, 32])
+def test_conv_tile_takes_more_oc_vectors_where_2_3_4_do_not_divide(registers):
+    """Note [oc vectors]: 125 output blocks (1000 classes in blocks of 8), 5 or 35 blocks took
+    one vector (a load per FMA); now 5 or 7, within the accumulator budget."""
+    for width, oc_blocks in [(13, 125), (13, 5), (7, 35), (28, 7)]:
+        tile = choose_conv_tile(width, oc_blocks, registers, False, chains=8)
+        assert oc_blocks % tile.oc_vectors == 0
+        assert tile.accumulators <= registers * 5 // 8  # the accumulator budget
+        if registers == 16 and oc_blocks % 5 == 0:
+            assert tile.oc_vectors == 5, (width, oc_blocks, tile)
+    # a count that 2, 3 or 4 divides keeps its tile from the candidates 1-4
+    for width, oc_blocks in [(13, 64), (7, 64), (14, 6), (56, 8)]:
+        assert choose_conv_tile(width, oc_blocks, registers, False, chains=8).oc_vectors <= 4
+
+
+def test_conv_of_five_oc_blocks_matches_reference_on_avx2():
+    """Numerics of the 5-vector tiles (Note [oc vectors]) on AVX2: 1x1 over a 13-wide row
+    (a tail), a padded 3x3 of stride 2, batch 2, input channels not a multiple of the block;
+    the FMA loop holds its accumulators in registers."""
+    if not HASWELL.is_host:
+        pytest.skip("this CPU cannot run AVX2 code")
+    cases = [
+        _conv_case(1, 16, (13, 13), 40, 1, ib=8, ob=8),
+        _conv_case(2, 12, (9, 11), 40, 3, stride=2, pad=1, ib=4, ob=8),
+        _conv_case(1, 8, (7, 7), 200, 1, ib=8, ob=8),  # 25 blocks
+    ]
+    check_ops(cases, target=HASWELL, schedule_target="x86", rtol=1e-4, atol=1e-4)
+    mod, _ = build_cases(cases[:1], target=HASWELL, schedule_target="x86")
+    loops = [loop_summary(body) for body in fma_loops(mod.get_source("asm"))]
+    assert loops and max(x["fma"] for x in loops) >= 10
+    assert all(x["stack"] == 0 for x in loops)

@@ -368,6 +368,26 @@ TAIL_PENALTY = RuleKnob(
 )  # fmt: skip
 
 
+# Note [oc vectors]
+# A tile's oc_vectors divide the output channel blocks (no tail along channels). Counts of
+# blocks with no factor 2, 3 or 4 are common: 1000 classes are 125 blocks of 8 on AVX2 (a
+# classifier's 1x1 conv, squeezenet's conv10), 40 or 56 channels 5 or 7 blocks. With
+# oc_vectors up to 4 only, those took one vector (about one load per FMA): squeezenet's
+# 512 -> 1000 conv on 13x13 ran at 1.37x ORT's time. Their candidates go up to 8 (the score,
+# FMAs per load within the accumulator budget, picks 5 x 2 for 125 blocks on AVX2, 5 x 4 on
+# AVX-512); counts that 2, 3 or 4 divide keep the candidates 1-4 (their tiles as before; the
+# tuner's oc_vectors knob offers up to 8 for every count).
+OC_VECTORS = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def oc_vector_candidates(oc_blocks: int) -> tuple[int, ...]:
+    """The rule's oc_vectors candidates for a count of output channel blocks (Note [oc
+    vectors])."""
+    if any(oc_blocks % v == 0 for v in (2, 3, 4)):
+        return OC_VECTORS[:4]
+    return OC_VECTORS
+
+
 def choose_conv_tile(
     out_width: int,
     oc_blocks: int,
@@ -387,7 +407,7 @@ def choose_conv_tile(
     windows of `share` output blocks, makes that a choice, scored by the work it adds."""
     budget, penalty = _accumulator_budget(registers), TAIL_PENALTY.value()
     best, best_score = ConvTile(1, 1), -1.0
-    for ocv in (1,) if depthwise else (1, 2, 3, 4):
+    for ocv in (1,) if depthwise else oc_vector_candidates(oc_blocks):
         if oc_blocks % ocv:
             continue
         sharing = (False, True) if grouped and window_work is not None and ocv > 1 else (False,)

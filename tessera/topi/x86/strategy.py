@@ -56,6 +56,7 @@ from tessera.topi.x86 import (
 from tessera.topi.x86.conv2d import (
     CONV_REDUCE_ORDERS,
     CONV_SPLITS,
+    OC_VECTORS,
     GroupWindow,
     _accumulator_budget,
     choose_conv_tile,
@@ -320,7 +321,7 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
     knobs = [
         Knob("out_block", tuple(c.out_blocks()), default=lambda *a: c.default_out_block(a[2])),
         *_tile_knobs(c),
-        Knob("oc_vectors", (1, 2, 3, 4), default=_default_tile(1)),
+        Knob("oc_vectors", OC_VECTORS, default=_default_tile(1)),
         Knob("prefetch", (False, True), default=_default_prefetch),
         _parallel_knob(),
     ]
