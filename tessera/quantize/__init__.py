@@ -65,6 +65,7 @@ class QConfig:
     weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
     weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
+    gptq_order: str = "natural"  # or "act": Note [GPTQ column order] (gptq.py)
     hessian_samples: int | None = None  # feeds whose layer inputs make the Hessians (None: all)
     # Note [layer sensitivity] (sensitivity.py): each layer's cost to the model's output SQNR
     # when it alone is int8, measured (and reported) when `sensitivity` or a target is set;
@@ -515,6 +516,8 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     if config.activation_dtype not in ("uint8", "int8", "auto"):
         raise ValueError(f"activation_dtype must be uint8, int8 or auto, got "
                          f"{config.activation_dtype}")  # fmt: skip
+    if config.gptq_order not in ("natural", "act"):
+        raise ValueError(f"gptq_order must be natural or act, got {config.gptq_order}")
     if config.choose_by not in ("layer", "output"):
         raise ValueError(f"choose_by must be layer or output, got {config.choose_by}")
     if config.weight_rounding not in ("nearest", "gptq"):
@@ -549,7 +552,7 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     if config.weight_rounding == "gptq":
         h_feeds = fit[: config.hessian_samples or len(fit)]
         for layer, h in zip(layers, _hessians(probe, layers, where, h_feeds), strict=True):
-            layer.hessian, layer.damp = h, config.gptq_damp
+            layer.hessian, layer.damp, layer.gptq_order = h, config.gptq_damp, config.gptq_order
     held_values = list(calibrate.run_values(probe, held_feeds))
     held = [a[: len(inputs)] for a in held_values]
     act, label = {}, {}
