@@ -97,8 +97,8 @@ def test_output_choice_is_the_best_build():
 
     errors = {m: error(quantize(mod, params, calib, QConfig(candidates=(m,), holdout=2, **base)))
               for m in methods}  # fmt: skip
-    result = quantize(mod, params, calib,
-                      QConfig(candidates=methods, holdout=2, choose_by="output", **base))  # fmt: skip
+    config = QConfig(candidates=methods, holdout=2, choose_by="output", **base)
+    result = quantize(mod, params, calib, config)
     (row,) = result.report
     assert row.method == f"{min(errors, key=errors.get)}/u8", (row.method, errors)
     assert len(set(np.round(list(errors.values()), 3))) == len(methods)  # a real choice
