@@ -42,6 +42,9 @@ class QConfig:
     percentile: float = 99.99
     activation_dtype: str = "uint8"  # or "int8" (symmetric), or "auto" (per tensor, as above)
     candidates: tuple[str, ...] = ("minmax", "percentile", "mse", "entropy")
+    # what "auto" minimizes: "layer", the reading layers' own output error; "output", the
+    # model output's error through the sensitivity probe (Note [range by the output])
+    choose_by: str = "layer"
     holdout: int | None = None  # feeds held out to choose by (None: a quarter, 1 to 8)
     ops: tuple[str, ...] = ("nn.conv2d", "nn.dense", "matmul")
     skip: tuple[str, ...] = ()  # source node names (or output value names) to keep float
@@ -62,6 +65,7 @@ class QConfig:
     weight_search: bool = True  # per-row weight scales by weighted error: Note [weight scales]
     weight_rounding: str = "gptq"  # or "nearest": Note [GPTQ rounding] (gptq.py)
     gptq_damp: float = 0.01  # added to the Hessian's diagonal, times its mean
+    gptq_order: str = "natural"  # or "act": Note [GPTQ column order] (gptq.py)
     hessian_samples: int | None = None  # feeds whose layer inputs make the Hessians (None: all)
     # Note [layer sensitivity] (sensitivity.py): each layer's cost to the model's output SQNR
     # when it alone is int8, measured (and reported) when `sensitivity` or a target is set;
@@ -314,18 +318,29 @@ def _choice_error(layer: Layer, xs, refs, act) -> float:
     return noise / max(signal, 1e-30)
 
 
-def _choose_act(obs, readers: list[Layer], held, config: QConfig):
-    """(scale, zero point, dtype) and its label for one tensor: the candidate with the least
-    error on the held-out inputs `held` (Note [range per tensor]); the only one when there is
-    one candidate."""
+def _options(obs, config: QConfig) -> dict:
+    """{(scale, zero point, dtype): label} of a tensor's candidate ranges, distinct ones only."""
     options = {}
     for method, dtype in _candidates(config, obs):
         lo, hi = calibrate.choose_range(obs, method, config.percentile, dtype)
         act = (*calibrate.activation_params(lo, hi, dtype), dtype)
         options.setdefault(act, f"{method}/{'u8' if dtype == 'uint8' else 's8'}")
+    return options
+
+
+def _choose_act(obs, readers: list[Layer], held, config: QConfig, by_output=None):
+    """(scale, zero point, dtype) and its label for one tensor: the candidate with the least
+    error on the held-out inputs `held` (Note [range per tensor]), or with `by_output` (an
+    _OutputScorer) the least error of the model's output (Note [range by the output]); the
+    only one when there is one candidate."""
+    options = _options(obs, config)
     if len(options) == 1 or not held:
         act, label = next(iter(options.items()))
         return act, label
+    if by_output is not None:
+        scores = {act: by_output.score(readers, held, act) for act in options}
+        best = min(scores, key=scores.get)
+        return best, options[best]
     attrs = [dict(layer.call.attrs.items()) for layer in readers]
     refs = [[gptq.layer_output(layer.kind, a, x, layer.weight) for x in held]
             for layer, a in zip(readers, attrs, strict=True)]  # fmt: skip
@@ -334,6 +349,65 @@ def _choose_act(obs, readers: list[Layer], held, config: QConfig):
               for act in options}  # fmt: skip
     best = min(scores, key=scores.get)
     return best, options[best]
+
+
+# Note [range by the output]
+# Note [range per tensor] scores a tensor's candidate ranges by its readers' own output error,
+# which weighs every element of every reader alike; the model's output does not: an error in an
+# early layer passes through every layer after it, a clipped large value may matter where many
+# small roundings average out. choose_by="output" scores each candidate by the model output's
+# error instead, through the probe of Note [layer sensitivity] (the float function with an
+# additive input after each layer): on each of the first held-out feeds (as many as measure the
+# sensitivity), the inputs after the tensor's readers get their error with the tensor quantized
+# by the candidate and the int8 weights (its mean per channel removed: bias correction takes
+# that part), the shared copy (Note [shared quantized values]) its quantize-dequantize error,
+# and the candidate with the least output error energy is kept. One more compile of the float
+# model, and a run per tensor, candidate and feed.
+
+
+class _OutputScorer:
+    """Scores a tensor's candidate ranges by the model output's error (Note [range by the
+    output])."""
+
+    def __init__(self, func, layers, feeds, config: QConfig, target):
+        shared, _ = _shared_values(func, layers, range(len(layers)), config.share)
+        self.probe = sensitivity.NoiseProbe(func, layers, shared, target)
+        self.feeds = feeds
+        self.refs = self.probe.outputs(feeds)
+        self.position = {id(layer): j for j, layer in enumerate(layers)}
+        self.shared = {id(v): len(layers) + k for k, v in enumerate(shared)}
+
+    def score(self, readers: list[Layer], held, act) -> float:
+        """The output error energy over the feeds with the readers' input quantized by act
+        (held: their input on each held-out feed, in the order of the feeds)."""
+        sx, zx, dtype = act
+        q = get_op("qnn.quantize")
+        total = 0.0
+        for feed, ref, x in zip(self.feeds, self.refs, held, strict=False):
+            xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
+            xd = (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx)
+            deltas = {self.position[id(layer)]: _error_of(layer, x, xd) for layer in readers}
+            k = self.shared.get(id(readers[0].data))
+            if k is not None:
+                deltas[k] = xd - x
+            total += self.probe.joint_noise(feed, ref, deltas)
+        return total
+
+
+def _error_of(layer: Layer, x: np.ndarray, xd: np.ndarray) -> np.ndarray:
+    """layer's output from xd and its int8 weights minus its float output from x, the mean per
+    output channel removed, in the output's shape."""
+    wq, sw = layer.quantized_weight()
+    w = wq.astype(np.float32) * sw.reshape((-1,) + (1,) * (wq.ndim - 1))
+    attrs = dict(layer.call.attrs.items())
+    err = (gptq.layer_output(layer.kind, attrs, xd, w)
+           - gptq.layer_output(layer.kind, attrs, x, layer.weight))  # fmt: skip
+    err = err - err.mean(axis=0)
+    shape = tuple(layer.call.outputs[0].type.shape)
+    if layer.kind == "conv2d":
+        n, o, oh, ow = shape
+        return err.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+    return err.reshape(shape)
 
 
 def _hessians(probe, layers, where, feeds) -> list[np.ndarray]:
@@ -442,6 +516,10 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     if config.activation_dtype not in ("uint8", "int8", "auto"):
         raise ValueError(f"activation_dtype must be uint8, int8 or auto, got "
                          f"{config.activation_dtype}")  # fmt: skip
+    if config.gptq_order not in ("natural", "act"):
+        raise ValueError(f"gptq_order must be natural or act, got {config.gptq_order}")
+    if config.choose_by not in ("layer", "output"):
+        raise ValueError(f"choose_by must be layer or output, got {config.choose_by}")
     if config.weight_rounding not in ("nearest", "gptq"):
         raise ValueError(f"weight_rounding must be nearest or gptq, got {config.weight_rounding}")
     feeds = list(calibration)[: config.max_samples]
@@ -474,13 +552,18 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     if config.weight_rounding == "gptq":
         h_feeds = fit[: config.hessian_samples or len(fit)]
         for layer, h in zip(layers, _hessians(probe, layers, where, h_feeds), strict=True):
-            layer.hessian, layer.damp = h, config.gptq_damp
+            layer.hessian, layer.damp, layer.gptq_order = h, config.gptq_damp, config.gptq_order
     held_values = list(calibrate.run_values(probe, held_feeds))
     held = [a[: len(inputs)] for a in held_values]
     act, label = {}, {}
+    scorer = None
+    if config.choose_by == "output" and held_feeds:
+        n = min(len(held_feeds), config.sensitivity_samples or correction_feeds(len(held_feeds)))
+        scorer = _OutputScorer(func, layers, held_feeds[:n], config, target)
     for k, (v, obs) in enumerate(zip(inputs, stats, strict=True)):
         readers = [layer for layer in layers if layer.data is v]
-        act[id(v)], label[id(v)] = _choose_act(obs, readers, [h[k] for h in held], config)
+        act[id(v)], label[id(v)] = _choose_act(obs, readers, [h[k] for h in held], config,
+                                               scorer)  # fmt: skip
     # each layer's own SQNR on a feed that fitted nothing when there is one (else the first)
     measured = held_values[0] if held_values else first
     x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}

@@ -1,5 +1,6 @@
 """Calibration: run the float model on the calibration feeds, observe the tensors that will be
-quantized, and choose each one's range (min-max, percentile, KL/entropy, or MSE-optimal).
+quantized, and choose each one's range (min-max, percentile, KL/entropy, MSE-optimal, or the
+min-max range times a fraction: "clip0.8").
 
     m = compile_probe(func, values, target)                 # values as the outputs
     stats = observe(m, len(values), feeds, histograms=True)  # one Observer per value
@@ -131,6 +132,9 @@ def choose_range(obs: Observer, method: str, percentile: float = 99.99,
                  dtype: str = "uint8") -> tuple[float, float]:  # fmt: skip
     """The float range [lo, hi] (lo <= 0 <= hi) to quantize to `dtype`, by `method`."""
     lo, hi = min(obs.min, 0.0), max(obs.max, 0.0)
+    if method.startswith("clip"):  # "clip0.8": the min-max range times 0.8 (a clipping grid)
+        fraction = clip_fraction(method)
+        return lo * fraction, hi * fraction
     if method == "minmax" or obs.hist is None or not obs.hist.any():
         return lo, hi
     width = obs.absmax / BINS
@@ -146,8 +150,19 @@ def choose_range(obs: Observer, method: str, percentile: float = 99.99,
             t = _mse_threshold(obs.hist, width, levels)
     else:
         raise ValueError(f"unknown calibration method {method!r} "
-                         "(minmax, percentile, entropy, mse)")  # fmt: skip
+                         "(minmax, percentile, entropy, mse, clipR)")  # fmt: skip
     return max(lo, -t), min(hi, t)
+
+
+def clip_fraction(method: str) -> float:
+    """R of a method "clipR" (0 < R <= 1): the min-max range times R."""
+    try:
+        fraction = float(method[len("clip") :])
+    except ValueError:
+        fraction = 0.0
+    if not 0 < fraction <= 1:
+        raise ValueError(f"calibration method {method!r}: clipR needs 0 < R <= 1 (clip0.8)")
+    return fraction
 
 
 def activation_params(lo: float, hi: float, dtype: str) -> tuple[float, int]:

@@ -80,15 +80,43 @@ def _inverse_factor(h: np.ndarray, damp: float) -> np.ndarray:
     return np.swapaxes(np.linalg.cholesky(hinv), 1, 2)
 
 
+# Note [GPTQ column order]
+# GPTQ rounds the columns in their order, and the last columns have no later ones left to
+# take their error. order="act" (GPTQ's act-order, "desc_act") rounds first the columns whose
+# inputs carry the most energy (the largest diagonal of H), so that the columns that cost the
+# output most are rounded while many others can still compensate; each group of a conv gets
+# its own order (stable sort: ties keep their natural order). The result is the same rounding
+# problem with the columns permuted, put back in place: the scales are unchanged.
+
+
 def gptq_round(w: np.ndarray, scale: np.ndarray, h: np.ndarray, groups: int = 1,
-               damp: float = 0.01, qmax: int = 127) -> np.ndarray:  # fmt: skip
+               damp: float = 0.01, qmax: int = 127,
+               order: str = "natural") -> np.ndarray:  # fmt: skip
     """int8 w (w's shape, output rows first) rounded column by column with the error carried
     onto later columns (Note [GPTQ rounding]); scale: one per row; h: (groups, K, K) with K the
-    size of a row."""
+    size of a row; order: "natural" or "act" (Note [GPTQ column order])."""
     o = w.shape[0]
     rows = w.reshape(groups, o // groups, -1).astype(np.float64).copy()  # (G, R, K)
     s = np.asarray(scale, np.float64).reshape(groups, o // groups)
-    u = _inverse_factor(np.asarray(h, np.float64), damp)  # (G, K, K)
+    h = np.asarray(h, np.float64)
+    if order == "act":
+        perm = np.argsort(-np.einsum("gkk->gk", h), axis=1, kind="stable")  # (G, K)
+        rows = np.take_along_axis(rows, perm[:, None, :], axis=2)
+        h = np.take_along_axis(np.take_along_axis(h, perm[:, :, None], axis=1),
+                               perm[:, None, :], axis=2)  # fmt: skip
+        q = _gptq_rows(rows, s, h, damp, qmax)
+        out = np.empty_like(q)
+        np.put_along_axis(out, np.broadcast_to(perm[:, None, :], q.shape), q, axis=2)
+        return out.reshape(w.shape).astype(np.int8)
+    if order != "natural":
+        raise ValueError(f"GPTQ column order must be natural or act, got {order!r}")
+    return _gptq_rows(rows, s, h, damp, qmax).reshape(w.shape).astype(np.int8)
+
+
+def _gptq_rows(rows: np.ndarray, s: np.ndarray, h: np.ndarray, damp: float,
+               qmax: int) -> np.ndarray:  # fmt: skip
+    """The int64 rounding of rows (G, R, K), scales s (G, R), in column order."""
+    u = _inverse_factor(h, damp)  # (G, K, K)
     q = np.empty(rows.shape, np.int64)
     k = rows.shape[2]
     for i1 in range(0, k, BLOCK):  # GPTQ's lazy batches: a block's errors reach later ones at once
@@ -102,7 +130,7 @@ def gptq_round(w: np.ndarray, scale: np.ndarray, h: np.ndarray, groups: int = 1,
             errs[:, :, j] = (col - qj * s) / u[:, i1 + j, i1 + j][:, None]  # (G, R)
             block[:, :, j + 1 :] -= errs[:, :, j, None] * u[:, None, i1 + j, i1 + j + 1 : i2]
         rows[:, :, i2:] -= errs @ u[:, i1:i2, i2:]
-    return q.reshape(w.shape).astype(np.int8)
+    return q
 
 
 def output_error(w: np.ndarray, wq: np.ndarray, h: np.ndarray, groups: int = 1) -> float:

@@ -41,6 +41,7 @@ class Layer:
     # weight_rounding="gptq": Note [GPTQ rounding] in gptq.py
     hessian: np.ndarray | None = field(default=None, repr=False)
     damp: float = 0.01
+    gptq_order: str = "natural"  # Note [GPTQ column order] in gptq.py
     _qweight: tuple | None = field(default=None, repr=False)
 
     @property
@@ -81,7 +82,8 @@ class Layer:
         else:
             q, scale = quantize_weight(w, _element_importance(w, self.importance, self.groups))
         if self.hessian is not None:
-            q = gptq_round(w, scale, self.hessian, self.groups, self.damp)
+            q = gptq_round(w, scale, self.hessian, self.groups, self.damp,
+                           order=self.gptq_order)  # fmt: skip
         return q, scale
 
 

@@ -106,6 +106,18 @@ class NoiseProbe:
             self.module.set_input(v.name, z)
         return [self._run(feed) for feed in feeds]
 
+    def joint_noise(self, feed: dict, ref: np.ndarray, deltas: dict) -> float:
+        """The energy of the output's error on `feed` (float output `ref`, from outputs()) when
+        the noise inputs {position: array} of `deltas` are set together and the others are
+        zero (as outputs() leaves them)."""
+        m = self.module
+        for j, d in deltas.items():
+            m.set_input(self.noise_inputs[j].name, np.ascontiguousarray(d, self.zeros[j].dtype))
+        noise = float(np.sum((self._run(feed) - ref) ** 2))
+        for j in deltas:
+            m.set_input(self.noise_inputs[j].name, self.zeros[j])
+        return noise
+
     def measure(self, feeds, deltas) -> tuple[float, np.ndarray]:
         """(S, N): S the float output's energy over the feeds, N[j] the energy of the output's
         error when noise input j (layer j's output, then the shared values') is deltas(f)[j]

@@ -201,3 +201,27 @@ def test_keep_float_roles(roles, kept):
     assert ops.count("qnn.conv2d") == 2 - len(kept) and ops.count("nn.conv2d") == len(kept)
     x = feeds[0]["x"]
     assert sqnr_db(run(mod, x, params), run(result.mod, x)) > 30
+
+
+def test_gptq_act_order_is_the_permuted_problem():
+    """order="act" (Note [GPTQ column order]) rounds the columns by descending diag(H): the same
+    as natural order on the columns sorted that way, put back; invariant to how the columns
+    come; per group of a grouped conv."""
+    rng = np.random.default_rng(7)
+    x = correlated(rng, 3000, 24) * np.linspace(0.2, 3.0, 24)  # unequal input energies
+    w = rng.standard_normal((2 * 6, 12))  # two groups of 6 rows, 12 columns each
+    h = np.stack([x[:, :12].T @ x[:, :12] / 3000, x[:, 12:].T @ x[:, 12:] / 3000])
+    _, scale = quantize_weight(w.astype(np.float32))
+    got = gptq_round(w, scale, h, groups=2, order="act")
+    rows = w.reshape(2, 6, 12)
+    for g in range(2):
+        perm = np.argsort(-np.diag(h[g]), kind="stable")
+        want = gptq_round(rows[g][:, perm], scale[6 * g : 6 * g + 6], h[g][perm][:, perm][None])
+        np.testing.assert_array_equal(got.reshape(2, 6, 12)[g][:, perm], want)
+        shuffle = rng.permutation(12)  # any column order gives the same rounding
+        again = gptq_round(rows[g][:, shuffle], scale[6 * g : 6 * g + 6],
+                           h[g][shuffle][:, shuffle][None], order="act")  # fmt: skip
+        np.testing.assert_array_equal(again, got.reshape(2, 6, 12)[g][:, shuffle])
+    assert not np.array_equal(got, gptq_round(w, scale, h, groups=2))  # a different rounding
+    with pytest.raises(ValueError, match="order"):
+        gptq_round(w, scale, h, groups=2, order="random")
