@@ -11,10 +11,14 @@ into their consumers by `inline_injective`; an anchor op's schedule calls it fir
 
 from __future__ import annotations
 
+import functools
+
 from tessera import te
 from tessera.ir.dtype import DType
 from tessera.ir.node import Visitor
+from tessera.te.bound import inline_bodies
 from tessera.tir.expr import Add, FloorMod, IntImm, Sub, Var
+from tessera.tir.stmt_functor import uses_var
 from tessera.topi.symbolic import representative
 
 INLINE_TAGS = ("elemwise", "broadcast", "injective")
@@ -75,9 +79,12 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
     lanes = vector_lanes(target, tensor.dtype)
     inner = axes[-1]
     inner_extent = const_extent(inner)
-    blocked = _blocked_read(s, stage, lanes)
+    # the loads of the stage's body with inlined producers substituted, computed once and only
+    # where a rule below gets that far
+    loads = functools.cache(lambda: _producer_loads(inline_bodies(s)[stage]))
+    blocked = _blocked_read(stage, lanes, loads)
     known = None
-    plain = _plain_read(s, stage, lanes) if blocked is None else None
+    plain = _plain_read(stage, lanes, loads) if blocked is None else None
     # a symbolic innermost extent (an image's width) is split too: partition_loop peels its
     # tail off an unguarded main loop (Note [symbolic tails] in topi/symbolic.py)
     if blocked is not None:  # Note [blocked reads]
@@ -132,7 +139,7 @@ def schedule_elementwise_stage(s: te.Schedule, tensor: te.Tensor, target) -> Non
 MAX_TILE_BLOCK = 16
 
 
-def _blocked_read(s: te.Schedule, stage, lanes: int):
+def _blocked_read(stage, lanes: int, loads):
     """(channel axis, block) of a blocked tensor the stage reads in a plain layout (Note
     [blocked reads]), else None."""
     axes = list(stage.op.axis)
@@ -142,9 +149,7 @@ def _blocked_read(s: te.Schedule, stage, lanes: int):
     if (const_extent(inner) or 0) < lanes:
         return None
     by_var = {id(iv.var): iv for iv in axes[:-1]}
-    from tessera.te.bound import inline_bodies
-
-    for load in _producer_loads(inline_bodies(s)[stage]):
+    for load in loads():
         idx = load.indices
         last = idx[-1] if len(idx) >= 2 else None
         if not (isinstance(last, FloorMod) and isinstance(last.b, IntImm)):
@@ -157,7 +162,7 @@ def _blocked_read(s: te.Schedule, stage, lanes: int):
             continue
         if not (isinstance(shape[-1], IntImm) and shape[-1].value == block):
             continue
-        if idx[-2] is not inner.var or any(_uses(ix, inner.var) for ix in idx[:-2]):
+        if idx[-2] is not inner.var or any(uses_var(ix, inner.var) for ix in idx[:-2]):
             continue
         return channel, block
     return None
@@ -171,7 +176,7 @@ def _offset_var(e):
     return e if isinstance(e, Var) else None
 
 
-def _plain_read(s: te.Schedule, stage, lanes: int):
+def _plain_read(stage, lanes: int, loads):
     """The position axis of a plain tensor the stage writes in a blocked layout (Note
     [blocked reads]: NCHW -> NCHW{lanes}c), else None: a load whose last index is an output
     axis other than the innermost, whose innermost axis (the block's channel, `lanes` long)
@@ -183,16 +188,14 @@ def _plain_read(s: te.Schedule, stage, lanes: int):
     if const_extent(inner) != lanes or stage.op.is_reduction:
         return None
     by_var = {id(iv.var): iv for iv in axes[:-1]}
-    from tessera.te.bound import inline_bodies
-
-    for load in _producer_loads(inline_bodies(s)[stage]):
+    for load in loads():
         idx = load.indices
         position = by_var.get(id(idx[-1])) if len(idx) >= 2 else None
         if position is None or (const_extent(position) or 0) < lanes:
             continue
-        if any(_uses(ix, position.var) for ix in idx[:-1]):
+        if any(uses_var(ix, position.var) for ix in idx[:-1]):
             continue
-        if any(_uses(ix, inner.var) for ix in idx[:-1]):
+        if any(uses_var(ix, inner.var) for ix in idx[:-1]):
             return position
     return None
 
@@ -208,18 +211,6 @@ def _producer_loads(exprs) -> list:
     for e in exprs:
         _Loads().visit(e)
     return found
-
-
-def _uses(e, var) -> bool:
-    hit = []
-
-    class _Find(Visitor):
-        def visit_Var(self, node):
-            if node is var:
-                hit.append(node)
-
-    _Find().visit(e)
-    return bool(hit)
 
 
 # Note [symbolic fuse]
