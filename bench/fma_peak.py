@@ -1,4 +1,5 @@
-"""The machine's measured peak of float32 fused multiply-adds, for context next to kernel timings.
+"""The machine's measured peak of float32 fused multiply-adds, for context next to kernel timings,
+and of int8 multiply-adds (`--int8`).
 
 A JIT-compiled loop of independent vector FMA chains at the widest vector width the host
 supports: as many chains as the vector registers hold with two to spare (12 with 16 registers,
@@ -8,7 +9,11 @@ iteration and reads ~30% under the peak (16 chains on a 16-register AVX2 core di
 starts all threads together behind a barrier, each pinned to its own CPU where the OS allows,
 and lasts about `seconds`; the result is the best of `runs` (a shared machine only ever makes a
 run slower, so the best one is the closest to the hardware). Run alone:
-`python bench/fma_peak.py [threads]`.
+`python bench/fma_peak.py [threads] [--int8]`.
+
+`--int8` (Note [int8 peak]) also measures the u8 x s8 multiply-adds of each instruction form
+the host has, next to the float32 FMAs, as multiply-adds per second and their ratio: what an
+int8 kernel can gain over a float32 one on this CPU at best.
 """
 
 from __future__ import annotations
@@ -60,27 +65,123 @@ def _ir(lanes: int, chains: int) -> str:
     return "\n".join(lines)
 
 
-@functools.cache
-def _compile():
-    """(engine, fn, flops per iteration): the engine must stay alive while fn is called, so it is
-    cached too."""
+# Note [int8 peak]
+# An int8 kernel's products run on one of three instruction forms, each an independent chain
+# of accumulations here as the FMAs above (the input re-read from the accumulator so that
+# nothing is loop-invariant):
+# - "vnni": vpdpbusd (AVX512-VNNI, AVX-VNNI): 4 u8 x s8 products summed into each int32 lane
+#   in one instruction, exact;
+# - "pairs": vpmaddubsw (u8 x s8 pairs into a saturating int16, exact only where a weight's
+#   pairs are bounded: Note [bounded pairs] in codegen/llvm/int8_dot.py), then vpmaddwd by ones
+#   into int32 and an add: two multiplier instructions for a vector of bytes;
+# - "words": vpmaddwd on bytes widened to int16 (exact), then an add: a vector of words.
+# The measure is multiply-adds per second (a float32 FMA is one), so the ratio to the FMA
+# line is what int8 can gain on this CPU at most, before epilogues and data movement.
+INT8_FORMS = ("vnni", "pairs", "words")
+
+
+def _int8_ir(form: str, bits: int, chains: int) -> tuple[str, int]:
+    """(LLVM IR of `int8_loop`, multiply-adds per iteration) for one form at `bits`."""
+    n32, n16, n8 = bits // 32, bits // 16, bits // 8
+    v32, v16, v8 = f"<{n32} x i32>", f"<{n16} x i16>", f"<{n8} x i8>"
+    wide = bits == 512
+    maddubs = "llvm.x86.avx512.pmaddubs.w.512" if wide else "llvm.x86.avx2.pmadd.ub.sw"
+    maddwd = "llvm.x86.avx512.pmaddw.d.512" if wide else "llvm.x86.avx2.pmadd.wd"
+    dpbusd = f"llvm.x86.avx512.vpdpbusd.{bits}"
+    madd_words = f"declare {v32} @{maddwd}({v16}, {v16})"
+    decls = {
+        "vnni": [f"declare {v32} @{dpbusd}({v32}, {v32}, {v32})"],
+        "pairs": [f"declare {v16} @{maddubs}({v8}, {v8})", madd_words],
+        "words": [madd_words],
+    }[form]
+    lines = [
+        *decls,
+        "define i32 @int8_loop(i64 %n, i32 %seed) {",
+        "entry:",
+        f"  %s0 = insertelement {v32} undef, i32 %seed, i32 0",
+        f"  %s = shufflevector {v32} %s0, {v32} undef, <{n32} x i32> zeroinitializer",
+        f"  %w8 = bitcast {v32} %s to {v8}",
+        f"  %w16 = bitcast {v32} %s to {v16}",
+        f"  %ones = bitcast {v32} <{', '.join(['i32 65537'] * n32)}> to {v16}",
+        "  br label %loop",
+        "loop:",
+        "  %i = phi i64 [0, %entry], [%i1, %loop]",
+    ]
+    for c in range(chains):
+        lines.append(f"  %a{c} = phi {v32} [%s, %entry], [%b{c}, %loop]")
+    for c in range(chains):
+        if form == "vnni":
+            lines.append(f"  %b{c} = call {v32} @{dpbusd}({v32} %a{c}, {v32} %a{c}, {v32} %s)")
+            continue
+        if form == "pairs":
+            lines += [
+                f"  %x{c} = bitcast {v32} %a{c} to {v8}",
+                f"  %t{c} = call {v16} @{maddubs}({v8} %x{c}, {v8} %w8)",
+                f"  %u{c} = call {v32} @{maddwd}({v16} %t{c}, {v16} %ones)",
+            ]
+        else:
+            lines += [
+                f"  %x{c} = bitcast {v32} %a{c} to {v16}",
+                f"  %u{c} = call {v32} @{maddwd}({v16} %x{c}, {v16} %w16)",
+            ]
+        lines.append(f"  %b{c} = add {v32} %a{c}, %u{c}")
+    lines += [
+        "  %i1 = add i64 %i, 1",
+        "  %done = icmp eq i64 %i1, %n",
+        "  br i1 %done, label %exit, label %loop",
+        "exit:",
+    ]
+    acc = "%b0"
+    for c in range(1, chains):
+        lines.append(f"  %r{c} = xor {v32} {acc}, %b{c}")
+        acc = f"%r{c}"
+    lines += [f"  %out = extractelement {v32} {acc}, i32 0", "  ret i32 %out", "}"]
+    return "\n".join(lines), chains * (n16 if form == "words" else n8)
+
+
+def int8_forms() -> list[str]:
+    """The int8 forms of Note [int8 peak] this host has."""
+    features = llvm.get_host_cpu_features()
+    vnni = features.get("avx512vnni") or features.get("avxvnni")
+    return [f for f in INT8_FORMS if f != "vnni" or vnni]
+
+
+def _jit(ir: str, name: str, restype):
+    """(engine, fn(i64, restype)) for the host; the engine must stay alive while fn is called."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     features = llvm.get_host_cpu_features()
-    lanes = 16 if features.get("avx512f") else 8 if features.get("avx") else 4
-    chains = _chains(32 if features.get("avx512f") else 16)
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3
     )
-    mod = llvm.parse_assembly(_ir(lanes, chains))
+    mod = llvm.parse_assembly(ir)
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
-    fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(
-        engine.get_function_address("fma_loop")
-    )
-    return engine, fn, chains * lanes * 2
+    fn = ctypes.CFUNCTYPE(restype, ctypes.c_int64, restype)(engine.get_function_address(name))
+    return engine, fn
+
+
+@functools.cache
+def _compile(form: str = "fma"):
+    """(engine, fn, operations per iteration): float32 flops for "fma", int8 multiply-adds for
+    an int8 form (Note [int8 peak]). Cached with its engine, which must outlive fn's calls."""
+    features = llvm.get_host_cpu_features()
+    wide = bool(features.get("avx512f"))
+    if form == "fma":
+        lanes = 16 if wide else 8 if features.get("avx") else 4
+        chains = _chains(32 if wide else 16)
+        engine, fn = _jit(_ir(lanes, chains), "fma_loop", ctypes.c_float)
+        return engine, fn, chains * lanes * 2
+    if form not in int8_forms():
+        raise ValueError(f"int8 form {form!r} is not available on this host: {int8_forms()}")
+    bits = 512 if wide and (form == "vnni" or features.get("avx512bw")) else 256
+    # two registers more than the FMA loop: the weight and the ones (or a temporary)
+    chains = min(MAX_CHAINS, (32 if bits == 512 else 16) - 4)
+    ir, macs = _int8_ir(form, bits, chains)
+    engine, fn = _jit(ir, "int8_loop", ctypes.c_int32)
+    return engine, fn, macs
 
 
 def _pin_this_thread(cpu: int | None) -> None:
@@ -102,7 +203,7 @@ def _run_together(fn, iters: int, threads: int) -> float:
         _pin_this_thread(cpus[t % len(cpus)] if cpus else None)
         barrier.wait()
         start = time.perf_counter()
-        fn(iters, 0.5)  # ctypes releases the GIL for the call
+        fn(iters, 1)  # ctypes releases the GIL for the call (1 converts to float or int)
         spans[t] = (start, time.perf_counter())
 
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
@@ -113,12 +214,13 @@ def _run_together(fn, iters: int, threads: int) -> float:
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def measure_fma_peak(threads: int = 1, runs: int = 5, seconds: float = 0.1) -> float:
+def measure_fma_peak(threads: int = 1, runs: int = 5, seconds: float = 0.1,
+                     form: str = "fma") -> float:  # fmt: skip
     """GFLOP/s of float32 FMAs (2 flops each) on `threads` threads: the best of `runs` runs of
-    about `seconds` each."""
+    about `seconds` each. With an int8 `form` (Note [int8 peak]): G int8 multiply-adds/s."""
     if threads < 1 or runs < 1:
         raise ValueError(f"measure_fma_peak: threads and runs must be >= 1, got {threads}, {runs}")
-    _, fn, flops_per_iter = _compile()
+    _, fn, flops_per_iter = _compile(form)
     probe = 100_000
     iters = max(probe, int(probe * seconds / _run_together(fn, probe, 1)))
     best = 0.0
@@ -140,5 +242,12 @@ def warn_if_above_peak(name: str, gflops: float, peak: float) -> str | None:
 
 
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    print(f"measured float32 FMA peak on {n} thread(s): {measure_fma_peak(n):.1f} GFLOP/s")
+    args = [a for a in sys.argv[1:] if a != "--int8"]
+    n = int(args[0]) if args else 1
+    peak = measure_fma_peak(n)
+    print(f"measured float32 FMA peak on {n} thread(s): {peak:.1f} GFLOP/s")
+    if "--int8" in sys.argv[1:]:
+        for form in int8_forms():
+            macs = measure_fma_peak(n, form=form)
+            print(f"int8 multiply-adds, {form:5s}: {macs:.1f} G/s = {macs / (peak / 2):.2f}x "
+                  f"the float32 FMAs")  # fmt: skip
