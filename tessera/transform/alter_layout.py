@@ -263,9 +263,11 @@ class _Rewriter(ConvRewrites):
 
     def rewrite(self, call: Call) -> bool:
         """Emit a blocked form of `call` and record its output as blocked; False: not done."""
+        name = call.op.name
+        if name == "split":
+            return self.split(call)
         if len(call.outputs) != 1 or not _is_plain(call.outputs[0].type):
             return False
-        name = call.op.name
         if name == "nn.conv2d":
             return self.conv(call)
         if name == "qnn.conv2d":
@@ -576,6 +578,27 @@ class _Rewriter(ConvRewrites):
                 return self.to_block(v, block)
         return None
 
+    def split(self, call: Call) -> bool:
+        """Note [blocked split]: channels split into whole blocks stay blocked."""
+        (x,) = call.inputs
+        block = self.block_of(x)
+        if block is None or self.is_padded(x) or x.type.ndim != 4 or call.attrs["axis"] % 4 != 1:
+            return False
+        sections = [int(s) for s in call.attrs["sections"]]
+        if any(s % block for s in sections):
+            return False
+        op, attrs = call.op, {**call.attrs, "axis": 1, "sections": [s // block for s in sections]}
+        xb = self.to_block(x, block)
+        types = op.infer_type([xb.type], attrs)
+        parts = tuple(
+            Value(self._name(v, "nchwc"), t) for v, t in zip(call.outputs, types, strict=True)
+        )
+        self.body.append(Call(op, (xb,), attrs, parts, self.span))
+        self.defined.update(id(p) for p in parts)
+        for v, part in zip(call.outputs, parts, strict=True):
+            self.set_blocked(v, part, block)
+        return True
+
     def concatenate(self, call: Call) -> bool:
         (out,) = call.outputs
         if call.attrs["axis"] % 4 != 1:
@@ -590,6 +613,16 @@ class _Rewriter(ConvRewrites):
         yb = self.emit("concatenate", inputs, {"axis": 1}, name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, block)
         return True
+
+
+# Note [blocked split]
+# A split along the channels of a blocked value (YOLOv5/v8's C2f and CSP blocks halve a conv's
+# output, run convs on one half and concatenate all) went back to NCHW for the split and each
+# part forward to NCHW[x]c for the convs after it: a whole-tensor transform and one per part,
+# several per block. Where every part is a whole number of blocks, the same split of the blocked
+# value along its block axis gives each part in the blocked layout (parts of whole blocks are
+# contiguous runs of it); a part some plain op reads goes back to NCHW alone, as any blocked
+# value. Parts that cut a block, and padded values (Note [channel padding]), split in NCHW.
 
 
 def _shuffle_chains(func: Function) -> dict[int, tuple[tuple[Call, Call, Call], int]]:

@@ -252,6 +252,62 @@ def test_build_uses_blocked_kernels_and_matches_interpreter():
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def _c2f(split: str, h: int = 10):
+    """A YOLOv8 C2f-style block: a conv, its channels split, a conv on the last part, all
+    concatenated, a 1x1 conv; `split` the sections of 32 channels."""
+    consts = {"w1": _w(32, 8, 3, 3), "w2": _w(16, 16, 3, 3), "w3": _w(16, 48, 1, 1)}
+    parts = split.count(",") + 1
+    names = ", ".join(f"%p{k}" for k in range(parts))
+    last = f"%p{parts - 1}"
+    func = parse(
+        f"""def main(%x: f32[1, 8, {h}, {h}]) {{
+          %w1 = constant(...) : f32[32, 8, 3, 3]; %w2 = constant(...) : f32[16, 16, 3, 3];
+          %w3 = constant(...) : f32[16, 48, 1, 1];
+          %1 = nn.conv2d(%x, %w1, {CONV}); %2 = sigmoid(%1); %3 = multiply(%1, %2);
+          {names} = split(%3, axis=1, sections=[{split}]);
+          %4 = nn.conv2d({last}, %w2, {CONV}); %5 = nn.relu(%4);
+          %6 = concatenate(%3, %5, axis=1); %7 = nn.conv2d(%6, %w3, {CONV1}); %8 = nn.relu(%7);
+          %9 = add(%p0, %p0); return %8, %9 }}""",
+        constants=consts,
+    )
+    return func
+
+
+@pytest.mark.parametrize("target", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_split_into_whole_blocks_stays_blocked(target):
+    """Note [blocked split]: a split of a blocked value into whole blocks is the same split of
+    its blocks, its parts blocked; only outputs go back to NCHW."""
+    before = _c2f("16, 16")
+    after = alter_layout(before, target=target)
+    (split,) = [c for c in after.body if c.op.name == "split"]
+    block = split.inputs[0].type.shape[-1]
+    assert split.inputs[0].type.ndim == 5 and list(split.attrs["sections"]) == [16 // block] * 2
+    assert all(p.type.ndim == 5 for p in split.outputs)
+    transforms = [c for c in after.body if c.op.name == "layout_transform"]
+    assert len(transforms) == 3  # the input and the two outputs: none around the split
+    _check_same(before, after)
+
+
+def test_split_cutting_a_block_splits_in_nchw():
+    """Parts that are not whole blocks (12 of 16 on AVX-512) split the plain value, as before."""
+    before = _c2f("12, 4, 16")
+    after = alter_layout(before, target=AVX512)
+    (split,) = [c for c in after.body if c.op.name == "split"]
+    assert split.inputs[0].type.ndim == 4
+    _check_same(before, after)
+
+
+def test_blocked_split_builds_and_matches_interpreter():
+    func = _c2f("16, 16", h=9)
+    lib = tessera.build(IRModule({"main": func}), target="llvm")
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    x = RNG.standard_normal((1, 8, 9, 9)).astype("f4")
+    m.set_input("x", x)
+    m.run()
+    for k, want in enumerate(run_function(func, {"x": x})):
+        np.testing.assert_allclose(m.get_output(k).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_build_with_padded_channels_matches_interpreter():
     """Note [channel padding] end to end: 120 and 1000 channels padded on AVX-512 hosts (as they
     are elsewhere) through a depthwise conv, squeeze-excitation, a residual add and a head."""
