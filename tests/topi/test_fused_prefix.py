@@ -86,3 +86,43 @@ def test_concatenate_matches_numpy(shapes, axis):
     kernel, _ = _build([y], [*xs, y])
     arrays = [RNG.standard_normal(s).astype("float32") for s in shapes]
     np.testing.assert_array_equal(_run(kernel, arrays, _shape(y)), np.concatenate(arrays, axis))
+
+
+@pytest.mark.parametrize(
+    "shape, parallel, serial",
+    [
+        ((1, 2, 80, 79, 8), 1 * 2 * 80 * 2, 40),  # 160 rows: the width in 2 chunks of 40 (a tail)
+        ((1, 1, 1, 1000, 8), 250, 4),  # no rows: 256 chunks asked, 250 of 4 vectors
+        ((2, 3, 10, 64, 8), 60 * 5, 13),  # 60 rows: 5 chunks of 13 (a tail)
+    ],
+)
+def test_one_vector_rows_are_cut_into_chunks(shape, parallel, serial):
+    """Note [one-vector rows]: where the rows before a one-vector body's width hold fewer than
+    PARALLEL_ITERATIONS iterations, the width joins the parallel loop in chunks that run their
+    vectors in a serial loop; numerics with a guarded last chunk."""
+    x = te.placeholder(shape, name="x")
+    y = te.compute(shape, lambda *i: te.max(x(*i) * 2.0 + 1.0, 0.0), name="y")
+    kernel, mod = _build([y], [x, y])
+    loops = _loops(mod)
+    assert [int(f.extent.value) for f in loops if f.kind == ForKind.PARALLEL] == [parallel]
+    # the chunk's loop: `serial` vectors, the last chunk's bound min(rest, serial) on a tail
+    (chunk,) = [f for f in loops if f.kind == ForKind.SERIAL]
+    bound = chunk.extent.value if hasattr(chunk.extent, "value") else chunk.extent.b.value
+    assert bound == serial
+    a = RNG.standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(_run(kernel, [a], shape), np.maximum(a * 2 + 1, 0), rtol=1e-6)
+
+
+def test_blocked_split_matches_numpy():
+    """A split of [1, 4, 80, 80, 8] along its blocks (Note [blocked split] in
+    transform/alter_layout.py): both parts in chunked rows, each equal to its slice."""
+    shape = (1, 4, 80, 79, 8)
+    x = te.placeholder(shape, name="x")
+    parts = transform.split(x, 1, [1, 3])
+    kernel, _ = _build(list(parts), [x, *parts])
+    a = RNG.standard_normal(shape).astype("float32")
+    nd = tessera.runtime.ndarray
+    outs = [nd.empty(list(_shape(p)), "float32") for p in parts]
+    kernel["k"](nd.array(a), *outs)
+    np.testing.assert_array_equal(outs[0].numpy(), a[:, :1])
+    np.testing.assert_array_equal(outs[1].numpy(), a[:, 1:])
