@@ -280,6 +280,8 @@ class _Rewriter(ConvRewrites):
             return self.pool(call)
         elif name == "concatenate":
             return self.concatenate(call)
+        elif name == "image.resize":
+            return self.resize(call)
         if call.op.kind == OpKind.ELEMWISE and len(call.inputs) == 1:
             return self.elementwise(call)
         if call.op.kind == OpKind.BROADCAST and len(call.inputs) == 2:
@@ -599,6 +601,30 @@ class _Rewriter(ConvRewrites):
             self.set_blocked(v, part, block)
         return True
 
+    def resize(self, call: Call) -> bool:
+        """Note [blocked resize]: a resize of the height and width of a blocked value."""
+        (x,), (out,) = call.inputs, call.outputs
+        block = self.block_of(x)
+        attrs = call.attrs
+        if block is None or not (x.type.is_static and out.type.is_static):
+            return False
+        if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+            return False  # its region of interest names the axes of NCHW
+        scales, size = list(attrs["scales"]), list(attrs["size"])
+        if scales[:2] != [1.0, 1.0] or size[:2] != list(x.type.shape[:2]):
+            return False  # batch and channels must stay as they are
+        xb = self.to_block(x, block)
+        n, cb, *_ = xb.type.shape
+        blocked = {
+            **attrs,
+            "size": [n, cb, *size[2:], block],
+            "scales": [*scales, 1.0],
+            "roi": None,
+        }
+        yb = self.emit("image.resize", [xb], blocked, name=self._name(out, "nchwc"))
+        self.set_blocked(out, yb, block)
+        return True
+
     def concatenate(self, call: Call) -> bool:
         (out,) = call.outputs
         if call.attrs["axis"] % 4 != 1:
@@ -613,6 +639,17 @@ class _Rewriter(ConvRewrites):
         yb = self.emit("concatenate", inputs, {"axis": 1}, name=self._name(out, "nchwc"))
         self.set_blocked(out, yb, block)
         return True
+
+
+# Note [blocked resize]
+# A detector's neck upsamples a blocked conv output (nearest, 2x) and concatenates it with an
+# earlier blocked one: resize in NCHW put a transform back before it and one forward after it.
+# A resize of the height and width reads each channel's plane alone, so it is the same resize of
+# the blocked value with the block's axis (scale 1, its size kept) added: an identity axis the
+# compute skips (topi/image.py), the channel vector innermost. Padded channels resize as the
+# rest (their zeros stay zeros for every mode but an extrapolating crop). Not taken: a resize
+# of the batch or channels, tf_crop_and_resize (its region of interest is per NCHW axis) and
+# symbolic sizes.
 
 
 # Note [blocked split]

@@ -252,10 +252,14 @@ def test_build_uses_blocked_kernels_and_matches_interpreter():
     np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+C2F_WEIGHTS = {"w1": (32, 8, 3, 3), "w2": (16, 16, 3, 3), "w3": (16, 48, 1, 1)}
+
+
 def _c2f(split: str, h: int = 10):
     """A YOLOv8 C2f-style block: a conv, its channels split, a conv on the last part, all
     concatenated, a 1x1 conv; `split` the sections of 32 channels."""
-    consts = {"w1": _w(32, 8, 3, 3), "w2": _w(16, 16, 3, 3), "w3": _w(16, 48, 1, 1)}
+    rng = np.random.default_rng(11)  # draws of its own: the shared generator feeds later tests
+    consts = {k: rng.standard_normal(v).astype("f4") for k, v in C2F_WEIGHTS.items()}
     parts = split.count(",") + 1
     names = ", ".join(f"%p{k}" for k in range(parts))
     last = f"%p{parts - 1}"
@@ -301,11 +305,79 @@ def test_blocked_split_builds_and_matches_interpreter():
     func = _c2f("16, 16", h=9)
     lib = tessera.build(IRModule({"main": func}), target="llvm")
     m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
-    x = RNG.standard_normal((1, 8, 9, 9)).astype("f4")
+    x = np.random.default_rng(13).standard_normal((1, 8, 9, 9)).astype("f4")
     m.set_input("x", x)
     m.run()
     for k, want in enumerate(run_function(func, {"x": x})):
         np.testing.assert_allclose(m.get_output(k).numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def _neck(resize: str, h: int = 6, cout: int = 32):
+    """A detector neck: a conv, its output resized, concatenated with a conv at that size."""
+    rng = np.random.default_rng(12)
+    shapes = {"w1": (cout, 8, 3, 3), "w2": (16, 8, 3, 3), "w3": (16, cout + 16, 1, 1)}
+    consts = {k: rng.standard_normal(v).astype("f4") for k, v in shapes.items()}
+    H = 2 * h
+    func = parse(
+        f"""def main(%x: f32[1, 8, {h}, {h}], %y: f32[1, 8, {H}, {H}]) {{
+          %w1 = constant(...) : f32[{cout}, 8, 3, 3]; %w2 = constant(...) : f32[16, 8, 3, 3];
+          %w3 = constant(...) : f32[16, {cout + 16}, 1, 1];
+          %1 = nn.conv2d(%x, %w1, {CONV}); %2 = nn.relu(%1);
+          %3 = image.resize(%2, size=[1, {cout}, {H}, {H}], {resize});
+          %4 = nn.conv2d(%y, %w2, {CONV}); %5 = concatenate(%3, %4, axis=1);
+          %6 = nn.conv2d(%5, %w3, {CONV1}); return %6 }}""",
+        constants=consts,
+    )
+    return func
+
+
+RESIZES = [
+    'scales=[1.0, 1.0, 2.0, 2.0], mode="nearest", coordinate_transformation_mode="asymmetric", '
+    'nearest_mode="floor"',
+    'scales=[1.0, 1.0, 2.0, 2.0], mode="linear", coordinate_transformation_mode="half_pixel"',
+    'scales=[1.0, 1.0, 2.0, 2.0], mode="cubic", coordinate_transformation_mode="align_corners"',
+]
+
+
+@pytest.mark.parametrize("resize", RESIZES, ids=["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("cout", [32, 20], ids=["whole", "padded"])
+def test_resize_of_a_blocked_value_stays_blocked(resize, cout):
+    """Note [blocked resize]: the neck's resize runs on the blocked value (its block an identity
+    axis); no transform around it; the same values (20 channels: padded blocks on AVX-512,
+    which the concatenate after it joins in NCHW, Note [channel padding])."""
+    before = _neck(resize, cout=cout)
+    after = alter_layout(before, target=AVX512)
+    (call,) = [c for c in after.body if c.op.name == "image.resize"]
+    assert call.inputs[0].type.ndim == 5 and call.outputs[0].type.ndim == 5
+    transforms = [c for c in after.body if c.op.name == "layout_transform"]
+    if cout % 16 == 0:
+        assert len(transforms) == 3  # the two inputs and the output
+    _check_same(before, after)
+
+
+def test_resize_of_channels_or_crops_stays_plain():
+    """A crop's region of interest is per NCHW axis: it resizes the plain value."""
+    crop = (
+        'scales=[1.0, 1.0, 2.0, 2.0], mode="linear", coordinate_transformation_mode='
+        '"tf_crop_and_resize", roi=[0.0, 0.0, 0.1, 0.1, 1.0, 1.0, 0.9, 0.9]'
+    )
+    before = _neck(crop)
+    after = alter_layout(before, target=AVX512)
+    (call,) = [c for c in after.body if c.op.name == "image.resize"]
+    assert call.inputs[0].type.ndim == 4
+    _check_same(before, after)
+
+
+def test_blocked_resize_builds_and_matches_interpreter():
+    func = _neck(RESIZES[1], h=5)
+    lib = tessera.build(IRModule({"main": func}), target="llvm")
+    m = tessera.runtime.GraphModule(lib["default"](tessera.cpu(0)))
+    rng = np.random.default_rng(14)
+    feeds = {p.name: rng.standard_normal(p.type.shape).astype("f4") for p in func.params}
+    m.set_input(**feeds)
+    m.run()
+    (want,) = run_function(func, feeds)
+    np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_build_with_padded_channels_matches_interpreter():
