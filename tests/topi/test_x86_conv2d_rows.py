@@ -41,6 +41,12 @@ def test_rule_takes_strided_3x3_convs_whose_tile_weights_exceed_l1():
         assert row_accumulators_rule(2 * 8 * ic * 9 * 4, 9 * 8, 28, 4)
     assert not row_accumulators_rule(2 * 8 * 1024 * 4, 8, 14, 2)  # 1x1: reload too costly
     assert not row_accumulators_rule(2 * 8 * 512 * 9 * 4, 72, 7, 7)  # one tile per row
+    # a whole last tile: 4 + 4 for 7 wastes 1/7 of the row (ResNet-50's 7-wide one), 32 for
+    # 31 1/31
+    assert not row_accumulators_rule(2 * 8 * 512 * 9 * 4, 72, 7, 4)
+    assert row_accumulators_rule(2 * 8 * 512 * 9 * 4, 72, 31, 4)
+    with use_rules({"conv.row_max_waste": 0.25}):
+        assert row_accumulators_rule(2 * 8 * 512 * 9 * 4, 72, 7, 4)
     assert not row_accumulators_rule(L1, 72, 28, 4)  # fits L1
     assert row_accumulators_rule(L1 + 4, 72, 28, 4)
     with use_rules({"conv.row_min_steps": 128}):  # the rule knob
@@ -51,11 +57,11 @@ def _row_cases():
     # weights per tile past any L1 (>= 2 blocks of 8 outputs x >= 100 input channels x 9
     # taps), >= 2 tiles per row
     return [
-        _conv_case(1, 128, (26, 26), 16, 3, stride=2, pad=1, ib=8, ob=8),  # 13 wide: a tail
+        _conv_case(1, 128, (61, 61), 16, 3, stride=2, pad=1, ib=8, ob=8),  # 31 wide: a tail
         _conv_case(2, 100, (15, 17), 24, 3, stride=2, pad=(0, 1, 2, 1), ib=4, ob=8),
-        _conv_case(1, 128, (14, 14), 16, 3, pad=2, dilation=2, ib=8, ob=8),  # dilated, s1
+        _conv_case(1, 128, (16, 16), 16, 3, pad=2, dilation=2, ib=8, ob=8),  # dilated, s1
         _conv_case(1, 96, (19, 19), 16, 5, stride=2, pad=2, ib=8, ob=8),  # 5x5, 10 wide
-        _conv_case(1, 128, (12, 12), 16, 3, stride=2, ib=8, ob=8),  # no padding, 5 wide
+        _conv_case(1, 128, (21, 21), 16, 3, stride=2, ib=8, ob=8),  # no padding, 10 wide
     ]
 
 
@@ -123,12 +129,12 @@ def test_row_accumulators_forced_by_the_knob_match_reference(tile):
 
 
 def test_row_fma_loop_keeps_its_accumulators_in_registers():
-    """The FMA loop of a row schedule with a tail (13 wide): its tiles' accumulators in
+    """The FMA loop of a row schedule with a tail (31 wide): its tiles' accumulators in
     registers, no stack traffic (the last tile is computed whole, not guarded)."""
     _needs_avx2()
     case = _row_cases()[0]
-    tile = choose_conv_tile(13, 2, vector_registers(HASWELL), False, fma_chains(HASWELL))
-    assert 13 % tile.ow_block and tile != ConvTile(13, 1)
+    tile = choose_conv_tile(31, 2, vector_registers(HASWELL), False, fma_chains(HASWELL))
+    assert 31 % tile.ow_block
     mod, _ = build_cases([case], target=HASWELL, schedule_target="x86")
     loops = [loop_summary(body) for body in fma_loops(mod.get_source("asm"))]
     assert loops and max(x["fma"] for x in loops) >= 8

@@ -671,16 +671,24 @@ CONV_SPLITS = ("rows", "chunks", "none")
 # it costs: each tile loads and stores its accumulators once per input block, 2 / (taps *
 # block) memory accesses per FMA -- nothing for a 3x3 kernel (1/36 with blocks of 8), a quarter
 # for a 1x1 kernel with blocks of 8 (slower: 1x1 convs keep the tile's reduction whole, their
-# weights per tile are a single tap anyway). The rule (the knob's default): the tile's weights
-# exceed the L1 data cache, a block's reduction has at least ROW_MIN_STEPS steps (taps x the
-# input block), and the row holds at least two tiles (else nothing reuses a block's weights).
-# A row whose width the tile does not divide computes its last tile whole (Note [clamped
-# tails] in te/lower.py): guards inside the unrolled tile kept its accumulators in memory.
-# The sums' order is the same as the tile's (blocks, taps, channels): the results are
-# bitwise the same.
+# weights per tile are a single tap anyway). A row whose width the tile does not divide
+# computes its last tile whole (Note [clamped tails] in te/lower.py; guards inside the unrolled
+# tile kept its accumulators in memory), work the tile form does not do (it peels the tail).
+# The rule (the knob's default): the tile's weights exceed the L1 data cache, a block's
+# reduction has at least ROW_MIN_STEPS steps (taps x the input block), the row holds at least
+# two tiles (else nothing reuses a block's weights) and its whole last tile wastes at most
+# ROW_MAX_WASTE of the row's work. Measured in ResNet-50 on Zen 3 (1 thread, each call's
+# minimum, load ~7): 128 channels 28 wide (7 tiles of 4) 3.88 -> 3.11 ms, 256 channels 14 wide
+# (7 of 2) 3.13 -> 2.81, but 512 channels 7 wide (4 + a whole 4 for 3: 1/7 wasted) 3.75 ->
+# 5.09: the waste bound leaves that one its tiles. The sums' order is the same as the tile's
+# (blocks, taps, channels): the results are bitwise the same.
 ROW_MIN_STEPS = RuleKnob(
     "conv.row_min_steps", (16, 32, 64, 128), 32,
     "row accumulators only where one input block's reduction takes at least this many steps",
+)  # fmt: skip
+ROW_MAX_WASTE = RuleKnob(
+    "conv.row_max_waste", (0.0, 0.0625, 0.125, 0.25), 0.0625,
+    "row accumulators only where the row's whole last tile wastes at most this share of work",
 )  # fmt: skip
 
 
@@ -688,12 +696,14 @@ def row_accumulators_rule(
     tile_weight_bytes: int, steps_per_block: int, out_width: int, ow_block: int, target=None
 ) -> bool:
     """Note [row accumulators]: the tile's weights past L1, enough steps per input block to
-    hide the accumulators' reload, and two or more tiles per row."""
+    hide the accumulators' reload, two or more tiles per row, a little waste in its last."""
     l1 = target_cache_sizes(target)[1]
+    tiles = -(-out_width // ow_block)
     return (
         tile_weight_bytes > l1
         and steps_per_block >= ROW_MIN_STEPS.value()
-        and -(-out_width // ow_block) >= 2
+        and tiles >= 2
+        and tiles * ow_block - out_width <= ROW_MAX_WASTE.value() * out_width
     )
 
 
