@@ -1,7 +1,7 @@
 """Benchmark: a model's kernel time per class of node, tessera artifacts next to ORT's nodes.
 
     .venv/bin/python bench/conv_classes.py model.onnx before.so after.so [--threads 1]
-                                          [--runs 30]
+                                          [--runs 30] [--turns 2] [--calls "Conv 3x3 s2"]
 
 Every kernel call of each artifact (`GraphModule.profile`, the artifacts in turns) and every
 node of ONNX Runtime (its profiler, `int8.ort_node_medians`) is put in the class of the node
@@ -9,9 +9,10 @@ it is built around: a call's first Conv/Gemm/MatMul source node, else its first 
 with no source node (a layout transform between blocked and plain layouts) is "layout". A
 Conv's class is its kernel, stride and group kind ("Conv 3x3 s2", "Conv 1x1", "Conv 3x3
 depthwise"); other nodes' class is their op type. Each call (node) counts its minimum over
-`--runs` runs (the figure least moved by other processes on a shared machine). Prints, per
-class, ORT's ms and each artifact's ms and ratio, most of ORT's time first. A benchmark, not a
-test.
+`--runs` runs (the figure least moved by other processes on a shared machine), the artifacts
+in `--turns` turns. Prints, per class, ORT's ms and each artifact's ms and ratio, most of ORT's
+time first; with `--calls CLASS`, each call of that class too (its first node, each artifact's
+ms). A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def ort_sources(names: list[str], model: onnx.ModelProto) -> dict[str, str]:
 def main(argv=None) -> int:
     ap = artifacts_parser(__doc__, "the .onnx model (static input shapes)")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--turns", type=int, default=2, help="the artifacts' turns (runs split)")
+    ap.add_argument("--calls", default="", help="print each call of this class")
     args = ap.parse_args(argv)
 
     import tessera
@@ -107,18 +110,22 @@ def main(argv=None) -> int:
     modules = loaded_modules(args.artifacts, feed)
     samples: list[list[np.ndarray]] = [[] for _ in modules]
     calls = [None] * len(modules)
-    for _ in range(2):  # in turns, twice
+    for _ in range(args.turns):  # in turns
         for k, module in enumerate(modules):
-            calls[k], secs = call_seconds(module, max(1, args.runs // 2))
+            calls[k], secs = call_seconds(module, max(1, args.runs // args.turns))
             samples[k].append(secs)
     table: dict[str, list[float]] = {}
+    listed: dict[str, list[float]] = {}
     for k in range(len(modules)):
         minima = np.concatenate(samples[k]).min(axis=0)
         for call, t in zip(calls[k], minima, strict=True):
-            row = table.setdefault(
-                call_class(call.nodes, classes, op_types), [0.0] * (1 + len(modules))
-            )
+            cls = call_class(call.nodes, classes, op_types)
+            row = table.setdefault(cls, [0.0] * (1 + len(modules)))
             row[1 + k] += float(t)
+            if cls == args.calls:
+                listed.setdefault(call.nodes[0], []).append(float(t))
+    for node, times in listed.items():
+        print(f"{args.calls} {node}: " + ", ".join(f"{t * 1e3:.3f} ms" for t in times))
     ort_times = ort_node_medians(args.model, args.threads, feed, args.runs, np.min)
     sources = ort_sources(list(ort_times), model)
     for name, t in ort_times.items():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tessera import te
+from tessera import te, tir
 from tessera.topi.generic import inline_injective
 from tessera.topi.nn.conv import _dims, _ints, _static
 from tessera.topi.rules import RuleKnob
@@ -493,11 +493,16 @@ def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
 PAD_TILE_STACK_SHARE = 32
 
 
-def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile) -> int:
-    """Bytes of one channel block's window of a register tile."""
+def _pad_tile_bytes(pad: te.Tensor, conv: te.Tensor, tile: ConvTile, row: bool = False) -> int:
+    """Bytes of one channel block's window of a register tile (`row`: of a row of tiles, Note
+    [row accumulators])."""
     ib = int(pad.shape[4].value)
     a = conv.op.attrs
-    cols = (tile.ow_block - 1) * a["stride_w"] + a["window_w"]
+    width = tile.ow_block
+    if row:
+        ow = representative_shape(conv.shape)[3]
+        width = -(-ow // tile.ow_block) * tile.ow_block
+    cols = (width - 1) * a["stride_w"] + a["window_w"]
     return a["window_h"] * cols * ib * pad.dtype.bits // 8
 
 
@@ -513,18 +518,26 @@ def pad_tile_bytes(window_h, window_w, stride_w, ow_block, block) -> int:
 
 
 def _schedule_pad(
-    s, conv: te.Tensor, acc: te.Tensor, tile: ConvTile, per_tile=None, target=None, parallel=True
+    s,
+    conv: te.Tensor,
+    acc: te.Tensor,
+    tile: ConvTile,
+    per_tile=None,
+    target=None,
+    parallel=True,
+    row=False,
 ) -> bool:
     """See Note [padding per tile]; `per_tile`: the config's choice (None: the rule);
-    `parallel`: a padding stage computed whole runs its rows in parallel. Returns the choice
-    made (False when there is no padding)."""
+    `parallel`: a padding stage computed whole runs its rows in parallel; `row`: the window
+    is a row's (Note [row accumulators]). Returns the choice made (False when there is no
+    padding)."""
     made = False
     for t in conv.op.input_tensors:
         if not (isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG):
             continue
         block = int(t.shape[4].value)
         if per_tile is None:
-            made = pad_per_tile_rule(block, _pad_tile_bytes(t, conv, tile), target)
+            made = pad_per_tile_rule(block, _pad_tile_bytes(t, conv, tile, row), target)
         else:
             made = bool(per_tile)
         if made:
@@ -585,9 +598,14 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     split = config.get("parallel", "rows") if config is not None else "rows"
     order = config.get("reduce_order", "channels") if config is not None else "channels"
     unrolled = tuple(k for k in UNROLL_KNOBS if config is not None and config.get(k, False))
-    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split, order, unrolled)
+    if config is not None:
+        row_acc = bool(config.get("row_accumulators", False))
+    else:
+        row_acc = _row_accumulators_pay(conv, tile, target)
+    row_acc = row_acc and not depthwise
+    tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split, order, unrolled, row_acc)
     pad_knob = config.get("pad_per_tile") if config is not None else None
-    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target, split != "none")
+    per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target, split != "none", row_acc)
     if config is not None:
         unroll = bool(config.get("unroll_tiles", False))
     else:
@@ -617,6 +635,7 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
         if has_taps(conv):
             knobs.update(reduce_order=order, unroll_window="unroll_window" in unrolled)
         knobs["unroll_block"] = "unroll_block" in unrolled
+        knobs["row_accumulators"] = row_acc
     knobs["parallel"] = split
     record_config(s, Config("depthwise_nchwc" if depthwise else "direct_nchwc", knobs))
     return s
@@ -635,6 +654,69 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
 # loaded machine a preempted worker holds it up. A padding stage computed whole (Note [padding
 # per tile]) follows: parallel over its rows unless the split is "none".
 CONV_SPLITS = ("rows", "chunks", "none")
+
+
+# Note [row accumulators]
+# A register tile sums its whole reduction (every input block, tap and channel) before the next
+# tile starts, so each tile reads all the weights of its oc_vectors: oc_vectors * block * input
+# channels * taps floats, 73 KiB for a 3x3 conv of 128 channels in a tile of 2 blocks of 8, 295
+# KiB for 512 channels. Past the L1 data cache they come from L2 (or memory) again for every
+# tile of a few outputs, a weight load per ow_block FMAs: ResNet-50's three 3x3 convs of
+# stride 2 ran at 1.56x ORT's time on Zen 3 (AVX2), and no register tile of the space did
+# better. With knob `row_accumulators` the accumulators of a whole output row (oc_vectors
+# blocks x the row's width: 28 x 2 x 8 floats, 1.8 KiB) live in a stack buffer, and the input
+# blocks are the outermost reduction loop around the row's tiles: a block's weights
+# (oc_vectors * block * block * taps floats, 4.6 KiB) stay in L1 while every tile of the row
+# uses them, and the padded window per input block is the row's (Note [padding per tile]). What
+# it costs: each tile loads and stores its accumulators once per input block, 2 / (taps *
+# block) memory accesses per FMA -- nothing for a 3x3 kernel (1/36 with blocks of 8), a quarter
+# for a 1x1 kernel with blocks of 8 (slower: 1x1 convs keep the tile's reduction whole, their
+# weights per tile are a single tap anyway). A row whose width the tile does not divide
+# computes its last tile whole (Note [clamped tails] in te/lower.py; guards inside the unrolled
+# tile kept its accumulators in memory), work the tile form does not do (it peels the tail).
+# The rule (the knob's default): the tile's weights exceed the L1 data cache, a block's
+# reduction has at least ROW_MIN_STEPS steps (taps x the input block), the row holds at least
+# two tiles (else nothing reuses a block's weights) and its whole last tile wastes at most
+# ROW_MAX_WASTE of the row's work. Measured in ResNet-50 on Zen 3 (1 thread, each call's
+# minimum, load ~7): 128 channels 28 wide (7 tiles of 4) 3.88 -> 3.11 ms, 256 channels 14 wide
+# (7 of 2) 3.13 -> 2.81, but 512 channels 7 wide (4 + a whole 4 for 3: 1/7 wasted) 3.75 ->
+# 5.09: the waste bound leaves that one its tiles. The sums' order is the same as the tile's
+# (blocks, taps, channels): the results are bitwise the same.
+ROW_MIN_STEPS = RuleKnob(
+    "conv.row_min_steps", (16, 32, 64, 128), 32,
+    "row accumulators only where one input block's reduction takes at least this many steps",
+)  # fmt: skip
+ROW_MAX_WASTE = RuleKnob(
+    "conv.row_max_waste", (0.0, 0.0625, 0.125, 0.25), 0.0625,
+    "row accumulators only where the row's whole last tile wastes at most this share of work",
+)  # fmt: skip
+
+
+def row_accumulators_rule(
+    tile_weight_bytes: int, steps_per_block: int, out_width: int, ow_block: int, target=None
+) -> bool:
+    """Note [row accumulators]: the tile's weights past L1, enough steps per input block to
+    hide the accumulators' reload, two or more tiles per row, a little waste in its last."""
+    l1 = target_cache_sizes(target)[1]
+    tiles = -(-out_width // ow_block)
+    return (
+        tile_weight_bytes > l1
+        and steps_per_block >= ROW_MIN_STEPS.value()
+        and tiles >= 2
+        and tiles * ow_block - out_width <= ROW_MAX_WASTE.value() * out_width
+    )
+
+
+def _row_accumulators_pay(conv: te.Tensor, tile: ConvTile, target) -> bool:
+    """`row_accumulators_rule` for a direct conv stage and its tile."""
+    if len(conv.op.reduce_axis) != 4:  # depthwise: no channel reduction
+        return False
+    w = next(t for t in conv.op.input_tensors if len(t.shape) == 6)
+    _, *rest = _static(w.shape, CONV_TAG)  # (O/o, I/i, KH, KW, i, o)
+    per_block = math.prod(rest) * w.dtype.bits // 8
+    steps = math.prod(int(r.dom.extent.value) for r in conv.op.reduce_axis[1:])
+    _, _, _, ow, _ = representative_shape(conv.shape)
+    return row_accumulators_rule(per_block * tile.oc_vectors, steps, ow, tile.ow_block, target)
 
 
 # Note [conv reduction order]
@@ -675,12 +757,15 @@ def _schedule_tile(
     split: str = "rows",
     order: str = "channels",
     unrolled: tuple = (),
+    row_acc: bool = False,
 ):
     """The register tile's loops; returns the loop over a row's tiles. `taps_inner` (depthwise):
     a kernel row's taps inside the loop over the tile's columns (Note [depthwise tap order] in
     topi/arm/strategy.py); else the whole window outside it. `split`: the loops run in parallel
     (Note [conv threading split]); `order`, `unrolled`: a direct conv's reduction order and
-    the reduction loops unrolled, of UNROLL_KNOBS (Note [conv reduction order])."""
+    the reduction loops unrolled, of UNROLL_KNOBS (Note [conv reduction order]); `row_acc`:
+    a direct conv's accumulators of a whole row, input blocks outermost (Note [row
+    accumulators])."""
     if split not in CONV_SPLITS:
         raise ValueError(f"conv threading split {split!r}: expected one of {CONV_SPLITS}")
     if order not in CONV_REDUCE_ORDERS:
@@ -690,17 +775,27 @@ def _schedule_tile(
     oco, oci = st.split(oc, factor=tile.oc_vectors)
     owo, owi = st.split(ow, factor=tile.ow_block)
     st.reorder(n, oco, oh, owo, oci, owi, oi)
+    row = oh
     if split == "rows":
-        st.parallel(st.fuse(n, oco, oh))
+        row = st.fuse(n, oco, oh)
+        st.parallel(row)
     elif split == "chunks":
         st.parallel(st.fuse(n, oco))
     st.unroll(oci)
     st.unroll(owi)
     st.vectorize(oi)
-    s[acc].compute_at(st, owo)
     a = s[acc]
     an, aoc, aoh, aow, aoi = a.op.axis
-    if taps_inner and len(a.op.reduce_axis) == 2:
+    row_acc = row_acc and len(a.op.reduce_axis) == 4
+    a.compute_at(st, row if row_acc else owo)
+    if row_acc:  # Note [row accumulators]
+        width = aow.dom.extent
+        if not (isinstance(width, tir.IntImm) and width.value % tile.ow_block == 0):
+            a.clamp_tails()  # the last tile computed whole
+        aowo, aow = a.split(aow, factor=tile.ow_block)
+        rco, rh, rw, rci = a.op.reduce_axis  # the blocks outermost, whatever `order` says
+        a.reorder(an, aoh, rco, aowo, rh, rw, rci, aoc, aow, aoi)
+    elif taps_inner and len(a.op.reduce_axis) == 2:
         rh, rw = a.op.reduce_axis
         a.reorder(an, aoh, rh, aoc, aow, rw, aoi)
         a.unroll(rw)

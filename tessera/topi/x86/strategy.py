@@ -20,7 +20,8 @@ Knobs (defaults: the rules of conv2d.py, winograd.py and dense.py, unchanged):
                      window of input blocks for a tile's oc_vectors, Note [shared windows]),
                      prefetch (Note [weight prefetch]), pad_per_tile (padded convs: Note
                      [padding per tile]), reduce_order and unroll_window (kernels of several
-                     taps), unroll_block (Note [conv reduction order])
+                     taps), unroll_block (Note [conv reduction order]),
+                     row_accumulators (Note [row accumulators])
     depthwise_nchwc  ow_block, unroll_tiles (unroll the loop over a row's tiles)
     winograd         out_block, tile (F(2x2) or F(4x4), Note [winograd rule])
     blocked, packed  mr (rows), nv (vectors per row: the panel width nr = nv * lanes), kc,
@@ -63,6 +64,7 @@ from tessera.topi.x86.conv2d import (
     pad_per_tile_rule,
     pad_tile_bytes,
     prefetch_max_reuse,
+    row_accumulators_rule,
     window_share,
 )
 from tessera.topi.x86.cpu import fma_chains, target_cache_sizes, vector_registers
@@ -300,16 +302,35 @@ def _default_prefetch(wl, target, context) -> bool:
     return total > l2 and 4 * chunk <= l2 and c.n * c.oh * c.ow <= prefetch_max_reuse(target)
 
 
-def _default_pad_per_tile(wl, target, context) -> bool:
-    """Note [padding per tile] in conv2d.py: a blocked input's window per register tile, when
-    it fits the stack (of the default tile)."""
-    c = _Conv.of(wl, target)
-    ib = context.get("in_block") or channel_block(c.ic, c.lanes)
+def _in_block(c, context) -> int:
+    """The input block of a direct conv in its model's layout."""
     if c.groups > 1:
-        ib = c.group_blocks(context)[0]
+        return c.group_blocks(context)[0]
+    return context.get("in_block") or channel_block(c.ic, c.lanes)
+
+
+def _default_row_accumulators(wl, target, context) -> bool:
+    """Note [row accumulators] in conv2d.py: the default tile's weights past L1, enough steps
+    per input block, two or more tiles per row."""
+    c = _Conv.of(wl, target)
+    ob = c.default_out_block(context)
+    icp = context.get("in_channels", c.ic)
+    per_block = ob * (icp // c.groups) * c.kh * c.kw * 4
+    owb, ocv = _default_tile(0)(wl, target, context), _default_tile(1)(wl, target, context)
+    steps = c.kh * c.kw * _in_block(c, context)
+    return row_accumulators_rule(per_block * ocv, steps, c.ow, owb, target)
+
+
+def _default_pad_per_tile(wl, target, context) -> bool:
+    """Note [padding per tile] in conv2d.py: a blocked input's window per register tile (or
+    row of tiles, Note [row accumulators]), when it fits the stack (of the default tile)."""
+    c = _Conv.of(wl, target)
+    ib = _in_block(c, context)
     window_h = (c.kh - 1) * c.dilation[0] + 1
     window_w = (c.kw - 1) * c.dilation[1] + 1
     owb = _default_tile(0)(wl, target, context)
+    if _default_row_accumulators(wl, target, context):
+        owb = -(-c.ow // owb) * owb
     window = pad_tile_bytes(window_h, window_w, c.strides[1], owb, ib)
     return pad_per_tile_rule(ib, window, target)
 
@@ -335,6 +356,7 @@ def _direct_space(wl: Workload, target) -> ConfigSpace | None:
         knobs.append(Knob("reduce_order", CONV_REDUCE_ORDERS, default="channels"))
         knobs.append(Knob("unroll_window", (False, True), default=False))
     knobs.append(Knob("unroll_block", (False, True), default=False))
+    knobs.append(Knob("row_accumulators", (False, True), default=_default_row_accumulators))
     constraints = [
         lambda v: (c.padded_out(v["out_block"]) // v["out_block"]) % v["oc_vectors"] == 0,
         lambda v: v["ow_block"] * v["oc_vectors"] <= c.budget,
