@@ -311,8 +311,9 @@ for _name in ("nn.softmax", "nn.log_softmax"):
     get_op(_name).schedule("x86")(x86_softmax.schedule_rows)
 for _name in ("sum", "mean", "prod", "max", "min"):  # Note [reduction vectors]
     get_op(_name).schedule("x86")(x86_reduce.schedule_reduce)
-for _kind, _nd in itertools.product(("max", "avg"), (1, 2, 3)):  # global pools in NC[D]HW
+for _kind, _nd in itertools.product(("max", "avg"), (1, 2, 3)):  # pools in NC[D]HW
     get_op(f"nn.global_{_kind}_pool{_nd}d").schedule("x86")(x86_reduce.schedule_reduce)
+    get_op(f"nn.{_kind}_pool{_nd}d").schedule("x86")(x86_pooling.schedule_pool_nchw)
 
 
 # -- CPU schedules of the int8 ops (graph/ops/qnn.py) -------------------------------------------
