@@ -59,6 +59,9 @@ def test_prod_and_other_dtypes():
     cases.append(("sum", [RNG.integers(-9, 9, (6, 40, 3)).astype("int32")], {"axis": (1,)}))
     cases.append(("max", [RNG.integers(-9, 9, (6, 70)).astype("int32")], {"axis": (1,)}))
     cases.append(("mean", [data(4, 33, dtype="float16")], {"axis": (1,)}))
+    flags = RNG.random((5, 70)) < 0.3  # bool: any / all / a count
+    cases += [(n, [flags], {"axis": (1,)}) for n in ("max", "min", "sum")]
+    cases.append(("max", [RNG.random((4, 33, 9)) < 0.5], {"axis": (1,)}))
     check_ops(cases, schedule_target="x86", rtol=2e-3, atol=2e-3)
 
 
