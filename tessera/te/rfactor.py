@@ -30,7 +30,7 @@ from tessera.te.schedule import Schedule, SplitRelation, Stage
 from tessera.te.tensor import ComputeOp, ProducerLoad, Tensor
 from tessera.tir.expr import IterVar, IterVarType, Range, Var, convert
 from tessera.tir.iter_var import Reduce
-from tessera.tir.op import logical_and, select
+from tessera.tir.op import likely, logical_and, select
 from tessera.tir.stmt_functor import substitute
 
 
@@ -53,7 +53,9 @@ def _split_extents(rel: SplitRelation) -> tuple:
     return rel.nparts, factor, factor
 
 
-def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+def rfactor(
+    sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0, peel_tail: bool = False
+) -> Tensor:
     """The partial reduction `<tensor>.rf` over the reduce axes other than `axis`, with `axis`
     as its data-parallel axis number `factor_axis`; `tensor` becomes its total (module doc)."""
     if not isinstance(tensor, Tensor):
@@ -109,7 +111,8 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
         vmap[k.var] = k.dom.min + index
         extent, f = _const(k.dom.extent), _const(factor)
         if extent is None or f is None or extent % f:
-            conds.append(index < k.dom.extent)
+            bound = index < k.dom.extent
+            conds.append(likely(bound) if peel_tail else bound)  # likely: partition_loop peels
         if axis is rel.outer:
             rf_extent = outer_n
         elif axis is rel.inner:
@@ -149,7 +152,7 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     stage._reset_axes()
     rf_stage = Stage(rf_op, sch)
     sch._add_stage(rf_stage, sch.stages.index(stage))
-    sch._record(S.RFactor(tensor.name, axis.var.name, factor_axis))
+    sch._record(S.RFactor(tensor.name, axis.var.name, factor_axis, peel_tail or None))
     return rf
 
 

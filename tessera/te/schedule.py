@@ -461,12 +461,15 @@ class Schedule:
 
         return cache_write(self, tensor, scope)
 
-    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+    def rfactor(
+        self, tensor: Tensor, axis: IterVar, factor_axis: int = 0, peel_tail: bool = False
+    ) -> Tensor:
         """The partial reduction of `tensor` with its reduce loop `axis` made data-parallel
-        (te/rfactor.py); `tensor` becomes the reduction of those partial results."""
+        (te/rfactor.py); `tensor` becomes the reduction of those partial results. `peel_tail`:
+        the guard of a split that does not divide is `likely` (partition_loop peels it off)."""
         from tessera.te.rfactor import rfactor
 
-        return rfactor(self, tensor, axis, factor_axis)
+        return rfactor(self, tensor, axis, factor_axis, peel_tail)
 
 
 def _reads_tensor(op: Operation, tensor: Tensor) -> bool:

@@ -287,10 +287,14 @@ class RFactor(Step):
     tensor: str
     iv: str
     factor_axis: int = 0
+    peel_tail: bool | None = None  # None: False (printed only when set)
+
+    _positional = 3
 
     def apply(self, sch):
         tensor = sch.tensor_by_name(self.tensor)
-        sch.rfactor(tensor, sch[tensor].find_iv(self.iv), self.factor_axis)
+        iv = sch[tensor].find_iv(self.iv)
+        sch.rfactor(tensor, iv, self.factor_axis, bool(self.peel_tail))
 
 
 def step_from_json(obj: dict) -> Step:

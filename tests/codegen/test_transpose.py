@@ -266,3 +266,42 @@ def test_aarch64_tiles_are_neon_zips_compile_only(src, dst):
     )
     asm = mod.get_source("asm")
     assert re.search(r"\bzip1\b", asm) and not re.search(r"ld1\s*\{ v\d+\.s \}\[", asm)
+
+
+# Note [transposed tiles]: a transpose whose innermost output axis is read with a stride (the
+# input's innermost index another output axis) runs in lanes x lanes tiles, any extents
+
+
+def _transpose_module(target, shapes_perms):
+    from tessera.topi import transform as topi_transform
+
+    funcs, arrays = {}, []
+    for k, (shape, perm) in enumerate(shapes_perms):
+        x = te.placeholder(shape, "float32", name="x")
+        y = topi_transform.transpose(x, perm)
+        s = generic.schedule_injective([y], tessera.Target(target))
+        funcs[f"case{k}"] = te.lower(s, [x, y], name=f"case{k}")
+        arrays.append(RNG.standard_normal(shape).astype("float32"))
+    return tessera.build(IRModule(funcs), target=target), funcs, arrays
+
+
+@pytest.mark.parametrize("target", [HASWELL, "llvm -mcpu=x86-64"])
+def test_strided_transposes_match_numpy(target):
+    import itertools
+
+    # every rank-4 perm that moves the innermost axis, odd extents (tails of both tile sides)
+    perms = [p for p in itertools.permutations(range(4)) if p[-1] != 3]
+    cases = [((3, 5, 19, 13), p) for p in perms] + [((24, 10, 118, 26), (3, 0, 1, 2))]
+    cases.append(((2, 16, 8, 8), (0, 2, 3, 1)))
+    mod, _, arrays = _transpose_module(target, cases)
+    for k, ((shape, perm), xa) in enumerate(zip(cases, arrays, strict=True)):
+        out = np.empty(np.transpose(xa, perm).shape, "float32")
+        mod[f"case{k}"](xa, out)
+        np.testing.assert_array_equal(out, np.transpose(xa, perm), err_msg=f"{shape} {perm}")
+
+
+def test_strided_transpose_runs_in_unrolled_tiles():
+    _, funcs, _ = _transpose_module(HASWELL, [((24, 10, 118, 26), (3, 0, 1, 2))])
+    loops = tir.stmt_functor.collect(funcs["case0"].body, lambda n: isinstance(n, For))
+    kinds = {(lp.kind, lp.extent.value) for lp in loops if isinstance(lp.extent, IntImm)}
+    assert (ForKind.UNROLLED, 8) in kinds and (ForKind.VECTORIZED, 8) in kinds

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tessera import te
 from tessera.ir.dtype import DType
-from tessera.topi.nn.conv import _batch_and_sizes, _dims, _ints
+from tessera.topi.nn.conv import _batch_and_sizes, _dims, _ints, pad
 from tessera.topi.symbolic import product
 
 
@@ -81,16 +81,33 @@ def pool(
     else:
         fill = te.const(0, acc)
 
-    def value(b, ch, sp):
-        pos = [sp[i] * strides[i] - padding[i] + rk[i].var * dilation[i] for i in range(nd)]
-        conds = []
-        for i in range(nd):
-            if padding[i]:
-                conds.append(pos[i] >= 0)
-            last = (out[i] - 1) * strides[i] - padding[i] + (pool_size[i] - 1) * dilation[i]
-            if not isinstance(size[i], int) or not isinstance(last, int) or last >= size[i]:
-                conds.append(pos[i] < size[i])
-        return te.if_then_else(te.all(*conds), te.cast(x(b, ch, *pos), acc), fill)
+    lasts = [
+        (out[i] - 1) * strides[i] - padding[i] + (pool_size[i] - 1) * dilation[i] for i in range(nd)
+    ]
+    static = all(isinstance(v, int) for v in (*size, *lasts))
+    if static and x.dtype.is_float and any(padding[i] or lasts[i] >= size[i] for i in range(nd)):
+        # Note [pool pad]: the windows read a padded copy (the fill past every edge, the ceil
+        # overhang included), so their loops carry no bounds tests; schedules inline it back
+        # (PAD_TAG) where the tests are cheaper than the copy
+        after = [max(padding[nd + i], lasts[i] + 1 - size[i]) for i in range(nd)]
+        xp = pad(x, padding[:nd], after, float(fill.value), name=f"{kind}_pool_pad")
+
+        def value(b, ch, sp):
+            pos = [sp[i] * strides[i] + rk[i].var * dilation[i] for i in range(nd)]
+            return te.cast(xp(b, ch, *pos), acc)
+
+    else:
+
+        def value(b, ch, sp):
+            pos = [sp[i] * strides[i] - padding[i] + rk[i].var * dilation[i] for i in range(nd)]
+            conds = []
+            for i in range(nd):
+                if padding[i]:
+                    conds.append(pos[i] >= 0)
+                last = lasts[i]
+                if not isinstance(size[i], int) or not isinstance(last, int) or last >= size[i]:
+                    conds.append(pos[i] < size[i])
+            return te.if_then_else(te.all(*conds), te.cast(x(b, ch, *pos), acc), fill)
 
     reducer = te.max if kind == "max" else te.sum
     red = te.compute(

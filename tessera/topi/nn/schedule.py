@@ -239,10 +239,18 @@ def schedule_dense(outs, target=None) -> te.Schedule:
     return s
 
 
-def schedule_pool(outs, target=None) -> te.Schedule:
-    """Pools: parallel over (n, c), the window loops inside the vectorized innermost axis."""
+def schedule_pool(outs, target=None, copy_pad: bool = False) -> te.Schedule:
+    """Pools: parallel over (n, c), the window loops inside the vectorized innermost axis. The
+    padded copy of the input (Note [pool pad]) is inlined back (bounds tests in the windows),
+    or with `copy_pad` computed first, in parallel."""
     outs, s = _new_schedule(outs)
     anchor = _find_anchor(outs, ["pool"])
+    for t in anchor.op.input_tensors:
+        if isinstance(t.op, te.ComputeOp) and t.op.tag == PAD_TAG:
+            if copy_pad:
+                generic.schedule_elementwise_stage(s, t, target)
+            else:
+                s[t].compute_inline()
     schedule_anchor(s, anchor, outs, target, n_outer=2)
     return s
 

@@ -16,6 +16,8 @@ each reference is the NCHW op's between transforms.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from tessera.graph.dims import dim_bounds, dim_vars, lower_bound
@@ -31,6 +33,7 @@ from tessera.topi.x86 import dense as x86_dense
 from tessera.topi.x86 import int8_conv2d, int8_dense
 from tessera.topi.x86 import norm as x86_norm
 from tessera.topi.x86 import pooling as x86_pooling
+from tessera.topi.x86 import reduce as x86_reduce
 from tessera.topi.x86 import softmax as x86_softmax
 from tessera.topi.x86 import winograd as x86_winograd
 
@@ -306,6 +309,11 @@ for _name in ("nn.batch_matmul", "matmul", "nn.dense"):
 get_op("nn.layer_norm").schedule("x86")(x86_norm.schedule_layer_norm)
 for _name in ("nn.softmax", "nn.log_softmax"):
     get_op(_name).schedule("x86")(x86_softmax.schedule_rows)
+for _name in ("sum", "mean", "prod", "max", "min"):  # Note [reduction vectors]
+    get_op(_name).schedule("x86")(x86_reduce.schedule_reduce)
+for _kind, _nd in itertools.product(("max", "avg"), (1, 2, 3)):  # pools in NC[D]HW
+    get_op(f"nn.global_{_kind}_pool{_nd}d").schedule("x86")(x86_reduce.schedule_reduce)
+    get_op(f"nn.{_kind}_pool{_nd}d").schedule("x86")(x86_pooling.schedule_pool_nchw)
 
 
 # -- CPU schedules of the int8 ops (graph/ops/qnn.py) -------------------------------------------

@@ -308,3 +308,21 @@ def _window_loops(s, pool: te.Tensor, row=None, config=None) -> int:
     st.unroll(wi)
     st.vectorize(k)
     return u
+
+
+# Note [pool pad]
+# A pool in NC[D]HW (one not after a blocked conv: Note [block rule] in transform/alter_layout.py)
+# runs its vector loop over the output's columns; with padding (or a ceil_mode overhang) each
+# window element's bounds test differs per lane, and the loop ran scalar: a 6x6 max pool with
+# pads 1 at 4-6x ONNX Runtime in bench/op_sweep.py. On a CPU with vectors the windows read the
+# padded copy that topi.nn.pool builds, computed first in parallel (a copy of the input: one
+# pass, against the window's kernel_h * kernel_w reads of each element).
+
+
+def schedule_pool_nchw(outs, target=None) -> te.Schedule:
+    """Note [pool pad]: topi.nn's pool schedule, the padded copy computed where the target has
+    vectors (inlined, as the scalar targets have it, where it has none)."""
+    from tessera.topi.nn.schedule import schedule_pool
+
+    lanes = target.vector_lanes(outs[0].dtype) if target is not None else 1
+    return schedule_pool(outs, target, copy_pad=lanes > 1)
