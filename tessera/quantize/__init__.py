@@ -75,6 +75,13 @@ class QConfig:
     target_sqnr_db: float | None = None
     sensitivity_samples: int | None = None  # feeds that measure it (None: correction_feeds)
     target_rounds: int = 3  # builds that check the target on those feeds, aiming higher if short
+    # Note [16-bit activations]: layers (source node or output value names) whose activation is
+    # a 16-bit code, computed on the int8 kernels in two passes; budget_mode="a16": the budget
+    # (target_sqnr_db) first gives the costliest layers 16-bit activations, keeping float only
+    # where that is not enough, and the layers that keep_float_inputs / keep_float_below_db
+    # would keep float get them too; "float": the budget keeps the costliest layers float
+    activation_bits16: tuple[str, ...] = ()
+    budget_mode: str = "float"
 
 
 @dataclass
@@ -89,6 +96,8 @@ class LayerReport:
     # the model's output SQNR with this layer alone int8 (Note [layer sensitivity]); nan: not
     # measured
     output_db: float = math.nan
+    a16: bool = False  # its activation is 16-bit, two int8 passes (Note [16-bit activations])
+    output16_db: float = math.nan  # the model's output SQNR with this layer alone a16
 
 
 @dataclass
@@ -114,13 +123,13 @@ class QuantizeResult:
         if self.measured_db is not None:
             rows[0] += f", measured {self.measured_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
-                    f"{'SQNR dB':>8} {'out dB':>7}  int8")  # fmt: skip
+                    f"{'SQNR dB':>8} {'out dB':>7} {'out16':>6}  int8")  # fmt: skip
         for r in self.report:
-            mark = "yes" if r.quantized else "kept float"
+            mark = ("a16" if r.a16 else "yes") if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
             rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
-                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f}  "
-                        f"{mark}")  # fmt: skip
+                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f} "
+                        f"{r.output16_db:>6.1f}  {mark}")  # fmt: skip
         return "\n".join(rows)
 
 
@@ -147,24 +156,38 @@ def _prepare(mod, params):
     return mod
 
 
-def _layer_int8_output(layer: Layer, x: np.ndarray, act) -> np.ndarray:
-    """The dequantized int8 result of one layer from its float input (numpy references)."""
-    sx, zx, dtype = act
-    zx_u = zx + (128 if dtype == "int8" else 0)
-    xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
-    wq, sw = layer.quantized_weight()
-    attrs = dict(layer.call.attrs.items())
+def _integer_product(layer: Layer, xq: np.ndarray, pad_value: int) -> np.ndarray:
+    """The layer's int8 product of uint8/int8 data xq (the qnn ops' numpy references), int64."""
+    wq, _ = layer.quantized_weight()
     if layer.kind == "conv2d":
-        w4 = topi_qnn.pack_conv_weight(wq)
-        acc = get_op("qnn.conv2d").evaluate([xq, w4], {**attrs, "pad_value": zx_u})[0]
-        comp = (zx_u * wq.astype(np.int64).sum(axis=(1, 2, 3))).reshape(-1, 1, 1)
-        scale = (np.float32(sx) * sw).reshape(-1, 1, 1)
+        attrs = {**dict(layer.call.attrs.items()), "pad_value": pad_value}
+        acc = get_op("qnn.conv2d").evaluate([xq, topi_qnn.pack_conv_weight(wq)], attrs)[0]
     else:
         acc = get_op("qnn.dense").evaluate([xq, topi_qnn.pack_dense_weight(wq)],
                                            {"units": wq.shape[0]})[0]  # fmt: skip
-        comp = zx_u * wq.astype(np.int64).sum(axis=1)
-        scale = np.float32(sx) * sw
-    return (acc.astype(np.int64) - comp).astype(np.float32) * scale.astype(np.float32)
+    return acc.astype(np.int64)
+
+
+def _layer_int8_output(layer: Layer, x: np.ndarray, act) -> np.ndarray:
+    """The dequantized int8 result of one layer from its float input (numpy references); with
+    a uint16 act, from the two passes over the bytes of the 16-bit code (Note [16-bit
+    activations by splitting] in topi/qnn.py), combined exactly in int64."""
+    sx, zx, dtype = act
+    wq, sw = layer.quantized_weight()
+    if dtype == "uint16":
+        split = get_op("qnn.quantize_byte")
+        acc = sum((256**byte) * _integer_product(
+            layer, split.evaluate([x], dict(scale=sx, zero_point=zx, byte=byte))[0],
+            (zx >> (8 * byte)) & 255) for byte in (1, 0))  # fmt: skip
+        zx_u = zx
+    else:
+        zx_u = zx + (128 if dtype == "int8" else 0)
+        xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
+        acc = _integer_product(layer, xq, zx_u)
+    shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
+    comp = (zx_u * wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1)).reshape(shape)
+    scale = (np.float32(sx) * sw).reshape(shape)
+    return (acc - comp).astype(np.float32) * scale.astype(np.float32)
 
 
 # Note [input layers]
@@ -281,6 +304,22 @@ def _equalized(func, feeds, config: QConfig, target):
 # MobileNetV2, but 56 of the 72 matmuls of the suite's BERT-base (26.3 dB int8 throughout,
 # 30.8 dB with it), which would cost BERT its int8 speed. docs/quantization.md has the
 # measurements.
+
+
+def _mark16(report, wide, own) -> None:
+    """The range and own SQNR of each a16 row of `report` are its 16-bit ones (wide: {position:
+    (act16, correction)}; own: {position: (layer, its float input, output)})."""
+    for j, r in enumerate(report):
+        if r.a16 and r.method != "a16":
+            (a16, fix), (layer, x, y) = wide[j], own[j]
+            r.sqnr_db = sqnr_db(y, y + _int8_error(layer, x, y, a16, fix))
+            r.scale, r.zero_point, r.method = a16[0], a16[1], "a16"
+
+
+def _named(layer: Layer, names) -> bool:
+    """Whether `names` holds layer's name, its output value's name or a source node's name."""
+    return bool(layer.name in names or layer.call.outputs[0].name in names
+                or set(layer.call.span) & set(names))  # fmt: skip
 
 
 def _holdout(config: QConfig, count: int) -> int:
@@ -436,49 +475,66 @@ class _Sensitivity:
     noise: np.ndarray
     groups: list
     candidates: list[int]
+    noise16: np.ndarray | None = None  # each layer's alone as a16 (Note [16-bit activations])
+    wide: tuple[int, ...] = ()  # the positions a16 from the start
+    upgrade: bool = False  # budget_mode="a16"
 
     def choose(self, report, aim: float | None) -> float:
-        """Mark float in `report` the candidates that keep_float_for keeps to reach `aim` (None:
-        none); the predicted output SQNR of the rest."""
-        keep = set()
+        """Mark in `report` the candidates that choose_bits keeps float or makes a16 to reach
+        `aim` (None: only the a16 from the start); the predicted output SQNR of the rest."""
+        keep, wide = [], set(self.wide)
         if aim is not None:
-            keep = set(sensitivity.keep_float_for(self.noise, self.signal, aim,
-                                                  self.candidates, self.groups))  # fmt: skip
+            keep, wide = sensitivity.choose_bits(self.noise, self.noise16, self.signal, aim,
+                                                 self.candidates, self.groups, self.wide,
+                                                 self.upgrade)  # fmt: skip
         for j in self.candidates:
             report[j].quantized = j not in keep
-        int8 = [j for j in self.candidates if j not in keep]
-        return sensitivity.db(self.signal, sensitivity.predicted_noise(self.noise, int8,
-                                                                       self.groups))  # fmt: skip
+            report[j].a16 = j in wide
+        int8 = [j for j in self.candidates if j not in keep and j not in wide]
+        return sensitivity.db(self.signal, sensitivity.predicted_noise(
+            self.noise, int8, self.groups, wide, self.noise16))  # fmt: skip
 
 
 def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, where, config,
-                 target) -> _Sensitivity:  # fmt: skip
+                 target, wide=None) -> _Sensitivity:  # fmt: skip
     """Each int8 layer's output SQNR alone, into its report row, and what choosing the layers to
-    keep float needs (Note [layer sensitivity])."""
+    keep float needs (Note [layer sensitivity]); wide: {position: (act16, its correction)} of
+    the layers that may be a16, whose output SQNR alone as a16 is measured too."""
     candidates = [j for j, r in enumerate(report) if r.quantized]
+    wide = {j: w for j, w in (wide or {}).items() if j in candidates}
     shared, groups = _shared_values(func, layers, candidates, config.share)
     probe = sensitivity.NoiseProbe(func, layers, shared, target)
     q = get_op("qnn.quantize")
 
-    def deltas(f):
+    def deltas(f, sixteen=False):
         arrays = values[f]
-        for j, (layer, r) in enumerate(zip(layers, report, strict=True)):
-            if not r.quantized:
+        for j, layer in enumerate(layers):
+            if j not in candidates or (sixteen and j not in wide):
                 yield None
                 continue
             x = arrays[where[id(layer.data)]]
-            yield _int8_error(layer, x, arrays[n_inputs + j], act[id(layer.data)],
-                              fixes.get(layer.index))  # fmt: skip
+            a, fix = wide[j] if sixteen else (act[id(layer.data)], fixes.get(layer.index))
+            yield _int8_error(layer, x, arrays[n_inputs + j], a, fix)
         for v in shared:  # the int8 copy that other readers read: Note [shared quantized values]
+            if sixteen:
+                yield None
+                continue
             x, (sx, zx, dtype) = arrays[where[id(v)]], act[id(v)]
             xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
             yield (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx) - x
 
+    forced = tuple(j for j in candidates if report[j].a16)
     signal, noise = probe.measure(feeds, deltas)
+    noise16 = None
+    if wide:
+        _, noise16 = probe.measure(feeds, lambda f: deltas(f, sixteen=True))
     groups = [(noise[len(layers) + k], readers) for k, readers in enumerate(groups)]
     for j in candidates:
         report[j].output_db = sensitivity.db(signal, noise[j])
-    return _Sensitivity(probe, feeds, signal, noise, groups, candidates)
+        if noise16 is not None and j in wide:
+            report[j].output16_db = sensitivity.db(signal, noise16[j])
+    return _Sensitivity(probe, feeds, signal, noise, groups, candidates, noise16, forced,
+                        config.budget_mode == "a16")  # fmt: skip
 
 
 def _output_db(func, feeds, refs, target) -> float:
@@ -520,6 +576,8 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         raise ValueError(f"gptq_order must be natural or act, got {config.gptq_order}")
     if config.choose_by not in ("layer", "output"):
         raise ValueError(f"choose_by must be layer or output, got {config.choose_by}")
+    if config.budget_mode not in ("float", "a16"):
+        raise ValueError(f"budget_mode must be float or a16, got {config.budget_mode}")
     if config.weight_rounding not in ("nearest", "gptq"):
         raise ValueError(f"weight_rounding must be nearest or gptq, got {config.weight_rounding}")
     feeds = list(calibration)[: config.max_samples]
@@ -568,34 +626,51 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     measured = held_values[0] if held_values else first
     x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}
     model_inputs = _read_from_inputs(func)
-    report, fixes = [], {}
+    report, fixes, wide = [], {}, {}
+    upgrade = config.budget_mode == "a16" and config.target_sqnr_db is not None
     for j, (layer, y) in enumerate(zip(layers, measured[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
+        pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
         if config.bias_correction:
-            pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
             fixes[layer.index] = _mean_error(layer, pairs, a)
         err = _int8_error(layer, x_of[id(layer.data)], y, a, fixes.get(layer.index))
         db = sqnr_db(y, y + err)
         ok = db >= config.keep_float_below_db
         if config.keep_float_inputs and id(layer.data) in model_inputs:
             ok = False
+        # Note [16-bit activations]: named, or kept float by these two rules in budget_mode a16
+        named = _named(layer, config.activation_bits16)
+        sixteen = named or (config.budget_mode == "a16" and not ok)
         roles = config.keep_float_roles
         if layer.role in roles or ("last" in roles and j == len(layers) - 1):
-            ok = False
+            ok = sixteen = False
         method = label[id(layer.data)]
-        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))
+        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok or sixteen, method,
+                                  a16=sixteen))  # fmt: skip
+        if sixteen or (upgrade and ok):
+            obs = stats[where[id(layer.data)]]
+            a16 = (*calibrate.activation_params(min(obs.min, 0.0), max(obs.max, 0.0), "uint16"),
+                   "uint16")  # fmt: skip
+            wide[j] = (a16, _mean_error(layer, pairs, a16) if config.bias_correction else None)
+    outs = measured[len(inputs) :]
+    own = {j: (layers[j], x_of[id(layers[j].data)], outs[j]) for j in wide}
+    _mark16(report, wide, own)
     predicted = measured = sens = None
     if config.sensitivity or config.target_sqnr_db is not None:
         # on feeds that fitted nothing when there are some (as the own SQNR above)
         values, on = (held_values, held_feeds) if held_values else (samples, fit)
         n = min(len(values), config.sensitivity_samples or correction_feeds(len(values)))
         sens = _sensitivity(func, layers, report, on[:n], values[:n], act, fixes, len(inputs),
-                            where, config, target)  # fmt: skip
+                            where, config, target, wide)  # fmt: skip
         predicted = sens.choose(report, config.target_sqnr_db)
+        _mark16(report, wide, own)
 
     def rewritten():
         keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
-        return rewrite(func, keep, act, config.share, fixes)
+        a16 = {layers[j].index: wide[j] for j, r in enumerate(report) if r.quantized and r.a16}
+        corrections = {**fixes, **{k: fix for k, (_, fix) in a16.items() if fix is not None}}
+        return rewrite(func, keep, act, config.share, corrections,
+                       {k: a for k, (a, _) in a16.items()})  # fmt: skip
 
     new = rewritten()
     if config.target_sqnr_db is not None:  # Note [layer sensitivity]: measured, and met
@@ -609,6 +684,7 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
                 break
             aim += config.target_sqnr_db - measured
             predicted = sens.choose(report, aim)
+            _mark16(report, wide, own)
             new = rewritten()
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
                           config, equalized, predicted, measured)  # fmt: skip

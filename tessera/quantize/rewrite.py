@@ -198,33 +198,55 @@ class _Emitter:
         return out
 
 
-def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value,
-                     correction=None) -> Call:  # fmt: skip
+def _product(em: _Emitter, layer: Layer, xq: Value, w: Constant, pad_value: int, hint: str):
+    """The layer's integer product of the uint8/int8 data xq and its packed int8 weight w."""
+    if layer.kind == "conv2d":
+        attrs = dict(layer.call.attrs.items())
+        return em.call("qnn.conv2d", (xq, w), layer.call.span, hint, **attrs, pad_value=pad_value)
+    return em.call("qnn.dense", (xq, w), layer.call.span, hint, units=layer.weight.shape[0])
+
+
+def _compensated(em: _Emitter, acc: Value, comp: np.ndarray, span, hint: str) -> Value:
+    """acc - comp (int32 constant per output channel), or acc where comp is all zero."""
+    if not comp.any():
+        return acc
+    return em.call("subtract", (acc, em.const(comp.astype(np.int32), hint + "_comp")), span, hint)
+
+
+def _quantized_layer(em: _Emitter, layer: Layer, xq, act, out: Value, correction=None) -> Call:
     """Emit layer's int8 product and dequantize; the last call defines `out`. `correction`
     (float, per output channel) is added to the output, folded into the integer compensation
-    (Note [bias correction])."""
+    (Note [bias correction]). With a uint16 act, xq is the (high, low) bytes of the code and the
+    product runs in two passes (Note [16-bit activations by splitting] in topi/qnn.py)."""
     (sx, zx, dtype) = act
     zx_u = zx + (128 if dtype == "int8" else 0)
     wq, sw = layer.quantized_weight()
     span, hint = layer.call.span, out.name
-    attrs = dict(layer.call.attrs.items())
-    if layer.kind == "conv2d":
-        w4 = em.const(topi_qnn.pack_conv_weight(wq), hint + "_w")
-        acc = em.call("qnn.conv2d", (xq, w4), span, hint, **attrs, pad_value=zx_u)
-        comp = zx_u * wq.astype(np.int64).sum(axis=(1, 2, 3))
-        scale = (np.float32(sx) * sw).astype(np.float32).reshape(-1, 1, 1)
-        comp = comp.reshape(-1, 1, 1)
-    else:
-        wp = em.const(topi_qnn.pack_dense_weight(wq), hint + "_w")
-        acc = em.call("qnn.dense", (xq, wp), span, hint, units=wq.shape[0])
-        comp = zx_u * wq.astype(np.int64).sum(axis=1)
-        scale = (np.float32(sx) * sw).astype(np.float32)
+    conv = layer.kind == "conv2d"
+    packed = topi_qnn.pack_conv_weight(wq) if conv else topi_qnn.pack_dense_weight(wq)
+    w = em.const(packed, hint + "_w")
+    sums = wq.astype(np.int64).sum(axis=(1, 2, 3) if conv else 1)
+    shape = (-1, 1, 1) if conv else (-1,)
+    sums = sums.reshape(shape)
+    scale = (np.float32(sx) * sw).astype(np.float32).reshape(shape)
+    if dtype == "uint16":
+        (hi, lo), (z_hi, z_lo) = xq, divmod(zx, 256)
+        # 256 * the high pass leaves int32 for long K: combined in float32 (the Note)
+        upper = _compensated(em, _product(em, layer, hi, w, z_hi, hint), z_hi * sums, span, hint)
+        scale_hi = em.const(np.float32(256) * scale, hint + "_scale")
+        upper = em.call("qnn.dequantize", (upper, scale_hi), span, hint)
+        if correction is not None:
+            fix = np.asarray(correction, np.float32).reshape(shape)
+            upper = em.call("add", (upper, em.const(fix, hint + "_fix")), span, hint)
+        lower = _compensated(em, _product(em, layer, lo, w, z_lo, hint), z_lo * sums, span, hint)
+        lower = em.call("qnn.dequantize", (lower, em.const(scale, hint + "_scale")), span, hint)
+        return Call(get_op("add"), (lower, upper), {}, (out,), span)
+    acc = _product(em, layer, xq, w, zx_u, hint)
+    comp = zx_u * sums
     if correction is not None:
         steps = np.round(np.asarray(correction, np.float64).reshape(comp.shape) / scale)
         comp = comp - np.clip(steps, -(2**30), 2**30).astype(np.int64)
-    if comp.any():
-        acc = em.call("subtract", (acc, em.const(comp.astype(np.int32), hint + "_comp")), span,
-                      hint)  # fmt: skip
+    acc = _compensated(em, acc, comp, span, hint)
     scale_c = em.const(scale, hint + "_scale")
     return Call(get_op("qnn.dequantize"), (acc, scale_c), {}, (out,), span)
 
@@ -244,8 +266,14 @@ def _pooled_source(func: Function, v: Value, layers: list[Layer]):
     return producer if uses == sum(1 for layer in layers if layer.data is v) else None
 
 
-def _quantize_value(em, func, layers, v: Value, act, span) -> Value:
+def _quantize_value(em, func, layers, v: Value, act, span):
+    """v quantized by act: its uint8/int8 value, or for uint16 the (high, low) bytes of its
+    code (Note [16-bit activations by splitting] in topi/qnn.py)."""
     sx, zx, dtype = act
+    if dtype == "uint16":
+        return tuple(em.call("qnn.quantize_byte", (v,), span, f"{v.name}_{part}", scale=sx,
+                             zero_point=zx, byte=byte)
+                     for part, byte in (("hi", 1), ("lo", 0)))  # fmt: skip
     pool = _pooled_source(func, v, layers)
     source = pool.inputs[0] if pool is not None else v
     q = em.call("qnn.quantize", (source,), span, source.name, scale=sx, zero_point=zx,
@@ -270,10 +298,12 @@ def _remap(call: Call, fake: dict) -> Call:
 
 
 def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool = True,
-            corrections: dict | None = None):  # fmt: skip
+            corrections: dict | None = None, wide: dict | None = None):  # fmt: skip
     """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)};
     share: other readers of a quantized value read its int8 copy (Note [shared quantized
-    values]); corrections: {layer index: float per output channel} added to its output."""
+    values]); corrections: {layer index: float per output channel} added to its output; wide:
+    {layer index: (scale, zp, "uint16")}, the layers whose data is a 16-bit code, computed in
+    two passes (Note [16-bit activations by splitting] in topi/qnn.py)."""
     from tessera.transform import eliminate_dead_code
 
     em = _Emitter(func)
@@ -285,12 +315,13 @@ def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool =
         if layer is None:
             em.body.append(_remap(call, fake))
             continue
-        act = act_params[id(layer.data)]
+        act = (wide or {}).get(layer.index) or act_params[id(layer.data)]
         key = (id(layer.data), act)
         if key not in quantized:
             xq = _quantize_value(em, func, layers, layer.data, act, call.span)
             quantized[key] = xq
-            if share and id(layer.data) not in fake and layer.data not in func.outputs:
+            eight = act[2] != "uint16"  # a 16-bit code's other readers read the float value
+            if share and eight and id(layer.data) not in fake and layer.data not in func.outputs:
                 scale = em.const(np.float32(act[0]), layer.data.name + "_s")
                 fake[id(layer.data)] = em.call("qnn.dequantize", (xq, scale), call.span,
                                                layer.data.name, zero_point=act[1])  # fmt: skip

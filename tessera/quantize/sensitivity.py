@@ -144,13 +144,16 @@ def db(signal: float, noise: float) -> float:
     return math.inf if noise <= 0 else 10 * math.log10(max(signal, 1e-30) / noise)
 
 
-def predicted_noise(noise, int8, groups=()) -> float:
-    """The output noise energy with the positions `int8` int8: theirs, plus each group's
-    (noise energy, reader positions) that has a reader among them."""
+def predicted_noise(noise, int8, groups=(), wide=(), noise16=None) -> float:
+    """The output noise energy with the positions `int8` int8 and `wide` a16 (Note [16-bit
+    activations] in tessera/quantize/__init__.py; noise16[j]: a16 layer j's energy): theirs,
+    plus each group's (noise energy, reader positions) that has an int8 reader (a 16-bit
+    code's other readers read the float value)."""
     int8 = set(int8)
-    return float(sum(noise[j] for j in int8)) + sum(
+    total = float(sum(noise[j] for j in int8)) + sum(
         float(n) for n, readers in groups if int8 & set(readers)
     )
+    return total + float(sum(noise16[j] for j in wide)) if wide else total
 
 
 def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()) -> list[int]:
@@ -158,10 +161,35 @@ def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()
     output SQNR of the rest reaches target_db, each step the one whose keeping removes the most
     noise (its own, and a group's when it is the group's last int8 reader; Note [layer
     sensitivity]); all of them when the target cannot be met."""
-    int8, keep = set(candidates), []
-    while int8 and db(signal, predicted_noise(noise, int8, groups)) < target_db:
-        total = predicted_noise(noise, int8, groups)
-        j = max(sorted(int8), key=lambda i: total - predicted_noise(noise, int8 - {i}, groups))
+    return choose_bits(noise, None, signal, target_db, candidates, groups)[0]
+
+
+def choose_bits(noise, noise16, signal: float, target_db: float, candidates, groups=(),
+                wide=(), upgrade: bool = False) -> tuple[list[int], set[int]]:  # fmt: skip
+    """(positions kept float, positions a16) among `candidates` for an output SQNR of target_db:
+    the positions `wide` are a16 from the start; with `upgrade`, the int8 layers are made a16
+    first, each step the one whose upgrade removes the most noise, until the prediction meets
+    the target; then, if it is still short, layers (int8 or a16) are kept float, each step the
+    one whose keeping removes the most (Note [16-bit activations] in
+    tessera/quantize/__init__.py)."""
+    wide = set(wide) & set(candidates)
+    int8, keep = set(candidates) - wide, []
+
+    def total(i8, w):
+        return predicted_noise(noise, i8, groups, w, noise16)
+
+    def short():
+        return db(signal, total(int8, wide)) < target_db
+
+    while upgrade and int8 and short():
+        now = total(int8, wide)
+        j = max(sorted(int8), key=lambda i: now - total(int8 - {i}, wide | {i}))
+        int8.discard(j)
+        wide.add(j)
+    while (int8 or wide) and short():
+        now = total(int8, wide)
+        j = max(sorted(int8 | wide), key=lambda i: now - total(int8 - {i}, wide - {i}))
         keep.append(j)
         int8.discard(j)
-    return keep
+        wide.discard(j)
+    return keep, wide
