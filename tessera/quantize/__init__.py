@@ -82,6 +82,7 @@ class QConfig:
     # would keep float get them too; "float": the budget keeps the costliest layers float
     activation_bits16: tuple[str, ...] = ()
     budget_mode: str = "float"
+    a16_headroom: float = 2.0  # a 16-bit range: the calibration's [min, max] times this
 
 
 @dataclass
@@ -649,8 +650,9 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
                                   a16=sixteen))  # fmt: skip
         if sixteen or (upgrade and ok):
             obs = stats[where[id(layer.data)]]
-            a16 = (*calibrate.activation_params(min(obs.min, 0.0), max(obs.max, 0.0), "uint16"),
-                   "uint16")  # fmt: skip
+            h = config.a16_headroom
+            a16 = (*calibrate.activation_params(min(obs.min, 0.0) * h, max(obs.max, 0.0) * h,
+                                                "uint16"), "uint16")  # fmt: skip
             wide[j] = (a16, _mean_error(layer, pairs, a16) if config.bias_correction else None)
     outs = measured[len(inputs) :]
     own = {j: (layers[j], x_of[id(layers[j].data)], outs[j]) for j in wide}
