@@ -323,6 +323,28 @@ def _named(layer: Layer, names) -> bool:
                 or set(layer.call.span) & set(names))  # fmt: skip
 
 
+# Note [16-bit activations]
+# Eight-bit activation grids are what limits int8 accuracy on deep networks (Note [default
+# budget]); keeping the costliest layers float gives up their int8 kernels. A layer can instead
+# read a 16-bit code of its input and run on the same int8 kernels twice, over the high and the
+# low byte (Note [16-bit activations by splitting] in topi/qnn.py): the grid is 256 times finer
+# (48 dB less noise from the activation; the int8 weights' rounding stays), at twice the
+# layer's integer work. Its range is the calibration's [min, max] (0 included) widened by
+# `a16_headroom` (2: 6 dB of the 16-bit grid's ~96 dB) so that a value past the calibration's
+# range is not clipped: clipping, not rounding, is then what a 16-bit grid would lose. Such a
+# layer ("a16") is named by `activation_bits16`, or chosen by the budget with
+# budget_mode="a16": the sensitivity probe (Note [layer sensitivity]) measures each layer's
+# output noise alone both as int8 and as a16 (the report's `out dB` and `out16` columns), and
+# choose_bits (sensitivity.py) upgrades to a16, one at a time, the layer whose upgrade removes
+# the most predicted noise, until the prediction meets target_sqnr_db; only if every candidate
+# is a16 and it is still short are layers kept float. In that mode the layers that
+# keep_float_inputs or keep_float_below_db would keep float are a16 instead (a model input's
+# per-channel normalized grid, Note [input layers], is what a 16-bit grid resolves), so every
+# layer runs on the int8 kernels. A 16-bit code's other readers (a residual add) read the float
+# value, not a dequantized copy; its bias correction is measured with the 16-bit grid and added
+# in float after the high pass.
+
+
 def _holdout(config: QConfig, count: int) -> int:
     if count < 2:
         return 0
