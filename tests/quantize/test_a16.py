@@ -15,7 +15,8 @@ from tessera.frontend import from_onnx
 from tessera.graph.builder import GraphBuilder
 from tessera.graph.op import get_op
 from tessera.quantize import QConfig, quantize, sqnr_db
-from tessera.quantize.sensitivity import choose_bits, keep_float_for
+from tessera.quantize.rewrite import find_layers, rewrite
+from tessera.quantize.sensitivity import choose_levels, keep_float_for
 from tessera.runtime import GraphModule, cpu
 from tessera.target import Target
 from tessera.topi import qnn
@@ -169,6 +170,44 @@ def test_a16_layers_improve_the_output_and_print(model):
     assert db16 > db8 + 10, (db8, db16)
 
 
+def test_16_bit_weights_split_too(model):
+    """weight_bits16: each layer a16 over two int8 weights, four passes on the int8 kernels;
+    the built module gives the numpy reference of the integer arithmetic, and more SQNR than
+    a16 alone, whose error here is mostly the int8 weights'."""
+    from tessera.quantize import _layer_int8_output
+
+    mod, params, feed, want = model
+    feeds = samples(8)
+    wide = quantize(mod, params, feeds, QConfig(keep_float_below_db=0, activation_bits16=NAMES,
+                                                **ALL))  # fmt: skip
+    both = quantize(mod, params, feeds, QConfig(keep_float_below_db=0, weight_bits16=NAMES,
+                                                **ALL))  # fmt: skip
+    assert all(r.w16 and r.a16 and r.method == "a16w16" for r in both.report), str(both)
+    assert "a16w16" in str(both)
+    ops = [c.op.name for c in both.mod["main"].body]
+    assert ops.count("qnn.conv2d") == 12 and ops.count("qnn.dense") == 4
+    db16, db_w16 = (sqnr_db(want, run(r.mod, {}, feed)) for r in (wide, both))
+    assert db_w16 > db16 + 6, (db16, db_w16)
+    # one layer alone, built, against the int64 reference of its four passes
+    b = GraphBuilder()
+    x = R.random((1, 16, 12, 12), dtype=np.float32) * 3
+    xv = b.param("x", x.shape, "float32")
+    w = (R.standard_normal((8, 16, 3, 3)) * 0.1).astype(np.float32)
+    y = b.call("nn.conv2d", xv, b.const(w), strides=(2, 2), padding=(1, 1, 1, 1),
+               dilation=(1, 1), groups=1)  # fmt: skip
+    func = infer_types(b.finish([y]))
+    layer = find_layers(func, ("nn.conv2d",), ())[0]
+    act = (4.0 / 65535, 1234, "uint16")
+    new = rewrite(func, [layer], {id(layer.data): act}, wide={layer.index: act},
+                  split={layer.index})  # fmt: skip
+    assert [c.op.name for c in new.body].count("qnn.conv2d") == 4
+    (got,) = _build_run(new, "llvm", x)
+    ref = _layer_int8_output(layer, x, act, split=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert sqnr_db(_layer_int8_output(layer, x, act), ref) < sqnr_db(
+        get_op("nn.conv2d").evaluate([x, w], dict(layer.call.attrs.items()))[0], ref) - 20
+
+
 def test_nothing_changes_with_the_option_off(model):
     """budget_mode="a16" without a budget and with no layer kept float by a rule, and the
     defaults: the same module, no 16-bit code."""
@@ -198,13 +237,18 @@ def test_budget_a16_upgrades_before_keeping_float(model):
         quantize(mod, params, feeds, QConfig(budget_mode="int4"))
 
 
-def test_choose_bits_upgrades_the_costliest_first():
+def test_choose_levels_upgrades_the_costliest_first():
     noise = np.array([4.0, 1.0, 0.5])
     noise16 = noise / 256**2 * 4  # a16: 48 dB less, here with a floor of the weights'
-    keep, wide = choose_bits(noise, noise16, 1000.0, 25.0, [0, 1, 2], upgrade=True)
-    assert keep == [] and wide == {0}
-    keep, wide = choose_bits(noise, noise16, 1000.0, 80.0, [0, 1, 2], upgrade=True)
-    assert set(keep) | wide == {0, 1, 2} and keep  # a16 everywhere is short of 80 dB
+    levels = [noise, noise16]
+    keep, level = choose_levels(levels, 1000.0, 25.0, [0, 1, 2], upgrade=True)
+    assert keep == [] and level == {0: 1, 1: 0, 2: 0}
+    keep, level = choose_levels(levels, 1000.0, 80.0, [0, 1, 2], upgrade=True)
+    assert set(keep) | set(level) == {0, 1, 2} and keep  # a16 everywhere is short of 80 dB
+    # a third level (16-bit weights too: 4 passes) is taken where it removes the most per pass
+    w16 = np.array([1e-6, np.nan, np.nan])
+    keep, level = choose_levels([noise, noise16, w16], 1000.0, 70.0, [0, 1, 2], upgrade=True)
+    assert keep == [] and level == {0: 2, 1: 1, 2: 1}
     # without upgrade, the same choice as the float budget
-    assert choose_bits(noise, noise16, 1000.0, 25.0, [0, 1, 2])[0] == keep_float_for(
+    assert choose_levels(levels, 1000.0, 25.0, [0, 1, 2])[0] == keep_float_for(
         noise, 1000.0, 25.0, [0, 1, 2])  # fmt: skip
