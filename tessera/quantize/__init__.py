@@ -344,12 +344,14 @@ def _named(layer: Layer, names) -> bool:
 # layer's integer work. Its range is the calibration's [min, max] (0 included) widened by
 # `a16_headroom` (2: 6 dB of the 16-bit grid's ~96 dB) so that a value past the calibration's
 # range is not clipped: clipping, not rounding, is then what a 16-bit grid would lose. Such a
-# layer ("a16") is named by `activation_bits16`, or chosen by the budget with
-# budget_mode="a16": the sensitivity probe (Note [layer sensitivity]) measures each layer's
-# output noise alone both as int8 and as a16 (the report's `out dB` and `out16` columns), and
-# choose_bits (sensitivity.py) upgrades to a16, one at a time, the layer whose upgrade removes
-# the most predicted noise, until the prediction meets target_sqnr_db; only if every candidate
-# is a16 and it is still short are layers kept float. In that mode the layers that
+# layer ("a16") is named by `activation_bits16`; where the int8 weights limit a layer, its
+# weight can be split too ("a16w16", four passes: Note [16-bit weights by splitting] in
+# rewrite.py; `weight_bits16`). Or the budget chooses, with budget_mode="a16": the sensitivity
+# probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16 and
+# a16w16 (the report's `out dB`, `out16` and `w16` columns), and choose_levels (sensitivity.py)
+# raises one layer at a time, the move that removes the most predicted noise per added int8
+# pass (1, 2, 4 passes), until the prediction meets target_sqnr_db; only if every candidate
+# is at the top and it is still short are layers kept float. In that mode the layers that
 # keep_float_inputs or keep_float_below_db would keep float are a16 instead (a model input's
 # per-channel normalized grid, Note [input layers], is what a 16-bit grid resolves), so every
 # layer runs on the int8 kernels. A 16-bit code's other readers (a residual add) read the float
