@@ -318,12 +318,18 @@ def _equalized(func, feeds, config: QConfig, target):
 
 
 def _mark16(report, alt, own) -> None:
-    """The range and own SQNR of each a16 row of `report` are its 16-bit ones (alt: {position:
-    {level: (act, correction)}}; own: {position: (layer, its float input, output)})."""
+    """The range and own SQNR of each a16 row of `report` are its 16-bit ones, of the others
+    their 8-bit ones (alt: {position: {level: (act, correction)}}; own: {position: (layer, its
+    float input, output, the row's 8-bit (scale, zero point, method, SQNR))})."""
     for j, r in enumerate(report):
+        if j not in own:
+            continue
         level = 2 if r.w16 else 1 if r.a16 else 0
-        if level and r.method != ("a16w16", "a16")[level == 1]:
-            (a16, fix), (layer, x, y) = alt[j][level], own[j]
+        (layer, x, y, eight) = own[j]
+        if not level:
+            r.scale, r.zero_point, r.method, r.sqnr_db = eight
+        elif r.method != ("a16w16", "a16")[level == 1]:
+            a16, fix = alt[j][level]
             r.sqnr_db = sqnr_db(y, y + _int8_error(layer, x, y, a16, fix, level == 2))
             r.scale, r.zero_point = a16[0], a16[1]
             r.method = "a16w16" if level == 2 else "a16"
@@ -704,7 +710,9 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
                               if config.bias_correction else None)
                       for level in ((1, 2) if upgrade or w16 else (1,))}  # fmt: skip
     outs = measured[len(inputs) :]
-    own = {j: (layers[j], x_of[id(layers[j].data)], outs[j]) for j in alt}
+    own = {j: (layers[j], x_of[id(layers[j].data)], outs[j],
+               (report[j].scale, report[j].zero_point, report[j].method, report[j].sqnr_db))
+           for j in alt}  # fmt: skip
     _mark16(report, alt, own)
     predicted = measured = sens = None
     if config.sensitivity or config.target_sqnr_db is not None:

@@ -228,6 +228,7 @@ def test_budget_a16_upgrades_before_keeping_float(model):
     # (float by the default rule), and the costliest of the others (the classifier) is a16
     assert all(r.quantized for r in result.report), str(result)
     assert rows["conv1,bn1"].a16 and rows["fc"].a16 and not rows["conv2"].a16, str(result)
+    assert rows["fc"].method == "a16" and "/u8" in rows["conv2"].method, str(result)
     # the probe predicts each layer's cost as a16, below its 8-bit one (by less than the grids'
     # 48 dB where the int8 weights' rounding, the same in both, dominates)
     assert all(r.output16_db > r.output_db for r in result.report), str(result)
