@@ -75,6 +75,18 @@ class QConfig:
     target_sqnr_db: float | None = None
     sensitivity_samples: int | None = None  # feeds that measure it (None: correction_feeds)
     target_rounds: int = 3  # builds that check the target on those feeds, aiming higher if short
+    # Note [16-bit activations]: layers (source node or output value names) whose activation is
+    # a 16-bit code, computed on the int8 kernels in two passes; budget_mode="a16": the budget
+    # (target_sqnr_db) first gives the costliest layers 16-bit activations, keeping float only
+    # where that is not enough, and the layers that keep_float_inputs / keep_float_below_db
+    # would keep float get them too; "float": the budget keeps the costliest layers float
+    activation_bits16: tuple[str, ...] = ()
+    # layers a16 whose int8 weight is split too (four passes): Note [16-bit weights by
+    # splitting] in rewrite.py; budget_mode="a16" raises layers to this level where it removes
+    # the most noise per pass
+    weight_bits16: tuple[str, ...] = ()
+    budget_mode: str = "float"
+    a16_headroom: float = 2.0  # a 16-bit range: the calibration's [min, max] times this
 
 
 @dataclass
@@ -89,6 +101,10 @@ class LayerReport:
     # the model's output SQNR with this layer alone int8 (Note [layer sensitivity]); nan: not
     # measured
     output_db: float = math.nan
+    a16: bool = False  # its activation is 16-bit, two int8 passes (Note [16-bit activations])
+    output16_db: float = math.nan  # the model's output SQNR with this layer alone a16
+    w16: bool = False  # a16 with its weight split too (Note [16-bit weights by splitting])
+    output_w16_db: float = math.nan  # ... with this layer alone a16 with 16-bit weights
 
 
 @dataclass
@@ -114,13 +130,14 @@ class QuantizeResult:
         if self.measured_db is not None:
             rows[0] += f", measured {self.measured_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
-                    f"{'SQNR dB':>8} {'out dB':>7}  int8")  # fmt: skip
+                    f"{'SQNR dB':>8} {'out dB':>7} {'out16':>6} {'w16':>6}  int8")  # fmt: skip
         for r in self.report:
-            mark = "yes" if r.quantized else "kept float"
+            mark = "a16w16" if r.w16 else "a16" if r.a16 else "yes"
+            mark = mark if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
             rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
-                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f}  "
-                        f"{mark}")  # fmt: skip
+                        f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f} "
+                        f"{r.output16_db:>6.1f} {r.output_w16_db:>6.1f}  {mark}")  # fmt: skip
         return "\n".join(rows)
 
 
@@ -147,24 +164,41 @@ def _prepare(mod, params):
     return mod
 
 
-def _layer_int8_output(layer: Layer, x: np.ndarray, act) -> np.ndarray:
-    """The dequantized int8 result of one layer from its float input (numpy references)."""
-    sx, zx, dtype = act
-    zx_u = zx + (128 if dtype == "int8" else 0)
-    xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
-    wq, sw = layer.quantized_weight()
-    attrs = dict(layer.call.attrs.items())
+def _integer_product(layer: Layer, wq: np.ndarray, xq: np.ndarray, pad_value: int):
+    """The layer's product of uint8/int8 data xq and int8 weight wq (the qnn ops' numpy
+    references), int64."""
     if layer.kind == "conv2d":
-        w4 = topi_qnn.pack_conv_weight(wq)
-        acc = get_op("qnn.conv2d").evaluate([xq, w4], {**attrs, "pad_value": zx_u})[0]
-        comp = (zx_u * wq.astype(np.int64).sum(axis=(1, 2, 3))).reshape(-1, 1, 1)
-        scale = (np.float32(sx) * sw).reshape(-1, 1, 1)
+        attrs = {**dict(layer.call.attrs.items()), "pad_value": pad_value}
+        acc = get_op("qnn.conv2d").evaluate([xq, topi_qnn.pack_conv_weight(wq)], attrs)[0]
     else:
         acc = get_op("qnn.dense").evaluate([xq, topi_qnn.pack_dense_weight(wq)],
                                            {"units": wq.shape[0]})[0]  # fmt: skip
-        comp = zx_u * wq.astype(np.int64).sum(axis=1)
-        scale = np.float32(sx) * sw
-    return (acc.astype(np.int64) - comp).astype(np.float32) * scale.astype(np.float32)
+    return acc.astype(np.int64)
+
+
+def _layer_int8_output(layer: Layer, x: np.ndarray, act, split: bool = False) -> np.ndarray:
+    """The dequantized int8 result of one layer from its float input (numpy references); with
+    a uint16 act, from the two passes over the bytes of the 16-bit code (Note [16-bit
+    activations by splitting] in topi/qnn.py), combined exactly in int64; with `split`, the
+    sum over the two int8 weights of Note [16-bit weights by splitting] (rewrite.py)."""
+    sx, zx, dtype = act
+    if dtype == "uint16":
+        code = get_op("qnn.quantize_byte")
+        data = [(256**byte, code.evaluate([x], dict(scale=sx, zero_point=zx, byte=byte))[0],
+                 (zx >> (8 * byte)) & 255) for byte in (1, 0)]  # fmt: skip
+        zx_u = zx
+    else:
+        zx_u = zx + (128 if dtype == "int8" else 0)
+        xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
+        data = [(1, xq, zx_u)]
+    shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
+    out = 0
+    for wq, sw in layer.weight_parts(split):
+        acc = sum(m * _integer_product(layer, wq, xq, pad) for m, xq, pad in data)
+        comp = (zx_u * wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1)).reshape(shape)
+        scale = (np.float32(sx) * sw).reshape(shape)
+        out = out + (acc - comp).astype(np.float32) * scale.astype(np.float32)
+    return out
 
 
 # Note [input layers]
@@ -199,12 +233,12 @@ def correction_feeds(count: int) -> int:
     return max(1, min(count, 4))
 
 
-def _mean_error(layer: Layer, pairs, act) -> np.ndarray:
+def _mean_error(layer: Layer, pairs, act, split: bool = False) -> np.ndarray:
     """The mean over feeds and all axes but the channel of float output - int8 output."""
     axis = 1 if layer.kind == "conv2d" else -1
     total, n = 0.0, 0
     for x, y in pairs:
-        err = np.asarray(y, np.float64) - _layer_int8_output(layer, x, act)
+        err = np.asarray(y, np.float64) - _layer_int8_output(layer, x, act, split)
         err = np.moveaxis(err, axis, -1).reshape(-1, err.shape[axis])
         total, n = total + err.sum(axis=0), n + err.shape[0]
     return (total / max(n, 1)).astype(np.float32)
@@ -281,6 +315,54 @@ def _equalized(func, feeds, config: QConfig, target):
 # MobileNetV2, but 56 of the 72 matmuls of the suite's BERT-base (26.3 dB int8 throughout,
 # 30.8 dB with it), which would cost BERT its int8 speed. docs/quantization.md has the
 # measurements.
+
+
+def _mark16(report, alt, own) -> None:
+    """The range and own SQNR of each a16 row of `report` are its 16-bit ones, of the others
+    their 8-bit ones (alt: {position: {level: (act, correction)}}; own: {position: (layer, its
+    float input, output, the row's 8-bit (scale, zero point, method, SQNR))})."""
+    for j, r in enumerate(report):
+        if j not in own:
+            continue
+        level = 2 if r.w16 else 1 if r.a16 else 0
+        (layer, x, y, eight) = own[j]
+        if not level:
+            r.scale, r.zero_point, r.method, r.sqnr_db = eight
+        elif r.method != ("a16w16", "a16")[level == 1]:
+            a16, fix = alt[j][level]
+            r.sqnr_db = sqnr_db(y, y + _int8_error(layer, x, y, a16, fix, level == 2))
+            r.scale, r.zero_point = a16[0], a16[1]
+            r.method = "a16w16" if level == 2 else "a16"
+
+
+def _named(layer: Layer, names) -> bool:
+    """Whether `names` holds layer's name, its output value's name or a source node's name."""
+    return bool(layer.name in names or layer.call.outputs[0].name in names
+                or set(layer.call.span) & set(names))  # fmt: skip
+
+
+# Note [16-bit activations]
+# Eight-bit activation grids are what limits int8 accuracy on deep networks (Note [default
+# budget]); keeping the costliest layers float gives up their int8 kernels. A layer can instead
+# read a 16-bit code of its input and run on the same int8 kernels twice, over the high and the
+# low byte (Note [16-bit activations by splitting] in topi/qnn.py): the grid is 256 times finer
+# (48 dB less noise from the activation; the int8 weights' rounding stays), at twice the
+# layer's integer work. Its range is the calibration's [min, max] (0 included) widened by
+# `a16_headroom` (2: 6 dB of the 16-bit grid's ~96 dB) so that a value past the calibration's
+# range is not clipped: clipping, not rounding, is then what a 16-bit grid would lose. Such a
+# layer ("a16") is named by `activation_bits16`; where the int8 weights limit a layer, its
+# weight can be split too ("a16w16", four passes: Note [16-bit weights by splitting] in
+# rewrite.py; `weight_bits16`). Or the budget chooses, with budget_mode="a16": the sensitivity
+# probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16 and
+# a16w16 (the report's `out dB`, `out16` and `w16` columns), and choose_levels (sensitivity.py)
+# raises one layer at a time, the move that removes the most predicted noise per added int8
+# pass (1, 2, 4 passes), until the prediction meets target_sqnr_db; only if every candidate
+# is at the top and it is still short are layers kept float. In that mode the layers that
+# keep_float_inputs or keep_float_below_db would keep float are a16 instead (a model input's
+# per-channel normalized grid, Note [input layers], is what a 16-bit grid resolves), so every
+# layer runs on the int8 kernels. A 16-bit code's other readers (a residual add) read the float
+# value, not a dequantized copy; its bias correction is measured with the 16-bit grid and added
+# in float after the high pass.
 
 
 def _holdout(config: QConfig, count: int) -> int:
@@ -420,9 +502,9 @@ def _hessians(probe, layers, where, feeds) -> list[np.ndarray]:
     return [acc.hessian() for acc in accs]
 
 
-def _int8_error(layer: Layer, x, y, act, fix) -> np.ndarray:
+def _int8_error(layer: Layer, x, y, act, fix, split: bool = False) -> np.ndarray:
     """The layer's int8 output (bias-corrected by `fix`, or None) minus its float output y."""
-    y8 = _layer_int8_output(layer, x, act)
+    y8 = _layer_int8_output(layer, x, act, split)
     if fix is not None:
         y8 = y8 + fix.reshape((-1, 1, 1) if layer.kind == "conv2d" else (-1,))
     return y8 - y
@@ -436,49 +518,76 @@ class _Sensitivity:
     noise: np.ndarray
     groups: list
     candidates: list[int]
+    # each layer's noise alone at the levels above int8 (a16, a16 with 16-bit weights; nan:
+    # not measured), the levels to start from, whether to upgrade (Note [16-bit activations])
+    upper: list = field(default_factory=list)
+    start: dict = field(default_factory=dict)
+    upgrade: bool = False
 
     def choose(self, report, aim: float | None) -> float:
-        """Mark float in `report` the candidates that keep_float_for keeps to reach `aim` (None:
-        none); the predicted output SQNR of the rest."""
-        keep = set()
+        """Mark in `report` the candidates that choose_levels keeps float or raises to reach
+        `aim` (None: only the start levels); the predicted output SQNR of the rest."""
+        levels = [self.noise, *self.upper]
+        keep, level = [], dict(self.start)
         if aim is not None:
-            keep = set(sensitivity.keep_float_for(self.noise, self.signal, aim,
-                                                  self.candidates, self.groups))  # fmt: skip
+            keep, level = sensitivity.choose_levels(levels, self.signal, aim, self.candidates,
+                                                    self.groups, self.start, self.upgrade)
         for j in self.candidates:
             report[j].quantized = j not in keep
-        int8 = [j for j in self.candidates if j not in keep]
+            report[j].a16 = level.get(j, 0) >= 1
+            report[j].w16 = level.get(j, 0) >= 2
+        int8 = [j for j in self.candidates if j not in keep and not level.get(j, 0)]
+        upper = {j: levels[v][j] for j, v in level.items() if v and j not in keep}
         return sensitivity.db(self.signal, sensitivity.predicted_noise(self.noise, int8,
-                                                                       self.groups))  # fmt: skip
+                                                                       self.groups, upper))
 
 
 def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, where, config,
-                 target) -> _Sensitivity:  # fmt: skip
+                 target, alt=None) -> _Sensitivity:  # fmt: skip
     """Each int8 layer's output SQNR alone, into its report row, and what choosing the layers to
-    keep float needs (Note [layer sensitivity])."""
+    keep float needs (Note [layer sensitivity]); alt: {position: {level: (act, correction)}} of
+    the layers that may be a16 (level 1) or a16 with 16-bit weights (2), whose output SQNR
+    alone at those levels is measured too."""
     candidates = [j for j, r in enumerate(report) if r.quantized]
+    alt = {j: w for j, w in (alt or {}).items() if j in candidates}
     shared, groups = _shared_values(func, layers, candidates, config.share)
     probe = sensitivity.NoiseProbe(func, layers, shared, target)
     q = get_op("qnn.quantize")
 
-    def deltas(f):
+    def deltas(f, level=0):
         arrays = values[f]
-        for j, (layer, r) in enumerate(zip(layers, report, strict=True)):
-            if not r.quantized:
+        for j, layer in enumerate(layers):
+            if j not in candidates or (level and level not in alt.get(j, {})):
                 yield None
                 continue
             x = arrays[where[id(layer.data)]]
-            yield _int8_error(layer, x, arrays[n_inputs + j], act[id(layer.data)],
-                              fixes.get(layer.index))  # fmt: skip
+            a, fix = alt[j][level] if level else (act[id(layer.data)], fixes.get(layer.index))
+            yield _int8_error(layer, x, arrays[n_inputs + j], a, fix, level == 2)
         for v in shared:  # the int8 copy that other readers read: Note [shared quantized values]
+            if level:
+                yield None
+                continue
             x, (sx, zx, dtype) = arrays[where[id(v)]], act[id(v)]
             xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
             yield (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx) - x
 
+    start = {j: 2 if report[j].w16 else 1 for j in candidates if report[j].a16}
     signal, noise = probe.measure(feeds, deltas)
+    upper = []
+    for level in (1, 2):
+        if any(level in w for w in alt.values()):
+            _, n = probe.measure(feeds, lambda f, level=level: deltas(f, level))
+            have = np.array([level in alt.get(j, {}) for j in range(len(n))])
+            upper.append(np.where(have, n, np.nan))
     groups = [(noise[len(layers) + k], readers) for k, readers in enumerate(groups)]
     for j in candidates:
         report[j].output_db = sensitivity.db(signal, noise[j])
-    return _Sensitivity(probe, feeds, signal, noise, groups, candidates)
+        if upper and 1 in alt.get(j, {}):
+            report[j].output16_db = sensitivity.db(signal, upper[0][j])
+        if len(upper) > 1 and 2 in alt.get(j, {}):
+            report[j].output_w16_db = sensitivity.db(signal, upper[1][j])
+    return _Sensitivity(probe, feeds, signal, noise, groups, candidates, upper, start,
+                        config.budget_mode == "a16")  # fmt: skip
 
 
 def _output_db(func, feeds, refs, target) -> float:
@@ -520,6 +629,8 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
         raise ValueError(f"gptq_order must be natural or act, got {config.gptq_order}")
     if config.choose_by not in ("layer", "output"):
         raise ValueError(f"choose_by must be layer or output, got {config.choose_by}")
+    if config.budget_mode not in ("float", "a16"):
+        raise ValueError(f"budget_mode must be float or a16, got {config.budget_mode}")
     if config.weight_rounding not in ("nearest", "gptq"):
         raise ValueError(f"weight_rounding must be nearest or gptq, got {config.weight_rounding}")
     feeds = list(calibration)[: config.max_samples]
@@ -568,34 +679,59 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
     measured = held_values[0] if held_values else first
     x_of = {id(v): a for v, a in zip(inputs, measured[: len(inputs)], strict=True)}
     model_inputs = _read_from_inputs(func)
-    report, fixes = [], {}
+    report, fixes, alt = [], {}, {}
+    upgrade = config.budget_mode == "a16" and config.target_sqnr_db is not None
     for j, (layer, y) in enumerate(zip(layers, measured[len(inputs) :], strict=True)):
         a = act[id(layer.data)]
+        pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
         if config.bias_correction:
-            pairs = [(s[where[id(layer.data)]], s[len(inputs) + j]) for s in samples]
             fixes[layer.index] = _mean_error(layer, pairs, a)
         err = _int8_error(layer, x_of[id(layer.data)], y, a, fixes.get(layer.index))
         db = sqnr_db(y, y + err)
         ok = db >= config.keep_float_below_db
         if config.keep_float_inputs and id(layer.data) in model_inputs:
             ok = False
+        # Note [16-bit activations]: named, or kept float by these two rules in budget_mode a16
+        w16 = _named(layer, config.weight_bits16)
+        sixteen = w16 or _named(layer, config.activation_bits16)
+        sixteen = sixteen or (config.budget_mode == "a16" and not ok)
         roles = config.keep_float_roles
         if layer.role in roles or ("last" in roles and j == len(layers) - 1):
-            ok = False
+            ok = sixteen = w16 = False
         method = label[id(layer.data)]
-        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok, method))
+        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok or sixteen, method,
+                                  a16=sixteen, w16=w16))  # fmt: skip
+        if sixteen or (upgrade and ok):
+            obs = stats[where[id(layer.data)]]
+            h = config.a16_headroom
+            a16 = (*calibrate.activation_params(min(obs.min, 0.0) * h, max(obs.max, 0.0) * h,
+                                                "uint16"), "uint16")  # fmt: skip
+            alt[j] = {level: (a16, _mean_error(layer, pairs, a16, level == 2)
+                              if config.bias_correction else None)
+                      for level in ((1, 2) if upgrade or w16 else (1,))}  # fmt: skip
+    outs = measured[len(inputs) :]
+    own = {j: (layers[j], x_of[id(layers[j].data)], outs[j],
+               (report[j].scale, report[j].zero_point, report[j].method, report[j].sqnr_db))
+           for j in alt}  # fmt: skip
+    _mark16(report, alt, own)
     predicted = measured = sens = None
     if config.sensitivity or config.target_sqnr_db is not None:
         # on feeds that fitted nothing when there are some (as the own SQNR above)
         values, on = (held_values, held_feeds) if held_values else (samples, fit)
         n = min(len(values), config.sensitivity_samples or correction_feeds(len(values)))
         sens = _sensitivity(func, layers, report, on[:n], values[:n], act, fixes, len(inputs),
-                            where, config, target)  # fmt: skip
+                            where, config, target, alt)  # fmt: skip
         predicted = sens.choose(report, config.target_sqnr_db)
+        _mark16(report, alt, own)
 
     def rewritten():
         keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
-        return rewrite(func, keep, act, config.share, fixes)
+        a16 = {layers[j].index: alt[j][2 if r.w16 else 1] for j, r in enumerate(report)
+               if r.quantized and r.a16}  # fmt: skip
+        corrections = {**fixes, **{k: fix for k, (_, fix) in a16.items() if fix is not None}}
+        split = {layers[j].index for j, r in enumerate(report) if r.quantized and r.w16}
+        return rewrite(func, keep, act, config.share, corrections,
+                       {k: a for k, (a, _) in a16.items()}, split)  # fmt: skip
 
     new = rewritten()
     if config.target_sqnr_db is not None:  # Note [layer sensitivity]: measured, and met
@@ -609,6 +745,7 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
                 break
             aim += config.target_sqnr_db - measured
             predicted = sens.choose(report, aim)
+            _mark16(report, alt, own)
             new = rewritten()
     return QuantizeResult(IRModule({**dict(mod.functions.items()), "main": new}), {}, report,
                           config, equalized, predicted, measured)  # fmt: skip

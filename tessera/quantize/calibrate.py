@@ -166,12 +166,14 @@ def clip_fraction(method: str) -> float:
 
 
 def activation_params(lo: float, hi: float, dtype: str) -> tuple[float, int]:
-    """(scale, zero point) of [lo, hi]: uint8 asymmetric, int8 symmetric (zero point 0)."""
+    """(scale, zero point) of [lo, hi]: uint8 or uint16 asymmetric, int8 symmetric (zero point
+    0)."""
     if dtype == "int8":
         scale = max(abs(lo), abs(hi)) / 127.0
         return float(np.float32(scale if scale > 0 else 1.0)), 0
-    scale = (hi - lo) / 255.0
+    top = float(np.iinfo(dtype).max)
+    scale = (hi - lo) / top
     if scale <= 0:
         return 1.0, 0
-    zero_point = int(np.clip(np.round(-lo / scale), 0, 255))
+    zero_point = int(np.clip(np.round(-lo / scale), 0, top))
     return float(np.float32(scale)), zero_point

@@ -75,6 +75,17 @@ class Layer:
             return "depthwise" if self.weight.shape[1] == 1 else "grouped"
         return "pointwise" if self.weight.shape[2:] == (1, 1) else "conv"
 
+    def weight_parts(self, split: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """[(int8 weight, scale per output channel)]: quantized_weight(), and with `split` a
+        second int8 weight of what the first leaves, w - w_q * s, on its own per-row scale
+        (Note [16-bit weights by splitting])."""
+        parts = [self.quantized_weight()]
+        if split:
+            wq, sw = parts[0]
+            rest = self.weight - wq.astype(np.float32) * sw.reshape((-1,) + (1,) * (wq.ndim - 1))
+            parts.append(quantize_weight(rest.astype(np.float32)))
+        return parts
+
     def _quantize_weight(self):
         w = self.weight
         if self.importance is None:
@@ -198,35 +209,83 @@ class _Emitter:
         return out
 
 
-def _quantized_layer(em: _Emitter, layer: Layer, xq: Value, act, out: Value,
-                     correction=None) -> Call:  # fmt: skip
+def _product(em: _Emitter, layer: Layer, xq: Value, w: Constant, pad_value: int, hint: str):
+    """The layer's integer product of the uint8/int8 data xq and its packed int8 weight w."""
+    if layer.kind == "conv2d":
+        attrs = dict(layer.call.attrs.items())
+        return em.call("qnn.conv2d", (xq, w), layer.call.span, hint, **attrs, pad_value=pad_value)
+    return em.call("qnn.dense", (xq, w), layer.call.span, hint, units=layer.weight.shape[0])
+
+
+def _compensated(em: _Emitter, acc: Value, comp: np.ndarray, span, hint: str) -> Value:
+    """acc - comp (int32 constant per output channel), or acc where comp is all zero."""
+    if not comp.any():
+        return acc
+    return em.call("subtract", (acc, em.const(comp.astype(np.int32), hint + "_comp")), span, hint)
+
+
+# Note [16-bit weights by splitting]
+# Where a layer's int8 weights, not its activation grid, limit it (EfficientNet-Lite0's stem
+# and first depthwise conv: as a16 they cost the output 36.3 and 31.6 dB alone, as int8 28.6 and
+# 31.1), the weight is split like the activation: w = s1 w1 + s2 w2 + e with w1 the int8
+# weight (GPTQ-rounded), w2 = round((w - s1 w1) / s2) its residual on a per-row scale s2 =
+# max |w - s1 w1| / 127 (about s1 / 254), so e is ~48 dB below int8's rounding. The layer is
+# then the sum of its products with w1 and with w2, each on the int8 kernels (two passes each
+# with a 16-bit activation: four), each dequantized by its own scale and added in float32.
+
+
+def _quantized_layer(em: _Emitter, layer: Layer, xq, act, out: Value, correction=None,
+                     split: bool = False) -> Call:  # fmt: skip
     """Emit layer's int8 product and dequantize; the last call defines `out`. `correction`
     (float, per output channel) is added to the output, folded into the integer compensation
-    (Note [bias correction])."""
+    (Note [bias correction]). With a uint16 act, xq is the (high, low) bytes of the code and the
+    product runs in two passes (Note [16-bit activations by splitting] in topi/qnn.py); with
+    `split`, over two int8 weights (Note [16-bit weights by splitting])."""
     (sx, zx, dtype) = act
-    zx_u = zx + (128 if dtype == "int8" else 0)
-    wq, sw = layer.quantized_weight()
     span, hint = layer.call.span, out.name
-    attrs = dict(layer.call.attrs.items())
-    if layer.kind == "conv2d":
-        w4 = em.const(topi_qnn.pack_conv_weight(wq), hint + "_w")
-        acc = em.call("qnn.conv2d", (xq, w4), span, hint, **attrs, pad_value=zx_u)
-        comp = zx_u * wq.astype(np.int64).sum(axis=(1, 2, 3))
-        scale = (np.float32(sx) * sw).astype(np.float32).reshape(-1, 1, 1)
-        comp = comp.reshape(-1, 1, 1)
-    else:
-        wp = em.const(topi_qnn.pack_dense_weight(wq), hint + "_w")
-        acc = em.call("qnn.dense", (xq, wp), span, hint, units=wq.shape[0])
-        comp = zx_u * wq.astype(np.int64).sum(axis=1)
-        scale = (np.float32(sx) * sw).astype(np.float32)
-    if correction is not None:
-        steps = np.round(np.asarray(correction, np.float64).reshape(comp.shape) / scale)
-        comp = comp - np.clip(steps, -(2**30), 2**30).astype(np.int64)
-    if comp.any():
-        acc = em.call("subtract", (acc, em.const(comp.astype(np.int32), hint + "_comp")), span,
-                      hint)  # fmt: skip
-    scale_c = em.const(scale, hint + "_scale")
-    return Call(get_op("qnn.dequantize"), (acc, scale_c), {}, (out,), span)
+    shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
+    terms = []
+    for wq, sw in layer.weight_parts(split):
+        terms += _weight_pass(em, layer, xq, act, wq, sw, hint)
+    scale = (np.float32(sx) * layer.quantized_weight()[1]).astype(np.float32).reshape(shape)
+    if dtype != "uint16" and not split:
+        (acc, comp, _) = terms[0]
+        if correction is not None:
+            steps = np.round(np.asarray(correction, np.float64).reshape(comp.shape) / scale)
+            comp = comp - np.clip(steps, -(2**30), 2**30).astype(np.int64)
+        acc = _compensated(em, acc, comp, span, hint)
+        return Call(get_op("qnn.dequantize"), (acc, em.const(scale, hint + "_scale")), {},
+                    (out,), span)  # fmt: skip
+    # 256 * a high pass leaves int32 for long K: the passes are combined in float32
+    total = None
+    for acc, comp, s in terms:
+        part = _compensated(em, acc, comp, span, hint)
+        part = em.call("qnn.dequantize", (part, em.const(s, hint + "_scale")), span, hint)
+        if total is None and correction is not None:
+            fix = np.asarray(correction, np.float32).reshape(shape)
+            part = em.call("add", (part, em.const(fix, hint + "_fix")), span, hint)
+        total = part if total is None else em.call("add", (part, total), span, hint)
+    last = em.body.pop()
+    return Call(last.op, last.inputs, last.attrs, (out,), span)
+
+
+def _weight_pass(em: _Emitter, layer: Layer, xq, act, wq, sw, hint: str) -> list[tuple]:
+    """The integer products of one int8 weight (wq, scale per row sw) with the data xq, each as
+    (acc, compensation, float32 scale): one for uint8/int8 data, two for a uint16 code's (high,
+    low) bytes, the high one's scale 256 times the low one's."""
+    (sx, zx, dtype) = act
+    conv = layer.kind == "conv2d"
+    packed = topi_qnn.pack_conv_weight(wq) if conv else topi_qnn.pack_dense_weight(wq)
+    w = em.const(packed, hint + "_w")
+    shape = (-1, 1, 1) if conv else (-1,)
+    sums = wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1).reshape(shape)
+    scale = (np.float32(sx) * sw).astype(np.float32).reshape(shape)
+    if dtype != "uint16":
+        zx_u = zx + (128 if dtype == "int8" else 0)
+        return [(_product(em, layer, xq, w, zx_u, hint), zx_u * sums, scale)]
+    (hi, lo), (z_hi, z_lo) = xq, divmod(zx, 256)
+    return [(_product(em, layer, hi, w, z_hi, hint), z_hi * sums, np.float32(256) * scale),
+            (_product(em, layer, lo, w, z_lo, hint), z_lo * sums, scale)]  # fmt: skip
 
 
 # Note [quantize before max-pool]: quantize is monotone, so quantize(max_pool(x)) equals
@@ -244,8 +303,14 @@ def _pooled_source(func: Function, v: Value, layers: list[Layer]):
     return producer if uses == sum(1 for layer in layers if layer.data is v) else None
 
 
-def _quantize_value(em, func, layers, v: Value, act, span) -> Value:
+def _quantize_value(em, func, layers, v: Value, act, span):
+    """v quantized by act: its uint8/int8 value, or for uint16 the (high, low) bytes of its
+    code (Note [16-bit activations by splitting] in topi/qnn.py)."""
     sx, zx, dtype = act
+    if dtype == "uint16":
+        return tuple(em.call("qnn.quantize_byte", (v,), span, f"{v.name}_{part}", scale=sx,
+                             zero_point=zx, byte=byte)
+                     for part, byte in (("hi", 1), ("lo", 0)))  # fmt: skip
     pool = _pooled_source(func, v, layers)
     source = pool.inputs[0] if pool is not None else v
     q = em.call("qnn.quantize", (source,), span, source.name, scale=sx, zero_point=zx,
@@ -270,10 +335,14 @@ def _remap(call: Call, fake: dict) -> Call:
 
 
 def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool = True,
-            corrections: dict | None = None):  # fmt: skip
+            corrections: dict | None = None, wide: dict | None = None,
+            split=()):  # fmt: skip
     """`func` with `layers` quantized; act_params: {id(data value): (scale, zp, dtype)};
     share: other readers of a quantized value read its int8 copy (Note [shared quantized
-    values]); corrections: {layer index: float per output channel} added to its output."""
+    values]); corrections: {layer index: float per output channel} added to its output; wide:
+    {layer index: (scale, zp, "uint16")}, the layers whose data is a 16-bit code, computed in
+    two passes (Note [16-bit activations by splitting] in topi/qnn.py); split: the indices of
+    the layers whose weight is split too (Note [16-bit weights by splitting])."""
     from tessera.transform import eliminate_dead_code
 
     em = _Emitter(func)
@@ -285,17 +354,19 @@ def rewrite(func: Function, layers: list[Layer], act_params: dict, share: bool =
         if layer is None:
             em.body.append(_remap(call, fake))
             continue
-        act = act_params[id(layer.data)]
+        act = (wide or {}).get(layer.index) or act_params[id(layer.data)]
         key = (id(layer.data), act)
         if key not in quantized:
             xq = _quantize_value(em, func, layers, layer.data, act, call.span)
             quantized[key] = xq
-            if share and id(layer.data) not in fake and layer.data not in func.outputs:
+            eight = act[2] != "uint16"  # a 16-bit code's other readers read the float value
+            if share and eight and id(layer.data) not in fake and layer.data not in func.outputs:
                 scale = em.const(np.float32(act[0]), layer.data.name + "_s")
                 fake[id(layer.data)] = em.call("qnn.dequantize", (xq, scale), call.span,
                                                layer.data.name, zero_point=act[1])  # fmt: skip
         fix = (corrections or {}).get(layer.index)
-        em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0], fix))
+        em.body.append(_quantized_layer(em, layer, quantized[key], act, call.outputs[0], fix,
+                                        layer.index in split))  # fmt: skip
     used = {id(v) for c in em.body for v in c.inputs} | {id(v) for v in func.outputs}
     constants = tuple(c for c in em.constants if id(c) in used)
     # a max-pool moved after its quantize leaves the float one unused

@@ -144,13 +144,16 @@ def db(signal: float, noise: float) -> float:
     return math.inf if noise <= 0 else 10 * math.log10(max(signal, 1e-30) / noise)
 
 
-def predicted_noise(noise, int8, groups=()) -> float:
-    """The output noise energy with the positions `int8` int8: theirs, plus each group's
-    (noise energy, reader positions) that has a reader among them."""
+def predicted_noise(noise, int8, groups=(), upper=None) -> float:
+    """The output noise energy with the positions `int8` int8 and those of `upper` ({position:
+    its noise energy}) at a higher precision (Note [16-bit activations] in
+    tessera/quantize/__init__.py): theirs, plus each group's (noise energy, reader positions)
+    that has an int8 reader (a 16-bit code's other readers read the float value)."""
     int8 = set(int8)
-    return float(sum(noise[j] for j in int8)) + sum(
+    total = float(sum(noise[j] for j in int8)) + sum(
         float(n) for n, readers in groups if int8 & set(readers)
     )
+    return total + float(sum((upper or {}).values()))
 
 
 def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()) -> list[int]:
@@ -158,10 +161,44 @@ def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()
     output SQNR of the rest reaches target_db, each step the one whose keeping removes the most
     noise (its own, and a group's when it is the group's last int8 reader; Note [layer
     sensitivity]); all of them when the target cannot be met."""
-    int8, keep = set(candidates), []
-    while int8 and db(signal, predicted_noise(noise, int8, groups)) < target_db:
-        total = predicted_noise(noise, int8, groups)
-        j = max(sorted(int8), key=lambda i: total - predicted_noise(noise, int8 - {i}, groups))
+    return choose_levels([noise], signal, target_db, candidates, groups)[0]
+
+
+PASSES = (1, 2, 4)  # int8 kernel passes of a layer at each level: int8, a16, a16 + 16-bit weights
+
+
+def choose_levels(levels, signal: float, target_db: float, candidates, groups=(), start=None,
+                  upgrade: bool = False) -> tuple[list[int], dict[int, int]]:  # fmt: skip
+    """(positions kept float, {position: level}) among `candidates` for an output SQNR of
+    target_db. levels[l][j]: layer j's output noise energy alone at level l (0: int8; 1: a16;
+    2: a16 with 16-bit weights; nan: not available); `start`: {position: level} to begin from.
+    With `upgrade`, one layer at a time moves to a higher level, the move that removes the most
+    noise per added int8 pass (PASSES), until the prediction meets the target; then, if it is
+    still short, layers are kept float, each step the one whose keeping removes the most (Note
+    [16-bit activations] in tessera/quantize/__init__.py)."""
+    level = {j: (start or {}).get(j, 0) for j in candidates}
+
+    def total(lv):
+        upper = {j: levels[v][j] for j, v in lv.items() if v}
+        return predicted_noise(levels[0], [j for j, v in lv.items() if not v], groups, upper)
+
+    def short():
+        return db(signal, total(level)) < target_db
+
+    while upgrade and short():
+        now = total(level)
+        moves = [(j, v) for j, u in level.items() for v in range(u + 1, len(levels))
+                 if not np.isnan(levels[v][j])]  # fmt: skip
+        if not moves:
+            break
+        j, v = max(moves, key=lambda m: (now - total({**level, m[0]: m[1]}))
+                   / (PASSES[m[1]] - PASSES[level[m[0]]]))  # fmt: skip
+        level[j] = v
+    keep = []
+    while level and short():
+        now = total(level)
+        j = max(sorted(level),
+                key=lambda i: now - total({k: v for k, v in level.items() if k != i}))  # fmt: skip
         keep.append(j)
-        int8.discard(j)
-    return keep
+        del level[j]
+    return keep, level

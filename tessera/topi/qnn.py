@@ -550,6 +550,41 @@ def quantize(x, *, scale: float, zero_point: int, dtype: str, out_min=None, out_
     return te.compute(x.shape, f, name="quantize", tag="elemwise")
 
 
+# Note [16-bit activations by splitting]
+# A layer whose activation needs more than 8 bits (tessera.quantize's a16 layers) keeps its int8
+# weight and its uint8 x int8 kernels: the activation's 16-bit code q = saturate(round(x / s) +
+# z, 0, 65535) is 256 * hi + lo with hi, lo bytes, and
+#     sum_k w_k (q_k - z) = 256 * sum_k w_k (hi_k - z_hi) + sum_k w_k (lo_k - z_lo)
+# with z = 256 * z_hi + z_lo, so the layer is two products of the same kind (qnn.conv2d or
+# qnn.dense over the same packed weight; a conv's pad value is z_hi in the first and z_lo in
+# the second, so a padded position is q = z, zero), each exact in int32 (|sum| <= K * 255 * 127
+# < 2**31 for K < 66000). 256 times the first is not: it leaves int32 from K ~ 258 on, so the
+# two are combined in float32 (tessera.quantize's rewrite: each dequantized by its own scale,
+# 256 * s and s, and added), each term with float32's relative rounding of 2**-24 (~144 dB
+# below the output, where the 16-bit grid itself is ~96 dB). A signed split (hi as int8 in
+# [-128, 127], for a symmetric int16 grid) is the same arithmetic: the kernels read int8 data
+# as x + 128 (Note [int8 operands]), which is the unsigned split of q + 32768, so it only
+# moves the zero point to 32768; an asymmetric grid over the observed [min, max] is at least as
+# fine as a symmetric one over [-max |x|, max |x|], and tessera.quantize uses it for every
+# 16-bit activation, the signed residual stream too.
+
+
+def quantize_byte(x, *, scale: float, zero_point: int, byte: int):
+    """Byte `byte` (0: low, 1: high) of the uint16 code saturate(round_half_even(x * float32(1 /
+    scale)) + zero_point, 0, 65535) as uint8 (Note [16-bit activations by splitting])."""
+    inv = tir.const(float(reciprocal(scale)), "float32")
+    lo, hi = tir.const(0.0, "float32"), tir.const(65535.0, "float32")
+
+    def f(*i):
+        v = tir_op.round(x(*i) * inv) + tir.const(float(zero_point), "float32")
+        v = tir_op.select(v < lo, lo, v)  # Note [quantize clamp]
+        v = tir_op.select(v > hi, hi, v).astype("int32")
+        v = tir_op.shift_right(v, 8) if byte else tir_op.bitwise_and(v, 255)
+        return v.astype("uint8")
+
+    return te.compute(x.shape, f, name="quantize_byte", tag="elemwise")
+
+
 def reciprocal(scale: float) -> np.float32:
     """float32(1 / float32(scale)): qnn.quantize's multiplier."""
     return np.float32(1.0) / np.float32(scale)

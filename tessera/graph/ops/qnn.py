@@ -288,6 +288,32 @@ def _(x, *, scale=1.0, zero_point=0, dtype="uint8", out_min=None, out_max=None):
                              out_min=out_min, out_max=out_max)  # fmt: skip
 
 
+# qnn.quantize_byte: one byte of a 16-bit activation code, the data of one pass of a layer
+# computed in two (Note [16-bit activations by splitting] in topi/qnn.py)
+quantize_byte = register_op("qnn.quantize_byte", kind=OpKind.ELEMWISE)
+
+
+@quantize_byte.type_rule
+def _(x: TensorType, scale=1.0, zero_point=0, byte=0):
+    if str(x.dtype) != "float32" or byte not in (0, 1) or not 0 <= zero_point <= 65535:
+        raise type_error("qnn.quantize_byte", f"quantizes float32 to byte 0 or 1 of a uint16 "
+                         f"code (zero point in [0, 65535]), got {x}, byte={byte}, "
+                         f"zero_point={zero_point}")  # fmt: skip
+    return TensorType(x.shape, "uint8")
+
+
+@quantize_byte.reference
+def _(x, scale=1.0, zero_point=0, byte=0):
+    q = np.round(x.astype(np.float32) * topi_qnn.reciprocal(scale)) + np.float32(zero_point)
+    q = np.clip(q, 0, 65535).astype(np.int64)
+    return ((q >> (8 * byte)) & 255).astype(np.uint8)
+
+
+@quantize_byte.compute
+def _(x, *, scale=1.0, zero_point=0, byte=0):
+    return topi_qnn.quantize_byte(x, scale=scale, zero_point=zero_point, byte=byte)
+
+
 dequantize = register_op("qnn.dequantize", kind=OpKind.BROADCAST)
 
 
