@@ -51,7 +51,12 @@ def _ir(lanes: int, chains: int) -> str:
         lines.append(f"  %a{c} = phi {vec} [%s, %entry], [%b{c}, %loop]")
     for c in range(chains):
         lines.append(f"  %b{c} = call {vec} @llvm.fma.v{lanes}f32({vec} %a{c}, {vec} %s, {vec} %s)")
-    lines += [
+    return "\n".join(lines + _loop_exit(chains, vec, "fadd", "float"))
+
+
+def _loop_exit(chains: int, vec: str, combine: str, scalar: str) -> list[str]:
+    """The loop's latch and exit: the chains combined (so none is dead) and one lane returned."""
+    lines = [
         "  %i1 = add i64 %i, 1",
         "  %done = icmp eq i64 %i1, %n",
         "  br i1 %done, label %exit, label %loop",
@@ -59,10 +64,9 @@ def _ir(lanes: int, chains: int) -> str:
     ]
     acc = "%b0"
     for c in range(1, chains):
-        lines.append(f"  %r{c} = fadd {vec} {acc}, %b{c}")
+        lines.append(f"  %r{c} = {combine} {vec} {acc}, %b{c}")
         acc = f"%r{c}"
-    lines += [f"  %out = extractelement {vec} {acc}, i32 0", "  ret float %out", "}"]
-    return "\n".join(lines)
+    return [*lines, f"  %out = extractelement {vec} {acc}, i32 0", f"  ret {scalar} %out", "}"]
 
 
 # Note [int8 peak]
@@ -125,17 +129,7 @@ def _int8_ir(form: str, bits: int, chains: int) -> tuple[str, int]:
                 f"  %u{c} = call {v32} @{maddwd}({v16} %x{c}, {v16} %w16)",
             ]
         lines.append(f"  %b{c} = add {v32} %a{c}, %u{c}")
-    lines += [
-        "  %i1 = add i64 %i, 1",
-        "  %done = icmp eq i64 %i1, %n",
-        "  br i1 %done, label %exit, label %loop",
-        "exit:",
-    ]
-    acc = "%b0"
-    for c in range(1, chains):
-        lines.append(f"  %r{c} = xor {v32} {acc}, %b{c}")
-        acc = f"%r{c}"
-    lines += [f"  %out = extractelement {v32} {acc}, i32 0", "  ret i32 %out", "}"]
+    lines += _loop_exit(chains, v32, "xor", "i32")
     return "\n".join(lines), chains * (n16 if form == "words" else n8)
 
 

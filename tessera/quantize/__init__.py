@@ -530,16 +530,18 @@ class _Sensitivity:
         levels = [self.noise, *self.upper]
         keep, level = [], dict(self.start)
         if aim is not None:
-            keep, level = sensitivity.choose_levels(levels, self.signal, aim, self.candidates,
-                                                    self.groups, self.start, self.upgrade)
+            keep, level = sensitivity.choose_levels(
+                levels, self.signal, aim, self.candidates, self.groups, self.start, self.upgrade
+            )
         for j in self.candidates:
             report[j].quantized = j not in keep
             report[j].a16 = level.get(j, 0) >= 1
             report[j].w16 = level.get(j, 0) >= 2
         int8 = [j for j in self.candidates if j not in keep and not level.get(j, 0)]
         upper = {j: levels[v][j] for j, v in level.items() if v and j not in keep}
-        return sensitivity.db(self.signal, sensitivity.predicted_noise(self.noise, int8,
-                                                                       self.groups, upper))
+        return sensitivity.db(
+            self.signal, sensitivity.predicted_noise(self.noise, int8, self.groups, upper)
+        )
 
 
 def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, where, config,

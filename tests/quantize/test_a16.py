@@ -204,8 +204,10 @@ def test_16_bit_weights_split_too(model):
     (got,) = _build_run(new, "llvm", x)
     ref = _layer_int8_output(layer, x, act, split=True)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    assert sqnr_db(_layer_int8_output(layer, x, act), ref) < sqnr_db(
-        get_op("nn.conv2d").evaluate([x, w], dict(layer.call.attrs.items()))[0], ref) - 20
+    assert (
+        sqnr_db(_layer_int8_output(layer, x, act), ref)
+        < sqnr_db(get_op("nn.conv2d").evaluate([x, w], dict(layer.call.attrs.items()))[0], ref) - 20
+    )
 
 
 def test_nothing_changes_with_the_option_off(model):
