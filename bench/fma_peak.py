@@ -43,15 +43,17 @@ def _ir(lanes: int, chains: int) -> str:
         "entry:",
         f"  %s0 = insertelement {vec} undef, float %seed, i32 0",
         f"  %s = shufflevector {vec} %s0, {vec} undef, <{lanes} x i32> zeroinitializer",
-        "  br label %loop",
-        "loop:",
-        "  %i = phi i64 [0, %entry], [%i1, %loop]",
     ]
-    for c in range(chains):
-        lines.append(f"  %a{c} = phi {vec} [%s, %entry], [%b{c}, %loop]")
+    lines += _loop_head(chains, vec)
     for c in range(chains):
         lines.append(f"  %b{c} = call {vec} @llvm.fma.v{lanes}f32({vec} %a{c}, {vec} %s, {vec} %s)")
     return "\n".join(lines + _loop_exit(chains, vec, "fadd", "float"))
+
+
+def _loop_head(chains: int, vec: str) -> list[str]:
+    """Into the loop: its counter and one accumulator per chain, each starting at the seed %s."""
+    lines = ["  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+    return lines + [f"  %a{c} = phi {vec} [%s, %entry], [%b{c}, %loop]" for c in range(chains)]
 
 
 def _loop_exit(chains: int, vec: str, combine: str, scalar: str) -> list[str]:
@@ -107,12 +109,8 @@ def _int8_ir(form: str, bits: int, chains: int) -> tuple[str, int]:
         f"  %w8 = bitcast {v32} %s to {v8}",
         f"  %w16 = bitcast {v32} %s to {v16}",
         f"  %ones = bitcast {v32} <{', '.join(['i32 65537'] * n32)}> to {v16}",
-        "  br label %loop",
-        "loop:",
-        "  %i = phi i64 [0, %entry], [%i1, %loop]",
     ]
-    for c in range(chains):
-        lines.append(f"  %a{c} = phi {v32} [%s, %entry], [%b{c}, %loop]")
+    lines += _loop_head(chains, v32)
     for c in range(chains):
         if form == "vnni":
             lines.append(f"  %b{c} = call {v32} @{dpbusd}({v32} %a{c}, {v32} %a{c}, {v32} %s)")
