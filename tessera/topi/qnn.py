@@ -538,16 +538,22 @@ def quantize(x, *, scale: float, zero_point: int, dtype: str, out_min=None, out_
     range or to [out_min, out_max] within it: a multiply, where ONNX's QuantizeLinear divides
     (a division in every epilogue costs several multiplies; ONNX models keep their exact
     division, frontend/onnx_quant.py)."""
-    inv = tir.const(float(reciprocal(scale)), "float32")
-    lo, hi = (tir.const(float(b), "float32") for b in saturation(dtype, out_min, out_max))
+    lo, hi = saturation(dtype, out_min, out_max)
 
     def f(*i):
-        v = tir_op.round(x(*i) * inv) + tir.const(float(zero_point), "float32")
-        # Note [quantize clamp]: compare-and-select, not te.min/te.max
-        v = tir_op.select(v < lo, lo, v)
-        return tir_op.select(v > hi, hi, v).astype(dtype)
+        return _saturated_code(x(*i), scale, zero_point, lo, hi).astype(dtype)
 
     return te.compute(x.shape, f, name="quantize", tag="elemwise")
+
+
+def _saturated_code(v, scale: float, zero_point: int, lo: int, hi: int):
+    """round_half_even(v * float32(1 / scale)) + zero_point saturated to [lo, hi], in float32
+    (Note [quantize clamp]: compare-and-select, not te.min/te.max)."""
+    v = tir_op.round(v * tir.const(float(reciprocal(scale)), "float32"))
+    v = v + tir.const(float(zero_point), "float32")
+    low, high = tir.const(float(lo), "float32"), tir.const(float(hi), "float32")
+    v = tir_op.select(v < low, low, v)
+    return tir_op.select(v > high, high, v)
 
 
 # Note [16-bit activations by splitting]
@@ -572,13 +578,9 @@ def quantize(x, *, scale: float, zero_point: int, dtype: str, out_min=None, out_
 def quantize_byte(x, *, scale: float, zero_point: int, byte: int):
     """Byte `byte` (0: low, 1: high) of the uint16 code saturate(round_half_even(x * float32(1 /
     scale)) + zero_point, 0, 65535) as uint8 (Note [16-bit activations by splitting])."""
-    inv = tir.const(float(reciprocal(scale)), "float32")
-    lo, hi = tir.const(0.0, "float32"), tir.const(65535.0, "float32")
 
     def f(*i):
-        v = tir_op.round(x(*i) * inv) + tir.const(float(zero_point), "float32")
-        v = tir_op.select(v < lo, lo, v)  # Note [quantize clamp]
-        v = tir_op.select(v > hi, hi, v).astype("int32")
+        v = _saturated_code(x(*i), scale, zero_point, 0, 65535).astype("int32")
         v = tir_op.shift_right(v, 8) if byte else tir_op.bitwise_and(v, 255)
         return v.astype("uint8")
 
