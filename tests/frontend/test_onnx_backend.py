@@ -31,9 +31,7 @@ def _conformance():
 def model(nodes, inputs, outputs, opset=17):
     """inputs/outputs: [(name, elem type, shape)]; a shape may hold dim names."""
     vi = helper.make_tensor_value_info
-    graph = helper.make_graph(
-        nodes, "g", [vi(*i) for i in inputs], [vi(*o) for o in outputs]
-    )
+    graph = helper.make_graph(nodes, "g", [vi(*i) for i in inputs], [vi(*o) for o in outputs])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
