@@ -185,6 +185,20 @@ def verf(em, x, dt):
     return b.fdiv(p, _poly(b, x2, _ERF_Q, dt))
 
 
+# Note [scalar tails]
+# An element-wise loop over rows whose length the vector does not divide (Sigmoid over
+# [85, 85, 81]: 10 vectors and 1 element a row) ran each row's last elements as scalars, and a
+# scalar float32 exp, sigmoid or tanh was a call of libm's expf / tanhf: the call, its
+# vzeroupper and the caller's saved registers cost ~40 cycles, as much as 4 vectors of the
+# inline code, so one element in 81 took ~30% of the kernel. Scalar loops that cannot be
+# vectorized at all (softmax over a middle axis with a kept extent under a vector: two exps an
+# element) paid it on every element. exp, sigmoid and tanh of float32 scalars now take the
+# same inline code as their vectors (on one lane): no call, and an element's result no longer
+# depends on whether it fell in a vector or in a tail (bit-identical; tests/codegen/
+# test_vecmath.py). log and erf keep libm for scalars (rarer in loops; erf's libm result is
+# more accurate than the vector's rational function).
+SCALAR_TOO = frozenset({"sigmoid", "tanh", "exp"})
+
 VECTOR_FUNCTIONS = {
     "exp": vexp, "log": vlog, "tanh": vtanh, "sigmoid": vsigmoid, "erf": verf,
 }  # fmt: skip
