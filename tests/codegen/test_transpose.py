@@ -305,3 +305,29 @@ def test_strided_transpose_runs_in_unrolled_tiles():
     loops = tir.stmt_functor.collect(funcs["case0"].body, lambda n: isinstance(n, For))
     kinds = {(lp.kind, lp.extent.value) for lp in loops if isinstance(lp.extent, IntImm)}
     assert (ForKind.UNROLLED, 8) in kinds and (ForKind.VECTORIZED, 8) in kinds
+
+
+# Note [unit innermost axes] (topi/generic.py): an output whose innermost axis has extent 1
+UNIT_INNER = [
+    ((31, 109, 1, 4), (0, 3, 1, 2)),  # the sweep's case: [31, 4, 109, 1], loads 4 apart
+    ((3, 1, 21, 1), (0, 3, 2, 1)),  # two unit axes, a tail
+    ((5, 13, 1), (1, 0, 2)),  # under a vector: stays scalar, still right
+    ((1, 1, 1, 1), (3, 2, 1, 0)),  # all unit
+    ((2, 9, 1, 1), (2, 0, 1, 3)),  # a unit axis first and last
+]
+
+
+@pytest.mark.parametrize("target", [HASWELL, "llvm -mcpu=x86-64"])
+def test_unit_innermost_transposes_match_numpy(target):
+    mod, _, arrays = _transpose_module(target, UNIT_INNER)
+    for k, ((shape, perm), xa) in enumerate(zip(UNIT_INNER, arrays, strict=True)):
+        out = np.empty(np.transpose(xa, perm).shape, "float32")
+        mod[f"case{k}"](xa, out)
+        np.testing.assert_array_equal(out, np.transpose(xa, perm), err_msg=f"{shape} {perm}")
+
+
+def test_unit_innermost_axis_leaves_the_next_one_vectorized():
+    _, funcs, _ = _transpose_module(HASWELL, UNIT_INNER[:1])
+    loops = tir.stmt_functor.collect(funcs["case0"].body, lambda n: isinstance(n, For))
+    kinds = {(lp.kind, lp.extent.value) for lp in loops if isinstance(lp.extent, IntImm)}
+    assert (ForKind.VECTORIZED, 8) in kinds  # the 109 in vectors of 8
