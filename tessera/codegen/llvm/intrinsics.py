@@ -3,8 +3,8 @@
 Where LLVM has an intrinsic it is used (`llvm.exp.f32`, `llvm.fma.v8f32`, `llvm.ctpop.i32`, ...);
 other math functions call libm (`tanhf`, `erff`, ...), one call per lane for vectors. Float32
 vectors of exp, log, tanh, sigmoid and erf use the inline polynomials of `vecmath.py`, which
-the loop over lanes would make ~10x slower; so do float32 scalars of exp, sigmoid and tanh
-(Note [scalar tails] there). float16/bfloat16 operands are computed in float32.
+the loop over lanes would make ~10x slower; so do float32 scalars of sigmoid and tanh (Note
+[scalar tails] there). float16/bfloat16 operands are computed in float32.
 
 `if_then_else` on scalars branches (only the taken side is evaluated, so a guarded out-of-bounds
 load is safe); on vectors it is a select (the vectorizer leaves no loads in its branches).
