@@ -14,7 +14,8 @@ into a partial over `row_split` lanes (one vector of the target, several for lon
 combine; here the partial's lanes become vectors of the target's width (one accumulator each),
 the k loop outside them. Row stages (attrs["row_stage"], e.g. softmax's exp(x - max)) are
 computed once per row for all their readers (te's Note [readers in scope]), in stack buffers
-when small. Groups of another shape (softmax over another axis) get the generic schedule.
+when small. Groups of another shape (softmax over another axis) get the generic schedule, its
+row reductions on the stack where small (`_local_reductions`, Note [short kept axes]).
 """
 
 from __future__ import annotations
