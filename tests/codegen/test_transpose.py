@@ -293,6 +293,11 @@ def test_strided_transposes_match_numpy(target):
     perms = [p for p in itertools.permutations(range(4)) if p[-1] != 3]
     cases = [((3, 5, 19, 13), p) for p in perms] + [((24, 10, 118, 26), (3, 0, 1, 2))]
     cases.append(((2, 16, 8, 8), (0, 2, 3, 1)))
+    _check_transposes(target, cases)
+
+
+def _check_transposes(target, cases):
+    """Build the (shape, perm) transposes in one module; each equals numpy's exactly."""
     mod, _, arrays = _transpose_module(target, cases)
     for k, ((shape, perm), xa) in enumerate(zip(cases, arrays, strict=True)):
         out = np.empty(np.transpose(xa, perm).shape, "float32")
@@ -300,8 +305,32 @@ def test_strided_transposes_match_numpy(target):
         np.testing.assert_array_equal(out, np.transpose(xa, perm), err_msg=f"{shape} {perm}")
 
 
-def test_strided_transpose_runs_in_unrolled_tiles():
-    _, funcs, _ = _transpose_module(HASWELL, [((24, 10, 118, 26), (3, 0, 1, 2))])
+def _loop_kinds(shape, perm):
+    """(kind, extent) of the constant loops of the haswell kernel of one transpose."""
+    _, funcs, _ = _transpose_module(HASWELL, [(shape, perm)])
     loops = tir.stmt_functor.collect(funcs["case0"].body, lambda n: isinstance(n, For))
-    kinds = {(lp.kind, lp.extent.value) for lp in loops if isinstance(lp.extent, IntImm)}
+    return {(lp.kind, lp.extent.value) for lp in loops if isinstance(lp.extent, IntImm)}
+
+
+def test_strided_transpose_runs_in_unrolled_tiles():
+    kinds = _loop_kinds((24, 10, 118, 26), (3, 0, 1, 2))
     assert (ForKind.UNROLLED, 8) in kinds and (ForKind.VECTORIZED, 8) in kinds
+
+
+# Note [unit innermost axes] (topi/generic.py): an output whose innermost axis has extent 1
+UNIT_INNER = [
+    ((31, 109, 1, 4), (0, 3, 1, 2)),  # the sweep's case: [31, 4, 109, 1], loads 4 apart
+    ((3, 1, 21, 1), (0, 3, 2, 1)),  # two unit axes, a tail
+    ((5, 13, 1), (1, 0, 2)),  # under a vector: stays scalar, still right
+    ((1, 1, 1, 1), (3, 2, 1, 0)),  # all unit
+    ((2, 9, 1, 1), (2, 0, 1, 3)),  # a unit axis first and last
+]
+
+
+@pytest.mark.parametrize("target", [HASWELL, "llvm -mcpu=x86-64"])
+def test_unit_innermost_transposes_match_numpy(target):
+    _check_transposes(target, UNIT_INNER)
+
+
+def test_unit_innermost_axis_leaves_the_next_one_vectorized():
+    assert (ForKind.VECTORIZED, 8) in _loop_kinds(*UNIT_INNER[0])  # the 109 in vectors of 8

@@ -17,7 +17,7 @@ FUNCS = {"exp": tir.exp, "sigmoid": tir.sigmoid, "tanh": tir.tanh}
 def _kernel(name, fn, lanes):
     a, c = decl_buffer((N,), "float32", "A"), decl_buffer((N,), "float32", "C")
     i = Var("i")
-    idx = Ramp(i * lanes, IntImm(1), lanes)
+    idx = Ramp(i * lanes, IntImm(1), lanes) if lanes > 1 else i
     body = For(i, 0, N // lanes, ForKind.SERIAL, BufferStore(c, fn(a[idx]), (idx,)))
     return PrimFunc(f"v_{name}", (a, c), body)
 
@@ -145,3 +145,17 @@ def test_sweep_covers_the_domain():
     assert x[0] == -2.0 and x[-1] == 3.0 and np.all(np.diff(x) > 0)
     assert np.min(np.abs(x)) < 1e-30  # it passes through zero's neighbourhood
     assert x[1] - x[0] == 2.0**-23 * (1 << 20)  # just above -2 the spacing is 2**-23
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "tanh"])
+def test_scalar_tails_match_their_vectors_without_a_call(avx2, name):
+    """Note [scalar tails]: a float32 scalar sigmoid or tanh (a row's tail past its vectors) is
+    the vector code on one lane: bit-identical to the vector's lanes, no call."""
+    mod = build_llvm([_kernel(f"s_{name}", FUNCS[name], 1)], Target("llvm -mcpu=haswell"))
+    body = mod.get_source("asm")
+    body = body[body.index(f"v_s_{name}:") :]
+    assert "call" not in body[: body.index(".Lfunc_end")], f"scalar {name} calls a function"
+    x = np.concatenate([_sweep(-104.0, 20.0, stride=7919), SPECIAL])
+    got = _apply(mod, f"s_{name}", x)
+    want = _apply(avx2, name, x)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

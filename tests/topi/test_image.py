@@ -125,3 +125,76 @@ def test_resize_is_injective_and_checks_mode():
     assert y.op.tag == "injective" and [int(d.value) for d in y.shape] == [1, 1, 8, 8]
     with pytest.raises(ValueError, match="unknown mode 'area'"):
         image.resize(x, size=(1, 1, 8, 8), scales=(1, 1, 2, 2), mode="area")
+
+
+# Note [nearest by division]: nearest axes whose source index is floor(o * p / q) take the
+# affine index instead of a table; vectors of outputs read one load and a shuffle (Note
+# [repeated lanes] in codegen/llvm/emitter.py)
+DIVISION = [
+    ((1, 3, 7, 17), (1, 3, 14, 34), "asymmetric", "floor"),  # x2, a row of 4 vectors and a tail
+    ((1, 2, 5, 11), (1, 2, 15, 33), "asymmetric", "round_prefer_floor"),  # x3
+    ((1, 2, 3, 9), (1, 2, 12, 36), "half_pixel", "round_prefer_floor"),  # x4
+    ((1, 2, 6, 40), (1, 2, 3, 20), "asymmetric", "floor"),  # /2: lanes two apart
+    ((1, 1, 9, 51), (1, 1, 3, 17), "asymmetric", "round_prefer_ceil"),  # /3
+    ((1, 1, 9, 51), (1, 1, 3, 17), "half_pixel", "round_prefer_floor"),  # 3 o + 1
+    ((1, 2, 7, 21), (1, 2, 11, 33), "asymmetric", "floor"),  # 7 o // 11 rows, 21 -> 33 columns
+    ((2, 5, 4, 3), (2, 5, 8, 6), "asymmetric", "floor"),  # rows shorter than a vector
+]
+
+
+@pytest.mark.parametrize("schedule_target", ["generic", "x86"])
+def test_nearest_by_division_matches_the_reference(schedule_target):
+    cases = [
+        resize_case(shape, size, mode="nearest", coordinate_transformation_mode=c, nearest_mode=n)
+        for shape, size, c, n in DIVISION
+    ]
+    u8 = RNG.integers(0, 255, size=(1, 2, 5, 13)).astype("uint8")
+    attrs = {"size": (1, 2, 10, 26), "scales": (1, 1, 2, 2)}
+    cases.append(("image.resize", [u8], {**attrs, "coordinate_transformation_mode": "asymmetric"}))
+    check_ops(cases, schedule_target=schedule_target)
+
+
+def _tables(shape, size, coord, nearest, scale=None):
+    x = te.placeholder(shape, name="x")
+    scales = tuple(o / i for o, i in zip(size, shape, strict=True))
+    scales = scales if scale is None else (*scales[:2], scale, scale)
+    y = image.resize(x, size, scales, mode="nearest", coordinate_transformation_mode=coord,
+                     nearest_mode=nearest)  # fmt: skip
+    found = []
+
+    def visit(t):
+        if getattr(t.op, "tag", None) == "resize_table":
+            found.append(t.op.name)
+        for s in getattr(t.op, "input_tensors", []):
+            visit(s)
+
+    visit(y)
+    return found
+
+
+def test_nearest_by_division_needs_no_table():
+    assert _tables((1, 3, 7, 17), (1, 3, 14, 34), "asymmetric", "floor") == []
+    assert _tables((1, 2, 6, 40), (1, 2, 3, 20), "asymmetric", "floor") == []
+    assert _tables((1, 1, 7, 7), (1, 1, 11, 11), "asymmetric", "floor") == []  # 7 o // 11
+    assert _tables((1, 1, 9, 9), (1, 1, 3, 3), "half_pixel", "round_prefer_floor") == []  # 3 o + 1
+    # x2 with round_prefer_ceil on asymmetric coordinates: (o + 1) // 2 but for the last output,
+    # clamped to the edge: the table stays
+    assert _tables((1, 1, 4, 4), (1, 1, 8, 8), "asymmetric", "round_prefer_ceil") != []
+    assert _tables((1, 1, 7, 7), (1, 1, 11, 11), "half_pixel", "round_prefer_floor") == []
+    # a scale that is not size / input size (2.5 for 4 -> 9): floor(0.4 o) is 0, 0, 0, 1, 1, 2,
+    # 2, 2, 3, no floor((4 o + r) / 9): the table stays
+    assert _tables((1, 1, 4, 4), (1, 1, 9, 9), "asymmetric", "floor", scale=2.5) != []
+
+
+def test_nearest_x2_reads_whole_vectors_not_lane_by_lane():
+    """Note [nearest by division]: the x86 kernel of a nearest x2 has no per-lane inserts (the
+    table's gather was 8 vinsertps a vector)."""
+    from tessera.target import Target
+    from tessera.topi.testing import build_cases
+
+    target = Target("llvm -mcpu=haswell")
+    attrs = {"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    case = resize_case((1, 4, 9, 34), (1, 4, 18, 68), mode="nearest", **attrs)
+    mod, _ = build_cases([case], target, "x86")
+    asm = mod.get_source("asm")
+    assert "vinsertps" not in asm and "vpinsrd" not in asm

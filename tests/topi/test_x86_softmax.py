@@ -115,3 +115,48 @@ def test_one_parallel_row_loop_with_vector_partials_and_one_exp_per_element():
 def test_generic_schedule_stays_correct_for_c():
     x = randn(3, 45)
     check_ops([("nn.softmax", [x], {}), ("nn.log_softmax", [x], {})], target="c")
+
+
+# Note [short kept axes] (topi/nn/schedule.py): over a middle axis, the kept inner axes shorter
+# than a vector are unrolled inside the reduce loop, longer ones run in vectors; the running
+# (max, sum) of a row live on the stack
+MIDDLE = [
+    ((30, 7, 27, 3), 2),  # the sweep's case: 3 kept elements, 27 steps
+    ((6, 15, 9, 3), 2),
+    ((3, 36, 18, 4), 1),  # kept [18, 4]: 72 elements, over a vector
+    ((2, 5, 1), 1),  # one kept element
+    ((4, 11, 7), 1),  # an odd kept extent under a vector
+    ((3, 9, 8), 1),  # exactly one vector
+    ((2, 13, 30), 1),  # three vectors and a tail of 6
+    ((5, 2, 2, 2), 1),  # two kept axes of 2: 4 elements unrolled
+]
+
+
+@pytest.mark.parametrize("name", ["nn.softmax", "nn.log_softmax"])
+def test_middle_axes_match_numpy(name):
+    cases = [(name, [randn(*shape)], {"axis": axis}) for shape, axis in MIDDLE]
+    x = randn(4, 9, 3, scale=30.0)
+    x[0, :, 0] = -np.inf  # a whole masked slice: NaN (numpy)
+    x[1, 2, 1] = np.inf  # +inf: NaN for its slice
+    x[2, ::2, 2] = -np.inf
+    x[3, 4, 0] = np.nan
+    cases.append((name, [x], {"axis": 1}))
+    with np.errstate(invalid="ignore"):
+        check_ops(cases, target="llvm", schedule_target="x86")
+
+
+def test_short_kept_axes_are_unrolled_inside_the_reduce_loop_on_the_stack():
+    x = tessera.te.placeholder((30, 7, 27, 3), name="x")
+    y = topi_nn.softmax(x, axis=2)
+    s = schedule_rows([y], Target("llvm -mcpu=haswell"))
+    func = tessera.te.lower(s, [x, y])
+    allocs = collect(func.body, lambda n: isinstance(n, tessera.tir.Allocate))
+    sizes = {(a.buffer.scope, int(np.prod([int(d.value) for d in a.buffer.shape]))) for a in allocs}
+    assert sizes == {("local", 3)}  # the max and the sum of the row's 3 kept elements
+    loops = collect(func.body, lambda n: isinstance(n, tessera.tir.For))
+    (k,) = [lp for lp in loops if lp.loop_var.name == "k"]
+    inside = collect(k.body, lambda n: isinstance(n, tessera.tir.For))
+    # the three kept elements unrolled inside k: three chains per step
+    assert [(lp.kind.value, int(lp.extent.value)) for lp in inside] == [("unrolled", 3)]
+    outer = [lp for lp in loops if collect(lp.body, lambda n: n is k) and lp.extent.value > 1]
+    assert [lp.kind.value for lp in outer] == ["parallel"]  # only the row loop around k

@@ -3,7 +3,8 @@
 Where LLVM has an intrinsic it is used (`llvm.exp.f32`, `llvm.fma.v8f32`, `llvm.ctpop.i32`, ...);
 other math functions call libm (`tanhf`, `erff`, ...), one call per lane for vectors. Float32
 vectors of exp, log, tanh, sigmoid and erf use the inline polynomials of `vecmath.py`, which
-the loop over lanes would make ~10x slower. float16/bfloat16 operands are computed in float32.
+the loop over lanes would make ~10x slower; so do float32 scalars of sigmoid and tanh (Note
+[scalar tails] there). float16/bfloat16 operands are computed in float32.
 
 `if_then_else` on scalars branches (only the taken side is evaluated, so a guarded out-of-bounds
 load is safe); on vectors it is a select (the vectorizer leaves no loads in its branches).
@@ -88,8 +89,9 @@ def _float_math(em, op: str, args: list, dt: DType) -> ir.Value:
     from tessera.codegen.llvm import vecmath
 
     b = em.b
-    if dt.lanes > 1 and dt.element == float32 and op in vecmath.VECTOR_FUNCTIONS:
-        return vecmath.VECTOR_FUNCTIONS[op](em, args[0], dt)
+    if dt.element == float32 and op in vecmath.VECTOR_FUNCTIONS:
+        if dt.lanes > 1 or op in vecmath.SCALAR_TOO:  # Note [scalar tails]
+            return vecmath.VECTOR_FUNCTIONS[op](em, args[0], dt)
     if op in _LLVM_FLOAT:
         return llvm_intrinsic(em, _LLVM_FLOAT[op], args, dt)
     if op in _LIBM:
@@ -97,7 +99,7 @@ def _float_math(em, op: str, args: list, dt: DType) -> ir.Value:
     one = T.constant(1.0, dt)
     if op == "rsqrt":
         return b.fdiv(one, llvm_intrinsic(em, "llvm.sqrt", args, dt))
-    if op == "sigmoid":  # scalars and float64 (float32 vectors: vecmath.vsigmoid)
+    if op == "sigmoid":  # float64 (float32: vecmath.vsigmoid)
         e = _float_math(em, "exp", [b.fneg(args[0])], dt)
         return b.fdiv(one, b.fadd(one, e))
     if op == "fmod":

@@ -185,6 +185,21 @@ def verf(em, x, dt):
     return b.fdiv(p, _poly(b, x2, _ERF_Q, dt))
 
 
+# Note [scalar tails]
+# An element-wise loop over rows whose length the vector does not divide (Sigmoid over
+# [85, 85, 81]: 10 vectors and 1 element a row) ran each row's last elements as scalars, and a
+# scalar float32 sigmoid or tanh was a call of libm (expf inside 1 / (1 + e), tanhf): the
+# call, its vzeroupper and the caller's saved registers cost ~40 cycles, as much as 4 vectors
+# of the inline code, so one element in 81 took ~10% of the kernel. sigmoid and tanh of
+# float32 scalars now take the same inline code as their vectors (on one lane): no call, and an
+# element's result no longer depends on whether it fell in a vector or in a tail
+# (bit-identical; tests/codegen/test_vecmath.py). exp was tried too: it halved the time of
+# softmax over a middle axis with 3 kept elements (two scalar exps an element, no vectors),
+# but made LogSoftmax over rows of 10 (one vector and a 2-element tail, a logf call per row)
+# 1.35x slower, its 14 hoisted scalar constants reloaded around the call; so exp, log and erf
+# keep libm for scalars.
+SCALAR_TOO = frozenset({"sigmoid", "tanh"})
+
 VECTOR_FUNCTIONS = {
     "exp": vexp, "log": vlog, "tanh": vtanh, "sigmoid": vsigmoid, "erf": verf,
 }  # fmt: skip

@@ -14,10 +14,13 @@ into a partial over `row_split` lanes (one vector of the target, several for lon
 combine; here the partial's lanes become vectors of the target's width (one accumulator each),
 the k loop outside them. Row stages (attrs["row_stage"], e.g. softmax's exp(x - max)) are
 computed once per row for all their readers (te's Note [readers in scope]), in stack buffers
-when small. Groups of another shape (softmax over another axis) get the generic schedule.
+when small. Groups of another shape (softmax over another axis) get the generic schedule, its
+row reductions on the stack where small (`_local_reductions`, Note [short kept axes]).
 """
 
 from __future__ import annotations
+
+import math
 
 from tessera import te
 from tessera.ir.dtype import DType
@@ -90,22 +93,38 @@ def _place(s, t: te.Tensor, parent, at, n_outer: int, target, stack_bytes: int) 
         stage.set_scope("local")
 
 
+def _local_reductions(s: te.Schedule, stack_bytes: int) -> te.Schedule:
+    """The reductions the generic row schedule computes inside a row loop (softmax over a
+    middle axis: the kept inner axes' running max and sum) on the stack where their rows are
+    small and constant (Note [short kept axes] in topi/nn/schedule.py): registers, not a
+    heap buffer each reduction step stores to and reloads."""
+    for st in s.stages:
+        if st.is_placeholder or st.attach_type != AttachType.SCOPE or not st.op.is_reduction:
+            continue
+        n_outer = int(st.op.attrs.get("n_outer", 0))
+        sizes = [const_extent(iv) for iv in st.op.axis[n_outer:]]
+        if None not in sizes:
+            nbytes = DType.parse(st.op.output(0).dtype).itemsize * math.prod(sizes)
+            if nbytes <= stack_bytes:
+                st.set_scope("local")
+    return s
+
+
 def schedule_rows(outs, target=None, config=None) -> te.Schedule:
     """Schedule a group anchored by row reductions over the last axis (see the docstring).
     `config`: the x86 row strategy's ("generic", or "rows" with knob stack_bytes: row buffers
     up to this size live on the stack; its knob split is read by the compute), recorded
     with the steps; None: the rule (`stack_bytes_rule`)."""
     if config is not None and config.impl == "generic":
-        return schedule_row_reduce(
-            list(outs) if isinstance(outs, (list, tuple)) else [outs], target
-        )
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        return _local_reductions(schedule_row_reduce(outs, target), stack_bytes_rule(target))
     stack_bytes = config["stack_bytes"] if config is not None else stack_bytes_rule(target)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     combines = find_stages(outs, lambda op: op.tag == "row_combine")
     out = outs[0]
     n_outer = int(combines[0].op.attrs["n_outer"]) if combines else 0
     if len(outs) != 1 or not combines or n_outer < 1 or out.ndim != n_outer + 1:
-        return schedule_row_reduce(outs, target)
+        return _local_reductions(schedule_row_reduce(outs, target), stack_bytes)
     s = te.create_schedule([out.op])
     record_config(s, config)  # its split shaped the compute (topi/nn/softmax.py)
     _inline(s, outs)
