@@ -171,7 +171,7 @@ def test_a16_layers_improve_the_output_and_print(model):
 
 
 def test_16_bit_weights_split_too(model):
-    """weight_bits16: each layer a16 over two int8 weights, four passes on the int8 kernels;
+    """weight_bits16 and activation_bits16: each layer a16 over two int8 weights, four passes on the int8 kernels;
     the built module gives the numpy reference of the integer arithmetic, and more SQNR than
     a16 alone, whose error here is mostly the int8 weights'."""
     from tessera.quantize import _layer_int8_output
@@ -181,7 +181,7 @@ def test_16_bit_weights_split_too(model):
     wide = quantize(mod, params, feeds, QConfig(keep_float_below_db=0, activation_bits16=NAMES,
                                                 **ALL))  # fmt: skip
     both = quantize(mod, params, feeds, QConfig(keep_float_below_db=0, weight_bits16=NAMES,
-                                                **ALL))  # fmt: skip
+                                                activation_bits16=NAMES, **ALL))  # fmt: skip
     assert all(r.w16 and r.a16 and r.method == "a16w16" for r in both.report), str(both)
     assert "a16w16" in str(both)
     ops = [c.op.name for c in both.mod["main"].body]
