@@ -138,14 +138,16 @@ class QuantizeResult:
         if self.measured_db is not None:
             rows[0] += f", measured {self.measured_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
-                    f"{'SQNR dB':>8} {'out dB':>7} {'out16':>6} {'w16':>6} {'a16w16':>6}  int8")  # fmt: skip
+                    f"{'SQNR dB':>8} {'out dB':>7} {'out16':>6} {'w16':>6} {'a16w16':>6}"
+                    "  int8")  # fmt: skip
         for r in self.report:
             mark = r.level if r.a16 or r.w16 else "yes"
             mark = mark if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
             rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
                         f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f} "
-                        f"{r.output16_db:>6.1f} {r.output_w16_db:>6.1f} {r.output_a16w16_db:>6.1f}  {mark}")  # fmt: skip
+                        f"{r.output16_db:>6.1f} {r.output_w16_db:>6.1f} "
+                        f"{r.output_a16w16_db:>6.1f}  {mark}")  # fmt: skip
         return "\n".join(rows)
 
 

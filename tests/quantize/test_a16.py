@@ -171,9 +171,9 @@ def test_a16_layers_improve_the_output_and_print(model):
 
 
 def test_16_bit_weights_split_too(model):
-    """weight_bits16 and activation_bits16: each layer a16 over two int8 weights, four passes on the int8 kernels;
-    the built module gives the numpy reference of the integer arithmetic, and more SQNR than
-    a16 alone, whose error here is mostly the int8 weights'."""
+    """weight_bits16 and activation_bits16: each layer a16 over two int8 weights, four passes
+    on the int8 kernels; the built module gives the numpy reference of the integer
+    arithmetic, and more SQNR than a16 alone, whose error here is mostly the int8 weights'."""
     from tessera.quantize import _layer_int8_output
 
     mod, params, feed, want = model
