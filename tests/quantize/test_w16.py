@@ -175,3 +175,33 @@ def test_choose_levels_weighs_w16_against_a16():
     keep, level = choose_levels(levels[:2], 1000.0, 40.0, [0, 1], start={0: 1, 1: 1},
                                 upgrade=True)  # fmt: skip
     assert sorted(keep) == [0, 1]  # no level above a16 available: kept float
+
+
+def test_cli_budget_mode(tmp_path, model):  # noqa: F811 (the fixture)
+    """`tessera compile --quantize int8 --calibrate data.npz --target-sqnr T --budget-mode a16`:
+    no layer float, the levels and passes said, the artifact near fp32; a bad mode refused."""
+    import subprocess
+
+    import onnx
+    from test_quantize import ROOT, cnn
+
+    from tessera.runtime import GraphModule, load_module
+
+    _, _, feed, want = model
+    onnx.save(cnn(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "cal.npz", x=np.concatenate([s["x"] for s in samples(8)]))
+    cmd = [sys.executable, "-m", "tessera.cli", "compile", str(tmp_path / "m.onnx"), "-o",
+           str(tmp_path / "m.so"), "--quantize", "int8", "--calibrate", str(tmp_path / "cal.npz"),
+           "--target-sqnr", "62"]  # fmt: skip
+    proc = subprocess.run(cmd + ["--budget-mode", "a16"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "quantized 4 of 4 layers to int8 (0 kept float)" in proc.stderr, proc.stderr
+    assert "on the int8 kernels in" in proc.stderr and "(target 62)" in proc.stderr
+    m = GraphModule(load_module(str(tmp_path / "m.so"))["default"]())
+    m.set_input("x", feed["x"])
+    m.run()
+    assert sqnr_db(want, m.get_output(0).numpy()) > 60
+    bad = subprocess.run(cmd + ["--budget-mode", "int4"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert bad.returncode != 0 and "--budget-mode" in bad.stderr, bad.stderr
