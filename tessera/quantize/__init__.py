@@ -551,7 +551,7 @@ class _Sensitivity:
             report[j].quantized = j not in keep
             report[j].a16 = sensitivity.ACT16[level.get(j, 0)]
             report[j].w16 = sensitivity.SPLIT[level.get(j, 0)]
-        on = {j: v for j, v in level.items() if j not in keep}
+        on = {j: level.get(j, 0) for j in self.candidates if j not in keep}
         int8 = [j for j, v in on.items() if not v]
         eight = [j for j, v in on.items() if not sensitivity.ACT16[v]]
         upper = {j: levels[v][j] for j, v in on.items() if v}
