@@ -21,10 +21,11 @@ close). `--ort`: the same for ONNX Runtime's quantize_static (QDQ, per-channel i
 uint8 activations, the same calibration views) against ONNX Runtime fp32, as a reference point.
 `--bf16`: the same for tessera's bf16 build (precision "bf16") against fp32. `--config`: QConfig
 fields (Python keyword arguments: `budget_mode='a16',target_sqnr_db=37` gives the budget's layers
-16-bit activations on the int8 kernels, `activation_bits16=('name',)` names such layers; the
-row's label counts them, "a16"); several configs separated by ';' give one row each against
-the same fp32 logits (an ablation). `--report`: each quantize's per-layer table (range method,
-scale, the layer's own SQNR, with `sensitivity=True` or `target_sqnr_db` its output SQNR alone).
+16-bit activations, split weights or both on the int8 kernels, `activation_bits16=('name',)`
+names such layers; the row's label counts the layers at each level and the passes); several
+configs separated by ';' give one row each against the same fp32 logits (an ablation).
+`--report`: each quantize's per-layer table (range method, scale, the layer's own SQNR, with
+`sensitivity=True` or `target_sqnr_db` its output SQNR alone).
 `--time N`: each int8 build's time against fp32's, batch 1, the builds taking turns (medians of
 N runs; bench/int8.py's timed()).
 Nothing here asserts a time or an accuracy: it reports them.
@@ -212,9 +213,10 @@ def main(argv=None) -> int:
         if args.report:
             print(result)
         out = logits(compiled(result.mod, {}), rest)
-        n, a16 = len(result.report), sum(r.quantized and r.a16 for r in result.report)
-        label = f"int8 {overrides.get('calibrate', method)} ({n - kept}/{n} layers"
-        label += f", {a16} a16)" if a16 else ")"
+        n = len(result.report)
+        label = f"int8 {overrides.get('calibrate', method)} ({n - kept}/{n} layers)"
+        if any(r.quantized and r.level != "int8" for r in result.report):
+            label += f" [{result.levels()}]"
         if len(configs) > 1:
             label += " " + ",".join(f"{k}={v}" for k, v in overrides.items())
         if result.predicted_db is not None:

@@ -129,6 +129,18 @@ class QuantizeResult:
     # the sensitivity (Note [layer sensitivity])
     measured_db: float | None = None
 
+    def levels(self) -> str:
+        """The layers at each level and float, and the int8 kernel passes in all against one
+        per layer (Note [precision levels] in sensitivity.py), e.g. "5 int8 / 10 a16 / 0 w16 /
+        35 a16w16 / 0 float, 165 passes (3.30x)"."""
+        on = [r.level for r in self.report if r.quantized]
+        order = ("int8", "a16", "w16", "a16w16")
+        counts = " / ".join(f"{on.count(v)} {v}" for v in order)
+        passes = sum(sensitivity.PASSES[sensitivity.LEVELS.index(v)] for v in on)
+        n = max(len(self.report), 1)
+        return (f"{counts} / {len(self.report) - len(on)} float, {passes} passes "
+                f"({passes / n:.2f}x)")  # fmt: skip
+
     def __str__(self) -> str:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
                 f"activations, int8 per-channel weights): {len(self.report)} layers, "

@@ -17,7 +17,6 @@ def quantize_for_cli(mod, params, scheme: str, calibrate, target, target_sqnr=No
     (Note [16-bit activations])."""
     from tessera.quantize import QConfig, quantize
     from tessera.quantize.feeds import feeds_from_npz
-    from tessera.quantize.sensitivity import LEVELS, PASSES
 
     if scheme != "int8":
         raise click.UsageError(f"--quantize {scheme}: only int8 is supported")
@@ -35,11 +34,8 @@ def quantize_for_cli(mod, params, scheme: str, calibrate, target, target_sqnr=No
     kept = sum(not r.quantized for r in result.report)
     line = (f"quantized {len(result.report) - kept} of {len(result.report)} layers to int8 "
             f"({kept} kept float), calibrated on {len(feeds)} samples")  # fmt: skip
-    levels = [r.level for r in result.report if r.quantized and r.level != "int8"]
-    if levels:  # Note [precision levels] in sensitivity.py
-        counts = ", ".join(f"{levels.count(v)} {v}" for v in LEVELS[1:] if v in levels)
-        passes = sum(PASSES[LEVELS.index(r.level)] for r in result.report if r.quantized)
-        line += f"; on the int8 kernels in {passes} passes ({counts})"
+    if any(r.quantized and r.level != "int8" for r in result.report):
+        line += f"; levels: {result.levels()}"  # Note [precision levels] in sensitivity.py
     if result.measured_db is not None:
         line += (f"; output SQNR {result.measured_db:.1f} dB on held-out samples (target "
                  f"{config.target_sqnr_db:g})")  # fmt: skip
