@@ -83,7 +83,7 @@ class QConfig:
     activation_bits16: tuple[str, ...] = ()
     # layers whose int8 weight is split into two int8 weights (Note [16-bit weights by
     # splitting] in rewrite.py): "w16" (8-bit activation: two passes), or with
-    # activation_bits16 too "a16w16" (four); budget_mode="a16" chooses among int8, a16, w16
+    # activation_bits16 too "a16w16" (three); budget_mode="a16" chooses among int8, a16, w16
     # and a16w16 by the noise each move removes per added pass (Note [precision levels] in
     # sensitivity.py)
     weight_bits16: tuple[str, ...] = ()
@@ -107,7 +107,7 @@ class LayerReport:
     output16_db: float = math.nan  # the model's output SQNR with this layer alone a16
     w16: bool = False  # its weight is split (Note [16-bit weights by splitting]): two passes
     output_w16_db: float = math.nan  # ... with this layer alone w16 (8-bit activation)
-    output_a16w16_db: float = math.nan  # ... with this layer alone a16w16 (four passes)
+    output_a16w16_db: float = math.nan  # ... with this layer alone a16w16 (three passes)
 
     @property
     def level(self) -> str:
@@ -208,18 +208,21 @@ def _layer_int8_output(layer: Layer, x: np.ndarray, act, split: bool = False) ->
         code = get_op("qnn.quantize_byte")
         data = [(256**byte, code.evaluate([x], dict(scale=sx, zero_point=zx, byte=byte))[0],
                  (zx >> (8 * byte)) & 255) for byte in (1, 0)]  # fmt: skip
-        zx_u = zx
     else:
         zx_u = zx + (128 if dtype == "int8" else 0)
         xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
         data = [(1, xq, zx_u)]
     shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
     out = 0
-    for wq, sw in layer.weight_parts(split):
-        acc = sum(m * _integer_product(layer, wq, xq, pad) for m, xq, pad in data)
-        comp = (zx_u * wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1)).reshape(shape)
+    for part, (wq, sw) in enumerate(layer.weight_parts(split)):
+        sums = wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1).reshape(shape)
+        # the residual weight's product with the low byte is left out (Note [16-bit weights
+        # by splitting] in rewrite.py)
+        terms = data[:1] if part else data
+        acc = sum(m * (_integer_product(layer, wq, xq, pad) - pad * sums)
+                  for m, xq, pad in terms)  # fmt: skip
         scale = (np.float32(sx) * sw).reshape(shape)
-        out = out + (acc - comp).astype(np.float32) * scale.astype(np.float32)
+        out = out + acc.astype(np.float32) * scale.astype(np.float32)
     return out
 
 
@@ -376,13 +379,14 @@ def _named(layer: Layer, names) -> bool:
 # `a16_headroom` (2: 6 dB of the 16-bit grid's ~96 dB) so that a value past the calibration's
 # range is not clipped: clipping, not rounding, is then what a 16-bit grid would lose. Such a
 # layer ("a16") is named by `activation_bits16`; where the int8 weights limit a layer, its
-# weight can be split too ("a16w16", four passes: Note [16-bit weights by splitting] in
+# weight can be split too ("a16w16", three passes: Note [16-bit weights by splitting] in
 # rewrite.py; `weight_bits16`). Or the budget chooses, with budget_mode="a16": the sensitivity
 # probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16 and
-# a16w16 (the report's `out dB`, `out16` and `w16` columns), and choose_levels (sensitivity.py)
-# raises one layer at a time, the move that removes the most predicted noise per added int8
-# pass (1, 2, 4 passes), until the prediction meets target_sqnr_db; only if every candidate
-# is at the top and it is still short are layers kept float. In that mode the layers that
+# w16 and a16w16 (the report's `out dB`, `out16`, `w16` and `a16w16` columns), and
+# choose_levels (sensitivity.py) raises one layer at a time, the move that removes the most
+# predicted noise per added int8 pass (Note [precision levels]), until the prediction meets
+# target_sqnr_db; only if every candidate is at the top and it is still short are layers kept
+# float. In that mode the layers that
 # keep_float_inputs or keep_float_below_db would keep float are a16 instead (a model input's
 # per-channel normalized grid, Note [input layers], is what a 16-bit grid resolves), so every
 # layer runs on the int8 kernels. A 16-bit code's other readers (a residual add) read the float

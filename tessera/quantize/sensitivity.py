@@ -169,7 +169,7 @@ def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()
 # Note [precision levels]
 # A layer runs on the int8 kernels at one of four levels, each a (16-bit activation, split
 # weight) pair: "int8" (one pass), "a16" (a 16-bit activation code over its two bytes: two
-# passes; Note [16-bit activations] in tessera/quantize/__init__.py), "a16w16" (both: four)
+# passes; Note [16-bit activations] in tessera/quantize/__init__.py), "a16w16" (both: three)
 # and "w16" (the 8-bit activation and the weight split into two int8 weights, Note [16-bit
 # weights by splitting] in rewrite.py: two passes). A level is "higher" than another when it
 # costs more passes; a16 and w16 cost the same and remove different noise (the activation's
@@ -177,7 +177,7 @@ def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()
 # A w16 layer reads the same 8-bit code as an int8 one, so a shared value's noise (a residual
 # stream's int8 copy, Note [shared quantized values]) still counts while it has such a reader.
 LEVELS = ("int8", "a16", "a16w16", "w16")
-PASSES = (1, 2, 4, 2)  # int8 kernel passes of a layer at each level of LEVELS
+PASSES = (1, 2, 3, 2)  # int8 kernel passes of a layer at each level of LEVELS
 ACT16 = (False, True, True, False)  # the level's activation is a 16-bit code
 SPLIT = (False, False, True, True)  # the level's weight is split into two int8 weights
 
