@@ -381,7 +381,7 @@ def _named(layer: Layer, names) -> bool:
 # layer ("a16") is named by `activation_bits16`; where the int8 weights limit a layer, its
 # weight can be split too ("a16w16", three passes: Note [16-bit weights by splitting] in
 # rewrite.py; `weight_bits16`). Or the budget chooses, with budget_mode="a16": the sensitivity
-# probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16 and
+# probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16,
 # w16 and a16w16 (the report's `out dB`, `out16`, `w16` and `a16w16` columns), and
 # choose_levels (sensitivity.py) raises one layer at a time, the move that removes the most
 # predicted noise per added int8 pass (Note [precision levels]), until the prediction meets
