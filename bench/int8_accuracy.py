@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -95,8 +96,25 @@ def confident(ref: np.ndarray) -> np.ndarray:
     return (z.max(axis=1) / z.sum(axis=1)) >= 0.5
 
 
+def decision_noise(ref: np.ndarray, out: np.ndarray) -> tuple[float, float, float]:
+    """(rms error of each view's fp32 top-1 minus top-2 logit, over what noise spread evenly over
+    the logits would give, sqrt(2) times the rms error of one logit; the flips a Gaussian of
+    that rms error on each view's fp32 margin predicts; the same with the even spread)."""
+    rows = np.arange(len(ref))
+    order = np.argsort(ref, axis=1)
+    first, second = order[:, -1], order[:, -2]
+    err = out.astype(np.float64) - ref
+    diff = err[rows, first] - err[rows, second]
+    margin = ref[rows, first] - ref[rows, second]
+    even = np.sqrt(2 * np.mean(err**2))
+    flips = [float(sum(0.5 * math.erfc(m / (s * math.sqrt(2))) for m in margin))
+             for s in (np.sqrt(np.mean(diff**2)), even)]  # fmt: skip
+    return float(np.sqrt(np.mean(diff**2)) / even), *flips
+
+
 def row(label: str, ref, out, sets=None) -> str:
-    """One line on all views; with `sets` (each view's set), one more line per set."""
+    """One line on all views; with `sets` (each view's set), one more line per set, and one
+    on the noise of the top two logits (decision_noise)."""
     a1, a5, db, wrong = agreement(ref, out)
     sure = confident(ref)
     c1 = agreement(ref[sure], out[sure])[0] if sure.any() else float("nan")
@@ -105,7 +123,9 @@ def row(label: str, ref, out, sets=None) -> str:
             f"{int(sure.sum())}")  # fmt: skip
     if sets is None:
         return line
-    lines = [line]
+    ratio, flips, even = decision_noise(ref, out)
+    lines = [line, f"    top-1 minus top-2 logit error: {ratio:.2f}x an even spread's; flips it "
+                   f"predicts {flips:.1f} (an even spread: {even:.1f})"]  # fmt: skip
     for name in dict.fromkeys(sets.tolist()):
         pick = sets == name
         lines.append(row(f"  {name}", ref[pick], out[pick]))
