@@ -364,7 +364,8 @@ def main(argv=None) -> int:
         print(
             f"  tessera int8 also ({args.also}): SQNR vs fp32 "
             f"{sqnr_db(outs['tessera fp32'], outs['tessera int8 also']):.1f} dB, "
-            f"{ms['tessera int8 also'] / ms['tessera int8']:.2f}x the time of tessera int8"
+            f"{ms['tessera int8 also'] / ms['tessera int8']:.2f}x the time of tessera int8; "
+            f"levels {also.levels()}"
         )
     exact = 100 * np.mean(diff == 0)
     for name, label in (

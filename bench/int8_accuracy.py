@@ -21,10 +21,11 @@ close). `--ort`: the same for ONNX Runtime's quantize_static (QDQ, per-channel i
 uint8 activations, the same calibration views) against ONNX Runtime fp32, as a reference point.
 `--bf16`: the same for tessera's bf16 build (precision "bf16") against fp32. `--config`: QConfig
 fields (Python keyword arguments: `budget_mode='a16',target_sqnr_db=37` gives the budget's layers
-16-bit activations on the int8 kernels, `activation_bits16=('name',)` names such layers; the
-row's label counts them, "a16"); several configs separated by ';' give one row each against
-the same fp32 logits (an ablation). `--report`: each quantize's per-layer table (range method,
-scale, the layer's own SQNR, with `sensitivity=True` or `target_sqnr_db` its output SQNR alone).
+16-bit activations, split weights or both on the int8 kernels, `activation_bits16=('name',)`
+names such layers; the row's label counts the layers at each level and the passes); several
+configs separated by ';' give one row each against the same fp32 logits (an ablation).
+`--report`: each quantize's per-layer table (range method, scale, the layer's own SQNR, with
+`sensitivity=True` or `target_sqnr_db` its output SQNR alone).
 `--time N`: each int8 build's time against fp32's, batch 1, the builds taking turns (medians of
 N runs; bench/int8.py's timed()).
 Nothing here asserts a time or an accuracy: it reports them.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -94,8 +96,25 @@ def confident(ref: np.ndarray) -> np.ndarray:
     return (z.max(axis=1) / z.sum(axis=1)) >= 0.5
 
 
+def decision_noise(ref: np.ndarray, out: np.ndarray) -> tuple[float, float, float]:
+    """(rms error of each view's fp32 top-1 minus top-2 logit, over what noise spread evenly over
+    the logits would give, sqrt(2) times the rms error of one logit; the flips a Gaussian of
+    that rms error on each view's fp32 margin predicts; the same with the even spread)."""
+    rows = np.arange(len(ref))
+    order = np.argsort(ref, axis=1)
+    first, second = order[:, -1], order[:, -2]
+    err = out.astype(np.float64) - ref
+    diff = err[rows, first] - err[rows, second]
+    margin = ref[rows, first] - ref[rows, second]
+    even = np.sqrt(2 * np.mean(err**2))
+    flips = [float(sum(0.5 * math.erfc(m / (s * math.sqrt(2))) for m in margin))
+             for s in (np.sqrt(np.mean(diff**2)), even)]  # fmt: skip
+    return float(np.sqrt(np.mean(diff**2)) / even), *flips
+
+
 def row(label: str, ref, out, sets=None) -> str:
-    """One line on all views; with `sets` (each view's set), one more line per set."""
+    """One line on all views; with `sets` (each view's set), one more line per set, and one
+    on the noise of the top two logits (decision_noise)."""
     a1, a5, db, wrong = agreement(ref, out)
     sure = confident(ref)
     c1 = agreement(ref[sure], out[sure])[0] if sure.any() else float("nan")
@@ -104,7 +123,9 @@ def row(label: str, ref, out, sets=None) -> str:
             f"{int(sure.sum())}")  # fmt: skip
     if sets is None:
         return line
-    lines = [line]
+    ratio, flips, even = decision_noise(ref, out)
+    lines = [line, f"    top-1 minus top-2 logit error: {ratio:.2f}x an even spread's; flips it "
+                   f"predicts {flips:.1f} (an even spread: {even:.1f})"]  # fmt: skip
     for name in dict.fromkeys(sets.tolist()):
         pick = sets == name
         lines.append(row(f"  {name}", ref[pick], out[pick]))
@@ -212,9 +233,10 @@ def main(argv=None) -> int:
         if args.report:
             print(result)
         out = logits(compiled(result.mod, {}), rest)
-        n, a16 = len(result.report), sum(r.quantized and r.a16 for r in result.report)
-        label = f"int8 {overrides.get('calibrate', method)} ({n - kept}/{n} layers"
-        label += f", {a16} a16)" if a16 else ")"
+        n = len(result.report)
+        label = f"int8 {overrides.get('calibrate', method)} ({n - kept}/{n} layers)"
+        if any(r.quantized and r.level != "int8" for r in result.report):
+            label += f" [{result.levels()}]"
         if len(configs) > 1:
             label += " " + ",".join(f"{k}={v}" for k, v in overrides.items())
         if result.predicted_db is not None:

@@ -121,11 +121,12 @@ def compile_model(
     precision="fp32",
     pretuned=True,
     target_sqnr=None,
+    budget_mode="float",
 ):
     """Compile; returns (lib, summary rows). Shared by `compile` and `bench`. `db`: tuning
     records (`tessera tune`); `pretuned`: False leaves out the configs shipped for this machine
     kind; `key`: sign the artifact written to `output` with it;
-    `quantize`/`calibrate`/`target_sqnr`: post-training quantization; `board`: a micro
+    `quantize`/`calibrate`/`target_sqnr`/`budget_mode`: post-training quantization; `board`: a micro
     model's sources are exported as a project for that board (docs/micro.md)."""
     onnx_model, label = read_model(model_path)
     start = time.perf_counter()
@@ -133,7 +134,8 @@ def compile_model(
     if quantize:  # int8 (tessera.quantize, calibrated on the .npz): docs/quantization.md
         from tessera.quantize.cli import quantize_for_cli
 
-        mod, params = quantize_for_cli(mod, params, quantize, calibrate, target, target_sqnr)
+        mod, params = quantize_for_cli(mod, params, quantize, calibrate, target, target_sqnr,
+                                       budget_mode)  # fmt: skip
     if dump_ir:
         os.makedirs(dump_ir, exist_ok=True)
     show_bar = sys.stderr.isatty() and not quiet()
@@ -251,6 +253,16 @@ def print_summary(rows, title="compiled") -> None:
     "sensitivity).",
 )
 @click.option(
+    "--budget-mode",
+    type=click.Choice(["float", "a16"]),
+    default="float",
+    show_default=True,
+    help="--quantize: how the --target-sqnr budget buys accuracy. float: the costliest layers "
+    "run float; a16: every layer stays on the int8 kernels, the costliest in 2 or 4 passes "
+    "(16-bit activations and/or weights split in two: levels a16, w16, a16w16), chosen by "
+    "noise removed per added pass (docs/quantization.md).",
+)
+@click.option(
     "--precision",
     type=click.Choice(["fp32", "bf16"]),
     default="fp32",
@@ -274,6 +286,7 @@ def compile_cmd(
     quantize,
     calibrate,
     target_sqnr,
+    budget_mode,
     precision,
     db,
     no_pretuned,
@@ -308,6 +321,7 @@ def compile_cmd(
         board=board,
         precision=precision,
         target_sqnr=target_sqnr,
+        budget_mode=budget_mode,
         pretuned=not no_pretuned,
     )
     if not quiet():

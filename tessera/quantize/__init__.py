@@ -81,9 +81,11 @@ class QConfig:
     # where that is not enough, and the layers that keep_float_inputs / keep_float_below_db
     # would keep float get them too; "float": the budget keeps the costliest layers float
     activation_bits16: tuple[str, ...] = ()
-    # layers a16 whose int8 weight is split too (four passes): Note [16-bit weights by
-    # splitting] in rewrite.py; budget_mode="a16" raises layers to this level where it removes
-    # the most noise per pass
+    # layers whose int8 weight is split into two int8 weights (Note [16-bit weights by
+    # splitting] in rewrite.py): "w16" (8-bit activation: two passes), or with
+    # activation_bits16 too "a16w16" (three); budget_mode="a16" chooses among int8, a16, w16
+    # and a16w16 by the noise each move removes per added pass (Note [precision levels] in
+    # sensitivity.py)
     weight_bits16: tuple[str, ...] = ()
     budget_mode: str = "float"
     a16_headroom: float = 2.0  # a 16-bit range: the calibration's [min, max] times this
@@ -103,8 +105,14 @@ class LayerReport:
     output_db: float = math.nan
     a16: bool = False  # its activation is 16-bit, two int8 passes (Note [16-bit activations])
     output16_db: float = math.nan  # the model's output SQNR with this layer alone a16
-    w16: bool = False  # a16 with its weight split too (Note [16-bit weights by splitting])
-    output_w16_db: float = math.nan  # ... with this layer alone a16 with 16-bit weights
+    w16: bool = False  # its weight is split (Note [16-bit weights by splitting]): two passes
+    output_w16_db: float = math.nan  # ... with this layer alone w16 (8-bit activation)
+    output_a16w16_db: float = math.nan  # ... with this layer alone a16w16 (three passes)
+
+    @property
+    def level(self) -> str:
+        """Its precision level (Note [precision levels] in sensitivity.py)."""
+        return sensitivity.LEVELS[sensitivity.level_of(self.a16, self.w16)]
 
 
 @dataclass
@@ -121,6 +129,18 @@ class QuantizeResult:
     # the sensitivity (Note [layer sensitivity])
     measured_db: float | None = None
 
+    def levels(self) -> str:
+        """The layers at each level and float, and the int8 kernel passes in all against one
+        per layer (Note [precision levels] in sensitivity.py), e.g. "5 int8 / 10 a16 / 0 w16 /
+        35 a16w16 / 0 float, 165 passes (3.30x)"."""
+        on = [r.level for r in self.report if r.quantized]
+        order = ("int8", "a16", "w16", "a16w16")
+        counts = " / ".join(f"{on.count(v)} {v}" for v in order)
+        passes = sum(sensitivity.PASSES[sensitivity.LEVELS.index(v)] for v in on)
+        n = max(len(self.report), 1)
+        return (f"{counts} / {len(self.report) - len(on)} float, {passes} passes "
+                f"({passes / n:.2f}x)")  # fmt: skip
+
     def __str__(self) -> str:
         rows = [f"tessera.quantize ({self.config.calibrate}, {self.config.activation_dtype} "
                 f"activations, int8 per-channel weights): {len(self.report)} layers, "
@@ -130,14 +150,16 @@ class QuantizeResult:
         if self.measured_db is not None:
             rows[0] += f", measured {self.measured_db:.1f} dB"
         rows.append(f"  {'layer':<40} {'op':<7} {'range':<13} {'scale':>10} {'zp':>4} "
-                    f"{'SQNR dB':>8} {'out dB':>7} {'out16':>6} {'w16':>6}  int8")  # fmt: skip
+                    f"{'SQNR dB':>8} {'out dB':>7} {'out16':>6} {'w16':>6} {'a16w16':>6}"
+                    "  int8")  # fmt: skip
         for r in self.report:
-            mark = "a16w16" if r.w16 else "a16" if r.a16 else "yes"
+            mark = r.level if r.a16 or r.w16 else "yes"
             mark = mark if r.quantized else "kept float"
             name = r.name if len(r.name) <= 40 else "..." + r.name[-37:]
             rows.append(f"  {name:<40} {r.kind:<7} {r.method:<13} {r.scale:>10.4g} "
                         f"{r.zero_point:>4} {r.sqnr_db:>8.1f} {r.output_db:>7.1f} "
-                        f"{r.output16_db:>6.1f} {r.output_w16_db:>6.1f}  {mark}")  # fmt: skip
+                        f"{r.output16_db:>6.1f} {r.output_w16_db:>6.1f} "
+                        f"{r.output_a16w16_db:>6.1f}  {mark}")  # fmt: skip
         return "\n".join(rows)
 
 
@@ -186,18 +208,21 @@ def _layer_int8_output(layer: Layer, x: np.ndarray, act, split: bool = False) ->
         code = get_op("qnn.quantize_byte")
         data = [(256**byte, code.evaluate([x], dict(scale=sx, zero_point=zx, byte=byte))[0],
                  (zx >> (8 * byte)) & 255) for byte in (1, 0)]  # fmt: skip
-        zx_u = zx
     else:
         zx_u = zx + (128 if dtype == "int8" else 0)
         xq = get_op("qnn.quantize").evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
         data = [(1, xq, zx_u)]
     shape = (-1, 1, 1) if layer.kind == "conv2d" else (-1,)
     out = 0
-    for wq, sw in layer.weight_parts(split):
-        acc = sum(m * _integer_product(layer, wq, xq, pad) for m, xq, pad in data)
-        comp = (zx_u * wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1)).reshape(shape)
+    for part, (wq, sw) in enumerate(layer.weight_parts(split)):
+        sums = wq.astype(np.int64).reshape(wq.shape[0], -1).sum(axis=1).reshape(shape)
+        # the residual weight's product with the low byte is left out (Note [16-bit weights
+        # by splitting] in rewrite.py)
+        terms = data[:1] if part else data
+        acc = sum(m * (_integer_product(layer, wq, xq, pad) - pad * sums)
+                  for m, xq, pad in terms)  # fmt: skip
         scale = (np.float32(sx) * sw).reshape(shape)
-        out = out + (acc - comp).astype(np.float32) * scale.astype(np.float32)
+        out = out + acc.astype(np.float32) * scale.astype(np.float32)
     return out
 
 
@@ -318,21 +343,24 @@ def _equalized(func, feeds, config: QConfig, target):
 
 
 def _mark16(report, alt, own) -> None:
-    """The range and own SQNR of each a16 row of `report` are its 16-bit ones, of the others
-    their 8-bit ones (alt: {position: {level: (act, correction)}}; own: {position: (layer, its
-    float input, output, the row's 8-bit (scale, zero point, method, SQNR))})."""
+    """The range and own SQNR of each row of `report` above int8 are those of its level (Note
+    [precision levels] in sensitivity.py), of the others their 8-bit ones (alt: {position:
+    {level: (act, correction)}}; own: {position: (layer, its float input, output, the row's
+    8-bit (scale, zero point, method, SQNR))})."""
     for j, r in enumerate(report):
         if j not in own:
             continue
-        level = 2 if r.w16 else 1 if r.a16 else 0
+        level = sensitivity.level_of(r.a16, r.w16)
         (layer, x, y, eight) = own[j]
+        name = sensitivity.LEVELS[level]
         if not level:
             r.scale, r.zero_point, r.method, r.sqnr_db = eight
-        elif r.method != ("a16w16", "a16")[level == 1]:
-            a16, fix = alt[j][level]
-            r.sqnr_db = sqnr_db(y, y + _int8_error(layer, x, y, a16, fix, level == 2))
-            r.scale, r.zero_point = a16[0], a16[1]
-            r.method = "a16w16" if level == 2 else "a16"
+        elif r.method != name:
+            act, fix = alt[j][level]
+            r.sqnr_db = sqnr_db(y, y + _int8_error(layer, x, y, act, fix,
+                                                   sensitivity.SPLIT[level]))  # fmt: skip
+            r.scale, r.zero_point = act[0], act[1]
+            r.method = name
 
 
 def _named(layer: Layer, names) -> bool:
@@ -351,13 +379,14 @@ def _named(layer: Layer, names) -> bool:
 # `a16_headroom` (2: 6 dB of the 16-bit grid's ~96 dB) so that a value past the calibration's
 # range is not clipped: clipping, not rounding, is then what a 16-bit grid would lose. Such a
 # layer ("a16") is named by `activation_bits16`; where the int8 weights limit a layer, its
-# weight can be split too ("a16w16", four passes: Note [16-bit weights by splitting] in
+# weight can be split too ("a16w16", three passes: Note [16-bit weights by splitting] in
 # rewrite.py; `weight_bits16`). Or the budget chooses, with budget_mode="a16": the sensitivity
-# probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16 and
-# a16w16 (the report's `out dB`, `out16` and `w16` columns), and choose_levels (sensitivity.py)
-# raises one layer at a time, the move that removes the most predicted noise per added int8
-# pass (1, 2, 4 passes), until the prediction meets target_sqnr_db; only if every candidate
-# is at the top and it is still short are layers kept float. In that mode the layers that
+# probe (Note [layer sensitivity]) measures each layer's output noise alone as int8, a16,
+# w16 and a16w16 (the report's `out dB`, `out16`, `w16` and `a16w16` columns), and
+# choose_levels (sensitivity.py) raises one layer at a time, the move that removes the most
+# predicted noise per added int8 pass (Note [precision levels]), until the prediction meets
+# target_sqnr_db; only if every candidate is at the top and it is still short are layers kept
+# float. In that mode the layers that
 # keep_float_inputs or keep_float_below_db would keep float are a16 instead (a model input's
 # per-channel normalized grid, Note [input layers], is what a 16-bit grid resolves), so every
 # layer runs on the int8 kernels. A 16-bit code's other readers (a residual add) read the float
@@ -518,8 +547,9 @@ class _Sensitivity:
     noise: np.ndarray
     groups: list
     candidates: list[int]
-    # each layer's noise alone at the levels above int8 (a16, a16 with 16-bit weights; nan:
-    # not measured), the levels to start from, whether to upgrade (Note [16-bit activations])
+    # each layer's noise alone at the levels above int8 (a16, a16w16, w16: Note [precision
+    # levels] in sensitivity.py; nan: not measured), the levels to start from, whether to
+    # upgrade (Note [16-bit activations])
     upper: list = field(default_factory=list)
     start: dict = field(default_factory=dict)
     upgrade: bool = False
@@ -535,12 +565,14 @@ class _Sensitivity:
             )
         for j in self.candidates:
             report[j].quantized = j not in keep
-            report[j].a16 = level.get(j, 0) >= 1
-            report[j].w16 = level.get(j, 0) >= 2
-        int8 = [j for j in self.candidates if j not in keep and not level.get(j, 0)]
-        upper = {j: levels[v][j] for j, v in level.items() if v and j not in keep}
+            report[j].a16 = sensitivity.ACT16[level.get(j, 0)]
+            report[j].w16 = sensitivity.SPLIT[level.get(j, 0)]
+        on = {j: level.get(j, 0) for j in self.candidates if j not in keep}
+        int8 = [j for j, v in on.items() if not v]
+        eight = [j for j, v in on.items() if not sensitivity.ACT16[v]]
+        upper = {j: levels[v][j] for j, v in on.items() if v}
         return sensitivity.db(
-            self.signal, sensitivity.predicted_noise(self.noise, int8, self.groups, upper)
+            self.signal, sensitivity.predicted_noise(self.noise, int8, self.groups, upper, eight)
         )
 
 
@@ -548,8 +580,8 @@ def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, wher
                  target, alt=None) -> _Sensitivity:  # fmt: skip
     """Each int8 layer's output SQNR alone, into its report row, and what choosing the layers to
     keep float needs (Note [layer sensitivity]); alt: {position: {level: (act, correction)}} of
-    the layers that may be a16 (level 1) or a16 with 16-bit weights (2), whose output SQNR
-    alone at those levels is measured too."""
+    the layers that may be at a level above int8 (1: a16, 2: a16w16, 3: w16; Note [precision
+    levels] in sensitivity.py), whose output SQNR alone at those levels is measured too."""
     candidates = [j for j, r in enumerate(report) if r.quantized]
     alt = {j: w for j, w in (alt or {}).items() if j in candidates}
     shared, groups = _shared_values(func, layers, candidates, config.share)
@@ -564,7 +596,7 @@ def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, wher
                 continue
             x = arrays[where[id(layer.data)]]
             a, fix = alt[j][level] if level else (act[id(layer.data)], fixes.get(layer.index))
-            yield _int8_error(layer, x, arrays[n_inputs + j], a, fix, level == 2)
+            yield _int8_error(layer, x, arrays[n_inputs + j], a, fix, sensitivity.SPLIT[level])
         for v in shared:  # the int8 copy that other readers read: Note [shared quantized values]
             if level:
                 yield None
@@ -573,21 +605,23 @@ def _sensitivity(func, layers, report, feeds, values, act, fixes, n_inputs, wher
             xq = q.evaluate([x], dict(scale=sx, zero_point=zx, dtype=dtype))[0]
             yield (xq.astype(np.float32) - np.float32(zx)) * np.float32(sx) - x
 
-    start = {j: 2 if report[j].w16 else 1 for j in candidates if report[j].a16}
+    start = {j: sensitivity.level_of(report[j].a16, report[j].w16) for j in candidates
+             if report[j].a16 or report[j].w16}  # fmt: skip
     signal, noise = probe.measure(feeds, deltas)
     upper = []
-    for level in (1, 2):
+    for level in range(1, len(sensitivity.LEVELS)):
+        n = np.full(len(noise), np.nan)
         if any(level in w for w in alt.values()):
             _, n = probe.measure(feeds, lambda f, level=level: deltas(f, level))
             have = np.array([level in alt.get(j, {}) for j in range(len(n))])
-            upper.append(np.where(have, n, np.nan))
+            n = np.where(have, n, np.nan)
+        upper.append(n)
     groups = [(noise[len(layers) + k], readers) for k, readers in enumerate(groups)]
+    columns = (None, "output16_db", "output_a16w16_db", "output_w16_db")
     for j in candidates:
         report[j].output_db = sensitivity.db(signal, noise[j])
-        if upper and 1 in alt.get(j, {}):
-            report[j].output16_db = sensitivity.db(signal, upper[0][j])
-        if len(upper) > 1 and 2 in alt.get(j, {}):
-            report[j].output_w16_db = sensitivity.db(signal, upper[1][j])
+        for level in alt.get(j, {}):
+            setattr(report[j], columns[level], sensitivity.db(signal, upper[level - 1][j]))
     return _Sensitivity(probe, feeds, signal, noise, groups, candidates, upper, start,
                         config.budget_mode == "a16")  # fmt: skip
 
@@ -695,22 +729,28 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
             ok = False
         # Note [16-bit activations]: named, or kept float by these two rules in budget_mode a16
         w16 = _named(layer, config.weight_bits16)
-        sixteen = w16 or _named(layer, config.activation_bits16)
+        sixteen = _named(layer, config.activation_bits16)
         sixteen = sixteen or (config.budget_mode == "a16" and not ok)
         roles = config.keep_float_roles
         if layer.role in roles or ("last" in roles and j == len(layers) - 1):
             ok = sixteen = w16 = False
         method = label[id(layer.data)]
-        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok or sixteen, method,
-                                  a16=sixteen, w16=w16))  # fmt: skip
-        if sixteen or (upgrade and ok):
+        report.append(LayerReport(layer.name, layer.kind, a[0], a[1], db, ok or sixteen or w16,
+                                  method, a16=sixteen, w16=w16))  # fmt: skip
+        named = sensitivity.level_of(sixteen, w16)
+        levels = range(1, len(sensitivity.LEVELS)) if upgrade and (ok or sixteen) else (
+            [named] if named else [])  # fmt: skip
+        if levels:
             obs = stats[where[id(layer.data)]]
             h = config.a16_headroom
             a16 = (*calibrate.activation_params(min(obs.min, 0.0) * h, max(obs.max, 0.0) * h,
                                                 "uint16"), "uint16")  # fmt: skip
-            alt[j] = {level: (a16, _mean_error(layer, pairs, a16, level == 2)
-                              if config.bias_correction else None)
-                      for level in ((1, 2) if upgrade or w16 else (1,))}  # fmt: skip
+            alt[j] = {}
+            for level in levels:
+                act_l = a16 if sensitivity.ACT16[level] else a
+                fix = (_mean_error(layer, pairs, act_l, sensitivity.SPLIT[level])
+                       if config.bias_correction else None)  # fmt: skip
+                alt[j][level] = (act_l, fix)
     outs = measured[len(inputs) :]
     own = {j: (layers[j], x_of[id(layers[j].data)], outs[j],
                (report[j].scale, report[j].zero_point, report[j].method, report[j].sqnr_db))
@@ -728,12 +768,12 @@ def quantize(mod, params=None, calibration=(), config: QConfig | None = None, ta
 
     def rewritten():
         keep = [layer for layer, r in zip(layers, report, strict=True) if r.quantized]
-        a16 = {layers[j].index: alt[j][2 if r.w16 else 1] for j, r in enumerate(report)
-               if r.quantized and r.a16}  # fmt: skip
-        corrections = {**fixes, **{k: fix for k, (_, fix) in a16.items() if fix is not None}}
+        up = {layers[j].index: alt[j][sensitivity.level_of(r.a16, r.w16)]
+              for j, r in enumerate(report) if r.quantized and (r.a16 or r.w16)}  # fmt: skip
+        corrections = {**fixes, **{k: fix for k, (_, fix) in up.items() if fix is not None}}
+        wide = {k: a for k, (a, _) in up.items() if a[2] == "uint16"}
         split = {layers[j].index for j, r in enumerate(report) if r.quantized and r.w16}
-        return rewrite(func, keep, act, config.share, corrections,
-                       {k: a for k, (a, _) in a16.items()}, split)  # fmt: skip
+        return rewrite(func, keep, act, config.share, corrections, wide, split)
 
     new = rewritten()
     if config.target_sqnr_db is not None:  # Note [layer sensitivity]: measured, and met

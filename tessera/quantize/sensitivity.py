@@ -144,14 +144,16 @@ def db(signal: float, noise: float) -> float:
     return math.inf if noise <= 0 else 10 * math.log10(max(signal, 1e-30) / noise)
 
 
-def predicted_noise(noise, int8, groups=(), upper=None) -> float:
+def predicted_noise(noise, int8, groups=(), upper=None, eight=None) -> float:
     """The output noise energy with the positions `int8` int8 and those of `upper` ({position:
     its noise energy}) at a higher precision (Note [16-bit activations] in
     tessera/quantize/__init__.py): theirs, plus each group's (noise energy, reader positions)
-    that has an int8 reader (a 16-bit code's other readers read the float value)."""
+    that has a reader of the 8-bit code: one of `eight` (default: `int8`; a layer with a
+    16-bit code reads the float value)."""
     int8 = set(int8)
+    eight = int8 if eight is None else set(eight)
     total = float(sum(noise[j] for j in int8)) + sum(
-        float(n) for n, readers in groups if int8 & set(readers)
+        float(n) for n, readers in groups if eight & set(readers)
     )
     return total + float(sum((upper or {}).values()))
 
@@ -164,31 +166,51 @@ def keep_float_for(noise, signal: float, target_db: float, candidates, groups=()
     return choose_levels([noise], signal, target_db, candidates, groups)[0]
 
 
-PASSES = (1, 2, 4)  # int8 kernel passes of a layer at each level: int8, a16, a16 + 16-bit weights
+# Note [precision levels]
+# A layer runs on the int8 kernels at one of four levels, each a (16-bit activation, split
+# weight) pair: "int8" (one pass), "a16" (a 16-bit activation code over its two bytes: two
+# passes; Note [16-bit activations] in tessera/quantize/__init__.py), "a16w16" (both: three)
+# and "w16" (the 8-bit activation and the weight split into two int8 weights, Note [16-bit
+# weights by splitting] in rewrite.py: two passes). A level is "higher" than another when it
+# costs more passes; a16 and w16 cost the same and remove different noise (the activation's
+# grid or the weight's rounding), so choose_levels weighs them by what each removes per pass.
+# A w16 layer reads the same 8-bit code as an int8 one, so a shared value's noise (a residual
+# stream's int8 copy, Note [shared quantized values]) still counts while it has such a reader.
+LEVELS = ("int8", "a16", "a16w16", "w16")
+PASSES = (1, 2, 3, 2)  # int8 kernel passes of a layer at each level of LEVELS
+ACT16 = (False, True, True, False)  # the level's activation is a 16-bit code
+SPLIT = (False, False, True, True)  # the level's weight is split into two int8 weights
+
+
+def level_of(act16: bool, split: bool) -> int:
+    """The index in LEVELS of a layer with (or without) a 16-bit activation and split weight."""
+    return next(v for v in range(len(LEVELS)) if (ACT16[v], SPLIT[v]) == (act16, split))
 
 
 def choose_levels(levels, signal: float, target_db: float, candidates, groups=(), start=None,
                   upgrade: bool = False) -> tuple[list[int], dict[int, int]]:  # fmt: skip
     """(positions kept float, {position: level}) among `candidates` for an output SQNR of
-    target_db. levels[l][j]: layer j's output noise energy alone at level l (0: int8; 1: a16;
-    2: a16 with 16-bit weights; nan: not available); `start`: {position: level} to begin from.
-    With `upgrade`, one layer at a time moves to a higher level, the move that removes the most
-    noise per added int8 pass (PASSES), until the prediction meets the target; then, if it is
-    still short, layers are kept float, each step the one whose keeping removes the most (Note
-    [16-bit activations] in tessera/quantize/__init__.py)."""
+    target_db. levels[l][j]: layer j's output noise energy alone at level l of LEVELS (0: int8;
+    1: a16; 2: a16w16; 3: w16; nan or a missing level: not available); `start`: {position:
+    level} to begin from. With `upgrade`, one layer at a time moves to a level of more passes
+    (PASSES), the move that removes the most noise per added pass, until the prediction meets
+    the target; then, if it is still short, layers are kept float, each step the one whose
+    keeping removes the most (Note [precision levels]; Note [16-bit activations] in
+    tessera/quantize/__init__.py)."""
     level = {j: (start or {}).get(j, 0) for j in candidates}
 
     def total(lv):
         upper = {j: levels[v][j] for j, v in lv.items() if v}
-        return predicted_noise(levels[0], [j for j, v in lv.items() if not v], groups, upper)
+        return predicted_noise(levels[0], [j for j, v in lv.items() if not v], groups, upper,
+                               [j for j, v in lv.items() if not ACT16[v]])  # fmt: skip
 
     def short():
         return db(signal, total(level)) < target_db
 
     while upgrade and short():
         now = total(level)
-        moves = [(j, v) for j, u in level.items() for v in range(u + 1, len(levels))
-                 if not np.isnan(levels[v][j])]  # fmt: skip
+        moves = [(j, v) for j, u in level.items() for v in range(1, len(levels))
+                 if PASSES[v] > PASSES[u] and not np.isnan(levels[v][j])]  # fmt: skip
         if not moves:
             break
         j, v = max(moves, key=lambda m: (now - total({**level, m[0]: m[1]}))
