@@ -258,7 +258,7 @@ def print_summary(rows, title="compiled") -> None:
     default="float",
     show_default=True,
     help="--quantize: how the --target-sqnr budget buys accuracy. float: the costliest layers "
-    "run float; a16: every layer stays on the int8 kernels, the costliest in 2 or 4 passes "
+    "run float; a16: every layer stays on the int8 kernels, the costliest in 2 or 3 passes "
     "(16-bit activations and/or weights split in two: levels a16, w16, a16w16), chosen by "
     "noise removed per added pass (docs/quantization.md).",
 )
