@@ -3,15 +3,22 @@
 ``TESSERA_TEST_RESOURCE_LOG=<file>`` logs, after every test, the process's memory mappings,
 threads, open file descriptors and RSS (tab-separated), to find a resource that grows over a
 long single-process run (Note [library handles] in tessera/runtime/module.py).
+
+tests/ itself goes on sys.path, so that tests in any folder import its shared helpers
+(`from bench_modules import load_bench`): with --import-mode=importlib (pyproject.toml) pytest
+puts no test folder there.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _resources() -> dict[str, int]:

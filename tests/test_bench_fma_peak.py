@@ -3,22 +3,14 @@
 timings."""
 
 import collections
-import importlib.util
-import sys
-from pathlib import Path
 
 import llvmlite.binding as llvm
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_modules import load_bench
 
 
 def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_fma_peak", BENCH / "fma_peak.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("fma_peak")
 
 
 fma_peak = _load_bench()

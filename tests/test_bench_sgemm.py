@@ -1,28 +1,15 @@
 """bench/sgemm.py's schedule is correct (against numpy, on llvm and c, at small and ragged sizes),
 its block sizes follow the target's rules, and its k loop keeps C in registers. No timings."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from bench_modules import load_bench
 
 import tessera
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
 
 def _load_bench():
-    sys.path.insert(0, str(BENCH))  # sgemm imports its neighbour fma_peak
-    try:
-        spec = importlib.util.spec_from_file_location("bench_sgemm", BENCH / "sgemm.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("sgemm")  # it imports its neighbour fma_peak
 
 
 sgemm = _load_bench()

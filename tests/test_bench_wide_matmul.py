@@ -2,26 +2,13 @@
 with transB and a bias, q @ Transpose(k)), and tessera runs small versions of each as ONNX
 Runtime does, through the same helpers the benchmark times. No timings."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_modules import load_bench
 
 
 def _load_bench():
-    sys.path.insert(0, str(BENCH))  # it imports its neighbours models, stream, fma_peak
-    try:
-        spec = importlib.util.spec_from_file_location("bench_wide_matmul", BENCH / "wide_matmul.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("wide_matmul")  # it imports its neighbours models, stream, fma_peak
 
 
 wide = _load_bench()

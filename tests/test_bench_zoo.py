@@ -1,7 +1,6 @@
 """bench/fetch_zoo.py, bench/roofline.py and model_zoo's pretrained weights: the pure parts
 (no download, no timing): safetensors reading, static input shapes, FLOP and class of nodes."""
 
-import importlib.util
 import json
 import struct
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from bench_modules import load_bench
 from onnx import helper
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -17,11 +17,7 @@ sys.path.insert(0, str(BENCH))
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench(name)
 
 
 fetch_zoo = _load("fetch_zoo")

@@ -2,27 +2,18 @@
 and graph interpreter agree with (small configs); the full configs have the published
 architectures (layer counts, parameter counts of torchvision / Hugging Face). No timings."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
+from bench_modules import load_bench
 
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import run_ort
 from tessera.graph import run_function
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench(name)
 
 
 zoo = _load("model_zoo")

@@ -1,12 +1,11 @@
 """extract_tasks and build(configs=): random valid configs for every task build models that
 match ONNX Runtime (the knobs are real and every value is correct, not only the defaults)."""
 
-import importlib.util
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_modules import load_bench
 from onnx import helper
 
 import tessera
@@ -163,14 +162,9 @@ def test_config_round_trips_and_is_a_graph_attribute():
 
 # -- the models of the issue ---------------------------------------------------------------------
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 def _zoo():
-    spec = importlib.util.spec_from_file_location("bench_model_zoo_tasks", BENCH / "model_zoo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("model_zoo", "bench_model_zoo_tasks")
 
 
 def _model(name):

@@ -2,13 +2,11 @@
 run under QEMU user mode by the C runner: they match ONNX Runtime on this machine. The full-size
 models (ResNet-50, MobileNetV2, a BERT layer) are in test_qemu_models.py, marked slow."""
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_modules import load_bench
 from onnx import helper
 
 import tessera
@@ -16,8 +14,6 @@ from tessera.cross import count_instructions, read_plan, run_under_qemu, toolcha
 from tessera.cross.testing import ARM_TARGETS, check_under_qemu, conv_dense_model, missing_tools
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model, run_ort
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def require_toolchain(target_name: str) -> None:
@@ -29,11 +25,7 @@ def require_toolchain(target_name: str) -> None:
 
 
 def load_zoo():
-    spec = importlib.util.spec_from_file_location("bench_model_zoo", BENCH / "model_zoo.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("model_zoo")
 
 
 @pytest.mark.parametrize("target_name", list(ARM_TARGETS))

@@ -2,27 +2,18 @@
 against ONNX Runtime on this machine: ResNet-50, MobileNetV2, one BERT layer. Slow (minutes
 each under emulation): scripts/test.sh -m slow tests/cross/test_qemu_models.py"""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from bench_modules import load_bench
 
 from tessera.cross.testing import ARM_TARGETS, check_under_qemu, missing_tools
 from tessera.models import example_model, random_inputs
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 pytestmark = pytest.mark.slow
 
 
 def load_zoo():
-    spec = importlib.util.spec_from_file_location("bench_model_zoo", BENCH / "model_zoo.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("model_zoo")
 
 
 def require_toolchain(target_name: str) -> None:

@@ -6,30 +6,16 @@ The default suite runs small models; the full-size ResNet-50, MobileNetV2 and BE
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from bench_modules import load_bench
 from onnx import helper
 
 import tessera
 from tessera.frontend import from_onnx
 from tessera.frontend.testing import make_model, run_ort
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-zoo = _load("gpu_bench_model_zoo", ROOT / "bench" / "model_zoo.py")
+zoo = load_bench("model_zoo", "gpu_bench_model_zoo")
 R = np.random.default_rng(3)
 N = helper.make_node
 
