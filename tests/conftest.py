@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last: it shadows nothing
 
 
 def _resources() -> dict[str, int]:
