@@ -598,11 +598,12 @@ def schedule_conv2d_nchwc(outs, target=None, config=None) -> te.Schedule:
     split = config.get("parallel", "rows") if config is not None else "rows"
     order = config.get("reduce_order", "channels") if config is not None else "channels"
     unrolled = tuple(k for k in UNROLL_KNOBS if config is not None and config.get(k, False))
-    if config is not None:
+    if depthwise:  # no channel reduction to keep a row's sums over (Note [row accumulators])
+        row_acc = False
+    elif config is not None:
         row_acc = bool(config.get("row_accumulators", False))
     else:
         row_acc = _row_accumulators_pay(conv, tile, target)
-    row_acc = row_acc and not depthwise
     tiles = _schedule_tile(s, out, acc, tile, prefetch, taps_inner, split, order, unrolled, row_acc)
     pad_knob = config.get("pad_per_tile") if config is not None else None
     per_tile = _schedule_pad(s, conv, acc, tile, pad_knob, target, split != "none", row_acc)
@@ -708,9 +709,7 @@ def row_accumulators_rule(
 
 
 def _row_accumulators_pay(conv: te.Tensor, tile: ConvTile, target) -> bool:
-    """`row_accumulators_rule` for a direct conv stage and its tile."""
-    if len(conv.op.reduce_axis) != 4:  # depthwise: no channel reduction
-        return False
+    """`row_accumulators_rule` for a direct (not depthwise) conv stage and its tile."""
     w = next(t for t in conv.op.input_tensors if len(t.shape) == 6)
     _, *rest = _static(w.shape, CONV_TAG)  # (O/o, I/i, KH, KW, i, o)
     per_block = math.prod(rest) * w.dtype.bits // 8
@@ -786,7 +785,6 @@ def _schedule_tile(
     st.vectorize(oi)
     a = s[acc]
     an, aoc, aoh, aow, aoi = a.op.axis
-    row_acc = row_acc and len(a.op.reduce_axis) == 4
     a.compute_at(st, row if row_acc else owo)
     if row_acc:  # Note [row accumulators]
         width = aow.dom.extent
