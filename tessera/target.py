@@ -601,6 +601,14 @@ class Target:
             return self.mcpu
         return _host_cpu()[0] if self._same_arch_as_host() else "generic"
 
+    # Note [512-bit vectors]
+    # LLVM tunes most Intel cores with AVX-512 (Skylake-AVX512 to Sapphire Rapids, and the
+    # client cores a VM may report, such as "rocketlake") to prefer 256-bit vectors: loops that
+    # its own vectorizers widen get ymm registers there, while the kernels tessera vectorizes
+    # explicitly for `vector_width_bits` (512) get zmm. One width for both: x86 targets with
+    # AVX-512 turn the preference off ("-prefer-256-bit"), unless -mattr names it
+    # ("-mattr=+prefer-256-bit" keeps LLVM's choice).
+
     @property
     def llvm_features(self) -> str:
         """The feature string for LLVM's target machine: the host's features plus -mattr."""
@@ -614,6 +622,13 @@ class Target:
                 host = []
             given = {a[1:] for a in attrs}
             attrs = [f for f in host if f and f[1:] not in given] + attrs
+        if (
+            "avx512f" in self.features
+            and self.llvm_triple.startswith("x86_64")
+            and not any(a[1:] == "prefer-256-bit" for a in self.mattr)
+        ):
+            # Note [512-bit vectors]
+            attrs.append("-prefer-256-bit")
         return ",".join(attrs)
 
     # -- value semantics ------------------------------------------------------------------------
