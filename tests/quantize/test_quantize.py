@@ -61,8 +61,11 @@ def cnn():
     return model
 
 
-def samples(n):
-    return [{"x": R.random((1, 3, 12, 12), dtype=np.float32)} for _ in range(n)]
+def samples(n, rng=None):
+    """n feeds of cnn()'s input, from `rng` (default: this module's R, whose state depends on
+    the tests run before)."""
+    rng = R if rng is None else rng
+    return [{"x": rng.random((1, 3, 12, 12), dtype=np.float32)} for _ in range(n)]
 
 
 def run(mod, params, feed):
