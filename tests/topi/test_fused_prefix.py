@@ -91,15 +91,17 @@ def test_concatenate_matches_numpy(shapes, axis):
 @pytest.mark.parametrize(
     "shape, parallel, serial",
     [
-        ((1, 2, 80, 79, 8), 1 * 2 * 80 * 2, 40),  # 160 rows: the width in 2 chunks of 40 (a tail)
-        ((1, 1, 1, 1000, 8), 250, 4),  # no rows: 256 chunks asked, 250 of 4 vectors
-        ((2, 3, 10, 64, 8), 60 * 5, 13),  # 60 rows: 5 chunks of 13 (a tail)
+        ((1, 2, 80, 79), 1 * 2 * 80 * 2, 40),  # 160 rows: the width in 2 chunks of 40 (a tail)
+        ((1, 1, 1, 1000), 250, 4),  # no rows: 256 chunks asked, 250 of 4 vectors
+        ((2, 3, 10, 64), 60 * 5, 13),  # 60 rows: 5 chunks of 13 (a tail)
     ],
 )
 def test_one_vector_rows_are_cut_into_chunks(shape, parallel, serial):
     """Note [one-vector rows]: where the rows before a one-vector body's width hold fewer than
     PARALLEL_ITERATIONS iterations, the width joins the parallel loop in chunks that run their
-    vectors in a serial loop; numerics with a guarded last chunk."""
+    vectors in a serial loop; numerics with a guarded last chunk. The body is one vector of
+    the target (8 float32 lanes with AVX2, 16 with AVX-512)."""
+    shape = (*shape, TARGET.vector_lanes("float32"))
     x = te.placeholder(shape, name="x")
     y = te.compute(shape, lambda *i: te.max(x(*i) * 2.0 + 1.0, 0.0), name="y")
     kernel, mod = _build([y], [x, y])
