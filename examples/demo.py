@@ -1,6 +1,8 @@
-"""tessera demo: TVM's vector add and Halide's 3x3 blur, written, scheduled, lowered, built and checked.
+"""tessera demo: TVM's vector add and Halide's 3x3 blur, written, scheduled, lowered, built and
+checked.
 
-Run: scripts/demo.sh   (or .venv/bin/python examples/demo.py)
+Run: .venv/bin/python examples/demo.py   (after scripts/setup.sh; scripts/demo.sh is the
+README's main job, a ResNet-50 benchmark)
 """
 
 import time
