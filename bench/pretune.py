@@ -177,12 +177,14 @@ def write_readme(path: Path, kind: str, args, lines, checks) -> None:
     )
     load = os.getloadavg()[0]
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    text = [
+    head = [
         "# Shipped pre-tuned configs",
         "",
         'Written by `bench/pretune.py` (docs/tuning.md, "Shipped configs"); one file per',
         "machine kind (Note [machine kind] in tessera/autotune/pretuned.py).",
         "",
+    ]
+    text = [
         f"## {kind}",
         "",
         f"- {stamp}, {cpu}, {args.threads} threads, load average {load:.1f} at the end",
@@ -200,7 +202,29 @@ def write_readme(path: Path, kind: str, args, lines, checks) -> None:
         *[f"- {c}" for c in checks],
         "",
     ]
-    path.write_text("\n".join(text))
+    # the other kinds' sections stay (each kind's "## " section, and what follows it up to the
+    # next kind's, is its own)
+    others = [(k, body) for k, body in readme_sections(path) if k != kind]
+    sections = sorted([*others, (kind, "\n".join(text))])
+    path.write_text(
+        "\n".join(head) + "\n" + "\n".join(body.rstrip("\n") + "\n" for _, body in sections)
+    )
+
+
+def readme_sections(path: Path) -> list[tuple[str, str]]:
+    """(machine kind, its text from its "## <kind>" heading on) of each kind in the README:
+    a kind's section runs until the next heading that names a kind (a file's stem)."""
+    if not path.exists():
+        return []
+    kinds = {p.stem for p in path.parent.glob("*.jsonl")}
+    sections: list[tuple[str, list[str]]] = []
+    for line in path.read_text().splitlines():
+        name = line[3:].strip() if line.startswith("## ") else None
+        if name in kinds:
+            sections.append((name, [line]))
+        elif sections:
+            sections[-1][1].append(line)
+    return [(k, "\n".join(body) + "\n") for k, body in sections]
 
 
 def parse_args(argv):

@@ -135,12 +135,32 @@ def run_model(name: str, args) -> Row:
         runners[runner] = m.run
     session = ort_session(model, args.threads)
     runners["ort"] = lambda: session.run(None, feeds)
-    times, _ = measure_in_blocks(runners, args.repeat, 3, args.max_seconds)
+    block, repeat = turn_sizes(runners["untuned"], args.repeat)
+    times, _ = measure_in_blocks(runners, repeat, 3, args.max_seconds, block=block)
     row.times = {k: list(v) for k, v in times.items()}
     tuned = modules["tuned"]
     got = [tuned.get_output(k).numpy() for k in range(tuned.get_num_outputs())]
     row.rel_err = relative_error(got, session.run(None, feeds))
     return row
+
+
+# a turn's timed runs fill at least this many seconds: a model of 0.4 ms in turns of 5 runs,
+# each after a wait for quiet threads, measures mostly each turn's cold start (mtcnn_onet read
+# 1.17-1.21 tuned/untuned that way, 0.945 in turns of 50 runs)
+TURN_SECONDS = 0.05
+
+
+def turn_sizes(run, repeat: int) -> tuple[int, int]:
+    """(timed runs per turn, timed runs in all) for a model whose one run is `run`: turns of
+    BLOCK_RUNS, or as many runs as fill TURN_SECONDS; at least `repeat` runs and 10 turns."""
+    from tessera.cli.bench import BLOCK_RUNS
+
+    run()  # warm
+    t0 = time.perf_counter()
+    run()
+    once = time.perf_counter() - t0
+    block = max(BLOCK_RUNS, int(TURN_SECONDS / max(once, 1e-6)))
+    return block, max(repeat, 10 * block)
 
 
 def task_gains(results) -> list:
