@@ -85,6 +85,9 @@ _DEVICES = ("micro",)
 # tessera/topi/arm/strategy.py): code for a core is built for its length unless
 # -msve-vector-bits says otherwise.
 SVE_VECTOR_BITS = {"neoverse-v1": 256, "neoverse-n2": 128, "neoverse-v2": 128}
+# -mattr names that tune code generation instead of naming an instruction set (Note [512-bit
+# vectors]): a target that gives them still runs on the host
+_TUNING_ATTRS = frozenset({"prefer-256-bit"})
 # the baseline of an architecture, when neither -mcpu nor the host tells more
 _ARCH_BASELINE = {"x86_64": _SSE, "aarch64": frozenset({"neon"}), "arm64": frozenset({"neon"})}
 
@@ -593,7 +596,7 @@ class Target:
         """True when code for this target can run on this machine."""
         if not self.kind_info.cpu or not self._same_arch_as_host():
             return False
-        return self.features <= _host_cpu()[1]
+        return self.features - _TUNING_ATTRS <= _host_cpu()[1]
 
     @property
     def llvm_cpu(self) -> str:

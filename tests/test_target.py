@@ -100,6 +100,19 @@ def test_a_cpu_this_machine_lacks_is_not_host():
 # -- the target table ------------------------------------------------------------------------------
 
 
+def test_avx512_targets_turn_off_llvms_256_bit_preference():
+    """Note [512-bit vectors]: LLVM's own vectorizers use the width tessera's kernels use; a
+    target that asks for LLVM's preference keeps it, and still runs where the ISA does."""
+    x86 = "-mtriple=x86_64-linux-gnu"
+    assert Target(f"llvm {x86} -mcpu=skylake-avx512").llvm_features == "-prefer-256-bit"
+    assert "prefer-256-bit" not in Target(f"llvm {x86} -mcpu=haswell").llvm_features
+    kept = Target(f"llvm {x86} -mcpu=skylake-avx512 -mattr=+prefer-256-bit")
+    assert kept.llvm_features == "+prefer-256-bit" and kept.vector_width_bits == 512
+    host = Target("llvm -mattr=+prefer-256-bit")
+    assert host.is_host == Target("llvm").is_host
+    assert "-prefer-256-bit" not in host.llvm_features.split(",")
+
+
 def test_every_kind_has_a_row_and_the_rows_name_importable_code():
     from tessera.target import TARGET_KINDS
 
