@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import geometric_mean, ort_session, relative_error  # noqa: E402
 from zoo import SUITE  # noqa: E402  (the light models, MobileNetV2, BERT-base, pretrained ones)
 
-from tessera.cli.bench import measure_in_blocks  # noqa: E402
+from tessera.cli.bench import BLOCK_RUNS, measure_in_blocks  # noqa: E402
 
 OPT_LEVEL = 3
 DEFAULT = (
@@ -153,8 +153,6 @@ TURN_SECONDS = 0.05
 def turn_sizes(run, repeat: int) -> tuple[int, int]:
     """(timed runs per turn, timed runs in all) for a model whose one run is `run`: turns of
     BLOCK_RUNS, or as many runs as fill TURN_SECONDS; at least `repeat` runs and 10 turns."""
-    from tessera.cli.bench import BLOCK_RUNS
-
     run()  # warm
     t0 = time.perf_counter()
     run()

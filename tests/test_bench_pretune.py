@@ -2,6 +2,7 @@
 (sections, sub-headings and all), and a rerun of a kind replaces only its own; bench/tune.py's
 turns fill enough time on a small model."""
 
+import time
 from types import SimpleNamespace
 
 from bench_modules import load_bench
@@ -43,7 +44,5 @@ def test_turns_of_a_small_model_fill_their_time():
     calls = []
     block, repeat = tune.turn_sizes(lambda: calls.append(1), 20)  # a run of ~0 s
     assert block >= 1000 and repeat == 10 * block and len(calls) == 2
-    import time
-
     block, repeat = tune.turn_sizes(lambda: time.sleep(0.03), 20)  # 30 ms: the old turns
     assert block == 5 and repeat == 50
